@@ -1,0 +1,163 @@
+"""The Plan: a policy's answer for one request, the one currency between policies, the cost model and
+the GPU executor.
+
+A Plan covers the prompt ``[0, num_tokens)`` with ordered, contiguous, non-overlapping spans. Each span
+says how its KV is obtained:
+
+* ``REUSE``          cached KV used as is, at the same absolute positions;
+* ``REUSE_ROTATED``  cached KV produced at ``source_pos``; RoPE keys rotated by delta = start - source_pos;
+* ``RECOMPUTE``      prefilled now (attends over everything before it).
+
+Extra work that is not a span lives in :class:`Correction` (tokens recomputed for quality on top of the
+spans, recurrent-state compositions, re-encodes). Tiers name where reused KV is read from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+
+class Action(IntEnum):
+    REUSE = 0
+    REUSE_ROTATED = 1
+    RECOMPUTE = 2
+
+
+class Tier(IntEnum):
+    HBM = 0
+    HOST = 1
+    DISK = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Tokens ``[start, end)`` of the prompt handled by ``action``.
+
+    ``source_pos`` is the absolute position the cached KV was produced at (``start`` for REUSE,
+    -1 for RECOMPUTE). ``delta = start - source_pos`` is the RoPE rotation a rotated reuse needs.
+    """
+
+    start: int
+    end: int
+    action: Action
+    source_pos: int = -1
+    tier: Tier = Tier.HBM
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start < self.end:
+            raise ValueError(f"bad span [{self.start}, {self.end})")
+        if self.action == Action.RECOMPUTE and self.source_pos != -1:
+            raise ValueError("RECOMPUTE span has no source_pos")
+        if self.action == Action.REUSE and self.source_pos not in (-1, self.start):
+            raise ValueError("REUSE span must keep its position (use REUSE_ROTATED)")
+        if self.action == Action.REUSE_ROTATED and self.source_pos < 0:
+            raise ValueError("REUSE_ROTATED span needs source_pos >= 0")
+
+    @property
+    def num_tokens(self) -> int:
+        return self.end - self.start
+
+    @property
+    def delta(self) -> int:
+        return 0 if self.action != Action.REUSE_ROTATED else self.start - self.source_pos
+
+
+@dataclass(frozen=True, slots=True)
+class Correction:
+    """Work beyond the spans: quality recompute, recurrent-state composition, re-encoding (tokens)."""
+
+    recompute_tokens: int = 0       # reused tokens whose KV is recomputed anyway (CacheBlend-style)
+    state_compositions: int = 0     # dense recurrent-state compositions (LinearKV exact mode)
+    reencode_tokens: int = 0        # tokens re-encoded into another precision tier (RDR)
+
+    def __post_init__(self) -> None:
+        if min(self.recompute_tokens, self.state_compositions, self.reencode_tokens) < 0:
+            raise ValueError("negative correction")
+
+
+NO_CORRECTION = Correction()
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Ordered cover of ``[0, num_tokens)`` by spans (validated on construction)."""
+
+    num_tokens: int
+    spans: tuple[Span, ...]
+    correction: Correction = field(default=NO_CORRECTION)
+
+    def __post_init__(self) -> None:
+        pos = 0
+        for s in self.spans:
+            if s.start != pos:
+                raise ValueError(f"spans not contiguous at {pos} (next starts at {s.start})")
+            pos = s.end
+        if pos != self.num_tokens:
+            raise ValueError(f"spans cover [0, {pos}) but prompt has {self.num_tokens} tokens")
+        if self.correction.recompute_tokens > self.num_reused:
+            raise ValueError("correction recomputes more tokens than are reused")
+
+    # ---- Public API -------------------------------------------------------------------------------
+    @staticmethod
+    def recompute_all(num_tokens: int) -> Plan:
+        return Plan(num_tokens, (Span(0, num_tokens, Action.RECOMPUTE),))
+
+    @staticmethod
+    def from_prefix(num_tokens: int, num_cached: int) -> Plan:
+        """Reuse ``[0, num_cached)`` in place, recompute the rest."""
+        if num_cached <= 0:
+            return Plan.recompute_all(num_tokens)
+        if num_cached >= num_tokens:
+            return Plan(num_tokens, (Span(0, num_tokens, Action.REUSE, 0),))
+        return Plan(num_tokens, (Span(0, num_cached, Action.REUSE, 0),
+                                 Span(num_cached, num_tokens, Action.RECOMPUTE)))
+
+    def tokens_by(self, action: Action) -> int:
+        return sum(s.num_tokens for s in self.spans if s.action == action)
+
+    @property
+    def num_reused(self) -> int:
+        """Tokens whose KV comes from the cache (in place or rotated)."""
+        return self.num_tokens - self.tokens_by(Action.RECOMPUTE)
+
+    @property
+    def num_rotated(self) -> int:
+        return self.tokens_by(Action.REUSE_ROTATED)
+
+    @property
+    def num_recomputed(self) -> int:
+        """Tokens prefilled now: RECOMPUTE spans plus quality recompute inside reused spans."""
+        return self.tokens_by(Action.RECOMPUTE) + self.correction.recompute_tokens
+
+    @property
+    def leading_reuse(self) -> int:
+        """Length of the in-place reused prefix (what an exact-prefix cache could also serve)."""
+        s = self.spans[0] if self.spans else None
+        return s.end if s is not None and s.action == Action.REUSE else 0
+
+    def recompute_segments(self) -> list[tuple[int, int]]:
+        return [(s.start, s.end) for s in self.spans if s.action == Action.RECOMPUTE]
+
+    @staticmethod
+    def from_spans(num_tokens: int, spans: list[Span], correction: Correction = NO_CORRECTION) -> Plan:
+        """Merge adjacent compatible spans and fill gaps with RECOMPUTE."""
+        out: list[Span] = []
+        pos = 0
+        for s in sorted(spans, key=lambda s: s.start):
+            if s.start > pos:
+                out.append(Span(pos, s.start, Action.RECOMPUTE))
+            prev = out[-1] if out else None
+            if (prev is not None and prev.action == s.action and prev.tier == s.tier and prev.end == s.start
+                    and (s.action == Action.RECOMPUTE or prev.delta == s.delta)):
+                out[-1] = Span(prev.start, s.end, s.action, prev.source_pos, prev.tier)
+            else:
+                out.append(s)
+            pos = s.end
+        if pos < num_tokens:
+            prev = out[-1] if out else None
+            if prev is not None and prev.action == Action.RECOMPUTE:
+                out[-1] = Span(prev.start, num_tokens, Action.RECOMPUTE)
+            else:
+                out.append(Span(pos, num_tokens, Action.RECOMPUTE))
+        return Plan(num_tokens, tuple(out), correction)

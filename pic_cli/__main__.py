@@ -1,0 +1,3 @@
+from pic_cli.app import main
+
+main()

@@ -1,0 +1,38 @@
+"""Shared CLI helpers: turn library errors into one clear line and a non-zero exit."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import typer
+from rich.console import Console
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Print ``ValueError``/``OSError`` as ``error: <message>`` on stderr and exit 1 (or 2 for usage)."""
+    try:
+        yield
+    except (ValueError, OSError) as e:
+        err_console.print(f"[bold red]error:[/] {e}", markup=True, highlight=False, soft_wrap=True)
+        raise typer.Exit(code=1) from None
+    except KeyboardInterrupt:
+        err_console.print("interrupted; no partial output was kept")
+        sys.exit(130)
+
+
+def parse_sets(values: list[str] | None) -> dict[str, dict[str, str]]:
+    """``["irminsul.s1=true", "prefix.page_size=16"]`` -> ``{"irminsul": {"s1": "true"}, ...}``."""
+    out: dict[str, dict[str, str]] = {}
+    for item in values or []:
+        if "=" not in item or "." not in item.split("=", 1)[0]:
+            raise ValueError(f"--set {item!r}: expected POLICY.KEY=VALUE")
+        key, value = item.split("=", 1)
+        scope, name = key.split(".", 1)
+        out.setdefault(scope.strip(), {})[name.strip().replace("-", "_")] = value.strip()
+    return out

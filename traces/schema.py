@@ -1,0 +1,225 @@
+"""Canonical trace: content stored once as segments, requests as ordered lists of segment ids.
+
+On disk (see ``traces.io``) a trace is ONE Parquet file holding two record families:
+segment rows (``record == "segment"``) and request rows (``record == "request"``); columns of the other
+family are null. The schema version lives in the file's key/value metadata under ``pic.schema_version``.
+
+In memory a :class:`Trace` keeps segments in CSR form (one flat int32 token array + offsets) so a
+request's prompt is a concatenation of a few slices, and hashing/chunking stays vectorized.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+import polars as pl
+import xxhash
+
+SCHEMA_VERSION = 1
+SCHEMA_KEY = b"pic.schema_version"
+
+#: segment kinds, in code order (the uint8 code is the index)
+KINDS: tuple[str, ...] = (
+    "system", "tools", "document", "tool_output", "user", "assistant", "marker", "block",
+)
+KIND_CODE = {k: i for i, k in enumerate(KINDS)}
+
+REQUEST_COLUMNS: dict[str, pl.DataType] = {
+    "request_id": pl.Int64(),
+    "session_id": pl.String(),
+    "agent_id": pl.String(),
+    "arrival_us": pl.Int64(),
+    "output_tokens": pl.Int32(),
+    "segment_ids": pl.List(pl.UInt64()),
+}
+
+
+class TraceError(ValueError):
+    """Bad trace input. ``str(err)`` is one line: ``file:line: field: what is wrong``."""
+
+    def __init__(self, path: str, line: int | None, field_name: str, message: str):
+        self.path, self.line, self.field, self.message = str(path), line, field_name, message
+        loc = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{loc}: {field_name}: {message}")
+
+
+def segment_id(tokens: np.ndarray) -> int:
+    """Content id of a segment: xxh64 (seed 0) of its int32 little-endian token bytes."""
+    return xxhash.xxh64_intdigest(np.ascontiguousarray(tokens, dtype="<i4").tobytes())
+
+
+@dataclass(frozen=True, slots=True)
+class Segments:
+    """Distinct content, CSR layout. ``tokens[offsets[i]:offsets[i+1]]`` is segment ``i``."""
+
+    ids: np.ndarray      # uint64 [S], unique
+    kinds: np.ndarray    # uint8 [S], index into KINDS
+    offsets: np.ndarray  # int64 [S+1]
+    tokens: np.ndarray   # int32 [offsets[-1]]
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+class SegmentTable:
+    """Builder that dedupes segments by content id while readers stream input."""
+
+    def __init__(self) -> None:
+        self._index: dict[int, int] = {}
+        self._ids: list[int] = []
+        self._kinds: list[int] = []
+        self._chunks: list[np.ndarray] = []
+
+    def add(self, tokens: np.ndarray, kind: str) -> int:
+        """Store ``tokens`` once (if new) and return its segment id."""
+        toks = np.ascontiguousarray(tokens, dtype=np.int32)
+        if toks.size == 0:
+            raise ValueError("empty segment")
+        sid = segment_id(toks)
+        if sid not in self._index:
+            self._index[sid] = len(self._ids)
+            self._ids.append(sid)
+            self._kinds.append(KIND_CODE[kind])
+            self._chunks.append(toks)
+        return sid
+
+    def __contains__(self, sid: int) -> bool:
+        return sid in self._index
+
+    def build(self) -> Segments:
+        lengths = np.fromiter((c.size for c in self._chunks), dtype=np.int64, count=len(self._chunks))
+        offsets = np.zeros(len(self._chunks) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        tokens = np.concatenate(self._chunks) if self._chunks else np.zeros(0, np.int32)
+        return Segments(
+            ids=np.asarray(self._ids, dtype=np.uint64),
+            kinds=np.asarray(self._kinds, dtype=np.uint8),
+            offsets=offsets,
+            tokens=tokens.astype(np.int32, copy=False),
+        )
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A validated canonical trace.
+
+    ``requests`` is a polars frame with :data:`REQUEST_COLUMNS`, sorted by (arrival_us, request_id).
+    Use :meth:`prompt` for a request's token ids and :attr:`prompt_lengths` for all lengths at once.
+    """
+
+    segments: Segments
+    requests: pl.DataFrame
+    source: str = "<memory>"
+    meta: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def num_requests(self) -> int:
+        return self.requests.height
+
+    @cached_property
+    def _csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """(req_offsets [R+1], seg_index [sum segs]) mapping requests to segment row indices."""
+        seg_lists = self.requests["segment_ids"]
+        flat = seg_lists.explode().to_numpy().astype(np.uint64)
+        counts = seg_lists.list.len().to_numpy().astype(np.int64)
+        offs = np.zeros(counts.size + 1, dtype=np.int64)
+        np.cumsum(counts, out=offs[1:])
+        order = np.argsort(self.segments.ids, kind="stable")
+        sorted_ids = self.segments.ids[order]
+        pos = np.searchsorted(sorted_ids, flat)
+        pos = np.minimum(pos, max(sorted_ids.size - 1, 0))
+        if flat.size and (sorted_ids.size == 0 or not np.array_equal(sorted_ids[pos], flat)):
+            bad = int(np.nonzero(sorted_ids[pos] != flat)[0][0]) if sorted_ids.size else 0
+            req = int(np.searchsorted(offs, bad, side="right") - 1)
+            raise TraceError(self.source, None, "segment_ids",
+                             f"request row {req} references unknown segment {int(flat[bad])}")
+        return offs, order[pos].astype(np.int64)
+
+    def request_segments(self, i: int) -> np.ndarray:
+        """Row indices into ``segments`` of request ``i``'s segments, in prompt order."""
+        offs, idx = self._csr
+        return idx[offs[i]:offs[i + 1]]
+
+    @cached_property
+    def prompt_lengths(self) -> np.ndarray:
+        """int64 [R]: prompt tokens per request."""
+        offs, idx = self._csr
+        seg_len = self.segments.lengths[idx]
+        out = np.zeros(self.num_requests, dtype=np.int64)
+        nonempty = offs[:-1] < offs[1:]
+        out[nonempty] = np.add.reduceat(seg_len, offs[:-1][nonempty]) if seg_len.size else 0
+        return out
+
+    def prompt(self, i: int) -> np.ndarray:
+        """int32 [N]: request ``i``'s prompt tokens (concatenated segments)."""
+        seg = self.segments
+        parts = [seg.tokens[seg.offsets[j]:seg.offsets[j + 1]] for j in self.request_segments(i)]
+        return np.concatenate(parts) if len(parts) != 1 else parts[0]
+
+    def segment_bounds(self, i: int) -> np.ndarray:
+        """int64 [k+1]: token offsets of request ``i``'s segment boundaries within its prompt."""
+        lens = self.segments.lengths[self.request_segments(i)]
+        out = np.zeros(lens.size + 1, dtype=np.int64)
+        np.cumsum(lens, out=out[1:])
+        return out
+
+
+def validate(trace: Trace) -> None:
+    """Raise :class:`TraceError` unless the trace obeys the canonical rules.
+
+    Rules: request columns/dtypes exact; unique request ids; arrival_us >= 0 and non-decreasing per
+    session; output_tokens >= 0; every request has >= 1 segment and every referenced segment exists;
+    segments non-empty with unique ids and known kinds.
+    """
+    src, req, seg = trace.source, trace.requests, trace.segments
+    for name, dtype in REQUEST_COLUMNS.items():
+        if name not in req.columns:
+            raise TraceError(src, None, name, "missing column")
+        if req.schema[name] != dtype:
+            raise TraceError(src, None, name, f"dtype {req.schema[name]} != {dtype}")
+    if len(seg) and (np.diff(seg.offsets) <= 0).any():
+        raise TraceError(src, None, "tokens", "empty segment")
+    if np.unique(seg.ids).size != len(seg):
+        raise TraceError(src, None, "segment_id", "duplicate segment id")
+    if len(seg) and int(seg.kinds.max()) >= len(KINDS):
+        raise TraceError(src, None, "kind", "unknown segment kind code")
+    if req.height == 0:
+        return
+    if req["request_id"].n_unique() != req.height:
+        raise TraceError(src, None, "request_id", "duplicate request id")
+    for col in ("arrival_us", "output_tokens"):
+        null = req[col].is_null()
+        if null.any():
+            raise TraceError(src, int(null.arg_max()), col, "null value")
+        neg = req[col] < 0
+        if neg.any():
+            raise TraceError(src, int(neg.arg_max()), col, "negative value")
+    empty = req["segment_ids"].list.len().fill_null(0) == 0
+    if empty.any():
+        raise TraceError(src, int(empty.arg_max()), "segment_ids", "request has no segments")
+    bad = (
+        req.with_row_index("_row")
+        .with_columns(_prev=pl.col("arrival_us").shift(1).over("session_id", order_by="_row"))
+        .filter(pl.col("_prev") > pl.col("arrival_us"))
+    )
+    if bad.height:
+        raise TraceError(src, int(bad["_row"][0]), "arrival_us", "arrival goes backwards within its session")
+    trace._csr  # resolves every segment id or raises
+
+
+def requests_frame(rows: dict[str, list]) -> pl.DataFrame:
+    """Build a canonical requests frame from column lists (casts to the canonical dtypes)."""
+    return pl.DataFrame(rows, schema=REQUEST_COLUMNS)
+
+
+def sort_requests(df: pl.DataFrame) -> pl.DataFrame:
+    return df.sort(["arrival_us", "request_id"], maintain_order=True)
