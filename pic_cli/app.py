@@ -14,6 +14,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+@app.callback()
+def _root() -> None:
+    # keeps `pic` a command group even while only one command module is present
+    pass
+
+
 #: command name -> module in pic_cli that defines ``command``
 COMMANDS = {
     "ingest": "ingest",
