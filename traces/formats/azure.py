@@ -1,0 +1,124 @@
+"""Azure LLM inference trace CSV (2023/2024): ``TIMESTAMP,ContextTokens,GeneratedTokens``.
+
+Arrivals and lengths only. ``TIMESTAMP`` is a date-time (``2023-11-16 18:17:03.9799600``, read as UTC,
+fractions beyond µs truncated) or a number of seconds; arrivals become µs relative to the first row.
+Each row gets ONE unique opaque segment (kind ``"user"``) of ``ContextTokens`` tokens derived from the
+file name and the row index, so no two requests share content. The session is the file's stem.
+The file is read in batches of rows; tokens for a batch are generated in one vectorized call.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from traces.formats._base import Progress, Rows, SkipRow, _BadUtf8, _TooLong, iter_lines, opaque_tokens
+from traces.schema import TraceError
+
+NAME = "azure"
+COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_BATCH_ROWS = 8192
+
+
+def sniff(first_line: str) -> bool:
+    """True if ``first_line`` is an Azure trace CSV header."""
+    cols = [c.strip().lower() for c in first_line.strip().lstrip("\ufeff").split(",")]
+    return all(c.lower() in cols for c in COLUMNS)
+
+
+def _time_us(text: str) -> int:
+    text = text.strip()
+    try:
+        sec = float(text)
+    except ValueError:
+        sec = None
+    if sec is not None:
+        if not math.isfinite(sec):
+            raise ValueError(f"not a finite number ({text})")
+        if sec < 0:
+            raise ValueError(f"negative timestamp {text}")
+        return int(round(sec * 1_000_000))
+    date, _, frac = text.partition(".")
+    try:
+        dt = datetime.fromisoformat(date).replace(tzinfo=timezone.utc)
+    except ValueError:
+        raise ValueError(f"not a date-time or number: {text!r}") from None
+    if frac and not frac.isdigit():
+        raise ValueError(f"bad fractional seconds in {text!r}")
+    return int(dt.timestamp()) * 1_000_000 + int((frac + "000000")[:6] or 0)
+
+
+def _int(text: str, rows: Rows, path: Path, line: int, col: str, minimum: int) -> int:
+    try:
+        v = int(text.strip())
+    except ValueError:
+        raise rows.bad(path, line, col, f"expected an integer, got {text.strip()!r}") from None
+    if v < minimum:
+        raise rows.bad(path, line, col, f"must be >= {minimum}, got {v}")
+    return v
+
+
+def read(path: Path, rows: Rows, *, tokenizer=None, session: str | None = None,
+         progress: Progress | None = None) -> None:
+    """Stream the CSV at ``path`` into ``rows`` (``tokenizer`` is unused: Azure has no text)."""
+    session = session if session is not None else path.stem
+    salt = xxhash.xxh64_intdigest(path.name.encode())
+    lines = iter_lines(path, progress)
+    header = next(lines, None)
+    if header is None:
+        raise TraceError(str(path), None, "file", "empty file (no header)")
+    hline, htext = header
+    if isinstance(htext, (_TooLong, _BadUtf8)):
+        raise TraceError(str(path), hline, "header", "unreadable header line")
+    names = [c.strip().lstrip("\ufeff") for c in next(csv.reader([htext]))]
+    lower = [c.lower() for c in names]
+    idx = {}
+    for col in COLUMNS:
+        if col.lower() not in lower:
+            raise TraceError(str(path), hline, col, "missing column")
+        idx[col] = lower.index(col.lower())
+    width = len(names)
+    batch: list[tuple[int, int, int, int]] = []  # (row index, arrival, context, generated)
+    row_index = 0
+
+    def flush() -> None:
+        if not batch:
+            return
+        keys = np.fromiter((b[0] for b in batch), dtype=np.uint64, count=len(batch))
+        lens = np.fromiter((b[2] for b in batch), dtype=np.int64, count=len(batch))
+        toks, offs = opaque_tokens(keys, lens, salt=salt)
+        add = rows.segments.add
+        for n, (_, ts, ctx, gen) in enumerate(batch):
+            sid = add(toks[offs[n]:offs[n + 1]], "user")
+            rows.add(session_id=session, agent_id="default", arrival_us=ts, output_tokens=gen,
+                     segment_ids=[sid], num_tokens=ctx)
+        batch.clear()
+
+    for line, text in lines:
+        try:
+            if isinstance(text, _TooLong):
+                raise rows.bad(path, line, "line", f"{text.size} bytes, over the {text.limit}-byte limit")
+            if isinstance(text, _BadUtf8):
+                raise rows.bad(path, line, "encoding", f"not valid UTF-8 (byte {text.offset})")
+            cells = next(csv.reader([text]))
+            if len(cells) != width:
+                raise rows.bad(path, line, "row", f"expected {width} columns, got {len(cells)}")
+            try:
+                ts = _time_us(cells[idx["TIMESTAMP"]])
+            except ValueError as e:
+                raise rows.bad(path, line, "TIMESTAMP", str(e)) from None
+            ctx = _int(cells[idx["ContextTokens"]], rows, path, line, "ContextTokens", 1)
+            gen = _int(cells[idx["GeneratedTokens"]], rows, path, line, "GeneratedTokens", 0)
+        except SkipRow:
+            continue
+        batch.append((row_index, ts, ctx, gen))
+        row_index += 1
+        if len(batch) >= _BATCH_ROWS:
+            flush()
+    flush()
+
