@@ -4,11 +4,26 @@ Entry point: :func:`make_report`. Building blocks: :func:`load_runs` (data), :fu
 :func:`write_plots` (figures), :func:`render_html` / :func:`render_markdown` (documents).
 """
 
-from engine.report.data import ReportData, RunInfo, capacity_series, load_runs, policy_metrics
-from engine.report.html import Report, make_report, render_html, render_markdown, to_json
+from engine.report.data import (
+    ReportData,
+    RunInfo,
+    capacity_series,
+    load_runs,
+    policy_metrics,
+    scenario_title,
+)
+from engine.report.html import (
+    TABLE_METRICS,
+    Report,
+    comparison_rows,
+    make_report,
+    render_html,
+    render_markdown,
+    to_json,
+)
 from engine.report.plots import Plot, render_plots, write_plots
 
 __all__ = [
-    "Plot", "Report", "ReportData", "RunInfo", "capacity_series", "load_runs", "make_report", "policy_metrics",
+    "TABLE_METRICS", "comparison_rows", "scenario_title", "Plot", "Report", "ReportData", "RunInfo", "capacity_series", "load_runs", "make_report", "policy_metrics",
     "render_html", "render_markdown", "render_plots", "to_json", "write_plots",
 ]

@@ -17,7 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.report.data import ReportData, fmt_bytes, fmt_num, fmt_pct, load_runs, policy_labels, scenario_title
+from engine.report.data import (
+    ReportData,
+    fmt_bytes,
+    fmt_num,
+    fmt_pct,
+    load_runs,
+    policy_labels,
+    scenario_title,
+)
 from engine.report.plots import Plot, render_plots, write_plots
 from traces.io import atomic_path
 
