@@ -92,6 +92,7 @@ class RadixTree:
         self.evictable_tokens = 0
         self.protected_tokens = 0
         self.num_nodes = 0
+        self.num_evicted = 0          # nodes evicted so far
         self._heap: list[tuple[tuple[int, ...], int, RadixNode]] = []
         self._seq = itertools.count()
 
@@ -224,6 +225,7 @@ class RadixTree:
         k = node.key.shape[0]
         self.evictable_tokens -= k
         self.num_nodes -= 1
+        self.num_evicted += 1
         if parent is not self.root and parent.lock_ref == 0 and not parent.children:
             self._push(parent)
         return k

@@ -1,0 +1,235 @@
+"""``fixed-chunk`` — LMCache CacheBlend-style position-independent baseline over a fixed chunk grid.
+
+Keeps: the KV of every full ``chunk_size``-token chunk on the fixed grid (``[0, C), [C, 2C), ...``)
+of the request that produced it, one entry per distinct chunk content (the first producer's position
+is remembered as ``source_pos``). A partial tail chunk is never stored.
+
+Lookup: the new prompt is hashed at EVERY offset with a vectorized rolling hash
+(:func:`engine.rolling.window_hashes`); windows whose hash is a stored key are candidates (one
+``searchsorted`` against a sorted key array, no Python loop per token). Candidates are taken greedily
+left to right without overlap: ``REUSE`` when the window sits where its chunk was produced (so an
+exact in-place prefix is reused in place), else ``REUSE_ROTATED`` from ``source_pos`` (RoPE keys
+rotated by delta = start - source_pos). Under ``--verify`` the tokens of every hit are compared and
+mismatches counted as ``collisions`` (and not reused).
+
+Eviction: unlocked chunks, smallest ``engine.eviction`` key first (lru | lfu | fifo) from a lazy heap.
+Models LMCache + CacheBlend (Yao et al., EuroSys'25) with position-independent chunk keys.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine import eviction
+from engine.plan import Action, Plan, Span
+from engine.policies import register
+from engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
+from engine.rolling import window_hashes
+
+
+@dataclass(frozen=True, slots=True)
+class FixedChunkConfig:
+    chunk_size: int = field(default=256, metadata={"help": "tokens per chunk of the storage grid; "
+                                                           "windows of this size are matched at any offset"})
+    eviction: str = field(default="lru", metadata={"help": "eviction order over unlocked chunks: "
+                                                           "lru | lfu | fifo"})
+
+    def __post_init__(self) -> None:
+        if self.chunk_size < 1:
+            raise ValueError(f"fixed-chunk.chunk_size must be >= 1, got {self.chunk_size}")
+        eviction.key(self.eviction)
+
+
+class _Chunk:
+    __slots__ = ("key", "pos", "tokens", "ref", "last_access_us", "hits", "created_us", "is_alive")
+
+    def __init__(self, key: int, pos: int, tokens: np.ndarray, now_us: int) -> None:
+        self.key, self.pos, self.tokens = key, pos, tokens
+        self.ref = 0
+        self.last_access_us = self.created_us = now_us
+        self.hits = 0
+        self.is_alive = True
+
+
+@register
+class FixedChunkCache(CachePolicy):
+    name = "fixed-chunk"
+    Config = FixedChunkConfig
+
+    def __init__(self, ctx: PolicyContext, config: FixedChunkConfig | None = None) -> None:
+        super().__init__(ctx, config)
+        self._c = self.config.chunk_size
+        self._key = eviction.key(self.config.eviction)
+        self._store: dict[int, _Chunk] = {}
+        self._sorted = np.zeros(0, np.uint64)    # sorted keys (may hold evicted ones)
+        self._pending: list[int] = []            # keys added since the last sort
+        self._num_locked = 0
+        self._reserved = 0                       # chunks reserved by admitted, uncommitted requests
+        self._live: dict[int, tuple[list[_Chunk], int]] = {}
+        self._heap: list[tuple[tuple[int, ...], int, _Chunk]] = []
+        self._seq = itertools.count()
+        cap = ctx.capacity_tokens
+        self._cap_chunks = cap if cap == float("inf") else cap // self._c
+
+    # ---- Public API -------------------------------------------------------------------------------
+    def lookup(self, req: RequestView, now_us: int) -> Plan:
+        self.stats.lookups += 1
+        c, toks = self._c, req.tokens
+        w = window_hashes(toks, c)
+        cand = np.flatnonzero(self._candidates(w))
+        spans: list[Span] = []
+        k, cursor = 0, 0
+        while k < cand.shape[0]:
+            i = int(cand[k])
+            if i < cursor:
+                k = int(np.searchsorted(cand, cursor))
+                continue
+            k += 1
+            ch = self._store.get(int(w[i]))
+            if ch is None or not self._same(ch, toks[i:i + c]):
+                continue
+            ch.last_access_us = now_us
+            ch.hits += 1
+            act = Action.REUSE if ch.pos == i else Action.REUSE_ROTATED
+            spans.append(Span(i, i + c, act, ch.pos))
+            cursor = i + c
+        if spans:
+            self.stats.hits += 1
+        return Plan.from_spans(req.num_tokens, spans)
+
+    def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
+        if req.request_id in self._live:
+            raise ValueError(f"request {req.request_id} admitted twice")
+        c = self._c
+        w = window_hashes(req.tokens, c)
+        held: list[_Chunk] = []
+        for s in plan.spans:
+            if s.action == Action.RECOMPUTE:
+                continue
+            for j in range(s.start, s.end, c):
+                ch = self._store.get(int(w[j]))
+                if ch is None or ch.pos != (s.source_pos if s.source_pos >= 0 else s.start) + j - s.start:
+                    for h in held:
+                        self._unref(h)
+                    self.stats.rejected += 1
+                    self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
+                    return False
+                self._ref(ch)
+                held.append(ch)
+        need = 0                            # grid chunks the request adds; stored ones are locked
+        seen = {id(ch) for ch in held}
+        for h in set(w[0:c * (req.num_tokens // c):c].tolist()):
+            ch = self._store.get(h)
+            if ch is None:
+                need += 1
+            elif id(ch) not in seen:
+                self._ref(ch)
+                held.append(ch)
+        over = len(self._store) + self._reserved + need - self._cap_chunks
+        if over > 0:
+            self._evict_chunks(int(over))
+            if len(self._store) + self._reserved + need > self._cap_chunks:
+                for h in held:
+                    self._unref(h)
+                self.stats.rejected += 1
+                return False
+        self._reserved += need
+        self._live[req.request_id] = (held, need)
+        return True
+
+    def commit(self, req: RequestView, now_us: int) -> None:
+        held, need = self._live[req.request_id]
+        self._reserved -= need
+        c, toks = self._c, req.tokens
+        w = window_hashes(toks, c)
+        seen = {id(ch) for ch in held}
+        for i in range(0, c * (req.num_tokens // c), c):
+            h = int(w[i])
+            ch = self._store.get(h)
+            if ch is None:
+                ch = self._store[h] = _Chunk(h, i, toks[i:i + c].copy(), now_us)
+                self._pending.append(h)
+            elif id(ch) in seen or not self._same(ch, toks[i:i + c]):
+                continue
+            self._ref(ch)
+            held.append(ch)
+            seen.add(id(ch))
+        self._live[req.request_id] = (held, 0)
+
+    def release(self, req: RequestView, now_us: int) -> None:
+        held, need = self._live.pop(req.request_id)
+        self._reserved -= need
+        for ch in held:
+            self._unref(ch)
+
+    def evict(self, num_bytes: int, now_us: int) -> int:
+        per = self._c * self.ctx.bytes_per_token
+        return self._evict_chunks(-(-int(num_bytes) // per)) * per
+
+    def usage(self) -> Usage:
+        per = self._c * self.ctx.bytes_per_token
+        n = len(self._store)
+        return Usage((n - self._num_locked) * per, (self._num_locked + self._reserved) * per,
+                     (n + self._reserved) * per, self.ctx.capacity_bytes)
+
+    # ---- Internal helpers -------------------------------------------------------------------------
+    def _candidates(self, w: np.ndarray) -> np.ndarray:
+        if len(self._pending) > max(256, self._sorted.shape[0] // 4) \
+                or self._sorted.shape[0] > 2 * len(self._store) + 1024:
+            self._sorted = np.sort(np.fromiter(self._store.keys(), np.uint64, len(self._store)))
+            self._pending = []
+        s = self._sorted
+        if s.shape[0]:
+            idx = np.minimum(np.searchsorted(s, w), s.shape[0] - 1)
+            mask = s[idx] == w
+        else:
+            mask = np.zeros(w.shape[0], bool)
+        if self._pending:
+            mask |= np.isin(w, np.array(self._pending, np.uint64))
+        return mask
+
+    def _same(self, ch: _Chunk, toks: np.ndarray) -> bool:
+        if not self.ctx.verify:
+            return True
+        self.stats.verified_hits += 1
+        if np.array_equal(ch.tokens, toks):
+            return True
+        self.stats.collisions += 1
+        return False
+
+    def _ref(self, ch: _Chunk) -> None:
+        if ch.ref == 0:
+            self._num_locked += 1
+        ch.ref += 1
+
+    def _unref(self, ch: _Chunk) -> None:
+        ch.ref -= 1
+        if ch.ref == 0:
+            self._num_locked -= 1
+            heapq.heappush(self._heap, (self._key(ch), next(self._seq), ch))
+            if len(self._heap) > 4 * len(self._store) + 1024:
+                live = {id(e[2]): e for e in self._heap if e[2].is_alive and e[2].ref == 0}
+                self._heap = list(live.values())
+                heapq.heapify(self._heap)
+
+    def _evict_chunks(self, num_chunks: int) -> int:
+        freed = 0
+        heap = self._heap
+        while freed < num_chunks and heap:
+            k, _, ch = heapq.heappop(heap)
+            if not ch.is_alive or ch.ref > 0:
+                continue
+            cur = self._key(ch)
+            if cur != k:
+                heapq.heappush(heap, (cur, next(self._seq), ch))
+                continue
+            ch.is_alive = False
+            del self._store[ch.key]
+            freed += 1
+        self.stats.evictions += freed
+        self.stats.evicted_bytes += freed * self._c * self.ctx.bytes_per_token
+        return freed

@@ -1,0 +1,90 @@
+"""Shared helpers for policy tests: a seeded stream of requests with shared, shifted and continued
+content, a context builder, and a brute-force history of committed prompts."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from engine.plan import Action, Plan
+from engine.policies import PolicyContext, RequestView
+
+BYTES_PER_TOKEN = 3
+
+
+def model_or_none():
+    """A DeepSeek-V2-Lite ModelSpec when the specs package is importable (policies that need one)."""
+    try:
+        from engine.specs import model_from_name
+        return model_from_name("deepseek-v2-lite")
+    except Exception:  # specs not there yet: policies must cope with model=None
+        return None
+
+
+def make_ctx(capacity_tokens: float, verify: bool = False, seed: int = 0) -> PolicyContext:
+    """Context with ``capacity_tokens`` tokens of room (``math.inf`` = unbounded)."""
+    cap = math.inf if math.isinf(capacity_tokens) else capacity_tokens * BYTES_PER_TOKEN
+    return PolicyContext(cap, BYTES_PER_TOKEN, model=model_or_none(), seed=seed, verify=verify)
+
+
+def request_stream(seed: int, num_requests: int, vocab: int = 500) -> list[RequestView]:
+    """Agentic-looking prompts: variable header + shared documents in shuffled order + a tail; a third
+    of them continue an earlier prompt (multi-turn), so both prefix and shifted reuse occur."""
+    rng = np.random.default_rng(seed)
+    docs = [rng.integers(0, vocab, int(rng.integers(40, 700)), dtype=np.int32) for _ in range(8)]
+    out: list[RequestView] = []
+    for rid in range(num_requests):
+        if out and rng.random() < 0.33:
+            prev = out[int(rng.integers(len(out)))].tokens
+            tail = rng.integers(0, vocab, int(rng.integers(1, 300)), dtype=np.int32)
+            toks = np.concatenate([prev, tail])
+        else:
+            head = rng.integers(0, vocab, int(rng.choice([0, 0, 0, 5, 17, 40])), dtype=np.int32)
+            picks = rng.choice(len(docs), size=int(rng.integers(1, 4)), replace=False)
+            tail = rng.integers(0, vocab, int(rng.integers(1, 80)), dtype=np.int32)
+            toks = np.concatenate([head, *[docs[i] for i in picks], tail])
+        out.append(RequestView.from_tokens(rid, toks[:3000], session_id=f"s{rid % 5}"))
+    return out
+
+
+class History:
+    """Brute-force record of committed prompts: answers "were these tokens ever cached at that position"."""
+
+    def __init__(self) -> None:
+        self.prompts: list[np.ndarray] = []
+
+    def add(self, tokens: np.ndarray) -> None:
+        self.prompts.append(tokens)
+
+    def covers(self, tokens: np.ndarray, source_pos: int) -> bool:
+        """True when ``tokens`` can be split into pieces each equal to some committed prompt's tokens at
+        the same offset from ``source_pos`` (adjacent reused chunks may come from different prompts)."""
+        p, n = 0, tokens.shape[0]
+        while p < n:
+            best = 0
+            for h in self.prompts:
+                lo = source_pos + p
+                if lo >= h.shape[0]:
+                    continue
+                m = min(n - p, h.shape[0] - lo)
+                neq = h[lo:lo + m] != tokens[p:p + m]
+                best = max(best, m if not neq.any() else int(neq.argmax()))
+            if best == 0:
+                return False
+            p += best
+        return True
+
+    def check_plan(self, req: RequestView, plan: Plan) -> None:
+        for s in plan.spans:
+            if s.action == Action.RECOMPUTE:
+                continue
+            src = s.start if s.action == Action.REUSE else s.source_pos
+            assert self.covers(req.tokens[s.start:s.end], src), \
+                f"request {req.request_id}: span {s} reuses tokens never committed at {src}"
+
+
+@pytest.fixture
+def stream() -> list[RequestView]:
+    return request_stream(seed=7, num_requests=40)
