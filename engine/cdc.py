@@ -1,0 +1,200 @@
+"""Content-defined chunking (CDC) of token streams with a Gear rolling hash, and chunk fingerprints.
+
+Hash. ``h_i = (h_{i-1} << 1) + G[t_i] mod 2**64`` equals ``sum_{j<64} G[t_{i-j}] << j``: bits shifted past
+bit 63 fall off, so ``h_i`` depends on the last 64 tokens only. It is computed vectorized by log-doubling
+(``H_1 = G[t]``; ``H_2k[i] = (H_k[i-k] << k) + H_k[i]``: 6 shift+add passes for a 64-token window) in
+cache-sized blocks; :func:`gear_hash_gathers` (64 shifted gathers) is kept as the slower alternative.
+``G`` is a seeded uint64 table of 2**16 entries; a token id ``t`` (any int32) picks ``G[(t * 0x9E3779B1
+mod 2**32) >> 16]`` (Fibonacci hashing).
+
+Boundaries. A cut *after* token ``i`` (chunk boundary offset ``b = i + 1``) is a candidate when
+``h_i < threshold`` and ``i >= 63`` (a full window). Every rule below depends on content near ``b`` only,
+never on where the previous chunk was cut, so an edit before a region cannot move the region's cuts:
+
+* min size: a candidate is dropped if another candidate or a hard boundary follows within ``min_chunk``
+  tokens (keep the last of a cluster), if it lies within ``min_chunk`` after a hard boundary, or if
+  ``b < min_chunk``;
+* hard boundaries (S2 marker edges) always cut;
+* max size: a gap longer than ``max_chunk`` between two cuts is split into equal pieces
+  (``ceil(gap / max_chunk)`` of them, each in ``[max_chunk / 2, max_chunk]``).
+
+Chunk sizes are therefore in ``[min_chunk, max_chunk]`` except the last chunk of a prompt and chunks that
+touch a hard boundary placed closer than ``min_chunk`` to another. The candidate probability ``p`` is solved
+from ``avg_chunk`` so that kept cuts come every ``avg_chunk`` tokens on random content
+(``p (1-p)^(min_chunk-1) = 1/avg_chunk``).
+
+Property (tested with Hypothesis): inserting or deleting tokens before a region leaves every cut of the
+region that lies >= 64 tokens after the edit unchanged, when no max-size split is involved; with splits,
+every cut from the first content-defined cut >= 64 tokens after the edit on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+import xxhash
+
+WINDOW = 64
+TABLE_BITS = 16
+_FIB32 = np.uint32(0x9E3779B1)
+_BLOCK = 1 << 15  # tokens per hash block (arrays stay in L2)
+
+
+@dataclass(frozen=True, slots=True)
+class CDCConfig:
+    """Chunking parameters (tokens)."""
+
+    avg_chunk: int = field(default=256, metadata={"help": "expected chunk size in tokens"})
+    min_chunk: int = field(default=64, metadata={"help": "minimum chunk size in tokens"})
+    max_chunk: int = field(default=2048, metadata={"help": "maximum chunk size in tokens"})
+    seed: int = field(default=0, metadata={"help": "seed of the Gear table"})
+
+    def __post_init__(self) -> None:
+        if self.min_chunk < 1:
+            raise ValueError(f"min_chunk must be >= 1, got {self.min_chunk}")
+        if self.max_chunk < 2 * self.min_chunk:
+            raise ValueError(f"max_chunk ({self.max_chunk}) must be >= 2 * min_chunk ({self.min_chunk})")
+        if not self.max_chunk > self.avg_chunk > math.e * self.min_chunk:
+            raise ValueError(f"need max_chunk > avg_chunk > e * min_chunk, got avg_chunk={self.avg_chunk} "
+                             f"min_chunk={self.min_chunk} max_chunk={self.max_chunk}")
+
+    @property
+    def threshold(self) -> np.uint64:
+        """Candidate when ``h < threshold``."""
+        return _threshold(self.avg_chunk, self.min_chunk)
+
+
+@lru_cache(maxsize=64)
+def _threshold(avg: int, min_chunk: int) -> np.uint64:
+    # solve p (1-p)^(m-1) = 1/avg on p in (0, 1/m] (the increasing branch) by bisection
+    lo, hi = 0.0, 1.0 / min_chunk
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if mid * (1 - mid) ** (min_chunk - 1) < 1.0 / avg:
+            lo = mid
+        else:
+            hi = mid
+    return np.uint64(min(int(lo * 2.0**64), 2**64 - 1))
+
+
+@lru_cache(maxsize=16)
+def gear_table(seed: int) -> np.ndarray:
+    """uint64 [2**16]: the seeded Gear table."""
+    return np.random.default_rng(seed).integers(0, 2**64, size=1 << TABLE_BITS, dtype=np.uint64,
+                                                endpoint=False)
+
+
+def _gear_values(tokens: np.ndarray, table: np.ndarray) -> np.ndarray:
+    idx = (tokens.astype(np.uint32, copy=False) * _FIB32) >> np.uint32(32 - TABLE_BITS)
+    return table[idx]
+
+
+def gear_hash(tokens: np.ndarray, seed: int = 0) -> np.ndarray:
+    """uint64 [N]: ``h_i = sum_{j<min(64, i+1)} G[t_{i-j}] << j`` (log-doubling, blocked)."""
+    toks = np.ascontiguousarray(tokens, dtype=np.int32)
+    table = gear_table(seed)
+    n = toks.size
+    out = np.empty(n, np.uint64)
+    tmp = np.empty(_BLOCK + WINDOW, np.uint64)
+    for s in range(0, n, _BLOCK):  # NOTE: loop over 32K-token blocks, not tokens
+        lo = max(0, s - (WINDOW - 1))
+        e = min(n, s + _BLOCK)
+        h = _gear_values(toks[lo:e], table)
+        m = h.size
+        k = 1
+        while k < min(WINDOW, m):
+            t = tmp[: m - k]
+            np.left_shift(h[:-k], np.uint64(k), out=t)
+            h[k:] += t
+            k *= 2
+        out[s:e] = h[s - lo:]
+    return out
+
+
+def gear_hash_gathers(tokens: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Same values as :func:`gear_hash`, as 64 shifted gathers (the slower reference formulation)."""
+    toks = np.ascontiguousarray(tokens, dtype=np.int32)
+    g = _gear_values(toks, gear_table(seed))
+    h = g.copy()
+    for j in range(1, WINDOW):  # 63 vector passes over the array
+        h[j:] += g[:-j] << np.uint64(j)
+    return h
+
+
+def natural_boundaries(tokens: np.ndarray, cfg: CDCConfig, hard: np.ndarray | None = None) -> np.ndarray:
+    """int64 [k]: content-defined cut offsets in (0, N) after the min-size rule (hard cuts excluded)."""
+    toks = np.ascontiguousarray(tokens, dtype=np.int32)
+    n = toks.size
+    if n <= WINDOW:
+        return np.zeros(0, np.int64)
+    h = gear_hash(toks, cfg.seed)
+    cand = np.flatnonzero(h[WINDOW - 1: n - 1] < cfg.threshold) + WINDOW  # b = i + 1 for i >= 63, b < n
+    hard = _clean_hard(hard, n)
+    m = cfg.min_chunk
+    # next cut-like event after each candidate: next candidate or next hard boundary
+    nxt = np.empty_like(cand)
+    nxt[:-1] = cand[1:]
+    if cand.size:
+        nxt[-1] = n + m  # the end of the prompt does not suppress (keeps cuts append-stable)
+    if hard.size:
+        j = np.searchsorted(hard, cand, side="right")
+        nh = np.where(j < hard.size, hard[np.minimum(j, hard.size - 1)], n + m)
+        ph = np.where(j > 0, hard[np.maximum(j - 1, 0)], -m)
+        nxt = np.minimum(nxt, nh)
+        keep = (nxt - cand >= m) & (cand - ph >= m) & (cand >= m)
+    else:
+        keep = (nxt - cand >= m) & (cand >= m)
+    return cand[keep]
+
+
+def _clean_hard(hard: np.ndarray | None, n: int) -> np.ndarray:
+    if hard is None:
+        return np.zeros(0, np.int64)
+    h = np.unique(np.asarray(hard, dtype=np.int64))
+    return h[(h > 0) & (h < n)]
+
+
+def chunk(tokens: np.ndarray, cfg: CDCConfig | None = None, hard_boundaries: np.ndarray | None = None
+          ) -> np.ndarray:
+    """int64 [k+1]: chunk boundaries ``0 = b_0 < ... < b_k = N``; chunk ``i`` is ``[b_i, b_{i+1})``.
+
+    ``hard_boundaries``: offsets that must be cuts (S2 marker edges); out-of-range values are ignored.
+    """
+    cfg = cfg or CDCConfig()
+    n = int(np.asarray(tokens).shape[0])
+    if n == 0:
+        return np.zeros(1, np.int64)
+    hard = _clean_hard(hard_boundaries, n)
+    nat = natural_boundaries(tokens, cfg, hard)
+    cuts = np.union1d(nat, hard) if hard.size else nat
+    b = np.concatenate(([0], cuts, [n])).astype(np.int64)
+    gaps = np.diff(b)
+    big = gaps > cfg.max_chunk
+    if not big.any():
+        return b
+    # split each long gap into ceil(gap / max) equal pieces (vectorized over the long gaps)
+    pieces = -(-gaps[big] // cfg.max_chunk)
+    starts = np.repeat(b[:-1][big], pieces - 1)
+    lens = np.repeat(gaps[big], pieces - 1)
+    cnt = np.repeat(pieces, pieces - 1)
+    j = np.arange(starts.size) - np.repeat(np.cumsum(pieces - 1) - (pieces - 1), pieces - 1) + 1
+    extra = starts + (j * lens) // cnt
+    return np.union1d(b, extra).astype(np.int64)
+
+
+def fingerprints(tokens: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """uint64 [k]: xxh64 (seed 0) of each chunk's little-endian int32 token bytes."""
+    toks = np.ascontiguousarray(tokens, dtype="<i4")
+    mv = memoryview(toks).cast("B")
+    bl = (np.asarray(bounds, dtype=np.int64) * 4).tolist()
+    f = xxhash.xxh64_intdigest
+    return np.fromiter((f(mv[a:b]) for a, b in zip(bl[:-1], bl[1:], strict=False)),
+                       dtype=np.uint64, count=len(bl) - 1)
+
+
+def fingerprint(tokens: np.ndarray) -> int:
+    """xxh64 of one token slice (same function as :func:`fingerprints`)."""
+    return xxhash.xxh64_intdigest(np.ascontiguousarray(tokens, dtype="<i4").tobytes())

@@ -1,0 +1,145 @@
+"""Content-defined chunking: Gear hash equivalence, boundary rules, shift invariance (Hypothesis)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine import cdc
+from engine.cdc import CDCConfig, chunk, fingerprints, gear_hash, gear_hash_gathers, natural_boundaries
+
+MASK = 2**64 - 1
+
+
+def _naive_gear(tokens: np.ndarray, seed: int) -> np.ndarray:
+    g = cdc.gear_table(seed)
+    idx = (tokens.astype(np.uint32) * np.uint32(0x9E3779B1)) >> np.uint32(16)
+    h, out = 0, []
+    for i in idx.tolist():
+        h = ((h << 1) + int(g[i])) & MASK
+        out.append(h)
+    return np.array(out, dtype=np.uint64)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 2**31 - 1), min_size=0, max_size=400), st.integers(0, 3))
+def test_gear_hash_matches_naive_recurrence(toks, seed):
+    """The vectorized log-doubling hash equals the per-token recurrence and the 64-gather form."""
+    t = np.array(toks, dtype=np.int32)
+    ref = _naive_gear(t, seed)
+    assert np.array_equal(gear_hash(t, seed), ref)
+    assert np.array_equal(gear_hash_gathers(t, seed), ref)
+
+
+def test_gear_hash_blocks_match_naive(monkeypatch):
+    """Block seams of the blocked hash give the same values as the recurrence."""
+    monkeypatch.setattr(cdc, "_BLOCK", 100)
+    t = np.random.default_rng(5).integers(0, 2**31 - 1, 1000, dtype=np.int32)
+    assert np.array_equal(gear_hash(t, 1), _naive_gear(t, 1))
+
+
+def test_hash_depends_only_on_last_64_tokens():
+    """Two streams sharing their last 64 tokens have equal hashes from there on."""
+    rng = np.random.default_rng(0)
+    tail = rng.integers(0, 50_000, 200, dtype=np.int32)
+    a = np.concatenate([rng.integers(0, 50_000, 77, dtype=np.int32), tail])
+    b = np.concatenate([rng.integers(0, 50_000, 300, dtype=np.int32), tail])
+    assert np.array_equal(gear_hash(a)[77 + 63:], gear_hash(b)[300 + 63:])
+
+
+def test_min_max_respected_and_average_near_target():
+    """Chunks lie in [min, max] (last excepted) and average near avg_chunk on random content."""
+    cfg = CDCConfig(avg_chunk=256, min_chunk=64, max_chunk=1024)
+    t = np.random.default_rng(1).integers(0, 150_000, 400_000, dtype=np.int32)
+    b = chunk(t, cfg)
+    d = np.diff(b)
+    assert b[0] == 0 and b[-1] == t.size and (d > 0).all()
+    assert d[:-1].min() >= cfg.min_chunk and d.max() <= cfg.max_chunk
+    assert 0.85 * 256 < d.mean() < 1.15 * 256
+
+
+def test_max_split_on_constant_content():
+    """A stream without candidates is cut into equal pieces no longer than max_chunk."""
+    cfg = CDCConfig(avg_chunk=256, min_chunk=64, max_chunk=1000)
+    b = chunk(np.full(5000, 7, np.int32), cfg)
+    d = np.diff(b)
+    assert d.max() <= 1000 and d.min() >= 500
+
+
+def test_first_63_positions_never_cut():
+    """No content-defined cut falls before offset 64 (the first full window)."""
+    cfg = CDCConfig(avg_chunk=180, min_chunk=8, max_chunk=4096)
+    for seed in range(20):
+        t = np.random.default_rng(seed).integers(0, 1000, 300, dtype=np.int32)
+        nat = natural_boundaries(t, cfg)
+        assert nat.size == 0 or nat.min() >= 64
+
+
+def test_hard_boundaries_force_cuts_and_suppress_nearby():
+    """S2 hard boundaries are always cuts; no content cut lies within min_chunk of one."""
+    cfg = CDCConfig()
+    t = np.random.default_rng(2).integers(0, 150_000, 20_000, dtype=np.int32)
+    hard = np.array([1000, 1064, 7000, 7064, 15_003])
+    b = chunk(t, cfg, hard)
+    assert set(hard.tolist()) <= set(b.tolist())
+    nat = natural_boundaries(t, cfg, hard)
+    dist = np.abs(nat[:, None] - hard[None, :]).min(axis=1)
+    assert dist.min() >= cfg.min_chunk
+
+
+def test_fingerprints_are_xxh64_of_token_bytes():
+    """Each fingerprint is xxh64 of the chunk's int32 little-endian bytes."""
+    t = np.random.default_rng(3).integers(0, 2**31 - 1, 3000, dtype=np.int32)
+    b = chunk(t)
+    fp = fingerprints(t, b)
+    assert fp.size == b.size - 1
+    for i in (0, fp.size - 1):
+        assert int(fp[i]) == xxhash.xxh64_intdigest(t[b[i]:b[i + 1]].astype("<i4").tobytes())
+
+
+def test_config_rejects_impossible_sizes():
+    """Configs whose sizes cannot be met raise ValueError."""
+    with pytest.raises(ValueError):
+        CDCConfig(avg_chunk=100, min_chunk=64)
+    with pytest.raises(ValueError):
+        CDCConfig(min_chunk=64, max_chunk=100)
+
+
+_tok = st.integers(0, 2**31 - 1)
+
+
+def _region_cuts(prefix: np.ndarray, region: np.ndarray, cfg: CDCConfig, nat: bool) -> np.ndarray:
+    t = np.concatenate([prefix, region]).astype(np.int32)
+    b = natural_boundaries(t, cfg) if nat else chunk(t, cfg)[1:-1]
+    return b[b >= prefix.size] - prefix.size
+
+
+@settings(max_examples=60, deadline=None)
+@given(prefix=st.lists(_tok, max_size=300), region=st.lists(_tok, min_size=64, max_size=1500),
+       at=st.integers(0, 300), ins=st.lists(_tok, max_size=200), delete=st.integers(0, 200),
+       use_max=st.booleans())
+def test_edit_before_region_keeps_region_cuts(prefix, region, at, ins, delete, use_max):
+    """Inserting/deleting tokens before a region keeps every region cut >= 64 tokens after the edit
+    (with max-size splits: every cut from the first content-defined cut >= 64 after the edit)."""
+    cfg = CDCConfig(avg_chunk=200, min_chunk=32, max_chunk=512 if use_max else 10**9)
+    p = np.array(prefix, dtype=np.int64)
+    at = min(at, p.size)
+    edited = np.concatenate([p[:at], np.array(ins, dtype=np.int64), p[min(p.size, at + delete):]])
+    r = np.array(region, dtype=np.int64)
+    # the edit ends where the unchanged suffix of the prefix starts; region cuts >= 64 past that are stable
+    lead_a = p.size - min(p.size, at + delete)          # unchanged prefix tokens before the region
+    lead_b = edited.size - (at + len(ins))
+    assert lead_a == lead_b
+    stable_from = 64 - lead_a
+    ca = _region_cuts(p, r, cfg, nat=False)
+    cb = _region_cuts(edited, r, cfg, nat=False)
+    if use_max:
+        na = _region_cuts(p, r, cfg, nat=True)
+        first = na[na >= stable_from]
+        if first.size == 0:
+            return
+        stable_from = int(first[0])
+    assert np.array_equal(ca[ca >= stable_from], cb[cb >= stable_from])
