@@ -1,0 +1,50 @@
+"""Request entity of the serving simulation: trace facts, lifecycle timestamps and ``num_*`` counters."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Status(IntEnum):
+    PENDING = 0      # not arrived yet
+    WAITING = 1      # arrived, queued at a replica
+    PREFILL = 2      # prefill in progress
+    DECODE = 3       # first token out, decoding
+    FINISHED = 4
+
+
+class Request:
+    """One trace request inside one simulation (mutable; times in integer µs, -1 = not yet)."""
+
+    __slots__ = (
+        "idx", "request_id", "session_id", "num_prompt_tokens", "num_output_tokens", "status", "replica",
+        "arrival_us", "start_us", "first_token_us", "finish_us",
+        "num_reused", "num_rotated", "num_recomputed", "num_prefix_reused",
+        "prefill_flops", "prefill_hbm_bytes", "cache_read_bytes", "prefill_joules",
+        "nocache_prefill_joules", "prefix_prefill_joules", "num_evictions", "uncached",
+        "view", "admitted", "shadow_admitted",
+    )
+
+    def __init__(self, idx: int, request_id: int, session_id: str, num_prompt_tokens: int,
+                 num_output_tokens: int, arrival_us: int) -> None:
+        self.idx = idx
+        self.request_id = request_id
+        self.session_id = session_id
+        self.num_prompt_tokens = num_prompt_tokens
+        self.num_output_tokens = num_output_tokens
+        self.status = Status.PENDING
+        self.replica = -1
+        self.arrival_us = arrival_us
+        self.start_us = self.first_token_us = self.finish_us = -1
+        self.num_reused = self.num_rotated = self.num_recomputed = self.num_prefix_reused = 0
+        self.prefill_flops = self.prefill_hbm_bytes = self.cache_read_bytes = 0.0
+        self.prefill_joules = self.nocache_prefill_joules = self.prefix_prefill_joules = 0.0
+        self.num_evictions = 0
+        self.uncached = False
+        self.view = None            # RequestView while in flight (dropped at finish)
+        self.admitted = False       # main policy admitted it (commit/release owed)
+        self.shadow_admitted = False
+
+    def __repr__(self) -> str:
+        return (f"Request(id={self.request_id}, status={self.status.name}, replica={self.replica}, "
+                f"N={self.num_prompt_tokens}, out={self.num_output_tokens})")

@@ -1,0 +1,153 @@
+"""Serving model: closed-form phases vs a step-by-step reference, routers, shadow, lifecycle."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.policies.base import RequestView
+from engine.serving import ServingModel, Workload
+from engine.serving.scheduler import decode_steps_covering, decode_time
+from tests.engine.fakes import BrutePrefix, FakeCost
+
+
+def _workload(num, seed=0, max_out=300, span_us=2_000_000, sessions=5, shared=100):
+    rng = np.random.default_rng(seed)
+    toks = [np.concatenate([np.arange(shared), rng.integers(1000, 2000, rng.integers(10, 3000))]).astype(np.int32)
+            for _ in range(num)]
+    return Workload(np.arange(num, dtype=np.int64), [f"s{i % sessions}" for i in range(num)],
+                    np.array([t.size for t in toks], np.int64), rng.integers(1, max_out, num),
+                    np.sort(rng.integers(0, span_us, num)).astype(np.int64),
+                    lambda i: RequestView.from_tokens(i, toks[i], f"s{i % sessions}"))
+
+
+def _reference(w: Workload, cost: FakeCost, budget: int):
+    """Step-by-step single-replica simulation with the same batching rules (float seconds)."""
+    n = w.num_requests
+    first, finish = np.zeros(n), np.zeros(n)
+    t, nxt, queue, cur, decoders = 0.0, 0, [], None, []   # decoders: [idx, remaining, context]
+    arr = w.arrival_us / 1e6
+    while nxt < n or queue or cur is not None or decoders:
+        while nxt < n and arr[nxt] <= t + 1e-12:
+            queue.append(nxt)
+            nxt += 1
+        if cur is None and queue:
+            cur = [queue.pop(0), 0]
+        if cur is None and not decoders:
+            t = arr[nxt]
+            continue
+        nd = len(decoders)
+        ctx = sum(d[2] for d in decoders)
+        chunks = []
+        if cur is not None:
+            new = int(w.num_prompt[cur[0]])
+            chunk = min(new - cur[1], max(1, budget - nd))
+            chunks = [(chunk, cur[1])]
+        t += cost.step_time(chunks, nd, ctx)
+        for d in decoders:
+            d[1] -= 1
+            d[2] += 1
+            if d[1] == 0:
+                finish[d[0]] = t
+        decoders = [d for d in decoders if d[1] > 0]
+        if cur is not None:
+            cur[1] += chunks[0][0]
+            if cur[1] == int(w.num_prompt[cur[0]]):
+                i = cur[0]
+                first[i] = t
+                out = int(w.num_output[i])
+                if out > 1:
+                    decoders.append([i, out - 1, int(w.num_prompt[i]) + 1])
+                else:
+                    finish[i] = t
+                cur = None
+    return first, finish
+
+
+@pytest.mark.parametrize("budget", [512, 8192])
+def test_closed_form_matches_step_reference(budget):
+    """First-token and finish times equal a step-by-step simulation (whole-µs step times, no rounding)."""
+    w = _workload(60, seed=1, max_out=80, span_us=1_000_000)
+    cost = FakeCost(fixed=1e-3, a=1e-6, b=0.0, c=1e-6)
+    reqs = ServingModel(w, [BrutePrefix(reject=True)], None, cost, token_budget=budget).run()
+    first, finish = _reference(w, cost, budget)
+    got_first = np.array([r.first_token_us for r in reqs]) / 1e6
+    got_finish = np.array([r.finish_us for r in reqs]) / 1e6
+    tol = 1e-7
+    assert np.abs(got_first - first).max() < tol
+    assert np.abs(got_finish - finish).max() < tol
+
+
+def test_events_scale_with_requests_not_decode_steps():
+    """Long decodes cost no extra events: the event count stays O(requests)."""
+    w = _workload(40, seed=2, max_out=20_000)
+    m = ServingModel(w, [BrutePrefix()], None, FakeCost())
+    m.run()
+    assert int(w.num_output.sum()) > 100 * w.num_requests
+    assert m.sim.num_events <= 6 * w.num_requests
+
+
+def test_decode_steps_covering_is_first_boundary_after():
+    """The cut boundary is the first step boundary at or after the instant."""
+    f, p, b, c = 1e-3, 1e-7, 7, 5000
+    for elapsed in (0.0, 1e-4, 0.0123, 0.5):
+        n = decode_steps_covering(f, p, b, c, elapsed, 10_000)
+        assert decode_time(f, p, b, c, n) >= elapsed
+        assert n == 0 or decode_time(f, p, b, c, n - 1) < elapsed
+
+
+def test_shadow_records_prefix_reuse_beside_any_policy():
+    """A cache that never admits still gets the shadow's exact-prefix baseline per request."""
+    w = _workload(30, seed=3)
+    reqs = ServingModel(w, [BrutePrefix(reject=True)], [BrutePrefix()], FakeCost()).run()
+    assert all(r.uncached and r.num_reused == 0 for r in reqs)
+    assert sum(r.num_prefix_reused for r in reqs) >= 100 * (w.num_requests - 5)
+    assert all(r.prefix_prefill_joules <= r.nocache_prefill_joules for r in reqs)
+
+
+def test_lifecycle_order_and_locks_balance():
+    """Each request is admitted, committed and released once, in time order."""
+    w = _workload(40, seed=4)
+    pol = BrutePrefix()
+    reqs = ServingModel(w, [pol], None, FakeCost()).run()
+    assert pol.locked == 0 and len(pol.stored) == w.num_requests
+    for r in reqs:
+        assert r.arrival_us <= r.start_us <= r.first_token_us <= r.finish_us
+
+
+def test_content_reusable_only_after_commit():
+    """Two identical prompts arriving together: the second reuses only after the first's prefill."""
+    toks = np.arange(5000, dtype=np.int32)
+    w = Workload(np.arange(2), ["a", "b"], np.array([5000, 5000]), np.array([1, 1]), np.array([0, 0]),
+                 lambda i: RequestView.from_tokens(i, toks))
+    reqs = ServingModel(w, [BrutePrefix(), BrutePrefix()], None, FakeCost(), router="round-robin").run()
+    assert reqs[0].num_reused == 0 and reqs[1].num_reused == 0       # different replicas
+    reqs = ServingModel(w, [BrutePrefix()], None, FakeCost()).run()
+    assert reqs[1].num_reused == 5000 and reqs[1].start_us == reqs[0].first_token_us
+
+
+@pytest.mark.parametrize("router", ["round-robin", "least-loaded", "cache-aware"])
+def test_routers_spread_or_follow_cache(router):
+    """Round-robin alternates, least-loaded balances, cache-aware follows cached content."""
+    w = _workload(40, seed=5)
+    reqs = ServingModel(w, [BrutePrefix() for _ in range(3)], None, FakeCost(), router=router).run()
+    used = {r.replica for r in reqs}
+    if router == "round-robin":
+        assert [r.replica for r in reqs[:6]] == [0, 1, 2, 0, 1, 2]
+    elif router == "least-loaded":
+        assert used == {0, 1, 2}
+    else:  # every prompt shares the first 100 tokens: after the first commit all follow replica 0
+        assert sum(r.replica == reqs[0].replica for r in reqs) > w.num_requests // 2
+
+
+def test_closed_loop_turn_waits_for_previous_finish():
+    """Closed loop: a session's next turn never arrives before its previous turn finished."""
+    w = _workload(40, seed=6, sessions=3, span_us=100_000)
+    reqs = ServingModel(w, [BrutePrefix()], None, FakeCost(), closed_loop=True).run()
+    by_session: dict[str, list] = {}
+    for r in reqs:
+        by_session.setdefault(r.session_id, []).append(r)
+    for turns in by_session.values():
+        for prev, nxt in zip(turns, turns[1:]):
+            assert nxt.arrival_us >= prev.finish_us
+            assert nxt.arrival_us >= prev.arrival_us + (int(w.arrival_us[nxt.idx]) - int(w.arrival_us[prev.idx]))
