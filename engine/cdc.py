@@ -41,6 +41,8 @@ WINDOW = 64
 TABLE_BITS = 16
 _FIB32 = np.uint32(0x9E3779B1)
 _BLOCK = 1 << 15  # tokens per hash block (arrays stay in L2)
+_EMPTY = np.zeros(0, np.int64)
+_SHIFTS = {k: np.uint64(k) for k in (1, 2, 4, 8, 16, 32)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,21 +99,27 @@ def gear_hash(tokens: np.ndarray, seed: int = 0) -> np.ndarray:
     toks = np.ascontiguousarray(tokens, dtype=np.int32)
     table = gear_table(seed)
     n = toks.size
+    if n <= _BLOCK:
+        return _gear_block(toks, table)
     out = np.empty(n, np.uint64)
-    tmp = np.empty(_BLOCK + WINDOW, np.uint64)
     for s in range(0, n, _BLOCK):  # NOTE: loop over 32K-token blocks, not tokens
         lo = max(0, s - (WINDOW - 1))
         e = min(n, s + _BLOCK)
-        h = _gear_values(toks[lo:e], table)
-        m = h.size
-        k = 1
-        while k < min(WINDOW, m):
-            t = tmp[: m - k]
-            np.left_shift(h[:-k], np.uint64(k), out=t)
-            h[k:] += t
-            k *= 2
-        out[s:e] = h[s - lo:]
+        out[s:e] = _gear_block(toks[lo:e], table)[s - lo:]
     return out
+
+
+def _gear_block(toks: np.ndarray, table: np.ndarray) -> np.ndarray:
+    h = _gear_values(toks, table)
+    m = h.size
+    tmp = np.empty(m, np.uint64)
+    k = 1
+    while k < min(WINDOW, m):
+        t = tmp[: m - k]
+        np.left_shift(h[:-k], _SHIFTS[k], out=t)
+        h[k:] += t
+        k *= 2
+    return h
 
 
 def gear_hash_gathers(tokens: np.ndarray, seed: int = 0) -> np.ndarray:
@@ -151,8 +159,8 @@ def natural_boundaries(tokens: np.ndarray, cfg: CDCConfig, hard: np.ndarray | No
 
 
 def _clean_hard(hard: np.ndarray | None, n: int) -> np.ndarray:
-    if hard is None:
-        return np.zeros(0, np.int64)
+    if hard is None or len(hard) == 0:
+        return _EMPTY
     h = np.unique(np.asarray(hard, dtype=np.int64))
     return h[(h > 0) & (h < n)]
 

@@ -1,0 +1,70 @@
+"""CDC + fingerprint throughput on one core, next to a plain ``np.copy`` of the same tokens.
+
+    python benchmarks/bench_cdc.py [--num-tokens 10000000] [--prompt-tokens 4096] [--repeats 5]
+
+Prints M tokens/s (best of ``--repeats``) for: np.copy, Gear hash by log-doubling, Gear hash by 64
+shifted gathers, chunk() (hash + boundary rules), fingerprints(), chunk+fingerprints on one long stream,
+and chunk+fingerprints called once per ``--prompt-tokens`` prompt (the policy's calling pattern).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from engine.cdc import CDCConfig, chunk, fingerprints, gear_hash, gear_hash_gathers  # noqa: E402
+
+
+def _best(fn, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--num-tokens", type=int, default=10_000_000)
+    ap.add_argument("--prompt-tokens", type=int, default=4096)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--avg-chunk", type=int, default=256)
+    a = ap.parse_args()
+    n = a.num_tokens
+    toks = np.random.default_rng(0).integers(0, 150_000, n, dtype=np.int32)
+    cfg = CDCConfig(avg_chunk=a.avg_chunk)
+    bounds = chunk(toks, cfg)
+    prompts = [toks[s:s + a.prompt_tokens] for s in range(0, n, a.prompt_tokens)]
+
+    def per_prompt() -> None:
+        for p in prompts:
+            fingerprints(p, chunk(p, cfg))
+
+    gsub = toks[: n // 10]
+    rows = [
+        ("np.copy (reference)", _best(lambda: np.copy(toks), a.repeats), n),
+        ("gear hash, log-doubling", _best(lambda: gear_hash(toks), a.repeats), n),
+        ("gear hash, 64 shifted gathers", _best(lambda: gear_hash_gathers(gsub), max(1, a.repeats // 2)),
+         gsub.size),
+        ("chunk (hash + boundaries)", _best(lambda: chunk(toks, cfg), a.repeats), n),
+        ("fingerprints (xxh64 per chunk)", _best(lambda: fingerprints(toks, bounds), a.repeats), n),
+        ("chunk + fingerprints, one stream", _best(lambda: fingerprints(toks, chunk(toks, cfg)), a.repeats), n),
+        (f"chunk + fingerprints, per {a.prompt_tokens}-token prompt", _best(per_prompt, a.repeats), n),
+    ]
+    copy_rate = n / rows[0][1]
+    print(f"{n:,} random token ids, avg_chunk={cfg.avg_chunk} -> {bounds.size - 1:,} chunks "
+          f"(mean {n / (bounds.size - 1):.0f} tokens); best of {a.repeats}")
+    print(f"{'stage':48s} {'M tok/s':>10s} {'x np.copy':>10s}")
+    for name, secs, num in rows:
+        rate = num / secs
+        print(f"{name:48s} {rate / 1e6:10.1f} {rate / copy_rate:10.3f}")
+
+
+if __name__ == "__main__":
+    main()
