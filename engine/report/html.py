@@ -132,7 +132,10 @@ def render_html(data: ReportData, plots: list[Plot]) -> str:
         parts.append(f"<details><summary>config.json of {e(r.label)} ({e(str(r.path))})</summary><pre>"
                      f"{e(json.dumps(r.config, indent=2, sort_keys=True, default=str))}</pre></details>")
     parts.append("<h2>Policy comparison</h2>")
-    for key, rows in data.scenarios():
+    scenarios = data.scenarios()
+    if len(scenarios) > 1:
+        parts.append(_overview(scenarios))
+    for key, rows in scenarios:
         heads, body = comparison_rows(rows)
         parts.append(f"<h3>{e(scenario_title(key))}</h3><table class='cmp'><tr><th></th>"
                      + "".join(f"<th>{e(h)}</th>" for h in heads) + "</tr>")
@@ -140,11 +143,13 @@ def render_html(data: ReportData, plots: list[Plot]) -> str:
                   for label, vals in body]
         parts.append("</table>")
     if plots:
-        parts.append("<h2>Plots</h2>")
+        parts.append("<h2>Plots</h2><div class='plots'>")
     for p in plots:
         b64 = base64.b64encode(p.png).decode("ascii")
         parts.append(f"<figure><img alt='{e(p.title)}' src='data:image/png;base64,{b64}'>"
                      f"<figcaption><b>{e(p.title)}.</b> {e(p.caption)}</figcaption></figure>")
+    if plots:
+        parts.append("</div>")
     parts.append("<h2>Metric definitions</h2><dl class='defs'>"
                  + "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in DEFINITIONS)
                  + "</dl><p class='sub'>Metrics are recomputed from requests.parquet (DESIGN.md §8); peak resident"
@@ -187,6 +192,24 @@ def to_json(data: ReportData) -> dict[str, Any]:
 
 # ---- Internal helpers -----------------------------------------------------------------------------
 
+_OVERVIEW = ("token_hit_rate", "prefix_hit_rate", "recovery_beyond_prefix", "ttft_p50_s", "ttft_p99_s",
+             "energy_saved_vs_prefix", "peak_resident_bytes")
+
+
+def _overview(scenarios) -> str:
+    """One row per (scenario, policy) with the headline metrics, for reports spanning several scenarios."""
+    e = html.escape
+    fmt = {col: (label, f) for col, label, f in TABLE_METRICS}
+    out = ["<h3>Overview</h3><table><tr><th>scenario</th><th>policy</th>"
+           + "".join(f"<th>{e(fmt[c][0])}</th>" for c in _OVERVIEW) + "</tr>"]
+    for key, rows in scenarios:
+        for i, (label, row) in enumerate(zip(policy_labels(rows), rows.iter_rows(named=True), strict=True)):
+            head = f"<td rowspan='{rows.height}'>{e(scenario_title(key))}</td>" if i == 0 else ""
+            out.append(f"<tr>{head}<td class='p'>{e(label)}</td>"
+                       + "".join(f"<td>{e(fmt[c][1](row[c]))}</td>" for c in _OVERVIEW) + "</tr>")
+    return "".join(out) + "</table>"
+
+
 def _write_text(path: str | Path, text: str) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
@@ -203,7 +226,8 @@ table{border-collapse:collapse;margin:8px 0 16px;font-variant-numeric:tabular-nu
 th,td{border:1px solid #ddd;padding:4px 10px;text-align:right}th{background:#f4f6f8}
 td:first-child,th:first-child{text-align:left}td.m{color:#444;white-space:nowrap}
 .warn{background:#fff8e1;border:1px solid #f0d98a;padding:8px 12px;border-radius:4px}
-figure{margin:16px 0}img{max-width:100%;border:1px solid #eee}figcaption{color:#555;font-size:13px}
+.plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:8px 20px}
+td[rowspan]{text-align:left;vertical-align:top;max-width:260px}td.p{text-align:left;white-space:nowrap}figure{margin:8px 0}img{max-width:100%;border:1px solid #eee}figcaption{color:#555;font-size:13px}
 pre{background:#f7f7f7;padding:8px;overflow:auto;font-size:12px}
 dl.defs dt{font-weight:600;margin-top:6px}dl.defs dd{margin-left:16px;color:#444}
 """
