@@ -1,0 +1,177 @@
+"""Replay runner: one independent simulation per policy over the same trace, and the run directory.
+
+``replay(trace, config)`` -> :class:`RunResult`; ``write_run(result, run_dir)`` writes
+``requests.parquet``, ``summary.json`` and ``config.json`` atomically (temp folder, then rename).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+
+from engine import policies as registry
+from engine.config import ReplayConfig
+from engine.cost import CostConfig, CostModel
+from engine.metrics import request_frame, summarize
+from engine.policies.base import PolicyContext, RequestView
+from engine.serving import ServingModel, Workload
+from engine.specs import gpu_from_name, model_from_name
+from traces.schema import Trace
+
+SUMMARY_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Everything a replay produced. ``requests``: one row per request x policy (engine.metrics schema)."""
+
+    config: ReplayConfig
+    trace: str
+    requests: pl.DataFrame
+    summary: dict[str, Any]
+    resolved: dict[str, Any]   # config.json contents
+
+
+def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Workload:
+    """Requests in (arrival, request_id) order with lazily built RequestViews."""
+    req = trace.requests
+    arrival = req["arrival_us"].to_numpy().astype(np.int64)
+    order = np.lexsort((req["request_id"].to_numpy(), arrival))
+    if max_requests is not None:
+        order = order[:max_requests]
+    seg = trace.segments
+    offs, seg_idx = trace._csr   # NOTE: CSR of request -> segment rows, shared with Trace.prompt
+    lens = seg.lengths
+    rid = req["request_id"].to_numpy().astype(np.int64)[order]
+    sess_all = req["session_id"].to_list()
+    sess = [sess_all[i] for i in order]
+    tokens, toffs, ids, kinds = seg.tokens, seg.offsets, seg.ids, seg.kinds
+    rows = order.tolist()
+
+    def view(i: int) -> RequestView:
+        row = rows[i]
+        idx = seg_idx[offs[row]:offs[row + 1]]
+        parts = [tokens[toffs[j]:toffs[j + 1]] for j in idx.tolist()]
+        toks = np.concatenate(parts) if len(parts) != 1 else parts[0]
+        bounds = np.zeros(idx.size + 1, np.int64)
+        np.cumsum(lens[idx], out=bounds[1:])
+        return RequestView(int(rid[i]), sess[i], toks, bounds, ids[idx], kinds[idx])
+
+    return Workload(rid, sess, trace.prompt_lengths[order].astype(np.int64),
+                    req["output_tokens"].to_numpy().astype(np.int64)[order], arrival[order], view)
+
+
+def _check(config: ReplayConfig) -> tuple[Any, Any, CostModel, dict[str, Any]]:
+    """Resolve model/GPU/cost/policy configs; every impossible setting raises before any work."""
+    model = model_from_name(config.model)
+    gpu = gpu_from_name(config.gpu)
+    cost = CostModel(model, gpu, CostConfig(**config.cost))
+    if config.capacity_bytes < model.kv_bytes_per_token:
+        raise ValueError(f"capacity: {config.capacity_bytes:.0f} B is below one token of {model.name} KV "
+                         f"({model.kv_bytes_per_token} B)")
+    resolved = {}
+    for name in (*config.policies, config.shadow_policy):
+        registry.get(name)
+        resolved[name] = registry.make_config(name, config.policy_options.get(name))
+    return model, gpu, cost, resolved
+
+
+def replay(trace: Trace, config: ReplayConfig,
+           progress: Callable[[int, int], None] | None = None) -> RunResult:
+    """Replay ``trace`` once per policy in ``config.policies`` (same seed, same workload)."""
+    model, gpu, cost, _ = _check(config)
+    work = workload_from_trace(trace, config.max_requests)
+    total = work.num_requests * len(config.policies)
+    frames, summary, described = [], {}, {}
+    ctx = PolicyContext(config.capacity_bytes, model.kv_bytes_per_token, model, config.seed, config.verify)
+    for p, name in enumerate(config.policies):
+        pols = [registry.build(name, ctx, config.policy_options.get(name)) for _ in range(config.replicas)]
+        shadows = [registry.build(config.shadow_policy, ctx, config.policy_options.get(config.shadow_policy))
+                   for _ in range(config.replicas)]
+        base = p * work.num_requests
+        tick = None if progress is None else (lambda done, _n, base=base: progress(base + done, total))
+        sm = ServingModel(work, pols, shadows, cost, token_budget=config.token_budget, router=config.router,
+                          closed_loop=config.closed_loop, progress=tick)
+        if config.check_invariants or config.verify:
+            sm.sim.observers.append(_invariant_observer(name, pols, shadows))
+        t0 = time.perf_counter()
+        reqs = sm.run()
+        wall = time.perf_counter() - t0
+        rows = request_frame(name, reqs)
+        frames.append(rows)
+        summary[name] = summarize(
+            rows, peak_resident_bytes=sm.peak_resident,
+            evictions=sum(q.stats.evictions for q in pols), collisions=sum(q.stats.collisions for q in pols),
+            num_events=sm.sim.num_events, wall_seconds=wall)
+        described[name] = {"config": pols[0].describe(), "stats": _stats(pols)}
+    requests = pl.concat(frames).sort(["policy", "request_id"])
+    cap = None if math.isinf(config.capacity_bytes) else config.capacity_bytes
+    head = {"version": SUMMARY_VERSION, "trace": trace.source, "model": model.name, "gpu": gpu.name,
+            "capacity_bytes": cap, "replicas": config.replicas}
+    resolved = {**head, "replay": config.to_dict(), "policies": described,
+                "shadow": {"policy": config.shadow_policy, "config": shadows[0].describe()},
+                "cost": cost.to_dict(), "num_requests": work.num_requests}
+    return RunResult(config, trace.source, requests, {**head, "policies": summary}, resolved)
+
+
+def write_run(result: RunResult, run_dir: str | os.PathLike) -> Path:
+    """Write the run dir atomically: everything goes into a temp folder that is renamed into place."""
+    run_dir = Path(run_dir)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", suffix=".tmp", dir=run_dir.parent))
+    try:
+        pq.write_table(result.requests.to_arrow(), tmp / "requests.parquet", compression="zstd",
+                       compression_level=3, use_dictionary=True, write_statistics=True)
+        (tmp / "summary.json").write_text(json.dumps(result.summary, indent=2, default=_json) + "\n")
+        (tmp / "config.json").write_text(json.dumps(result.resolved, indent=2, default=_json) + "\n")
+        old = None
+        if run_dir.exists():
+            old = run_dir.parent / f".{run_dir.name}.old.{os.getpid()}"
+            os.replace(run_dir, old)
+        os.replace(tmp, run_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return run_dir
+
+
+# ---- Internal helpers -----------------------------------------------------------------------------
+def _invariant_observer(name: str, pols: list, shadows: list) -> Callable[[Any, int], None]:
+    def check(event: Any, now: int) -> None:
+        for k, q in enumerate(pols):
+            q.usage().check(f"{name}[replica {k}] at {now} us after {event!r}")
+        for k, q in enumerate(shadows):
+            q.usage().check(f"shadow {q.name}[replica {k}] at {now} us")
+    return check
+
+
+def _stats(pols: list) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for q in pols:
+        for k, v in q.stats.as_dict().items():
+            out[k] = out.get(k, 0) + int(v)
+    return out
+
+
+def _json(obj: Any) -> Any:
+    if isinstance(obj, float) and math.isinf(obj):
+        return None
+    if isinstance(obj, (np.integer, np.floating)):
+        return obj.item()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    return str(obj)
