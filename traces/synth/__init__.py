@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from traces.schema import Trace
-from traces.synth import early_variation
+from traces.synth import chat, early_variation, multi_agent, rag, tool_reorder
 from traces.synth.common import Builder, Scenario, SessionConfig, config_json, make_config
 from traces.synth.text import make_rng
 
@@ -19,7 +19,7 @@ GENERATOR_VERSION = 1
 
 SCENARIOS: dict[str, Scenario] = {
     m.SCENARIO.name: m.SCENARIO
-    for m in (early_variation,)
+    for m in (early_variation, rag, tool_reorder, multi_agent, chat)
 }
 
 
