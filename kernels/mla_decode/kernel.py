@@ -1,0 +1,183 @@
+"""MLA decode (absorbed form) over the paged latent cache, with k_r rotated right after it is loaded.
+
+Each program owns BLOCK_H heads of one sequence and one KV split: it streams tiles of BLOCK_N rows
+(512 cKV | 64 k_r), rotates the k_r tile in registers (δ table or pre-RoPE position), computes
+s = q_nope·cKV^T + q_r·k_r^T, and accumulates p·cKV with an online softmax; a second kernel merges the
+splits with their log-sum-exp. cKV is loaded once per tile and used as both K and V.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.rope.kernel import RopeConfig, cos_sin, dot_rope, pair_offsets, rotate_kr_tile, split_freq
+
+LOG2E = 1.4426950408889634
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@triton.jit
+def mla_decode_kernel(
+    Q_NOPE, Q_ROPE, CACHE, BLOCK_TABLE, BLOCK_DELTA, SEQ_LENS, F_HI, F_LO, O_PART, LSE_PART,
+    qk_scale, k_scale, num_heads, tokens_per_split,
+    stride_qn_b, stride_qn_h, stride_qr_b, stride_qr_h, stride_bt_b, stride_bd_b,
+    stride_op_b, stride_op_h, stride_op_s, stride_lse_b, stride_lse_h,
+    PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, INTERLEAVED: tl.constexpr,
+    ROTATE: tl.constexpr, PRE_ROPE: tl.constexpr, SPLIT_KR: tl.constexpr,
+):
+    """One (head block, KV split, sequence): partial output (normalized) and its log2-sum-exp."""
+    pid_h = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    b = tl.program_id(2)
+    HALF: tl.constexpr = D_R // 2
+    ROW: tl.constexpr = D_C + D_R
+    seq_len = tl.load(SEQ_LENS + b)
+    start = pid_s * tokens_per_split
+    end = tl.minimum(start + tokens_per_split, seq_len)
+
+    offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    mask_h = offs_h < num_heads
+    offs_c = tl.arange(0, D_C)
+    offs_j = tl.arange(0, BLOCK_N)
+    off_a, off_b = pair_offsets(HALF, INTERLEAVED)
+    q_n = tl.load(Q_NOPE + b * stride_qn_b + offs_h[:, None] * stride_qn_h + offs_c[None, :],
+                  mask=mask_h[:, None], other=0.0)
+    qr_row = Q_ROPE + b * stride_qr_b + offs_h[:, None] * stride_qr_h
+    q_a = tl.load(qr_row + off_a[None, :], mask=mask_h[:, None], other=0.0)
+    q_b = tl.load(qr_row + off_b[None, :], mask=mask_h[:, None], other=0.0)
+    f_hi = tl.load(F_HI + tl.arange(0, HALF))
+    f_lo = tl.load(F_LO + tl.arange(0, HALF))
+    ct, st = cos_sin(offs_j[:, None], f_hi[None, :], f_lo[None, :])
+
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, D_C], dtype=tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        j = n0 // PAGE
+        page = tl.load(BLOCK_TABLE + b * stride_bt_b + j).to(tl.int64)
+        offs_n = n0 + offs_j
+        mask_n = offs_n < end
+        rows = CACHE + (page * PAGE + (offs_n % PAGE))[:, None] * ROW
+        kv = tl.load(rows + offs_c[None, :], mask=mask_n[:, None], other=0.0)
+        k_a = tl.load(rows + D_C + off_a[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
+        k_b = tl.load(rows + D_C + off_b[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
+        if ROTATE:
+            base = tl.load(BLOCK_DELTA + b * stride_bd_b + j)
+            if PRE_ROPE:
+                base = base + n0
+            k_a, k_b = rotate_kr_tile(k_a, k_b, base, ct, st, f_hi, f_lo, k_scale, PRE_ROPE)
+        s = tl.dot(q_n, tl.trans(kv))
+        s = dot_rope(s, q_a, q_b, k_a, k_b, SPLIT_KR)
+        s = tl.where(mask_n[None, :], s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(kv.dtype), kv)
+        m_i = m_new
+
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    lse = tl.where(l_i > 0, m_i + tl.log2(l_safe), float("-inf"))
+    o_ptr = O_PART + b * stride_op_b + offs_h[:, None] * stride_op_h + pid_s * stride_op_s + offs_c[None, :]
+    tl.store(o_ptr, acc / l_safe[:, None], mask=mask_h[:, None])
+    tl.store(LSE_PART + b * stride_lse_b + offs_h * stride_lse_h + pid_s, lse, mask=mask_h)
+
+
+@triton.jit
+def mla_decode_combine_kernel(O_PART, LSE_PART, OUT, num_splits,
+                              stride_op_b, stride_op_h, stride_op_s, stride_lse_b, stride_lse_h,
+                              stride_o_b, stride_o_h,
+                              D_C: tl.constexpr, BLOCK_S: tl.constexpr):
+    """out[b, h] = Σ_s softmax(lse)_s · o_part[b, h, s] (log2 domain)."""
+    h = tl.program_id(0)
+    b = tl.program_id(1)
+    offs_s = tl.arange(0, BLOCK_S)
+    mask_s = offs_s < num_splits
+    lse = tl.load(LSE_PART + b * stride_lse_b + h * stride_lse_h + offs_s, mask=mask_s, other=float("-inf"))
+    w = tl.exp2(lse - tl.max(lse, 0))
+    w = w / tl.sum(w, 0)
+    offs_c = tl.arange(0, D_C)
+    o = tl.load(O_PART + b * stride_op_b + h * stride_op_h + offs_s[:, None] * stride_op_s + offs_c[None, :],
+                mask=mask_s[:, None], other=0.0)
+    out = tl.sum(o * w[:, None], 0)
+    tl.store(OUT + b * stride_o_b + h * stride_o_h + offs_c, out.to(OUT.dtype.element_ty))
+
+
+def default_config(num_heads: int, dtype: torch.dtype) -> dict:
+    """Tile sizes and launch options (one config under the interpreter)."""
+    if INTERPRET or not torch.cuda.is_available():
+        return {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+    if num_heads <= 16:
+        return {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+    return {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2}
+
+
+def pick_num_splits(batch: int, max_len: int, num_head_blocks: int, block_n: int, num_sms: int = 132) -> int:
+    """Enough (head block, split, sequence) programs for ~2 waves, but splits of >= 4 tiles."""
+    want = max(1, math.ceil(2 * num_sms / (batch * num_head_blocks)))
+    return max(1, min(want, math.ceil(max_len / (4 * block_n)), 64))
+
+
+def mla_decode(
+    q_nope: torch.Tensor, q_rope: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor,
+    seq_lens: torch.Tensor, block_delta: torch.Tensor | None = None, *, rope: RopeConfig | None = None,
+    pre_rope: bool = False, sm_scale: float | None = None, num_splits: int | None = None,
+    max_seq_len: int | None = None, split_kr: bool = True, rotate: bool = True,
+    config: dict | None = None, out: torch.Tensor | None = None, workspace: tuple | None = None,
+) -> torch.Tensor:
+    """Absorbed-MLA decode attention of one new token per sequence over the paged latent cache.
+
+    q_nope: [B, H, D_C] (q_nope already multiplied by W_UK), q_rope: [B, H, D_R] (RoPE'd at the query
+    position, same pair layout as the cache), cache: [P, PAGE, D_C + D_R], block_table / block_delta:
+    [B, max_blocks] int32, seq_lens: [B] int32. Returns [B, H, D_C] (multiply by W_UV outside).
+    ``pre_rope``: cache holds k_r before RoPE, rotated to n + δ at load; else cache k_r is RoPE'd and
+    rotated by δ. ``rotate=False`` compiles the rotation out (baseline for its overhead).
+    Example: ``mla_decode(qn, qr, cache, bt, lens, delta)``.
+    """
+    rope = rope or RopeConfig()
+    B, H, D_C = q_nope.shape
+    P, PAGE, ROW = cache.shape
+    D_R = ROW - D_C
+    assert q_rope.shape == (B, H, D_R) and D_R == rope.rope_dim, "q_rope / rope_dim mismatch"
+    assert q_nope.stride(2) == 1 and q_rope.stride(2) == 1 and cache.is_contiguous()
+    assert q_nope.dtype == q_rope.dtype == cache.dtype
+    assert block_table.dtype == torch.int32 and seq_lens.dtype == torch.int32 and block_table.stride(1) == 1
+    cfg = {**default_config(H, cache.dtype), **(config or {})}
+    assert PAGE % cfg["BLOCK_N"] == 0, "page_size must be a multiple of BLOCK_N"
+    if block_delta is None:
+        block_delta = torch.zeros_like(block_table)
+    assert block_delta.shape == block_table.shape and block_delta.dtype == torch.int32
+    max_len = int(seq_lens.max()) if max_seq_len is None else max_seq_len
+    n_hb = triton.cdiv(H, cfg["BLOCK_H"])
+    S = num_splits or pick_num_splits(B, max_len, n_hb, cfg["BLOCK_N"])
+    per_split = triton.cdiv(triton.cdiv(max_len, S), cfg["BLOCK_N"]) * cfg["BLOCK_N"]
+    S = triton.cdiv(max_len, per_split)
+    if workspace is None:
+        o_part = torch.empty(B, H, S, D_C, dtype=torch.float32, device=cache.device)
+        lse = torch.empty(B, H, S, dtype=torch.float32, device=cache.device)
+    else:
+        o_part, lse = workspace
+        assert o_part.shape[2] >= S
+    f_hi, f_lo = split_freq(rope.inv_freq(), cache.device)
+    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(192)
+    mla_decode_kernel[(n_hb, S, B)](
+        q_nope, q_rope, cache, block_table, block_delta, seq_lens, f_hi, f_lo, o_part, lse,
+        scale * LOG2E, rope.k_scale(), H, per_split,
+        q_nope.stride(0), q_nope.stride(1), q_rope.stride(0), q_rope.stride(1),
+        block_table.stride(0), block_delta.stride(0),
+        o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),
+        PAGE=PAGE, D_C=D_C, D_R=D_R, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
+        INTERLEAVED=rope.layout == "interleaved", ROTATE=rotate, PRE_ROPE=pre_rope, SPLIT_KR=split_kr,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    out = torch.empty(B, H, D_C, dtype=cache.dtype, device=cache.device) if out is None else out
+    mla_decode_combine_kernel[(H, B)](
+        o_part, lse, out, S, o_part.stride(0), o_part.stride(1), o_part.stride(2),
+        lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
+        D_C=D_C, BLOCK_S=max(triton.next_power_of_2(S), 2), num_warps=4)
+    return out

@@ -1,0 +1,166 @@
+"""MLA extend/prefill (absorbed form): new tokens attend over cached spans (k_r rotated on load) and
+themselves (causal), all read from the paged latent cache (new tokens are written there first).
+
+A program owns BLOCK_T new tokens × BLOCK_HH heads of one sequence, flattened into BLOCK_T·BLOCK_HH
+query rows that share every cKV/k_r tile. Tiles wholly below the causal diagonal skip the mask.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.rope.kernel import RopeConfig, cos_sin, dot_rope, pair_offsets, rotate_kr_tile, split_freq
+
+LOG2E = 1.4426950408889634
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@triton.jit
+def _extend_tile(acc, m_i, l_i, q_n, q_a, q_b, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt, b_bd, n0, kv_len, qpos,
+                 ct, st, f_hi, f_lo, qk_scale, k_scale,
+                 PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                 INTERLEAVED: tl.constexpr, ROTATE: tl.constexpr, PRE_ROPE: tl.constexpr,
+                 SPLIT_KR: tl.constexpr, CAUSAL: tl.constexpr):
+    HALF: tl.constexpr = D_R // 2
+    ROW: tl.constexpr = D_C + D_R
+    off_a, off_b = pair_offsets(HALF, INTERLEAVED)
+    offs_c = tl.arange(0, D_C)
+    j = n0 // PAGE
+    page = tl.load(BLOCK_TABLE + b_bt + j).to(tl.int64)
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < kv_len
+    rows = CACHE + (page * PAGE + (offs_n % PAGE))[:, None] * ROW
+    kv = tl.load(rows + offs_c[None, :], mask=mask_n[:, None], other=0.0)
+    k_a = tl.load(rows + D_C + off_a[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
+    k_b = tl.load(rows + D_C + off_b[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
+    if ROTATE:
+        base = tl.load(BLOCK_DELTA + b_bd + j)
+        if PRE_ROPE:
+            base = base + n0
+        k_a, k_b = rotate_kr_tile(k_a, k_b, base, ct, st, f_hi, f_lo, k_scale, PRE_ROPE)
+    s = tl.dot(q_n, tl.trans(kv))
+    s = dot_rope(s, q_a, q_b, k_a, k_b, SPLIT_KR) * qk_scale
+    if CAUSAL:
+        s = tl.where((offs_n[None, :] <= qpos[:, None]) & mask_n[None, :], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_use)
+    p = tl.exp2(s - m_use[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(kv.dtype), kv)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def mla_extend_kernel(
+    Q_NOPE, Q_ROPE, CACHE, BLOCK_TABLE, BLOCK_DELTA, SEQ_LENS, CU_Q, F_HI, F_LO, OUT,
+    qk_scale, k_scale, num_heads, num_t_blocks,
+    stride_qn_t, stride_qn_h, stride_qr_t, stride_qr_h, stride_bt_b, stride_bd_b, stride_o_t, stride_o_h,
+    PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_HH: tl.constexpr, BLOCK_N: tl.constexpr, INTERLEAVED: tl.constexpr,
+    ROTATE: tl.constexpr, PRE_ROPE: tl.constexpr, SPLIT_KR: tl.constexpr,
+):
+    """One (head block, token block, sequence); token blocks are launched heaviest (latest) first."""
+    pid_h = tl.program_id(0)
+    pid_t = num_t_blocks - 1 - tl.program_id(1)
+    b = tl.program_id(2)
+    HALF: tl.constexpr = D_R // 2
+    M: tl.constexpr = BLOCK_T * BLOCK_HH
+    q_start = tl.load(CU_Q + b)
+    num_new = tl.load(CU_Q + b + 1) - q_start
+    t0 = pid_t * BLOCK_T
+    if t0 < num_new:
+        kv_len = tl.load(SEQ_LENS + b)
+        r = tl.arange(0, M)
+        t = t0 + r // BLOCK_HH
+        h = pid_h * BLOCK_HH + r % BLOCK_HH
+        mask_r = (t < num_new) & (h < num_heads)
+        qpos = kv_len - num_new + t
+        offs_c = tl.arange(0, D_C)
+        off_a, off_b = pair_offsets(HALF, INTERLEAVED)
+        tok = (q_start + t).to(tl.int64)
+        q_n = tl.load(Q_NOPE + tok[:, None] * stride_qn_t + h[:, None] * stride_qn_h + offs_c[None, :],
+                      mask=mask_r[:, None], other=0.0)
+        qr_row = Q_ROPE + tok[:, None] * stride_qr_t + h[:, None] * stride_qr_h
+        q_a = tl.load(qr_row + off_a[None, :], mask=mask_r[:, None], other=0.0)
+        q_b = tl.load(qr_row + off_b[None, :], mask=mask_r[:, None], other=0.0)
+        f_hi = tl.load(F_HI + tl.arange(0, HALF))
+        f_lo = tl.load(F_LO + tl.arange(0, HALF))
+        ct, st = cos_sin(tl.arange(0, BLOCK_N)[:, None], f_hi[None, :], f_lo[None, :])
+        m_i = tl.full([M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([M], dtype=tl.float32)
+        acc = tl.zeros([M, D_C], dtype=tl.float32)
+        b_bt = b * stride_bt_b
+        b_bd = b * stride_bd_b
+        first_q = kv_len - num_new + t0
+        last_q = tl.minimum(first_q + BLOCK_T, kv_len)
+        full_end = ((first_q + 1) // BLOCK_N) * BLOCK_N
+        for n0 in range(0, full_end, BLOCK_N):
+            acc, m_i, l_i = _extend_tile(acc, m_i, l_i, q_n, q_a, q_b, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt,
+                                         b_bd, n0, kv_len, qpos, ct, st, f_hi, f_lo, qk_scale, k_scale,
+                                         PAGE, D_C, D_R, BLOCK_N, INTERLEAVED, ROTATE, PRE_ROPE, SPLIT_KR, False)
+        for n0 in range(full_end, last_q, BLOCK_N):
+            acc, m_i, l_i = _extend_tile(acc, m_i, l_i, q_n, q_a, q_b, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt,
+                                         b_bd, n0, kv_len, qpos, ct, st, f_hi, f_lo, qk_scale, k_scale,
+                                         PAGE, D_C, D_R, BLOCK_N, INTERLEAVED, ROTATE, PRE_ROPE, SPLIT_KR, True)
+        l_safe = tl.where(l_i > 0, l_i, 1.0)
+        o_ptr = OUT + tok[:, None] * stride_o_t + h[:, None] * stride_o_h + offs_c[None, :]
+        tl.store(o_ptr, (acc / l_safe[:, None]).to(OUT.dtype.element_ty), mask=mask_r[:, None])
+
+
+def default_config(num_heads: int) -> dict:
+    """Tile sizes and launch options (one config under the interpreter)."""
+    if INTERPRET or not torch.cuda.is_available():
+        return {"BLOCK_T": 2, "BLOCK_HH": 8, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+    return {"BLOCK_T": 4, "BLOCK_HH": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2}
+
+
+def mla_extend(
+    q_nope: torch.Tensor, q_rope: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor,
+    seq_lens: torch.Tensor, cu_q: torch.Tensor, block_delta: torch.Tensor | None = None, *,
+    max_new: int | None = None, rope: RopeConfig | None = None, pre_rope: bool = False,
+    sm_scale: float | None = None, split_kr: bool = True, rotate: bool = True, config: dict | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Absorbed-MLA extend: causal attention of each sequence's new tokens over its whole paged cache.
+
+    q_nope: [total_new, H, D_C], q_rope: [total_new, H, D_R] (varlen; sequence b's new tokens are rows
+    cu_q[b]:cu_q[b+1] and sit at the last positions of its seq_lens[b] cached tokens, already written
+    to the cache), cache: [P, PAGE, D_C + D_R], block_table / block_delta: [B, max_blocks] int32.
+    Returns [total_new, H, D_C]. δ / pre_rope semantics as in ``mla_decode``.
+    Example: ``mla_extend(qn, qr, cache, bt, lens, torch.tensor([0, 8], dtype=torch.int32))``.
+    """
+    rope = rope or RopeConfig()
+    T, H, D_C = q_nope.shape
+    P, PAGE, ROW = cache.shape
+    D_R = ROW - D_C
+    B = seq_lens.shape[0]
+    assert q_rope.shape == (T, H, D_R) and D_R == rope.rope_dim, "q_rope / rope_dim mismatch"
+    assert q_nope.stride(2) == 1 and q_rope.stride(2) == 1 and cache.is_contiguous()
+    assert q_nope.dtype == q_rope.dtype == cache.dtype
+    assert cu_q.shape == (B + 1,) and cu_q.dtype == torch.int32 and seq_lens.dtype == torch.int32
+    assert block_table.dtype == torch.int32 and block_table.stride(1) == 1
+    cfg = {**default_config(H), **(config or {})}
+    assert PAGE % cfg["BLOCK_N"] == 0, "page_size must be a multiple of BLOCK_N"
+    if block_delta is None:
+        block_delta = torch.zeros_like(block_table)
+    assert block_delta.shape == block_table.shape and block_delta.dtype == torch.int32
+    max_new = int((cu_q[1:] - cu_q[:-1]).max()) if max_new is None else max_new
+    n_tb = triton.cdiv(max_new, cfg["BLOCK_T"])
+    out = torch.empty(T, H, D_C, dtype=cache.dtype, device=cache.device) if out is None else out
+    f_hi, f_lo = split_freq(rope.inv_freq(), cache.device)
+    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(192)
+    mla_extend_kernel[(triton.cdiv(H, cfg["BLOCK_HH"]), n_tb, B)](
+        q_nope, q_rope, cache, block_table, block_delta, seq_lens, cu_q, f_hi, f_lo, out,
+        scale * LOG2E, rope.k_scale(), H, n_tb,
+        q_nope.stride(0), q_nope.stride(1), q_rope.stride(0), q_rope.stride(1),
+        block_table.stride(0), block_delta.stride(0), out.stride(0), out.stride(1),
+        PAGE=PAGE, D_C=D_C, D_R=D_R, BLOCK_T=cfg["BLOCK_T"], BLOCK_HH=cfg["BLOCK_HH"], BLOCK_N=cfg["BLOCK_N"],
+        INTERLEAVED=rope.layout == "interleaved", ROTATE=rotate, PRE_ROPE=pre_rope, SPLIT_KR=split_kr,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    return out

@@ -1,0 +1,93 @@
+"""Standalone δ-rotation of the k_r columns of a paged latent cache (the un-fused comparison).
+
+In place: every logical page whose δ ≠ 0 has its k_r rows read, rotated by R(δ) in fp32 and written
+back rounded to the cache dtype (the second rounding the fused path avoids); pages with δ = 0 are
+not touched. With ``feed=...`` it instead writes, in fp32, exactly the k_r the fused attention kernels
+feed to the q·k_r dot (same helpers: rotate_kr_tile + the bf16 hi/lo split) — the precision probe.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.rope.kernel import RopeConfig, cos_sin, pair_offsets, rotate_kr_tile, split_freq
+
+
+@triton.jit
+def rotate_kernel(CACHE, BLOCK_TABLE, BLOCK_DELTA, SEQ_LENS, F_HI, F_LO, FEED, k_scale,
+                  stride_bt_b, stride_bd_b, stride_f_b, stride_f_n,
+                  PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                  INTERLEAVED: tl.constexpr, PRE_ROPE: tl.constexpr, FEED_MODE: tl.constexpr):
+    """One BLOCK_N-row tile of logical page j of sequence b. FEED_MODE: 0 in place, 1 bf16 feed, 2 split feed."""
+    pid = tl.program_id(0)
+    b = tl.program_id(1)
+    HALF: tl.constexpr = D_R // 2
+    ROW: tl.constexpr = D_C + D_R
+    n0 = pid * BLOCK_N
+    seq_len = tl.load(SEQ_LENS + b)
+    j = n0 // PAGE
+    delta = tl.load(BLOCK_DELTA + b * stride_bd_b + j, mask=n0 < seq_len, other=0)
+    if n0 < seq_len and (delta != 0 or FEED_MODE > 0 or PRE_ROPE):
+        page = tl.load(BLOCK_TABLE + b * stride_bt_b + j).to(tl.int64)
+        offs_j = tl.arange(0, BLOCK_N)
+        offs_n = n0 + offs_j
+        mask_n = offs_n < seq_len
+        off_a, off_b = pair_offsets(HALF, INTERLEAVED)
+        f_hi = tl.load(F_HI + tl.arange(0, HALF))
+        f_lo = tl.load(F_LO + tl.arange(0, HALF))
+        ct, st = cos_sin(offs_j[:, None], f_hi[None, :], f_lo[None, :])
+        rows = CACHE + (page * PAGE + (offs_n % PAGE))[:, None] * ROW + D_C
+        k_a = tl.load(rows + off_a[None, :], mask=mask_n[:, None], other=0.0)
+        k_b = tl.load(rows + off_b[None, :], mask=mask_n[:, None], other=0.0)
+        base = delta
+        if PRE_ROPE:
+            base = base + n0
+        r_a, r_b = rotate_kr_tile(k_a.to(tl.float32), k_b.to(tl.float32), base, ct, st, f_hi, f_lo,
+                                  k_scale, PRE_ROPE)
+        h_a = r_a.to(k_a.dtype)
+        h_b = r_b.to(k_a.dtype)
+        if FEED_MODE == 0:
+            tl.store(rows + off_a[None, :], h_a, mask=mask_n[:, None])
+            tl.store(rows + off_b[None, :], h_b, mask=mask_n[:, None])
+        else:
+            f_a = h_a.to(tl.float32)
+            f_b = h_b.to(tl.float32)
+            if FEED_MODE == 2:
+                f_a += (r_a - f_a).to(k_a.dtype).to(tl.float32)
+                f_b += (r_b - f_b).to(k_a.dtype).to(tl.float32)
+            out = FEED + b * stride_f_b + offs_n[:, None] * stride_f_n
+            tl.store(out + off_a[None, :], f_a, mask=mask_n[:, None])
+            tl.store(out + off_b[None, :], f_b, mask=mask_n[:, None])
+
+
+def rotate(cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor, block_delta: torch.Tensor,
+           *, d_c: int = 512, rope: RopeConfig | None = None, pre_rope: bool = False,
+           feed: str | None = None, max_seq_len: int | None = None) -> torch.Tensor:
+    """δ-rotate the k_r of a paged cache [P, PAGE, d_c + d_r] per logical page (block_delta [B, max_blocks]).
+
+    feed=None: in place (stored-rotated k_r only; returns ``cache``). feed="bf16" or "split": return the
+    fp32 [B, max_seq_len, d_r] k_r that the fused kernels feed to the q·k_r dot (bf16-rounded, or the
+    hi + lo pair of the default split path). Example: ``rotate(cache, bt, lens, delta)``.
+    """
+    rope = rope or RopeConfig()
+    P, PAGE, ROW = cache.shape
+    D_R = ROW - d_c
+    assert D_R == rope.rope_dim and cache.is_contiguous()
+    assert block_table.dtype == block_delta.dtype == seq_lens.dtype == torch.int32
+    assert block_delta.shape == block_table.shape and block_table.stride(1) == 1 and block_delta.stride(1) == 1
+    if feed is None and pre_rope:
+        raise ValueError("rotate: in-place rotation of a pre-RoPE cache makes no sense (it is position-free)")
+    mode = {None: 0, "bf16": 1, "split": 2}[feed]
+    B = seq_lens.shape[0]
+    max_len = int(seq_lens.max()) if max_seq_len is None else max_seq_len
+    block_n = min(PAGE, 64)
+    fed = torch.empty(B, max_len if mode else 1, D_R, dtype=torch.float32, device=cache.device)
+    f_hi, f_lo = split_freq(rope.inv_freq(), cache.device)
+    rotate_kernel[(triton.cdiv(max_len, block_n), B)](
+        cache, block_table, block_delta, seq_lens, f_hi, f_lo, fed, rope.k_scale(),
+        block_table.stride(0), block_delta.stride(0), fed.stride(0), fed.stride(1),
+        PAGE=PAGE, D_C=d_c, D_R=D_R, BLOCK_N=block_n, INTERLEAVED=rope.layout == "interleaved",
+        PRE_ROPE=pre_rope, FEED_MODE=mode, num_warps=4)
+    return fed if mode else cache
