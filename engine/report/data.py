@@ -96,7 +96,9 @@ def load_runs(run_dirs: list[str | Path] | tuple[str | Path, ...]) -> ReportData
         frames.append(df.with_columns(pl.lit(label).alias("run"), *[
             pl.lit(getattr(run, k)).alias(k) for k in SCENARIO]))
     requests = pl.concat(frames, how="vertical_relaxed")
-    policies = tuple(dict.fromkeys(requests["policy"].to_list()))
+    # order: as listed in the summaries (the --policy order), then any policy only the rows know
+    policies = tuple(dict.fromkeys([p for r in runs for p in r.summary["policies"]]
+                                   + requests["policy"].unique(maintain_order=True).to_list()))
     table = policy_metrics(requests, by=["run", *SCENARIO])
     table = _attach_summary(table, runs, warnings)
     order = {p: i for i, p in enumerate(policies)}
@@ -230,6 +232,9 @@ def _check(name: str, got: Any, row: dict[str, Any]) -> bool:
         v = row[name]
         return v is None or (isinstance(v, float) and math.isnan(v))
     got = float(got)
+    v = row[name]
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return True  # undefined here (zero denominator): a writer may put 0, 1 or null; nothing to compare
     if name in _QUANTILES:
         lo, hi = row[f"{name}_lo"], row[f"{name}_hi"]
         return lo is not None and lo - 1e-9 <= got <= hi + 1e-9

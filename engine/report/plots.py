@@ -182,6 +182,6 @@ def _capacity_plot(series: pl.DataFrame, color) -> Plot:
         ax.set_ylabel("token hit rate (%)")
         ax.set_title(f"{Path(str(trace)).name} · {model} · {replicas} replica(s)", fontsize=9)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8, frameon=False)
+        ax.legend(fontsize=8, frameon=False, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return Plot("hit_rate_vs_capacity.png", "Hit rate vs capacity", "Token hit rate of each policy at each "
                 "cache capacity (dashed: the shadow exact-prefix cache).", _png(fig))

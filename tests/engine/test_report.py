@@ -272,3 +272,21 @@ def test_to_json_is_strict_json(tmp_path):
     obj = json.loads(json.dumps(to_json(data), allow_nan=False))
     assert [r["policy"] for r in obj["policies"]] == ["none", "prefix", "fixed-chunk"]
     assert obj["runs"][0]["capacity_bytes"] is None
+
+
+def test_real_replay_run_dir_loads_without_warnings(tmp_path):
+    """A run dir written by engine.replay loads, and its summary agrees with the recomputed metrics."""
+    replay = pytest.importorskip("engine.replay")
+    from engine.config import ReplayConfig
+    from traces.io import read_trace
+
+    sample = Path(__file__).resolve().parents[2] / "traces" / "samples" / "rag-reorder.parquet"
+    if not sample.exists():
+        pytest.skip(f"sample trace missing: {sample}")
+    cfg = ReplayConfig(policies=("prefix", "fixed-chunk"), capacity_bytes=2**30, max_requests=40)
+    d = replay.write_run(replay.replay(read_trace(sample), cfg), tmp_path / "run")
+    data = load_runs([d])
+    assert data.warnings == ()
+    assert data.policies == ("prefix", "fixed-chunk")
+    pre = data.table.row(0, named=True)
+    assert pre["token_hit_rate"] == pytest.approx(pre["prefix_hit_rate"])
