@@ -140,6 +140,31 @@ def test_quantile_other_interpolation_accepted(tmp_path):
     assert load_runs([d]).warnings == ()
 
 
+def test_policy_order_follows_summary(tmp_path):
+    """Policies are shown in summary.json order (the --policy order), not the row order of the Parquet."""
+    d = make_run(tmp_path / "a", policies=("prefix", "fixed-chunk", "none"))
+    pl.read_parquet(d / "requests.parquet").sort("policy").write_parquet(d / "requests.parquet")
+    data = load_runs([d])
+    assert data.policies == ("prefix", "fixed-chunk", "none")
+    assert data.table["policy"].to_list() == ["prefix", "fixed-chunk", "none"]
+
+
+def test_undefined_ratio_not_flagged(tmp_path):
+    """When prefix reuses every token, a summary recovery of 0 (writer's convention) is no disagreement."""
+    d = make_run(tmp_path / "a", policies=("prefix",), n=3)
+    df = pl.read_parquet(d / "requests.parquet")
+    df.with_columns(pl.col("prompt_tokens").alias("reused_tokens"), pl.col("prompt_tokens").alias(
+        "prefix_reused_tokens")).write_parquet(d / "requests.parquet")
+    s = json.loads((d / "summary.json").read_text())
+    n = int(df["prompt_tokens"].sum())
+    s["policies"]["prefix"].update(reused_tokens=n, token_hit_rate=1.0, prefix_hit_rate=1.0,
+                                   recovery_beyond_prefix=0.0, prefill_joules=float(df["prefill_joules"].sum()))
+    (d / "summary.json").write_text(json.dumps(s))
+    data = load_runs([d])
+    assert not any("recovery_beyond_prefix" in w for w in data.warnings)
+    assert math.isnan(data.table["recovery_beyond_prefix"][0])
+
+
 def test_several_capacities_give_series(tmp_path):
     """Three capacities of one trace give a 3-point hit-rate-vs-capacity series per policy, inf last."""
     dirs = [make_run(tmp_path / f"c{i}", capacity=c, seed=i) for i, c in enumerate([4 * GIB, None, GIB])]
