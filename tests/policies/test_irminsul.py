@@ -1,0 +1,137 @@
+"""irminsul: shifted content found with the right delta, prefix continuation, first-chunk clip, S1, S2,
+accounting and eviction order."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from engine import policies
+from engine.plan import Action, Plan
+from engine.policies import PolicyContext, RequestView
+from traces.markers import BOUNDARY_MARKER
+
+BPT = 2
+
+
+def _pol(capacity_tokens: float = math.inf, verify: bool = True, **opts):
+    cap = math.inf if math.isinf(capacity_tokens) else capacity_tokens * BPT
+    return policies.build("irminsul", PolicyContext(cap, BPT, verify=verify), opts)
+
+
+def _rand(seed: int, n: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 100_000, n, dtype=np.int32)
+
+
+def _serve(pol, rid: int, toks: np.ndarray, now: int = 0) -> Plan:
+    req = RequestView.from_tokens(rid, toks)
+    plan = pol.lookup(req, now)
+    assert pol.admit(req, plan, now)
+    pol.commit(req, now + 1)
+    pol.release(req, now + 2)
+    pol.usage().check()
+    return plan
+
+
+def test_shifted_content_reused_with_delta():
+    """A document moved behind a longer header is reused rotated with delta = shift."""
+    doc = _rand(1, 3000)
+    pol = _pol()
+    _serve(pol, 0, np.concatenate([_rand(2, 100), doc]))
+    plan = _serve(pol, 1, np.concatenate([_rand(3, 250), doc]))
+    rot = [s for s in plan.spans if s.action == Action.REUSE_ROTATED]
+    assert rot and all(s.delta == 150 for s in rot)
+    assert plan.num_reused >= 3000 - 2 * 700          # all but the chunks straddling the edit
+    assert pol.stats.collisions == 0 and pol.stats.verified_hits > 0
+
+
+def test_exact_prefix_is_token_granular_reuse():
+    """A continued prompt reuses exactly the earlier prompt, in place, to the token."""
+    first = _rand(4, 1234)
+    pol = _pol()
+    _serve(pol, 0, first)
+    plan = _serve(pol, 1, np.concatenate([first, _rand(5, 300)]))
+    assert plan.spans[0].action == Action.REUSE and plan.leading_reuse == 1234
+
+
+def test_first_chunk_clip_recomputes_sink_tokens():
+    """KV reused at position 0 from elsewhere has its first sink_tokens recomputed."""
+    x = _rand(6, 900)
+    pol = _pol(s2=True)
+    head = _rand(7, 100)
+    _serve(pol, 0, np.concatenate([head, BOUNDARY_MARKER, x, BOUNDARY_MARKER]))
+    plan = _serve(pol, 1, np.concatenate([x, _rand(8, 50)]))
+    assert plan.spans[0].action == Action.RECOMPUTE and plan.spans[0].end == 32
+    s = plan.spans[1]
+    assert s.action == Action.REUSE_ROTATED and s.source_pos == 164 + 32
+    assert pol.stats.extra["clipped_tokens"] == 32
+
+
+def test_s2_markers_make_region_chunks_context_free():
+    """With S2 a marked region is reused whole after any header; without it the edge chunks miss."""
+    region = _rand(9, 2000)
+    got = {}
+    for s2 in (False, True):
+        pol = _pol(s2=s2)
+        _serve(pol, 0, np.concatenate([_rand(10, 77), BOUNDARY_MARKER, region, BOUNDARY_MARKER, _rand(11, 40)]))
+        plan = _serve(pol, 1, np.concatenate([_rand(12, 301), BOUNDARY_MARKER, region, BOUNDARY_MARKER,
+                                              _rand(13, 90)]))
+        got[s2] = plan.num_reused
+    assert got[True] >= 2000 + 2 * 64 - 1 and got[True] > got[False]
+
+
+def test_s1_recovers_region_whose_chunk_missed():
+    """S1 windows (aligned to chunk ends) recover the shared part of the chunk straddling the edit."""
+    doc = _rand(14, 2500)
+    got = {}
+    for s1 in (False, True):
+        pol = _pol(s1=s1)
+        _serve(pol, 0, np.concatenate([_rand(15, 200), doc]))
+        plan = _serve(pol, 1, np.concatenate([_rand(16, 333), doc]))
+        got[s1] = plan.num_reused
+    assert got[True] > got[False]
+    assert pol.stats.extra["window_hits"] > 0
+
+
+def test_capacity_never_exceeded_and_locked_kept():
+    """Admission evicts unlocked chunks only; a request locked mid-flight keeps its chunks."""
+    pol = _pol(capacity_tokens=5000)
+    a = RequestView.from_tokens(0, _rand(17, 3000))
+    plan = pol.lookup(a, 0)
+    assert pol.admit(a, plan, 0)
+    pol.commit(a, 1)
+    b = RequestView.from_tokens(1, _rand(18, 3000))
+    assert not pol.admit(b, pol.lookup(b, 2), 2)      # a is still locked: no room
+    pol.usage().check()
+    pol.release(a, 3)
+    assert pol.admit(b, pol.lookup(b, 4), 4)          # now a is evicted for b
+    u = pol.usage()
+    u.check()
+    assert u.protected == 3000 * BPT and u.evictable < 3000 * BPT and pol.stats.evictions > 0
+
+
+@pytest.mark.parametrize("order", ["lru", "lfu"])
+def test_eviction_order_by_key(order):
+    """Under lru the least recently used chunk goes first; under lfu the least hit."""
+    pol = _pol(capacity_tokens=2000, eviction=order)
+    x, y = _rand(19, 1000), _rand(20, 1000)
+    _serve(pol, 0, x, now=0)
+    _serve(pol, 1, y, now=10)
+    for t in (20, 30):                      # x hit twice, y once (at the latest time)
+        pol.lookup(RequestView.from_tokens(9, x), t)
+    pol.lookup(RequestView.from_tokens(9, y), 40)
+    _serve(pol, 2, _rand(21, 1000), now=50)     # frees exactly 1000 tokens: all of x or all of y
+    reused = pol.lookup(RequestView.from_tokens(3, x), 60).num_reused
+    assert reused == (1000 if order == "lfu" else 0)
+
+
+def test_config_validation():
+    """Bad options fail at construction with ValueError."""
+    with pytest.raises(ValueError):
+        _pol(eviction="random")
+    with pytest.raises(ValueError):
+        _pol(avg_chunk=100, min_chunk=64)
+    with pytest.raises(ValueError):
+        _pol(marker_tokens="1,x")
