@@ -2,10 +2,10 @@
 
 Each request is ``system + k documents + [earlier questions and answers] + question``. A session (one user's
 conversation) has a topic: a working set of ``working_set`` documents drawn from a pool of ``pool_size``
-by Zipf popularity ``zipf_a``. Each turn retrieves ``docs_min..docs_max`` of them and re-ranks them:
-order by popularity plus Gaussian noise of scale ``rank_noise`` (0 = one canonical order, large = random
-order), so the same documents come back in a different order and at different offsets turn after turn and
-across users. An exact-prefix cache keeps the system prompt and, by luck, a first document; a
+by Zipf popularity ``zipf_a``. Each turn retrieves ``docs_min..docs_max`` of them and re-ranks them by a
+per-question relevance score, N(0, 1) + ``rank_bias`` * log(popularity) (0 = order independent of
+popularity, large = one canonical order), so the same documents come back in a different order and at
+different offsets turn after turn and across users. An exact-prefix cache keeps the system prompt and, by luck, a first document; a
 position-independent cache can reuse every retrieved document.
 """
 
@@ -44,7 +44,7 @@ class RagConfig(SessionConfig):
     docs_min: int = field(default=4, metadata={"help": "min documents retrieved per request (k)"})
     docs_max: int = field(default=8, metadata={"help": "max documents retrieved per request (k)"})
     zipf_a: float = field(default=0.9, metadata={"help": "Zipf exponent of document popularity"})
-    rank_noise: float = field(default=1.0, metadata={"help": "re-ranking noise (0 = fixed order)"})
+    rank_bias: float = field(default=0.0, metadata={"help": "weight of popularity in the rank (large = fixed order)"})
 
     def _check(self) -> None:
         for stem in ("system", "doc", "docs"):
@@ -53,13 +53,13 @@ class RagConfig(SessionConfig):
         if not self.docs_max <= self.working_set <= self.pool_size:
             raise ValueError(f"working_set: need docs_max <= working_set <= pool_size, got "
                              f"{self.docs_max}, {self.working_set}, {self.pool_size}")
-        if self.zipf_a < 0 or self.rank_noise < 0:
-            raise ValueError("zipf_a, rank_noise: must be >= 0")
+        if self.zipf_a < 0 or self.rank_bias < 0:
+            raise ValueError("zipf_a, rank_bias: must be >= 0")
 
 
-def rerank(rng: np.random.Generator, picks: np.ndarray, weights: np.ndarray, noise: float) -> np.ndarray:
-    """``picks`` ordered by log-popularity plus N(0, noise) (a retriever score), best first."""
-    score = np.log(weights[picks]) + noise * rng.standard_normal(picks.size)
+def rerank(rng: np.random.Generator, picks: np.ndarray, weights: np.ndarray, bias: float) -> np.ndarray:
+    """``picks`` ordered by a retriever score N(0, 1) + bias * log(popularity), best first."""
+    score = rng.standard_normal(picks.size) + bias * np.log(weights[picks])
     return picks[np.argsort(-score, kind="stable")]
 
 
@@ -78,7 +78,7 @@ def generate(rng: np.random.Generator, cfg: RagConfig, num_requests: int, b: Bui
             if turn:
                 t_us = next_arrival(rng, cfg, t_us, num_out)
             k = int(uniform_int(rng, cfg.docs_min, cfg.docs_max))
-            picks = rerank(rng, topic[zipf_pick(rng, topic_w, k)], weights, cfg.rank_noise)
+            picks = rerank(rng, topic[zipf_pick(rng, topic_w, k)], weights, cfg.rank_bias)
             doc_ids = [b.seg(docs[i], "document") for i in picks]
             question = b.seg(text(rng, query_len(rng, cfg)), "user")
             num_out = output_tokens(rng, cfg)
