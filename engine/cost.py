@@ -73,38 +73,59 @@ class CostModel:
                              f"not gpu={gpu.name!r} model={model.name!r}")
         self._peak = gpu.bf16_flops * self.config.mfu
         self._bw = gpu.hbm_bytes_per_s * self.config.mbu
-        self._kvb = float(model.kv_bytes_per_token)
-        self._dec_attn = model.decode_attention_flops_per_context_token()
+        # NOTE: per-model constants hoisted out of the hot path (replay calls this per event)
+        m = model
+        self._kvb = float(m.kv_bytes_per_token)
+        self._dec_attn = m.decode_attention_flops_per_context_token()
+        self._lin_per_token = m.linear_flops(1)
+        self._lm_flops = 2.0 * m.lm_head_params
+        self._state = float(m.state_bytes)
+        self._w_one = m.weight_bytes_read(1)
+        self._w_dense = (m._trunk_params(0) + m.lm_head_params) * m.dtype_bytes
+        self._w_expert = m.num_moe_layers * m._expert_params() * m.dtype_bytes
+        self._decode_memo: dict[int, tuple[float, float]] = {}
+        self._comp_f, self._comp_b = m.state_composition_flops(), m.state_composition_bytes()
+        self._rot_f = 3.0 * m.rotary_dims_per_token          # per rotated token
+        fused = m.attention == "mla" and self.config.fused_rotation
+        self._rot_b = 0.0 if fused else 2.0 * m.rope_key_bytes_per_token
 
     # ---- Public API -------------------------------------------------------------------------------
     def prefill(self, plan: Plan) -> PrefillCost:
         """Cost of ``plan`` executed alone: RECOMPUTE spans are prefilled (attending over all tokens before
         them), reused spans cost reading their KV, rotated spans add the RoPE correction, and the Plan's
         Correction adds quality recompute, state compositions and re-encodes."""
-        m, kvb = self.model, self._kvb
-        chunks = [(s.num_tokens, s.start) for s in plan.spans if s.action == Action.RECOMPUTE]
-        r = plan.correction.recompute_tokens
+        m, kvb, corr = self.model, self._kvb, plan.correction
+        chunks: list[tuple[int, int]] = []
+        num_rot = host_t = disk_t = 0
+        for s in plan.spans:   # one pass over the spans
+            if s.action == Action.RECOMPUTE:
+                chunks.append((s.end - s.start, s.start))
+                continue
+            if s.action == Action.REUSE_ROTATED:
+                num_rot += s.end - s.start
+            if s.tier == Tier.HOST:
+                host_t += s.end - s.start
+            elif s.tier == Tier.DISK:
+                disk_t += s.end - s.start
+        num_fresh = sum(n for n, _ in chunks)
+        cache_read = (plan.num_tokens - num_fresh) * kvb
+        r = corr.recompute_tokens
         if r:   # quality-recomputed tokens scattered over the prompt: on average half of it before them
             chunks.append((r, max(plan.num_tokens - r, 0) // 2))
         if not chunks:   # full hit: the last prompt token still runs through the model for its logits
             chunks = [(1, plan.num_tokens - 1)]
         num_new = sum(n for n, _ in chunks)
-        lin_f = m.linear_flops(num_new) + 2.0 * m.lm_head_params
-        lin_b = m.weight_bytes_read(num_new) + num_new * kvb
+        lin_f = self._lin_per_token * num_new + self._lm_flops
+        lin_b = self._weights(num_new) + num_new * kvb
         att_f = sum(m.attention_flops(n, c) for n, c in chunks)
-        att_b = sum((n + c) * kvb for n, c in chunks)
-        rec_b = 2.0 * len(chunks) * m.state_bytes   # scan FLOPs are in linear_flops
-        comp = plan.correction.state_compositions
-        comp_f, comp_b = comp * m.state_composition_flops(), comp * m.state_composition_bytes()
-        reenc_b = 2.0 * plan.correction.reencode_tokens * kvb
-        rot_tokens = plan.num_rotated
-        rot_f = 3.0 * rot_tokens * m.rotary_dims_per_token
-        fused = m.attention == "mla" and self.config.fused_rotation
-        rot_b = 0.0 if fused else 2.0 * rot_tokens * m.rope_key_bytes_per_token
-        reused = [s for s in plan.spans if s.action != Action.RECOMPUTE]
-        cache_read = sum(s.num_tokens for s in reused) * kvb
-        host_b = sum(s.num_tokens for s in reused if s.tier == Tier.HOST) * kvb
-        disk_b = sum(s.num_tokens for s in reused if s.tier == Tier.DISK) * kvb
+        att_b = sum(n + c for n, c in chunks) * kvb
+        rec_b = 2.0 * len(chunks) * self._state   # scan FLOPs are in linear_flops
+        comp = corr.state_compositions
+        comp_f, comp_b = (comp * self._comp_f, comp * self._comp_b) if comp else (0.0, 0.0)
+        reenc_b = 2.0 * corr.reencode_tokens * kvb
+        rot_f = num_rot * self._rot_f
+        rot_b = num_rot * self._rot_b
+        host_b, disk_b = host_t * kvb, disk_t * kvb
         transfer_s = host_b / self.gpu.host_link_bytes_per_s + disk_b / self.config.disk_bytes_per_s
         extra_s = (self._phase(0.0, rec_b) + self._phase(rot_f, rot_b) + self._phase(comp_f, comp_b)
                    + self._phase(0.0, reenc_b) + transfer_s)
@@ -133,11 +154,11 @@ class CostModel:
             dec = fixed + per * decode_context_tokens if num_decode > 0 else 0.0
             return self.profile.prefill_seconds(num_new, _equivalent_cached(chunks)) + dec
         num_tokens = sum(n for n, _ in chunks) + num_decode
-        lin_f = m.linear_flops(num_tokens) + 2.0 * m.lm_head_params * (len(chunks) + num_decode)
-        lin_b = m.weight_bytes_read(num_tokens) + num_tokens * kvb
+        lin_f = self._lin_per_token * num_tokens + self._lm_flops * (len(chunks) + num_decode)
+        lin_b = self._weights(num_tokens) + num_tokens * kvb
         att_f = sum(m.attention_flops(n, c) for n, c in chunks) + decode_context_tokens * self._dec_attn
         att_b = (sum(n + c for n, c in chunks) + decode_context_tokens) * kvb
-        rec_b = 2.0 * (len(chunks) + num_decode) * m.state_bytes
+        rec_b = 2.0 * (len(chunks) + num_decode) * self._state
         return (self._phase(lin_f, lin_b) + self._phase(att_f, att_b) + self._phase(0.0, rec_b)
                 + self.config.step_overhead_s)
 
@@ -145,15 +166,20 @@ class CostModel:
         """``(fixed_s, per_context_token_s)``: ``step_time([], num_decode, C) == fixed_s + per * C`` exactly."""
         if num_decode <= 0:
             return 0.0, 0.0
+        hit = self._decode_memo.get(num_decode)
+        if hit is not None:
+            return hit
         if self.profile is not None:
-            return self.profile.decode_coeffs(num_decode)
-        m = self.model
-        lin_f = m.linear_flops(num_decode) + 2.0 * m.lm_head_params * num_decode
-        lin_b = m.weight_bytes_read(num_decode) + num_decode * self._kvb
-        fixed = (self._phase(lin_f, lin_b) + self._phase(0.0, 2.0 * num_decode * m.state_bytes)
-                 + self.config.step_overhead_s)
-        per = max(self._dec_attn / self._peak, self._kvb / self._bw)
-        return fixed, per
+            out = self.profile.decode_coeffs(num_decode)
+        else:
+            lin_f = (self._lin_per_token + self._lm_flops) * num_decode
+            lin_b = self._weights(num_decode) + num_decode * self._kvb
+            fixed = (self._phase(lin_f, lin_b) + self._phase(0.0, 2.0 * num_decode * self._state)
+                     + self.config.step_overhead_s)
+            out = (fixed, max(self._dec_attn / self._peak, self._kvb / self._bw))
+        if len(self._decode_memo) < 65536:
+            self._decode_memo[num_decode] = out
+        return out
 
     @property
     def busy_watts(self) -> float:
@@ -174,6 +200,16 @@ class CostModel:
                 "busy_watts": self.busy_watts, "idle_watts": self.idle_watts}
 
     # ---- Internal helpers -------------------------------------------------------------------------
+    def _weights(self, num_tokens: int) -> float:
+        """``ModelSpec.weight_bytes_read`` with the per-model parts precomputed."""
+        if num_tokens <= 1:
+            return self._w_one
+        m = self.model
+        if not m.num_experts:
+            return self._w_dense
+        touched = m.num_experts * (1.0 - (1.0 - m.num_experts_active / m.num_experts) ** num_tokens)
+        return self._w_dense + touched * self._w_expert
+
     def _phase(self, flops: float, nbytes: float) -> float:
         return max(flops / self._peak, nbytes / self._bw)
 

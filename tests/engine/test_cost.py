@@ -217,3 +217,11 @@ def test_profile_in_memory_validation():
     """Constructing a profile directly validates too."""
     with pytest.raises(ValueError, match="watts"):
         CalibrationProfile("h200", "m", ((1, 0, 1.0),), ((1, 0, 1.0), (1, 5, 2.0)), watts_busy=10, watts_idle=20)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_fast_weight_bytes_match_spec(name):
+    """The cost model's precomputed weight-bytes path equals ModelSpec.weight_bytes_read."""
+    cm = CostModel(MODELS[name], H200)
+    for t in (1, 2, 17, 256, 5000):
+        assert cm._weights(t) == pytest.approx(MODELS[name].weight_bytes_read(t), rel=1e-12)
