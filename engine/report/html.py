@@ -14,6 +14,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -143,12 +144,13 @@ def render_html(data: ReportData, plots: list[Plot]) -> str:
                   for label, vals in body]
         parts.append("</table>")
     if plots:
-        parts.append("<h2>Plots</h2><div class='plots'>")
-    for p in plots:
-        b64 = base64.b64encode(p.png).decode("ascii")
-        parts.append(f"<figure><img alt='{e(p.title)}' src='data:image/png;base64,{b64}'>"
-                     f"<figcaption><b>{e(p.title)}.</b> {e(p.caption)}</figcaption></figure>")
-    if plots:
+        parts.append("<h2>Plots</h2>")
+    for group, members in groupby(plots, key=lambda p: p.group):
+        parts.append((f"<h3>{e(group)}</h3>" if group else "") + "<div class='plots'>")
+        for p in members:
+            b64 = base64.b64encode(p.png).decode("ascii")
+            parts.append(f"<figure><img alt='{e(p.title)}' src='data:image/png;base64,{b64}'>"
+                         f"<figcaption><b>{e(p.title)}.</b> {e(p.caption)}</figcaption></figure>")
         parts.append("</div>")
     parts.append("<h2>Metric definitions</h2><dl class='defs'>"
                  + "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in DEFINITIONS)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +29,14 @@ _GIB = 2.0**30
 
 @dataclass(frozen=True, slots=True)
 class Plot:
-    """One rendered figure: file ``name`` (``*.png``), a ``title``, a one-line ``caption`` and PNG bytes."""
+    """One rendered figure: file ``name`` (``*.png``), a ``title``, a one-line ``caption``, PNG bytes, and
+    the ``group`` it belongs to (a scenario title, or ``""`` for figures spanning scenarios)."""
 
     name: str
     title: str
     caption: str
     png: bytes
+    group: str = ""
 
 
 # ---- Public API -----------------------------------------------------------------------------------
@@ -51,9 +53,10 @@ def render_plots(data: ReportData) -> list[Plot]:
         title = scenario_title(key)
         req = data.requests.filter(pl.col("run").is_in(rows["run"].unique().to_list()), *[
             pl.col(k) == v for k, v in key.items()])
-        out.append(_ttft_cdf(req, rows, color, f"ttft_cdf{sfx}.png", title))
-        out.append(_hit_bars(rows, f"hit_rates{sfx}.png", title))
-        out.append(_action_stack(rows, f"tokens_by_action{sfx}.png", title))
+        for p in (_ttft_cdf(req, rows, color, f"ttft_cdf{sfx}.png", title),
+                  _hit_bars(rows, f"hit_rates{sfx}.png", title),
+                  _action_stack(rows, f"tokens_by_action{sfx}.png", title)):
+            out.append(replace(p, group=title))
     return out
 
 
