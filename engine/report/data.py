@@ -194,6 +194,8 @@ def _load_one(d: Path, label: str) -> tuple[RunInfo, pl.DataFrame]:
     cap = summary["capacity_bytes"]
     if cap is not None and not (isinstance(cap, int | float) and cap > 0):
         raise ValueError(f"{sp}: capacity_bytes: expected a positive number or null, got {cap!r}")
+    if not (isinstance(summary["replicas"], int) and summary["replicas"] >= 1):
+        raise ValueError(f"{sp}: replicas: expected an integer >= 1, got {summary['replicas']!r}")
     run = RunInfo(d, label, str(summary["trace"]), str(summary["model"]), str(summary["gpu"]),
                   math.inf if cap is None else float(cap), int(summary["replicas"]), summary, config)
     return run, _read_requests(d / "requests.parquet")
@@ -231,7 +233,10 @@ def _check(name: str, got: Any, row: dict[str, Any]) -> bool:
     if got is None:  # NaN written as null
         v = row[name]
         return v is None or (isinstance(v, float) and math.isnan(v))
-    got = float(got)
+    try:
+        got = float(got)
+    except (TypeError, ValueError):
+        return False
     v = row[name]
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return True  # undefined here (zero denominator): a writer may put 0, 1 or null; nothing to compare

@@ -255,6 +255,20 @@ def test_bad_version_and_json_errors(tmp_path):
         load_runs([d])
 
 
+def test_bad_summary_fields(tmp_path):
+    """Impossible replicas/capacity are errors; a non-numeric metric is a warning, not a crash."""
+    d = make_run(tmp_path / "a")
+    good = json.loads((d / "summary.json").read_text())
+    for patch, msg in (({"replicas": "two"}, "replicas: expected an integer"),
+                       ({"capacity_bytes": -1}, "capacity_bytes: expected a positive number")):
+        (d / "summary.json").write_text(json.dumps({**good, **patch}))
+        with pytest.raises(ValueError, match=msg):
+            load_runs([d])
+    good["policies"]["prefix"]["ttft_p50_s"] = "fast"
+    (d / "summary.json").write_text(json.dumps(good))
+    assert any("ttft_p50_s" in w for w in load_runs([d]).warnings)
+
+
 # ---- outputs --------------------------------------------------------------------------------------
 
 def test_plots_are_deterministic_pngs(tmp_path):
