@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.rope.kernel import RopeConfig, cos_sin, dot_rope, pair_offsets, rotate_kr_tile, split_freq
+from kernels.rope.kernel import RopeConfig, cos_sin, dot_rope, freq_tensors, pair_offsets, rotate_kr_tile
 
 LOG2E = 1.4426950408889634
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -79,7 +79,7 @@ def mla_decode_kernel(
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(kv.dtype), kv)
+        acc = tl.dot(p.to(kv.dtype), kv, acc * alpha[:, None])
         m_i = m_new
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
@@ -164,7 +164,7 @@ def mla_decode(
     else:
         o_part, lse = workspace
         assert o_part.shape[2] >= S
-    f_hi, f_lo = split_freq(rope.inv_freq(), cache.device)
+    f_hi, f_lo = freq_tensors(rope, str(cache.device))
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(192)
     mla_decode_kernel[(n_hb, S, B)](
         q_nope, q_rope, cache, block_table, block_delta, seq_lens, f_hi, f_lo, o_part, lse,

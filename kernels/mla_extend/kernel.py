@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.rope.kernel import RopeConfig, cos_sin, dot_rope, pair_offsets, rotate_kr_tile, split_freq
+from kernels.rope.kernel import RopeConfig, cos_sin, dot_rope, freq_tensors, pair_offsets, rotate_kr_tile
 
 LOG2E = 1.4426950408889634
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -52,7 +52,7 @@ def _extend_tile(acc, m_i, l_i, q_n, q_a, q_b, CACHE, BLOCK_TABLE, BLOCK_DELTA, 
     alpha = tl.exp2(m_i - m_use)
     p = tl.exp2(s - m_use[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(kv.dtype), kv)
+    acc = tl.dot(p.to(kv.dtype), kv, acc * alpha[:, None])
     return acc, m_new, l_i
 
 
@@ -153,7 +153,7 @@ def mla_extend(
     max_new = int((cu_q[1:] - cu_q[:-1]).max()) if max_new is None else max_new
     n_tb = triton.cdiv(max_new, cfg["BLOCK_T"])
     out = torch.empty(T, H, D_C, dtype=cache.dtype, device=cache.device) if out is None else out
-    f_hi, f_lo = split_freq(rope.inv_freq(), cache.device)
+    f_hi, f_lo = freq_tensors(rope, str(cache.device))
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(192)
     mla_extend_kernel[(triton.cdiv(H, cfg["BLOCK_HH"]), n_tb, B)](
         q_nope, q_rope, cache, block_table, block_delta, seq_lens, cu_q, f_hi, f_lo, out,

@@ -7,6 +7,7 @@ A plain fp32 ``p * θ`` is off by up to ~4e-3 rad at p ≈ 64K, more than one bf
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -44,6 +45,12 @@ class RopeConfig:
     def k_scale(self) -> float:
         """Scale carried by a RoPE'd k_r (mscale / mscale_all_dim); δ-rotations must NOT apply it again."""
         return yarn_k_scale(self.factor, self.mscale, self.mscale_all_dim) if self.factor > 1 else 1.0
+
+
+@functools.lru_cache(maxsize=64)
+def freq_tensors(cfg: RopeConfig, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cached ``split_freq(cfg.inv_freq(), device)`` (no host->device copy inside a CUDA-graph capture)."""
+    return split_freq(cfg.inv_freq(), device)
 
 
 def split_freq(inv_freq: torch.Tensor, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,7 +124,7 @@ def rope(x: torch.Tensor, positions: torch.Tensor, cfg: RopeConfig | None = None
         raise ValueError(f"positions: expected [{x.shape[0]}], got {tuple(positions.shape)}")
     out = torch.empty_like(x) if out is None else out
     assert out.shape == x.shape and out.stride(1) == 1
-    f_hi, f_lo = split_freq(cfg.inv_freq(), x.device)
+    f_hi, f_lo = freq_tensors(cfg, str(x.device))
     n = x.shape[0]
     block = 64
     rope_kernel[(triton.cdiv(n, block),)](

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.rope.kernel import RopeConfig, cos_sin, pair_offsets, rotate_kr_tile, split_freq
+from kernels.rope.kernel import RopeConfig, cos_sin, freq_tensors, pair_offsets, rotate_kr_tile
 
 
 @triton.jit
@@ -29,7 +29,10 @@ def rotate_kernel(CACHE, BLOCK_TABLE, BLOCK_DELTA, SEQ_LENS, F_HI, F_LO, FEED, k
     seq_len = tl.load(SEQ_LENS + b)
     j = n0 // PAGE
     delta = tl.load(BLOCK_DELTA + b * stride_bd_b + j, mask=n0 < seq_len, other=0)
-    if n0 < seq_len and (delta != 0 or FEED_MODE > 0 or PRE_ROPE):
+    active = n0 < seq_len
+    if FEED_MODE == 0:
+        active = active & (delta != 0)
+    if active:
         page = tl.load(BLOCK_TABLE + b * stride_bt_b + j).to(tl.int64)
         offs_j = tl.arange(0, BLOCK_N)
         offs_n = n0 + offs_j
@@ -84,7 +87,7 @@ def rotate(cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tenso
     max_len = int(seq_lens.max()) if max_seq_len is None else max_seq_len
     block_n = min(PAGE, 64)
     fed = torch.empty(B, max_len if mode else 1, D_R, dtype=torch.float32, device=cache.device)
-    f_hi, f_lo = split_freq(rope.inv_freq(), cache.device)
+    f_hi, f_lo = freq_tensors(rope, str(cache.device))
     rotate_kernel[(triton.cdiv(max_len, block_n), B)](
         cache, block_table, block_delta, seq_lens, f_hi, f_lo, fed, rope.k_scale(),
         block_table.stride(0), block_delta.stride(0), fed.stride(0), fed.stride(1),
