@@ -7,6 +7,8 @@ import collections
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from traces.io import read_trace, write_trace
 from traces.markers import BOUNDARY_MARKER, MARKER_LEN
@@ -57,6 +59,13 @@ def test_valid_and_round_trips(scenario, tmp_path):
     for i in (0, N // 2, N - 1):
         assert np.array_equal(back.prompt(i), t.prompt(i))
     assert back.meta["synth.scenario"] == scenario
+
+
+def test_every_segment_is_referenced(scenario):
+    """No stored segment is orphaned: each one appears in some request's prompt."""
+    t = synth(scenario, N, 10, markers=True)
+    used = {s for ids in t.requests["segment_ids"].to_list() for s in ids}
+    assert used == set(t.segments.ids.tolist())
 
 
 def test_tokens_in_vocab_and_arrivals_sorted(scenario):
@@ -309,3 +318,31 @@ def test_chat_each_turn_extends_previous_prompt():
             assert t.segments.lengths[t.request_segments(b)[-2]] == t.requests["output_tokens"][a]
             num_pairs += 1
     assert num_pairs > 10
+
+
+# ---------------------------------------------------------------- knob ranges (property)
+
+@settings(max_examples=15, deadline=None)
+@given(
+    header=st.tuples(st.integers(1, 120), st.integers(0, 120)),
+    docs=st.tuples(st.integers(0, 4), st.integers(0, 4)),
+    pool_size=st.integers(4, 40),
+    common=st.integers(0, 3),
+    seed=st.integers(0, 2**32),
+)
+def test_early_variation_respects_any_knob_ranges(header, docs, pool_size, common, seed):
+    """For any valid knob ranges, header and document counts/lengths stay inside them and the trace validates."""
+    h_lo, h_hi = max(header[0], common + 1), max(header[0], common + 1) + header[1]
+    d_lo, d_hi = min(docs), max(docs)
+    t = synth("early-variation", 12, seed, header_min=h_lo, header_max=h_hi, header_common=common,
+              docs_min=d_lo, docs_max=d_hi, pool_size=pool_size, doc_min=5, doc_max=50,
+              system_min=10, system_max=20, tools_min=10, tools_max=20)
+    validate(t)
+    for i in range(12):
+        rows = t.request_segments(i)
+        assert h_lo <= t.segments.lengths[rows[0]] <= h_hi
+        assert KINDS[t.segments.kinds[rows[0]]] == "user"
+    docs_per_session = {len(o) for o in _doc_orders(t)}
+    assert all(d_lo <= k <= d_hi for k in docs_per_session)
+    first = t.prompt(0)
+    assert all(np.array_equal(t.prompt(i)[:common], first[:common]) for i in range(12))

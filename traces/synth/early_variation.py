@@ -109,8 +109,10 @@ def generate(rng: np.random.Generator, cfg: EarlyVariationConfig, num_requests: 
             query = b.seg(text(rng, query_len(rng, cfg)), "user")
             num_out = output_tokens(rng, cfg)
             b.request(f"s{s:06d}", "main", t_us, num_out, [hdr, system, tools, *doc_ids, *history, query])
-            history += [query, b.seg(text(rng, num_out), "assistant")]
             num_made += 1
+            if turn + 1 == num_turns:  # the last answer is never part of a prompt
+                break
+            history += [query, b.seg(text(rng, num_out), "assistant")]
 
 
 SCENARIO = Scenario("early-variation", EarlyVariationConfig, generate,

@@ -89,6 +89,8 @@ def generate(rng: np.random.Generator, cfg: MultiAgentConfig, num_requests: int,
             agent = 0 if step % 2 == 0 else int(rng.integers(1, cfg.num_agents))
             num_out = output_tokens(rng, cfg)
             b.request(f"s{s:06d}", names[agent], t_us, num_out, [roles[agent], tools, task, *transcript])
+            if step + 1 == num_turns:  # the last answer is never part of a prompt
+                break
             transcript.append(b.seg(text(rng, num_out), "assistant"))
             if agent and rng.random() < cfg.tool_prob:
                 transcript.append(b.seg(outputs[int(rng.choice(cfg.pool_size, p=weights))], "tool_output"))

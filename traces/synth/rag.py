@@ -83,6 +83,8 @@ def generate(rng: np.random.Generator, cfg: RagConfig, num_requests: int, b: Bui
             question = b.seg(text(rng, query_len(rng, cfg)), "user")
             num_out = output_tokens(rng, cfg)
             b.request(f"s{s:06d}", "main", t_us, num_out, [system, *doc_ids, *history, question])
+            if turn + 1 == num_turns:  # the last answer is never part of a prompt
+                break
             history += [question, b.seg(text(rng, num_out), "assistant")]
 
 

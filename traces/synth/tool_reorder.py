@@ -91,6 +91,8 @@ def generate(rng: np.random.Generator, cfg: ToolReorderConfig, num_requests: int
             num_out = output_tokens(rng, cfg)
             ctx = [sid for pair in history for sid in pair]
             b.request(f"s{s:06d}", "main", t_us, num_out, [system, tools, task, *ctx])
+            if turn + 1 == num_turns:  # the last answer is never part of a prompt
+                break
             call = b.seg(text(rng, num_out), "assistant")
             result = b.seg(outputs[int(rng.choice(cfg.pool_size, p=weights))], "tool_output")
             history = step_context(rng, cfg, history, call, result)
