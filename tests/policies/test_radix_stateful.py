@@ -1,0 +1,129 @@
+"""Hypothesis state machine: RadixTree against a brute-force model (a list of resident sequences).
+
+The model is the set of resident whole-page prefixes (the nodes of a page-level trie). Invariants:
+``match_prefix`` = longest common prefix with any resident sequence, page-rounded; the tree's
+``total_tokens`` = page_size * number of distinct resident page prefixes;
+evictable + protected == total; locked paths never shrink.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from engine.eviction import lfu, lru
+from engine.radix import RadixTree
+
+# Small alphabet and short sequences so prefixes collide often.
+seqs = st.lists(st.integers(0, 3), min_size=0, max_size=14)
+
+
+def _lcp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class RadixMachine(RuleBasedStateMachine):
+    """Rules insert/match/lock/unlock/evict; the model is the set of resident token prefixes."""
+
+    inserted = Bundle("inserted")
+
+    @initialize(page_size=st.sampled_from([1, 2, 3]), lfu_order=st.booleans())
+    def setup(self, page_size: int, lfu_order: bool) -> None:
+        self.p = page_size
+        self.tree = RadixTree(page_size, lfu if lfu_order else lru)
+        self.resident: set[tuple[int, ...]] = set()   # every resident prefix (trie nodes of the model)
+        self.locks: list[tuple[tuple[int, ...], object]] = []
+        self.now = 0
+
+    def _tick(self) -> int:
+        self.now += 1
+        return self.now
+
+    def _pages(self, t: tuple[int, ...]) -> set[tuple[int, ...]]:
+        return {t[:k] for k in range(self.p, len(t) + 1, self.p)}
+
+    def _expected_match(self, s: tuple[int, ...]) -> int:
+        n = 0
+        for k in range(self.p, len(s) + 1, self.p):
+            if s[:k] in self.resident:
+                n = k
+        return n
+
+    @rule(target=inserted, s=seqs)
+    def insert(self, s: list[int]) -> list[int]:
+        t = tuple(s[: len(s) // self.p * self.p])
+        before = len(self.resident)
+        new_prefixes = self._pages(t)
+        num_new, node = self.tree.insert(np.array(s, np.int32), self._tick())
+        self.resident |= new_prefixes
+        assert num_new == self.p * (len(self.resident) - before)
+        assert tuple(self.tree.tokens_of(node).tolist()) == t
+        return s
+
+    @rule(target=inserted, base=inserted, cut=st.integers(0, 14), tail=seqs)
+    def insert_variant(self, base: list[int], cut: int, tail: list[int]) -> list[int]:
+        """Insert a sequence sharing a prefix with an earlier one (forces splits mid-edge)."""
+        return self.insert(base[:cut] + tail)
+
+    @rule(base=inserted, cut=st.integers(0, 14), tail=seqs)
+    def match_variant(self, base: list[int], cut: int, tail: list[int]) -> None:
+        self.match(base[:cut] + tail)
+
+    @rule(base=inserted, cut=st.integers(0, 14), tail=seqs)
+    def lock_variant(self, base: list[int], cut: int, tail: list[int]) -> None:
+        self.lock(base[:cut] + tail)
+
+    @rule(s=seqs)
+    def match(self, s: list[int]) -> None:
+        num, node = self.tree.match_prefix(np.array(s, np.int32), self._tick(), split=False)
+        assert num == self._expected_match(tuple(s))
+        assert len(self.tree.tokens_of(node)) <= num
+
+    @rule(s=seqs)
+    def lock(self, s: list[int]) -> None:
+        num, node = self.tree.match_prefix(np.array(s, np.int32), self._tick(), split=True)
+        assert tuple(self.tree.tokens_of(node).tolist()) == tuple(s[:num])
+        self.tree.inc_lock(node)
+        self.locks.append((tuple(s[:num]), node))
+
+    @precondition(lambda self: self.locks)
+    @rule(i=st.integers(0, 100))
+    def unlock(self, i: int) -> None:
+        _, node = self.locks.pop(i % len(self.locks))
+        self.tree.dec_lock(node)
+
+    @rule(n=st.integers(0, 30))
+    def evict(self, n: int) -> None:
+        before = self.tree.total_tokens
+        freed = self.tree.evict(n)
+        assert self.tree.total_tokens == before - freed
+        if freed < n:                                # nothing evictable may remain
+            assert self.tree.evictable_tokens == 0
+        # rebuild the model from what is still matchable: evicted prefixes are gone, locked ones stay
+        self.resident = {r for r in self.resident
+                         if self.tree.match_prefix(np.array(r, np.int32), split=False)[0] >= len(r)}
+
+    @invariant()
+    def accounting(self) -> None:
+        t = self.tree
+        assert t.evictable_tokens >= 0 and t.protected_tokens >= 0
+        assert t.evictable_tokens + t.protected_tokens == t.total_tokens == self.p * len(self.resident)
+
+    @invariant()
+    def locked_paths_resident(self) -> None:
+        for path, _ in self.locks:
+            assert self._pages(path) <= self.resident
+        locked = set().union(*(self._pages(path) for path, _ in self.locks))
+        assert self.tree.protected_tokens == self.p * len(locked)
+
+
+TestRadixStateful = RadixMachine.TestCase
+TestRadixStateful.settings = settings(max_examples=60, stateful_step_count=30, deadline=None,
+                                      suppress_health_check=[HealthCheck.too_slow])
