@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pic_cli.errors import console, user_errors
@@ -87,8 +88,11 @@ def command(
             knobs["rate"] = rate
         if pool_size is not None:
             knobs["pool_size"] = pool_size
-        with console.status(f"generating {requests} {name} requests (seed {seed})..."):
-            trace = synth_lib.synth(name, requests, seed, markers=markers, **knobs)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=True) as bar:
+            task = bar.add_task(f"{name} (seed {seed})", total=requests)
+            trace = synth_lib.synth(name, requests, seed, markers=markers,
+                                    progress=lambda n: bar.update(task, completed=n), **knobs)
         with console.status(f"writing {output}..."):
             write_trace(trace, output)
         _print_summary(name, output, synth_lib.summarize(trace))

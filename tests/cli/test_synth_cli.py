@@ -26,8 +26,9 @@ def test_passes_knobs_to_library(tmp_path, monkeypatch):
     seen = {}
     real = synth_cli.synth_lib.synth
 
-    def fake(scenario, num_requests, seed, markers=False, **knobs):
+    def fake(scenario, num_requests, seed, markers=False, *, progress=None, **knobs):
         seen.update(scenario=scenario, num_requests=num_requests, seed=seed, markers=markers, knobs=knobs)
+        assert callable(progress)
         return real(scenario, 3, seed, markers=markers, **knobs)
 
     monkeypatch.setattr(synth_cli.synth_lib, "synth", fake)

@@ -346,3 +346,11 @@ def test_early_variation_respects_any_knob_ranges(header, docs, pool_size, commo
     assert all(d_lo <= k <= d_hi for k in docs_per_session)
     first = t.prompt(0)
     assert all(np.array_equal(t.prompt(i)[:common], first[:common]) for i in range(12))
+
+
+def test_progress_callback_counts_up_and_changes_nothing():
+    """progress() sees increasing request counts up to N, and the trace equals one made without it."""
+    seen: list[int] = []
+    t = synth("tool-reorder", 3000, 0, progress=seen.append)
+    assert seen and seen == sorted(seen) and seen[-1] <= 3000 and len(seen) == 3000 // 1024
+    assert t.requests.equals(synth("tool-reorder", 3000, 0).requests)

@@ -8,6 +8,8 @@ docs/scenarios.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from traces.schema import Trace
@@ -30,18 +32,20 @@ def scenario_config(scenario: str, **knobs) -> SessionConfig:
     return make_config(SCENARIOS[scenario].config, knobs)
 
 
-def synth(scenario: str, num_requests: int, seed: int, markers: bool = False, **knobs) -> Trace:
+def synth(scenario: str, num_requests: int, seed: int, markers: bool = False, *,
+          progress: Callable[[int], None] | None = None, **knobs) -> Trace:
     """Generate ``num_requests`` requests of ``scenario`` from ``seed``.
 
     ``markers=True`` wraps every shared region (system, tools, each document / tool output) in the 64-token
     S2 boundary marker (one marker segment between two adjacent shared regions). Knobs are fields of
-    ``SCENARIOS[scenario].config``; unknown knobs or bad values raise ``ValueError``.
+    ``SCENARIOS[scenario].config``; unknown knobs or bad values raise ``ValueError``. ``progress(n)`` is
+    called with the number of requests made so far (every 1024 requests).
     """
     cfg = scenario_config(scenario, **knobs)
     if num_requests < 1:
         raise ValueError(f"num_requests: must be >= 1, got {num_requests}")
     rng = make_rng(seed)
-    builder = Builder(markers)
+    builder = Builder(markers, progress)
     SCENARIOS[scenario].generate(rng, cfg, int(num_requests), builder)
     meta = {
         "synth.scenario": scenario, "synth.seed": str(seed), "synth.num_requests": str(num_requests),

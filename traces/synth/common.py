@@ -130,8 +130,9 @@ def next_arrival(rng: np.random.Generator, cfg: SessionConfig, prev_us: int, pre
 class Builder:
     """Collects segments (stored once) and request rows; inserts S2 markers around shared kinds."""
 
-    def __init__(self, markers: bool):
+    def __init__(self, markers: bool, progress: Callable[[int], None] | None = None):
         self.table = SegmentTable()
+        self._progress = progress
         self.markers = markers
         self._shared: dict[int, bool] = {}
         self._marker = self.table.add(BOUNDARY_MARKER, "marker") if markers else None
@@ -163,6 +164,8 @@ class Builder:
         r["arrival_us"].append(int(arrival_us))
         r["output_tokens"].append(int(num_output))
         r["segment_ids"].append(list(sids))
+        if self._progress is not None and len(r["request_id"]) % 1024 == 0:
+            self._progress(len(r["request_id"]))
 
     def finish(self, source: str, meta: dict[str, str]) -> Trace:
         """The trace, requests sorted by arrival (ties in generation order), ids renumbered 0..R-1."""
