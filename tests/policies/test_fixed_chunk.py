@@ -1,0 +1,81 @@
+"""Unit tests of the ``fixed-chunk`` policy (fixed grid storage, rolling-hash lookup at every offset)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine import policies
+from engine.plan import Action
+from engine.policies import RequestView
+from tests.policies.conftest import BYTES_PER_TOKEN, make_ctx
+
+
+def _req(rid: int, toks) -> RequestView:
+    return RequestView.from_tokens(rid, np.asarray(toks, np.int32))
+
+
+def _serve(policy, req: RequestView, now: int) -> None:
+    plan = policy.lookup(req, now)
+    assert policy.admit(req, plan, now)
+    policy.commit(req, now)
+    policy.release(req, now)
+
+
+def _policy(verify: bool = False, **opts):
+    return policies.build("fixed-chunk", make_ctx(float("inf"), verify=verify), {"chunk_size": "32", **opts})
+
+
+def test_shifted_chunk_found_with_delta() -> None:
+    """A stored chunk found 13 tokens later is reused rotated with delta = 13."""
+    p = _policy()
+    doc = np.arange(100, 164)
+    _serve(p, _req(0, doc), 1)
+    plan = p.lookup(_req(1, np.r_[np.arange(13), doc]), 2)
+    rot = [s for s in plan.spans if s.action == Action.REUSE_ROTATED]
+    assert [(s.start, s.end, s.source_pos, s.delta) for s in rot] == [(13, 77, 0, 13)]
+
+
+def test_in_place_chunks_are_plain_reuse() -> None:
+    """Chunks at the position they were produced are REUSE (the exact in-place prefix)."""
+    p = _policy()
+    _serve(p, _req(0, np.arange(70)), 1)
+    plan = p.lookup(_req(1, np.r_[np.arange(70), [5] * 30]), 2)
+    assert plan.leading_reuse == 64 and plan.num_rotated == 0
+
+
+def test_partial_chunk_not_stored() -> None:
+    """Only full grid chunks are stored: 70 tokens with 32-token chunks keep 64."""
+    p = _policy()
+    _serve(p, _req(0, np.arange(70)), 1)
+    assert p.usage().total == 64 * BYTES_PER_TOKEN
+
+
+def test_matches_do_not_overlap() -> None:
+    """Greedy left-to-right matches never overlap, even when windows of two chunks overlap."""
+    p = _policy()
+    a = np.arange(200, 232)
+    _serve(p, _req(0, np.r_[a, a[16:], a[:16]]), 1)     # chunks "a" and "a rotated by 16"
+    plan = p.lookup(_req(1, np.r_[a, a, a]), 2)
+    reused = [s for s in plan.spans if s.action != Action.RECOMPUTE]
+    assert all(x.end <= y.start for x, y in zip(reused, reused[1:], strict=False))
+    assert plan.num_reused == 96
+
+
+def test_lru_evicts_oldest_chunk() -> None:
+    """Evicting one chunk removes the least recently used one."""
+    p = _policy()
+    old, new = np.arange(0, 32), np.arange(500, 532)
+    _serve(p, _req(0, old), 1)
+    _serve(p, _req(1, new), 2)
+    p.evict(1, 3)
+    assert p.lookup(_req(2, old), 4).num_reused == 0
+    assert p.lookup(_req(3, new), 5).num_reused == 32
+
+
+def test_verify_rejects_collision() -> None:
+    """Under --verify a hit whose stored tokens differ is a counted collision, not a reuse."""
+    p = _policy(verify=True)
+    _serve(p, _req(0, np.arange(32)), 1)
+    next(iter(p._store.values())).tokens[3] = -1
+    assert p.lookup(_req(1, np.arange(32)), 2).num_reused == 0
+    assert p.stats.collisions == 1
