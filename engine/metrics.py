@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -41,8 +42,8 @@ _ATTRS = {  # column -> Request attribute
 def request_frame(policy: str, requests: Sequence[Request]) -> pl.DataFrame:
     """One row per request (sorted by request_id) with the :data:`REQUEST_SCHEMA` columns."""
     cols: dict[str, Any] = {"policy": [policy] * len(requests)}
-    for col, attr in _ATTRS.items():
-        cols[col] = [getattr(r, attr) for r in requests]
+    values = list(zip(*map(attrgetter(*_ATTRS.values()), requests))) or [[] for _ in _ATTRS]
+    cols.update(zip(_ATTRS, values))
     df = pl.DataFrame(cols, schema={k: v for k, v in REQUEST_SCHEMA.items() if k not in ("ttft_s", "queue_s")})
     df = df.with_columns(
         ttft_s=(pl.col("first_token_us") - pl.col("arrival_us")).cast(pl.Float64) / 1e6,

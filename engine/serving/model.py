@@ -17,13 +17,14 @@ import numpy as np
 
 from engine.events import Event, EventKind
 from engine.loop import Simulator
-from engine.plan import Plan
+from engine.plan import NO_CORRECTION, Action, Plan
 from engine.request import Request, Status
 from engine.serving.replica import Phase, Replica
 from engine.serving.router import Router
 
 FINISH, PREFILL_DONE, ARRIVAL, SCHEDULE = (EventKind.FINISH, EventKind.PREFILL_DONE, EventKind.ARRIVAL,
                                            EventKind.SCHEDULE)
+ROTATED, RECOMPUTE = Action.REUSE_ROTATED, Action.RECOMPUTE
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,7 @@ class ServingModel:
         self.num_finished = 0
         self._tick = max(1, n // 200)
         self._memo: dict[Any, Any] = {}
+        self._plans: dict[int, Plan] = {}
         self.sim = Simulator({FINISH: self._on_finish, PREFILL_DONE: self._on_prefill_done,
                               ARRIVAL: self._on_arrival, SCHEDULE: self._on_schedule})
 
@@ -79,9 +81,13 @@ class ServingModel:
             raise RuntimeError(f"simulation ended with {len(self.requests) - self.num_finished} unfinished")
         return self.requests
 
-    def prefill_cost(self, plan: Plan) -> Any:
-        """CostModel.prefill, memoized on the plan's shape."""
-        key = (plan.num_tokens, plan.spans, plan.correction)
+    def prefill_cost(self, plan: Plan, num_reused: int = -1) -> Any:
+        """CostModel.prefill, memoized on the plan's shape (``num_reused >= 0`` marks a plain plan of
+        in-place reuse + recompute on HBM, keyed cheaply by its span layout)."""
+        if num_reused >= 0 and len(plan.spans) <= 2:
+            key: Any = (plan.num_tokens, num_reused, plan.spans[0].action)
+        else:
+            key = (plan.num_tokens, plan.spans, plan.correction)
         pc = self._memo.get(key)
         if pc is None:
             pc = self._memo[key] = self.cost.prefill(plan)
@@ -151,26 +157,35 @@ class ServingModel:
             r.admitted = True
             self._note_resident(k)
         else:
-            plan, r.uncached = Plan.recompute_all(n), True
+            plan, r.uncached = self._recompute_all(n), True
         r.num_evictions = pol.stats.evictions - ev0
+        reused, rotated, needs_extra = _plan_stats(plan)
+        num_recomputed = n - reused + plan.correction.recompute_tokens
+        r.num_reused, r.num_rotated, r.num_recomputed = reused, rotated, num_recomputed
+        pc = self.prefill_cost(plan, reused if not needs_extra else -1)
+        r.prefill_flops, r.prefill_hbm_bytes = pc.flops, pc.hbm_bytes
+        r.cache_read_bytes, r.prefill_joules = pc.cache_read_bytes, pc.joules
+        nocache = pc.joules if reused == 0 and not needs_extra else self._nocache_joules(n)
+        r.nocache_prefill_joules = nocache
         sh = self.shadows[k]
-        splan = None
-        if sh is not None:
+        if sh is pol:   # NOTE: shadow identical to the policy (same class + config): same answers, skip
+            r.num_prefix_reused, r.prefix_prefill_joules = reused, pc.joules
+        elif sh is not None:
             splan = sh.lookup(view, now)
             if sh.admit(view, splan, now):
                 r.shadow_admitted = True
             else:
-                splan = Plan.recompute_all(n)
-            r.num_prefix_reused = splan.num_reused
-        pc = self.prefill_cost(plan)
-        r.num_reused, r.num_rotated, r.num_recomputed = plan.num_reused, plan.num_rotated, plan.num_recomputed
-        r.prefill_flops, r.prefill_hbm_bytes = pc.flops, pc.hbm_bytes
-        r.cache_read_bytes, r.prefill_joules = pc.cache_read_bytes, pc.joules
-        r.nocache_prefill_joules = self.prefill_cost(Plan.recompute_all(n)).joules
-        r.prefix_prefill_joules = self.prefill_cost(splan).joules if splan is not None else r.nocache_prefill_joules
-        num_new = max(1, min(n, plan.num_recomputed))
-        alone = self.cost.step_time(((num_new, n - num_new),), 0, 0)
-        extra = max(0.0, pc.time_s - alone)
+                splan = self._recompute_all(n)
+            sreused, _, sextra = _plan_stats(splan)
+            r.num_prefix_reused = sreused
+            r.prefix_prefill_joules = self.prefill_cost(splan, sreused if not sextra else -1).joules
+        else:
+            r.prefix_prefill_joules = nocache
+        num_new = max(1, min(n, num_recomputed))
+        extra = 0.0
+        if needs_extra:
+            # rotation / correction / tier-transfer time beyond a plain chunked prefill of num_new tokens
+            extra = max(0.0, pc.time_s - self.cost.step_time(((num_new, n - num_new),), 0, 0))
         end, finishes = rep.run_prefill(now, n, num_new, extra, i, r.num_output_tokens)
         out = [(t, Event(FINISH, k, j)) for t, j in finishes]
         out.append((end, Event(PREFILL_DONE, k, i)))
@@ -196,6 +211,18 @@ class ServingModel:
         if j < 0:
             return []
         return [(max(now, r.arrival_us + self._gap[i]), Event(ARRIVAL, -1, j))]
+
+    def _nocache_joules(self, n: int) -> float:
+        pc = self._memo.get((n, 0, RECOMPUTE))
+        if pc is None:
+            pc = self._memo[(n, 0, RECOMPUTE)] = self.cost.prefill(self._recompute_all(n))
+        return pc.joules
+
+    def _recompute_all(self, n: int) -> Plan:
+        plan = self._plans.get(n)
+        if plan is None:
+            plan = self._plans[n] = Plan.recompute_all(n)
+        return plan
 
     def _note_resident(self, k: int) -> None:
         total = self.policies[k].usage().total
@@ -230,6 +257,21 @@ class ServingModel:
         self._chain_after = after.tolist()
         self._arrival = self.w.arrival_us.astype(np.int64).tolist()
         return chain, next_turn.tolist(), gap.tolist()
+
+
+def _plan_stats(plan: Plan) -> tuple[int, int, bool]:
+    """(reused tokens, rotated tokens, needs extra time: rotation / correction / non-HBM tier)."""
+    reused = rotated = 0
+    extra = plan.correction != NO_CORRECTION
+    for s in plan.spans:
+        if s.action != RECOMPUTE:
+            reused += s.end - s.start
+            if s.action == ROTATED:
+                rotated += s.end - s.start
+                extra = True
+        if s.tier:
+            extra = True
+    return reused, rotated, extra
 
 
 __all__ = ["ServingModel", "Workload", "Phase"]
