@@ -80,7 +80,7 @@ def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Worklo
                     req["output_tokens"].to_numpy().astype(np.int64)[order], arrival[order], view)
 
 
-def _check(config: ReplayConfig) -> tuple[Any, Any, CostModel, dict[str, Any]]:
+def check_config(config: ReplayConfig) -> tuple[Any, Any, CostModel, dict[str, Any]]:
     """Resolve model/GPU/cost/policy configs; every impossible setting raises before any work."""
     model = model_from_name(config.model)
     gpu = gpu_from_name(config.gpu)
@@ -98,7 +98,7 @@ def _check(config: ReplayConfig) -> tuple[Any, Any, CostModel, dict[str, Any]]:
 def replay(trace: Trace, config: ReplayConfig,
            progress: Callable[[int, int], None] | None = None) -> RunResult:
     """Replay ``trace`` once per policy in ``config.policies`` (same seed, same workload)."""
-    model, gpu, cost, _ = _check(config)
+    model, gpu, cost, _ = check_config(config)
     work = workload_from_trace(trace, config.max_requests)
     total = work.num_requests * len(config.policies)
     frames, summary, described = [], {}, {}
