@@ -80,6 +80,14 @@ def test_split_prompt_sections():
     assert parts[2][1].startswith("\n\n<returncode>")
 
 
+def test_split_prompt_sibling_blocks():
+    """Blocks that follow a closing tag directly (truncated-output notices) stay in one piece."""
+    obs = "\n\n<returncode>2</returncode>\n<warning>\nlong\n</warning><output_head>\nx\n\ny\n</output_head>"
+    parts = split_prompt("<pr_description>\nhi\n</pr_description>" + obs)
+    assert [p for _, p in parts] == ["<pr_description>\nhi\n</pr_description>", obs]
+    assert parts[1][0] == "tool_output"
+
+
 def test_split_prompt_plain_turns():
     """Untagged text is cut at blank lines; JSON tool calls are assistant turns."""
     parts = split_prompt('Hi!\n\n{"name": "f", "arguments": {}}\n\nThanks')

@@ -7,7 +7,8 @@ prompts really contain (checked on the published miniswe and taubench traces):
   followed by one ``\\n\\n<returncode>N</returncode>\\n<output>...</output>`` block per tool call;
 - tau-bench prompts are turns (user text, agent JSON tool calls) joined by blank lines.
 
-Rule: a tag opening a line (``<name>``) starts a block that runs to its ``</name>``; outside such blocks
+Rule: a tag opening a line (``<name>``) starts a block that runs to its ``</name>`` (and on through
+sibling blocks that follow directly, e.g. ``</warning><output_head>``); outside such blocks
 the text is cut at every blank line (``\\n\\n``), the separator going to the FOLLOWING piece so a piece
 reads the same in every later call. Kind by leading tag: instructions/system -> system, returncode/
 output/observation -> tool_output, tools -> tools, documents -> document; untagged JSON with a
@@ -25,7 +26,8 @@ from traces.formats._base import Progress, Rows, SkipRow, get_str, get_time_us, 
 from traces.tokenizer import load_tokenizer
 
 NAME = "lmcache-agent"
-_BLOCK = re.compile(r"^<([A-Za-z_][\w.-]*)>.*?</\1>", re.M | re.S)
+_OPEN_LINE = re.compile(r"^<([A-Za-z_][\w.-]*)>", re.M)
+_OPEN_NEXT = re.compile(r"[ \t]*\n?<([A-Za-z_][\w.-]*)>")
 _BREAK = re.compile(r"\n\n+")
 _LEAD_TAG = re.compile(r"\s*<([A-Za-z_][\w.-]*)>")
 _TAG_KIND = {
@@ -39,10 +41,7 @@ _TAG_KIND = {
 
 def split_prompt(text: str) -> list[tuple[str, str]]:
     """``[(kind, piece), ...]`` with ``"".join(pieces) == text``; see the module docstring for the rule."""
-    starts, ends = [], []
-    for m in _BLOCK.finditer(text):
-        starts.append(m.start())
-        ends.append(m.end())
+    starts, ends = _blocks(text)
     cuts = [0]
     for m in _BREAK.finditer(text):
         p = m.start()
@@ -53,6 +52,28 @@ def split_prompt(text: str) -> list[tuple[str, str]]:
             cuts.append(p)
     cuts.append(len(text))
     return [(_kind(text[a:b]), text[a:b]) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
+
+
+def _blocks(text: str) -> tuple[list[int], list[int]]:
+    """Spans of tagged blocks: a tag opening a line up to its closing tag, plus any sibling blocks that
+    follow it directly (``</warning><output_head>...``, ``</returncode>\n<output>...``)."""
+    starts, ends = [], []
+    pos = 0
+    while (m := _OPEN_LINE.search(text, pos)) is not None:
+        close = text.find(f"</{m.group(1)}>", m.end())
+        if close < 0:
+            pos = m.end()
+            continue
+        end = close + len(m.group(1)) + 3
+        while (n := _OPEN_NEXT.match(text, end)) is not None:
+            close = text.find(f"</{n.group(1)}>", n.end())
+            if close < 0:
+                break
+            end = close + len(n.group(1)) + 3
+        starts.append(m.start())
+        ends.append(end)
+        pos = end
+    return starts, ends
 
 
 def _kind(piece: str) -> str:
