@@ -297,7 +297,10 @@ def fmt_bytes(n: float | None) -> str:
 
 def fmt_pct(x: float | None) -> str:
     """``41.3%``; ``–`` for missing/NaN."""
-    return "–" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
+    if x is None or math.isnan(x):
+        return "–"
+    v = 100 * x
+    return f"{0.0 if abs(v) < 0.05 else v:.1f}%"  # no "-0.0%"
 
 
 def fmt_num(x: float | None, digits: int = 3) -> str:

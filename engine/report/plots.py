@@ -23,6 +23,7 @@ from traces.io import atomic_path
 
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
+_DASHES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))
 _DPI = 110
 _GIB = 2.0**30
 
@@ -43,7 +44,9 @@ class Plot:
 
 def render_plots(data: ReportData) -> list[Plot]:
     """All report figures, in display order (names are stable: ``ttft_cdf.png`` or ``ttft_cdf_2.png``...)."""
-    color = {p: _COLORS[i % len(_COLORS)] for i, p in enumerate(data.policies)}
+    # colour and dash per policy, the same in every figure; dashes keep coinciding curves visible
+    color = {p: {"color": _COLORS[i % len(_COLORS)], "ls": _DASHES[i % len(_DASHES)]}
+             for i, p in enumerate(data.policies)}
     scenarios = data.scenarios()
     out: list[Plot] = []
     if not data.capacity_series.is_empty():
@@ -95,7 +98,7 @@ def _ttft_cdf(req: pl.DataFrame, rows: pl.DataFrame, color, name: str, title: st
         if t.size == 0:
             continue
         y = np.arange(1, t.size + 1) / t.size
-        ax.plot(np.maximum(t, 1e-6), y, drawstyle="steps-post", color=color.get(pol), lw=1.6, label=label)
+        ax.plot(np.maximum(t, 1e-6), y, drawstyle="steps-post", lw=1.6, label=label, **color.get(pol, {}))
     for q in (0.5, 0.99):
         ax.axhline(q, color="#999", lw=0.7, ls=":")
         ax.annotate(f"p{round(q * 100)}", (1.0, q), xycoords=("axes fraction", "data"), fontsize=8,
@@ -170,11 +173,11 @@ def _capacity_plot(series: pl.DataFrame, color) -> Plot:
         for (pol,), pg in g.group_by(["policy"], maintain_order=True):
             cap = pg["capacity_bytes"].to_numpy()
             x = np.where(np.isinf(cap), inf_x, cap / _GIB)
-            ax.plot(x, pg["token_hit_rate"].to_numpy() * 100, marker="o", color=color.get(pol), label=pol)
+            ax.plot(x, pg["token_hit_rate"].to_numpy() * 100, marker="o", label=pol, **color.get(pol, {}))
             if prefix is None:
                 prefix = (x, pg["prefix_hit_rate"].to_numpy() * 100)
         if prefix is not None:
-            ax.plot(*prefix, ls="--", color="#888", lw=1, label="prefix (shadow)")
+            ax.plot(*prefix, ls=":", color="#888", lw=1.4, label="prefix (shadow)")
         ticks = sorted(set(np.where(np.isinf(g["capacity_bytes"].to_numpy()), inf_x,
                                     g["capacity_bytes"].to_numpy() / _GIB).tolist()))
         ax.set_xscale("log")
@@ -183,8 +186,9 @@ def _capacity_plot(series: pl.DataFrame, color) -> Plot:
         ax.minorticks_off()
         ax.set_xlabel("cache capacity")
         ax.set_ylabel("token hit rate (%)")
+        ax.set_ylim(bottom=0)
         ax.set_title(f"{Path(str(trace)).name} · {model} · {replicas} replica(s)", fontsize=9)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, frameon=False, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return Plot("hit_rate_vs_capacity.png", "Hit rate vs capacity", "Token hit rate of each policy at each "
-                "cache capacity (dashed: the shadow exact-prefix cache).", _png(fig))
+                "cache capacity (dotted grey: the shadow exact-prefix cache).", _png(fig))
