@@ -1,0 +1,77 @@
+"""`pic replay` CLI: builds the ReplayConfig, calls engine.replay once, prints table/JSON, fails early."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+import pic_cli.replay as cli
+from engine.replay import replay as real_replay
+from pic_cli.app import app
+from tests.engine.test_replay import _trace
+from traces.io import write_trace
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def trace_file(tmp_path):
+    return write_trace(_trace(num=20), tmp_path / "t.parquet")
+
+
+def test_passes_config_and_writes_run_dir(trace_file, tmp_path, monkeypatch):
+    """Options become one ReplayConfig; the run dir is written; the table names each policy."""
+    seen = {}
+
+    def spy(trace, config, progress=None):
+        seen["config"] = config
+        return real_replay(trace, config, progress)
+
+    monkeypatch.setattr(cli, "replay", spy)
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["replay", str(trace_file), "--policy", "prefix,none", "--capacity", "2GiB",
+                              "--replicas", "2", "--router", "least-loaded", "--set", "prefix.page_size=16",
+                              "--seed", "7", "--limit", "15", "--verify", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    c = seen["config"]
+    assert c.policies == ("prefix", "none") and c.capacity_bytes == 2 * 2**30 and c.replicas == 2
+    assert c.router == "least-loaded" and c.policy_options == {"prefix": {"page_size": "16"}}
+    assert c.seed == 7 and c.max_requests == 15 and c.verify and c.check_invariants
+    assert (out / "requests.parquet").exists() and "prefix" in res.output and "none" in res.output
+
+
+def test_json_prints_summary(trace_file, tmp_path):
+    """--json prints exactly summary.json to stdout."""
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["replay", str(trace_file), "--capacity", "inf", "--json", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    printed = json.loads(res.stdout)
+    on_disk = json.loads((out / "summary.json").read_text())
+    assert printed == on_disk and math.isclose(printed["policies"]["prefix"]["token_hit_rate"],
+                                               on_disk["policies"]["prefix"]["token_hit_rate"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--policy", "prefix,nope"], "unknown policy 'nope'"),
+    (["--model", "gpt-17"], "unknown model"),
+    (["--capacity", "10K"], "below one token"),
+    (["--capacity", "lots"], "size 'lots'"),
+    (["--set", "prefix.nope=1"], "unknown option"),
+    (["--router", "random"], "router"),
+])
+def test_bad_options_fail_before_any_work(trace_file, tmp_path, monkeypatch, args, message):
+    """Impossible settings exit 1 with one clear line and never start a replay."""
+    monkeypatch.setattr(cli, "replay", lambda *a, **k: pytest.fail("replay started"))
+    res = runner.invoke(app, ["replay", str(trace_file), *args, "-o", str(tmp_path / "r")])
+    assert res.exit_code == 1 and message in res.output and not (tmp_path / "r").exists()
+
+
+def test_list_policies_shows_registry_and_options():
+    """--list-policies lists every registered policy with its options."""
+    res = runner.invoke(app, ["replay", "--list-policies"])
+    assert res.exit_code == 0
+    for name in ("prefix", "none", "page_size"):
+        assert name in res.output
