@@ -2,23 +2,27 @@
 
 Keeps: one KV copy per distinct content-defined chunk (:mod:`engine.cdc`, Gear hash over 64-token windows,
 xxh64 fingerprint) in a registry ``fingerprint -> entry`` (tokens, length, base position, owner request,
-resident bytes, lock refs, recency). A lookup walks the prompt's chunks in order:
+resident bytes, lock refs, recency). A lookup first takes the exact prefix: a radix tree over committed
+prompts (:mod:`engine.radix`, an index of tokens, no KV) gives the longest committed prefix and the chunk
+layout of a prompt that had it; that prompt's resident chunks serve it in place. From there it walks the
+prompt's own chunks:
 
-1. fingerprint hit -> the chunk's KV is reused; at its base position it is ``REUSE``, elsewhere
-   ``REUSE_ROTATED`` with delta = target - base (MLA: only the 64-dim k_r is rotated, cKV is reused
-   verbatim; the cost model prices the rotation, ``fused_rotation`` is informational here);
-2. miss right after reused KV -> exact continuation, token-granular: the entries that followed the last
-   reused chunk in committed prompts (its successors; the root's successors are prompt starts) are
-   compared token by token and the longest common run is reused. From the root this *is* the radix
-   exact-prefix match, and it needs no second KV copy (the radix tree's edges are the chunks);
-3. still missing and ``s1`` -> the region is cut into fixed ``s1_window`` windows aligned to its start
-   and to its end and each is looked up in the window index (every stored chunk registers its start- and
-   end-aligned windows, as views into the chunk's KV).
+1. at each chunk start: fingerprint hit -> the chunk's KV is reused; at its base position it is
+   ``REUSE``, elsewhere ``REUSE_ROTATED`` with delta = target - base (MLA: only the 64-dim k_r is rotated,
+   cKV is reused verbatim; the cost model prices the rotation, ``fused_rotation`` is informational here);
+2. token-granular extension through a radix tree over the stored chunks' tokens (:mod:`engine.radix`,
+   one root path per chunk, index only): the longest stored chunk whose beginning equals the prompt
+   from here on (at least ``min_match`` tokens) is reused as far as it matches, and the walk goes on
+   from where it stops, so a hit continues into the stored chunk that followed it. KV is stored once,
+   in the chunks;
+3. still missing and ``s1`` -> the rest of the chunk is cut into fixed ``s1_window`` windows aligned to
+   its start and to its end, each looked up in the window index (every stored chunk registers its
+   start- and end-aligned windows as views into the chunk's KV).
 
 First-chunk clip: reused KV landing at position 0 from another position has its first ``sink_tokens``
 recomputed (attention sink). S2: marker edges (segments of kind ``marker`` or occurrences of the marker
 token sequence) are hard chunk boundaries. Eviction: unlocked entries in key order (``lru``/``lfu``,
-:mod:`engine.eviction`), lazily through a heap; a chunk's windows and successor links go with it.
+:mod:`engine.eviction`), lazily through a heap; a chunk's windows and trie path go with it.
 """
 
 from __future__ import annotations
@@ -33,10 +37,12 @@ from engine import cdc, eviction
 from engine.plan import Action, Plan, Span
 from engine.policies import register
 from engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
+from engine.radix import RadixNode, RadixTree
 from traces.markers import BOUNDARY_MARKER, find_markers
 from traces.schema import KIND_CODE
 
 _MARKER_KIND = KIND_CODE["marker"]
+_LAYOUTS = 16  # committed-prompt layouts tried for the exact prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,14 +61,14 @@ class IrminsulConfig:
     fused_rotation: bool = field(default=True, metadata={
         "help": "k_r rotation fused into the attention load (informational; the cost model prices it)"})
     eviction: str = field(default="lru", metadata={"help": "eviction order: lru | lfu"})
-    max_successors: int = field(default=64, metadata={
-        "help": "successor links kept per chunk and first token (older links are dropped)"})
+    min_match: int = field(default=16, metadata={
+        "help": "shortest run reused from a chunk-trie match (avoids plans of tiny spans)"})
 
     def __post_init__(self) -> None:
         self.cdc  # noqa: B018 - validates the chunk sizes
         eviction.key(self.eviction)
-        if self.s1_window < 1 or self.sink_tokens < 0 or self.max_successors < 1:
-            raise ValueError("s1_window and max_successors must be >= 1, sink_tokens >= 0")
+        if self.s1_window < 1 or self.sink_tokens < 0 or self.min_match < 1:
+            raise ValueError("s1_window and min_match must be >= 1, sink_tokens >= 0")
         if self.marker_tokens:
             try:
                 [int(x) for x in self.marker_tokens.split(",")]
@@ -82,17 +88,17 @@ class IrminsulConfig:
 
 
 class _Entry:
-    """One resident chunk. ``succ``: first token -> fingerprints of chunks that followed it."""
+    """One resident chunk; ``node``: its end node in the chunk trie (None until committed)."""
 
     __slots__ = ("fp", "tokens", "base_pos", "owner", "nbytes", "refs", "last_access_us", "hits",
-                 "created_us", "ready", "windows", "succ")
+                 "created_us", "ready", "windows", "node")
 
     def __init__(self, fp: int, tokens: np.ndarray, base_pos: int, owner: int, nbytes: int, now: int):
         self.fp, self.tokens, self.base_pos, self.owner, self.nbytes = fp, tokens, base_pos, owner, nbytes
         self.refs, self.last_access_us, self.hits, self.created_us = 0, now, 0, now
         self.ready = False
         self.windows: list[int] = []
-        self.succ: dict[int, list[int]] = {}
+        self.node: RadixNode | None = None
 
 
 @register
@@ -106,14 +112,15 @@ class Irminsul(CachePolicy):
         self._cdc, self._marker, self._key = c.cdc, c.marker, eviction.key(c.eviction)
         self._entries: dict[int, _Entry] = {}
         self._windows: dict[int, tuple[int, int]] = {}      # window fp -> (entry fp, offset)
-        self._root: dict[int, list[int]] = {}               # successors of the empty prefix
+        self._trie = RadixTree()                            # index of ready chunks' tokens
+        self._prompts = RadixTree()                         # index of committed prompts -> chunk layout
         self._pending: dict[int, tuple[list[int], list[int], list[int]]] = {}   # rid -> bounds, fps, used
         self._admitted: dict[int, tuple[list[int], list[int], list[int]]] = {}  # rid -> bounds, fps, new
         self._locks: dict[int, list[int]] = {}
         self._heap: list[tuple[tuple[int, ...], int, int]] = []
         self._seq = itertools.count()
         self._evictable = self._protected = 0
-        self.stats.extra.update(chunk_lookups=0, chunk_hits=0, continued_tokens=0, window_lookups=0,
+        self.stats.extra.update(prefix_tokens=0, chunk_lookups=0, chunk_hits=0, extended_tokens=0, window_lookups=0,
                                 window_hits=0, clipped_tokens=0, rotated_tokens=0)
 
     # ---- Public API -------------------------------------------------------------------------------
@@ -173,17 +180,16 @@ class Irminsul(CachePolicy):
             e.ready = True
             if self.config.s1:
                 self._add_windows(e)
-        toks, prev = req.tokens, self._root
-        for k, fp in enumerate(fps):
-            lst = prev.setdefault(int(toks[bounds[k]]), [])
-            if fp in lst:
-                lst.remove(fp)
-            lst.insert(0, fp)
-            del lst[self.config.max_successors:]
-            e = self._entries.get(fp)
-            if e is None:
-                break
-            prev = e.succ
+            num_new, node = self._trie.insert(e.tokens, now_us)
+            node.value = fp
+            self._trie.inc_lock(node)           # live chunks are locked in the index; dead ones get purged
+            e.node = node
+        if fps:
+            _, node = self._prompts.insert(req.tokens, now_us)
+            node.value = (bounds, fps)
+            cap = 4 * self.ctx.capacity_tokens + 2**20
+            if self._prompts.total_tokens > cap:
+                self._prompts.evict(int(self._prompts.total_tokens - cap))
 
     def release(self, req: RequestView, now_us: int) -> None:
         self._admitted.pop(req.request_id, None)
@@ -223,32 +229,30 @@ class Irminsul(CachePolicy):
         bl, fl = bounds.tolist(), cdc.fingerprints(toks, bounds).tolist()
         spans: list[Span] = []
         used: list[int] = []
-        pos, prev = 0, self._root
         ex = self.stats.extra
-        for k, fp in enumerate(fl):
+        n, k = toks.shape[0], 0
+        pos = self._prefix(toks, spans, used)
+        ex["prefix_tokens"] += pos
+        while pos < n:
+            while bl[k + 1] <= pos:
+                k += 1
             a, b = bl[k], bl[k + 1]
-            if b <= pos:
-                continue
-            c_spans: list[Span] = []
-            c_used: list[int] = []
-            if prev is not None:       # exact continuation first: it may run past this chunk's end
-                c_pos, c_prev = self._continue(prev, toks, max(a, pos), c_spans, c_used)
-            else:
-                c_pos, c_prev = max(a, pos), None
-            if c_pos < b and a >= pos:
+            if pos == a:
                 ex["chunk_lookups"] += 1
-                e = self._get(fp, toks, a, b)
-                if e is not None:
-                    ex["chunk_hits"] += 1
-                    self._span(spans, used, e, a, b, 0)
-                    pos, prev = b, e.succ
-                    continue
-            spans += c_spans
-            used += c_used
-            ex["continued_tokens"] += c_pos - max(a, pos)
-            pos, prev = c_pos, c_prev
-            if pos < b:
-                prev = self._s1(toks, pos, b, spans, used) if self.config.s1 else None
+            e = self._get(fl[k], toks, a, b)
+            if e is not None and pos == a:
+                ex["chunk_hits"] += 1
+            t_len, t_e = self._longest(toks, pos)
+            if t_len > (b - pos if e is not None else self.config.min_match - 1):
+                ex["extended_tokens"] += t_len - (b - pos if e is not None else 0)
+                self._span(spans, used, t_e, pos, pos + t_len, 0)
+                pos += t_len
+            elif e is not None:
+                self._span(spans, used, e, pos, b, pos - a)
+                pos = b
+            else:
+                if self.config.s1:
+                    self._s1(toks, pos, b, spans, used)
                 pos = b
         return bl, fl, spans, used
 
@@ -277,42 +281,72 @@ class Irminsul(CachePolicy):
         spans.append(Span(a, b, Action.REUSE if src == a else Action.REUSE_ROTATED, src))
         used.append(e.fp)
 
-    def _continue(self, succ: dict[int, list[int]], toks: np.ndarray, pos: int, spans, used):
-        """Follow successor links token-granularly from ``pos``; return (new pos, successors or None)."""
-        n = toks.shape[0]
-        while pos < n:
-            best, best_e = 0, None
-            for fp in succ.get(int(toks[pos]), ()):
-                e = self._entries.get(fp)
-                if e is None or not e.ready:
-                    continue
-                m = min(e.tokens.shape[0], n - pos)
-                neq = e.tokens[:m] != toks[pos:pos + m]
-                same = m if not neq.any() else int(neq.argmax())
-                if same > best:
-                    best, best_e = same, e
-            if best_e is None:
-                return pos, None
-            self._span(spans, used, best_e, pos, pos + best, 0)
-            pos += best
-            if best < best_e.tokens.shape[0]:
-                return pos, None
-            succ = best_e.succ
-        return pos, succ
+    def _prefix(self, toks: np.ndarray, spans: list[Span], used: list[int]) -> int:
+        """Exact prefix from the prompt index, served by the resident chunks of the committed prompt that
+        covers most of it (trying at most ``_LAYOUTS`` prompts, deepest shared prefix first); its length."""
+        num, node = self._prompts.match_prefix(toks, None, split=True)
+        best, best_len, tried, depth, skip = None, 0, 0, num, None
+        while node is not None and best_len < depth and tried < _LAYOUTS:
+            stack = [node]                # prompts below ``node`` (minus the branch done) share ``depth``
+            while stack and tried < _LAYOUTS and best_len < depth:
+                nd = stack.pop()
+                stack.extend(reversed([c for c in nd.children.values() if c is not skip]))
+                if nd.value is not None:
+                    tried += 1
+                    got = self._served(*nd.value, depth)
+                    if got > best_len:
+                        best, best_len = nd.value, got
+            skip, depth, node = node, depth - node.key.shape[0], node.parent
+        if best is None:
+            return 0
+        bounds, fps = best
+        for j, fp in enumerate(fps):
+            a = bounds[j]
+            if a >= best_len:
+                break
+            b = min(bounds[j + 1], best_len)
+            e = self._entries[fp]
+            if self.ctx.verify:
+                self.stats.verified_hits += 1
+                if not np.array_equal(e.tokens[:b - a], toks[a:b]):
+                    self.stats.collisions += 1
+                    return a
+            self._span(spans, used, e, a, b, 0)
+        return best_len
 
-    def _s1(self, toks: np.ndarray, lo: int, hi: int, spans, used) -> dict[int, list[int]] | None:
-        """Look ``[lo, hi)`` up as start-aligned, then end-aligned fixed windows; return the successors of
-        the entry whose end the last window reached (continuation), else None."""
+    def _served(self, bounds: list[int], fps: list[int], num: int) -> int:
+        for j, fp in enumerate(fps):
+            if bounds[j] >= num:
+                break
+            e = self._entries.get(fp)
+            if e is None or not e.ready:
+                return bounds[j]
+        return num
+
+    def _longest(self, toks: np.ndarray, pos: int) -> tuple[int, _Entry | None]:
+        """Longest run from ``pos`` that equals the beginning of a stored chunk (trie walk)."""
+        num, node = self._trie.match_prefix(toks[pos:pos + self.config.max_chunk], None, split=True)
+        if num == 0:
+            return 0, None
+        stack = [node]
+        while stack:                      # any live chunk at or below the match shares its tokens
+            nd = stack.pop()
+            if nd.value is not None:
+                return num, self._entries[nd.value]
+            stack.extend(reversed(list(nd.children.values())))
+        return 0, None
+
+    def _s1(self, toks: np.ndarray, lo: int, hi: int, spans, used) -> None:
+        """Look ``[lo, hi)`` up as start-aligned, then end-aligned fixed windows."""
         w = self.config.s1_window
         num = (hi - lo) // w
         if num == 0:
-            return None
+            return
         ex = self.stats.extra
         starts = [lo + i * w for i in range(num)]
         if (hi - lo) % w:
             starts += [hi - (i + 1) * w for i in range(num)]
         covered: list[tuple[int, int]] = []
-        nxt = None
         for s in starts:
             if any(s < b and a < s + w for a, b in covered):
                 continue
@@ -330,9 +364,6 @@ class Irminsul(CachePolicy):
             ex["window_hits"] += 1
             covered.append((s, s + w))
             self._span(spans, used, e, s, s + w, off)
-            if s + w == hi and off + w == e.tokens.shape[0]:
-                nxt = e.succ
-        return nxt
 
     def _add_windows(self, e: _Entry) -> None:
         w, n = self.config.s1_window, e.tokens.shape[0]
@@ -370,6 +401,10 @@ class Irminsul(CachePolicy):
     def _drop(self, e: _Entry) -> None:
         del self._entries[e.fp]
         self._evictable -= e.nbytes
+        if e.node is not None:
+            e.node.value = None
+            self._trie.dec_lock(e.node)
+            self._trie.evict(self._trie.evictable_tokens)
         for wfp in e.windows:
             if self._windows.get(wfp, (None,))[0] == e.fp:
                 del self._windows[wfp]
