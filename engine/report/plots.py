@@ -13,13 +13,15 @@ import io
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
-from matplotlib.figure import Figure
-
 from engine.report.data import ReportData, fmt_bytes, policy_labels, scenario_title
 from traces.io import atomic_path
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
@@ -85,8 +87,9 @@ def _png(fig: Figure) -> bytes:
 
 
 def _figure(w: float = 7.5, h: float = 4.2) -> Figure:
-    fig = Figure(figsize=(w, h), layout="constrained")
-    return fig
+    from matplotlib.figure import Figure  # NOTE: lazy, keeps `pic` start-up free of matplotlib
+
+    return Figure(figsize=(w, h), layout="constrained")
 
 
 def _ttft_cdf(req: pl.DataFrame, rows: pl.DataFrame, color, name: str, title: str) -> Plot:
