@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
+
 from engine.report.data import ReportData, fmt_bytes, policy_labels, scenario_title
 from traces.io import atomic_path
 
