@@ -15,6 +15,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -90,12 +91,21 @@ class Rows:
                      meta={"arrival_origin_us": str(origin), **(meta or {})})
 
 
+@dataclass(frozen=True, slots=True)
+class LineProblem:
+    """Stands in for a line that could not be read (over-long or not UTF-8)."""
+
+    field: str
+    message: str
+
+
 def iter_lines(path: Path, progress: Progress | None = None,
-               max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str]]:
+               max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str | LineProblem]]:
     """Yield ``(line_number, text)`` for every non-blank line, decoded as UTF-8, streamed.
 
-    Raises TraceError for non-UTF-8 bytes or a line longer than ``max_line_bytes`` (the long line is
-    never held whole: it is read in bounded pieces and discarded).
+    A line that is not UTF-8, or longer than ``max_line_bytes``, is yielded as a :class:`LineProblem`
+    (the long line is never held whole: it is read in bounded pieces and discarded), so the reader can
+    raise it or count it under skip-bad.
     """
     with open(path, "rb") as f:
         lineno = 0
@@ -113,30 +123,14 @@ def iter_lines(path: Path, progress: Progress | None = None,
                     size += len(raw)
                     if progress is not None:
                         progress(len(raw))
-                yield lineno, _TooLong(size, max_line_bytes)
+                yield lineno, LineProblem("line", f"{size} bytes, over the {max_line_bytes}-byte limit")
                 continue
             if not raw.strip():
                 continue
             try:
                 yield lineno, raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                yield lineno, _BadUtf8(e.start)
-
-
-class _TooLong(str):
-    """Placeholder text for an over-long line (lets the reader report it under skip-bad)."""
-
-    def __new__(cls, size: int, limit: int):
-        obj = super().__new__(cls, "")
-        obj.size, obj.limit = size, limit
-        return obj
-
-
-class _BadUtf8(str):
-    def __new__(cls, offset: int):
-        obj = super().__new__(cls, "")
-        obj.offset = offset
-        return obj
+                yield lineno, LineProblem("encoding", f"not valid UTF-8 (byte {e.start})")
 
 
 def iter_json_lines(path: Path, rows: Rows, progress: Progress | None = None,
@@ -144,10 +138,8 @@ def iter_json_lines(path: Path, rows: Rows, progress: Progress | None = None,
     """Yield ``(line_number, object)`` for each JSONL line; bad lines raise or are skipped via ``rows``."""
     for lineno, text in iter_lines(path, progress, max_line_bytes):
         try:
-            if isinstance(text, _TooLong):
-                raise rows.bad(path, lineno, "line", f"{text.size} bytes, over the {text.limit}-byte limit")
-            if isinstance(text, _BadUtf8):
-                raise rows.bad(path, lineno, "encoding", f"not valid UTF-8 (byte {text.offset})")
+            if isinstance(text, LineProblem):
+                raise rows.bad(path, lineno, text.field, text.message)
             try:
                 obj = json.loads(text)
             except json.JSONDecodeError as e:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from traces.formats._base import Progress, Rows, SkipRow, _BadUtf8, _TooLong, iter_lines, opaque_tokens
+from traces.formats._base import LineProblem, Progress, Rows, SkipRow, iter_lines, opaque_tokens
 from traces.schema import TraceError
 
 NAME = "azure"
@@ -73,8 +73,8 @@ def read(path: Path, rows: Rows, *, tokenizer=None, session: str | None = None,
     if header is None:
         raise TraceError(str(path), None, "file", "empty file (no header)")
     hline, htext = header
-    if isinstance(htext, (_TooLong, _BadUtf8)):
-        raise TraceError(str(path), hline, "header", "unreadable header line")
+    if isinstance(htext, LineProblem):
+        raise TraceError(str(path), hline, htext.field, htext.message)
     names = [c.strip().lstrip("\ufeff") for c in next(csv.reader([htext]))]
     lower = [c.lower() for c in names]
     idx = {}
@@ -101,10 +101,8 @@ def read(path: Path, rows: Rows, *, tokenizer=None, session: str | None = None,
 
     for line, text in lines:
         try:
-            if isinstance(text, _TooLong):
-                raise rows.bad(path, line, "line", f"{text.size} bytes, over the {text.limit}-byte limit")
-            if isinstance(text, _BadUtf8):
-                raise rows.bad(path, line, "encoding", f"not valid UTF-8 (byte {text.offset})")
+            if isinstance(text, LineProblem):
+                raise rows.bad(path, line, text.field, text.message)
             cells = next(csv.reader([text]))
             if len(cells) != width:
                 raise rows.bad(path, line, "row", f"expected {width} columns, got {len(cells)}")
