@@ -242,7 +242,8 @@ class Irminsul(CachePolicy):
             e = self._get(fl[k], toks, a, b)
             if e is not None and pos == a:
                 ex["chunk_hits"] += 1
-            t_len, t_e = self._longest(toks, pos)
+            # NOTE: a longer run than the hit chunk needs a stored chunk that extends it (a trie child)
+            t_len, t_e = (0, None) if e is not None and not e.node.children else self._longest(toks, pos)
             if t_len > (b - pos if e is not None else self.config.min_match - 1):
                 ex["extended_tokens"] += t_len - (b - pos if e is not None else 0)
                 self._span(spans, used, t_e, pos, pos + t_len, 0)
