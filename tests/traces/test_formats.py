@@ -6,12 +6,14 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from traces.formats.detect import expand, sniff
 from traces.formats.lmcache_agent import split_prompt
 from traces.formats.mooncake import BLOCK_TOKENS
 from traces.formats.openai_chat import canonical_json
-from traces.ingest import read_sources
+from traces.ingest import ingest, read_sources
 from traces.schema import KINDS, TraceError
 from traces.tokenizer import BuiltinTokenizer
 
@@ -78,6 +80,16 @@ def test_split_prompt_sections():
     assert "".join(p for _, p in parts) == SWE
     assert [k for k, _ in parts] == ["user", "system", "tool_output"]
     assert parts[2][1].startswith("\n\n<returncode>")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["<output>", "</output>", "<instructions>", "</instructions>", "\n", "\n\n",
+                                 "x", " y", "{\"name\": 1}", "THOUGHT:"]), max_size=30).map("".join))
+def test_split_prompt_is_a_partition(text):
+    """Whatever the markup, the pieces are non-empty and concatenate back to the prompt."""
+    parts = split_prompt(text)
+    assert "".join(p for _, p in parts) == text
+    assert all(p for _, p in parts) and all(k in KINDS for k, _ in parts)
 
 
 def test_split_prompt_sibling_blocks():
@@ -196,3 +208,13 @@ def test_directory_mixed_formats(tmp_path):
     (tmp_path / "b.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,5,1\n")
     with pytest.raises(TraceError, match=r"format: mixed formats in one directory \(b.csv is azure, a.jsonl is tokens\)"):
         expand([tmp_path])
+
+
+def test_progress_reaches_total(tmp_path):
+    """The progress callback ends at (total, total) and bytes_read is the input size."""
+    p = _jsonl(tmp_path / "t.jsonl", [{"tokens": [i + 1]} for i in range(100)])
+    seen = []
+    res = ingest([p], tmp_path / "t.parquet", progress=lambda done, total: seen.append((done, total)))
+    size = p.stat().st_size
+    assert seen[-1] == (size, size) and res.bytes_read == size
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
