@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from traces.formats.azure import _time_us
 from traces.formats.detect import expand, sniff
 from traces.formats.lmcache_agent import split_prompt
 from traces.formats.mooncake import BLOCK_TOKENS
@@ -159,6 +160,16 @@ def test_azure_rows(tmp_path):
     assert t.prompt_lengths.tolist() == [40, 40]
     assert len(t.segments) == 2 and not np.array_equal(t.prompt(0), t.prompt(1))
     assert _kinds(t, 0) == ["user"]
+
+
+@pytest.mark.parametrize(("stamp", "us"), [
+    ("2023-11-16 18:17:03.9799600", 1_700_158_623_979_960),  # 2023 trace: 7 fraction digits, no zone
+    ("2024-05-10 02:00:00.009930+02:00", 1_715_299_200_009_930),  # 2024 style: UTC offset
+    ("12.5", 12_500_000),  # plain seconds
+], ids=["2023", "offset", "seconds"])
+def test_azure_timestamp_forms(stamp, us):
+    """Azure TIMESTAMP forms parse to exact integer µs since the epoch."""
+    assert _time_us(stamp) == us
 
 
 # --- tokens ------------------------------------------------------------------------------------

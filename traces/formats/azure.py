@@ -1,7 +1,8 @@
 """Azure LLM inference trace CSV (2023/2024): ``TIMESTAMP,ContextTokens,GeneratedTokens``.
 
-Arrivals and lengths only. ``TIMESTAMP`` is a date-time (``2023-11-16 18:17:03.9799600``, read as UTC,
-fractions beyond µs truncated) or a number of seconds; arrivals become µs relative to the first row.
+Arrivals and lengths only. ``TIMESTAMP`` is a date-time (``2023-11-16 18:17:03.9799600`` read as UTC,
+fractions beyond µs truncated; a UTC offset such as ``+00:00`` is honoured) or a number of seconds;
+arrivals become µs relative to the first row.
 Each row gets ONE unique opaque segment (kind ``"user"``) of ``ContextTokens`` tokens derived from the
 file name and the row index, so no two requests share content. The session is the file's stem.
 The file is read in batches of rows; tokens for a batch are generated in one vectorized call.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import math
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from traces.schema import TraceError
 NAME = "azure"
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _BATCH_ROWS = 8192
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def sniff(first_line: str) -> bool:
@@ -43,14 +45,18 @@ def _time_us(text: str) -> int:
         if sec < 0:
             raise ValueError(f"negative timestamp {text}")
         return int(round(sec * 1_000_000))
-    date, _, frac = text.partition(".")
     try:
-        dt = datetime.fromisoformat(date).replace(tzinfo=timezone.utc)
-    except ValueError:
-        raise ValueError(f"not a date-time or number: {text!r}") from None
-    if frac and not frac.isdigit():
-        raise ValueError(f"bad fractional seconds in {text!r}")
-    return int(dt.timestamp()) * 1_000_000 + int((frac + "000000")[:6] or 0)
+        dt = datetime.fromisoformat(text)
+    except ValueError:  # Python 3.10 reads only 3 or 6 fraction digits: cut longer fractions to 6
+        date, _, rest = text.partition(".")
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        try:
+            dt = datetime.fromisoformat(f"{date}.{rest[:min(digits, 6)].ljust(6, '0')}{rest[digits:]}" if rest else date)
+        except ValueError:
+            raise ValueError(f"not a date-time or number: {text!r}") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return (dt - _EPOCH) // timedelta(microseconds=1)
 
 
 def _int(text: str, rows: Rows, path: Path, line: int, col: str, minimum: int) -> int:
