@@ -14,6 +14,9 @@ from traces.io import write_trace
 from traces.schema import Trace, TraceError
 from traces.tokenizer import Tokenizer, load_tokenizer
 
+#: formats whose rows carry text (the tokenizer is used); the others carry token ids or lengths only
+TEXT_FORMATS = frozenset({"openai-chat", "lmcache-agent"})
+
 
 @dataclass(frozen=True, slots=True)
 class IngestResult:
@@ -27,7 +30,7 @@ class IngestResult:
     bytes_read: int = field(metadata={"help": "input bytes consumed"})
     seconds: float = field(metadata={"help": "wall time of read + write"})
     formats: dict[str, str] = field(default_factory=dict, metadata={"help": "input file -> format"})
-    tokenizer: str = field(default="builtin", metadata={"help": "tokenizer name"})
+    tokenizer: str = field(default="builtin", metadata={"help": "tokenizer name ('none' for text-free formats)"})
 
     @property
     def num_skipped(self) -> int:
@@ -58,8 +61,9 @@ def read_sources(sources: list[Path], *, fmt: str = "auto", tokenizer: str | Pat
         why = f" ({sum(rows.skipped.values())} bad rows skipped)" if rows.skipped else ""
         raise TraceError(label, None, "requests", f"no valid requests in the input{why}")
     formats = {str(p): n for p, n in files}
-    trace = rows.build(label, meta={"source_format": ",".join(sorted(set(formats.values()))),
-                                    "tokenizer": tok.name})
+    used = set(formats.values())
+    trace = rows.build(label, meta={"source_format": ",".join(sorted(used)),
+                                    "tokenizer": tok.name if used & TEXT_FORMATS else "none"})
     return trace, rows, formats, done
 
 
