@@ -135,3 +135,23 @@ def test_config_validation():
         _pol(avg_chunk=100, min_chunk=64)
     with pytest.raises(ValueError):
         _pol(marker_tokens="1,x")
+
+
+def test_never_behind_exact_prefix_cache(stream):
+    """With room for everything, irminsul reuses at least what the prefix cache does on every request
+    (up to the first-chunk clip of a chunk whose stored copy came from another position)."""
+    irm, pre = _pol(), policies.build("prefix", PolicyContext(math.inf, BPT))
+    ahead = 0
+    for i, req in enumerate(stream):
+        got = [_serve_view(p, req, 10 * i).num_reused for p in (irm, pre)]
+        assert got[0] >= got[1] - irm.config.sink_tokens, f"request {req.request_id}: {got}"
+        ahead += got[0] > got[1]
+    assert ahead > 0 and irm.stats.collisions == 0
+
+
+def _serve_view(pol, req: RequestView, now: int) -> Plan:
+    plan = pol.lookup(req, now)
+    assert pol.admit(req, plan, now)
+    pol.commit(req, now + 1)
+    pol.release(req, now + 2)
+    return plan
