@@ -131,10 +131,10 @@ def extend_flop(C: int, T: int, H: int) -> int:
     return (T * C + T * (T + 1) // 2) * H * 2 * (D_C + D_R + D_C)
 
 
-def time_extend(inp, *, delta_zero: bool = False, config: dict | None = None) -> float:
+def time_extend(inp, *, delta_zero: bool = False, config: dict | None = None, rotate_on: bool = True) -> float:
     """do_bench median ms of one extend call."""
     qn, qr, cache, bt, lens, cu, delta = inp
     d = torch.zeros_like(delta) if delta_zero else delta
     out = torch.empty_like(qn)
     return bench_median(lambda: mla_extend(qn, qr, cache, bt, lens, cu, d, max_new=qn.shape[0],
-                                           config=config, out=out))
+                                           config=config, rotate=rotate_on, out=out))

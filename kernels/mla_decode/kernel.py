@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.rope.kernel import RopeConfig, cos_sin, dot_rope, freq_tensors, pair_offsets, rotate_kr_tile
+from kernels.rope.kernel import RopeConfig, cos_sin, dot_rope, freq_tensors, rope_columns, rotate_kr_tile
 
 LOG2E = 1.4426950408889634
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -35,7 +35,6 @@ def mla_decode_kernel(
     pid_h = tl.program_id(0)
     pid_s = tl.program_id(1)
     b = tl.program_id(2)
-    HALF: tl.constexpr = D_R // 2
     ROW: tl.constexpr = D_C + D_R
     seq_len = tl.load(SEQ_LENS + b)
     start = pid_s * tokens_per_split
@@ -44,36 +43,42 @@ def mla_decode_kernel(
     offs_h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     mask_h = offs_h < num_heads
     offs_c = tl.arange(0, D_C)
+    offs_r = tl.arange(0, D_R)
     offs_j = tl.arange(0, BLOCK_N)
-    off_a, off_b = pair_offsets(HALF, INTERLEAVED)
+    pair, partner, sign = rope_columns(D_R, INTERLEAVED)
     q_n = tl.load(Q_NOPE + b * stride_qn_b + offs_h[:, None] * stride_qn_h + offs_c[None, :],
                   mask=mask_h[:, None], other=0.0)
-    qr_row = Q_ROPE + b * stride_qr_b + offs_h[:, None] * stride_qr_h
-    q_a = tl.load(qr_row + off_a[None, :], mask=mask_h[:, None], other=0.0)
-    q_b = tl.load(qr_row + off_b[None, :], mask=mask_h[:, None], other=0.0)
-    f_hi = tl.load(F_HI + tl.arange(0, HALF))
-    f_lo = tl.load(F_LO + tl.arange(0, HALF))
+    q_r = tl.load(Q_ROPE + b * stride_qr_b + offs_h[:, None] * stride_qr_h + offs_r[None, :],
+                  mask=mask_h[:, None], other=0.0)
+    f_hi = tl.load(F_HI + pair)
+    f_lo = tl.load(F_LO + pair)
     ct, st = cos_sin(offs_j[:, None], f_hi[None, :], f_lo[None, :])
 
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, D_C], dtype=tl.float32)
+    last_j = tl.maximum(end - 1, 0) // PAGE
+    j = tl.minimum(start // PAGE, last_j)
+    page = tl.load(BLOCK_TABLE + b * stride_bt_b + j).to(tl.int64)
+    delta = tl.load(BLOCK_DELTA + b * stride_bd_b + j)
     for n0 in range(start, end, BLOCK_N):
-        j = n0 // PAGE
-        page = tl.load(BLOCK_TABLE + b * stride_bt_b + j).to(tl.int64)
+        # prefetch the next tile's page and δ so their latency overlaps this tile
+        j_nx = tl.minimum((n0 + BLOCK_N) // PAGE, last_j)
+        page_nx = tl.load(BLOCK_TABLE + b * stride_bt_b + j_nx).to(tl.int64)
+        delta_nx = tl.load(BLOCK_DELTA + b * stride_bd_b + j_nx)
         offs_n = n0 + offs_j
         mask_n = offs_n < end
         rows = CACHE + (page * PAGE + (offs_n % PAGE))[:, None] * ROW
         kv = tl.load(rows + offs_c[None, :], mask=mask_n[:, None], other=0.0)
-        k_a = tl.load(rows + D_C + off_a[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
-        k_b = tl.load(rows + D_C + off_b[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
+        k = tl.load(rows + D_C + offs_r[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
         if ROTATE:
-            base = tl.load(BLOCK_DELTA + b * stride_bd_b + j)
+            k_sw = tl.load(rows + D_C + partner[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
+            base = delta
             if PRE_ROPE:
                 base = base + n0
-            k_a, k_b = rotate_kr_tile(k_a, k_b, base, ct, st, f_hi, f_lo, k_scale, PRE_ROPE)
+            k = rotate_kr_tile(k, k_sw, sign, base, ct, st, f_hi, f_lo, k_scale, PRE_ROPE)
         s = tl.dot(q_n, tl.trans(kv))
-        s = dot_rope(s, q_a, q_b, k_a, k_b, SPLIT_KR)
+        s = dot_rope(s, q_r, k, SPLIT_KR)
         s = tl.where(mask_n[None, :], s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp2(m_i - m_new)
@@ -81,6 +86,8 @@ def mla_decode_kernel(
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = tl.dot(p.to(kv.dtype), kv, acc * alpha[:, None])
         m_i = m_new
+        page = page_nx
+        delta = delta_nx
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     lse = tl.where(l_i > 0, m_i + tl.log2(l_safe), float("-inf"))
@@ -114,14 +121,14 @@ def default_config(num_heads: int, dtype: torch.dtype) -> dict:
     if INTERPRET or not torch.cuda.is_available():
         return {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
     if num_heads <= 16:
-        return {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
-    return {"BLOCK_H": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2}
+        return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+    return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
 
 
 def pick_num_splits(batch: int, max_len: int, num_head_blocks: int, block_n: int, num_sms: int = 132) -> int:
-    """Enough (head block, split, sequence) programs for ~2 waves, but splits of >= 4 tiles."""
-    want = max(1, math.ceil(2 * num_sms / (batch * num_head_blocks)))
-    return max(1, min(want, math.ceil(max_len / (4 * block_n)), 64))
+    """Enough (head block, split, sequence) programs for ~4 waves, but splits of >= 512 tokens."""
+    want = max(1, math.ceil(4 * num_sms / (batch * num_head_blocks)))
+    return max(1, min(want, math.ceil(max_len / max(512, 4 * block_n)), 64))
 
 
 def mla_decode(

@@ -14,37 +14,36 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.rope.kernel import RopeConfig, cos_sin, dot_rope, freq_tensors, pair_offsets, rotate_kr_tile
+from kernels.rope.kernel import RopeConfig, cos_sin, dot_rope, freq_tensors, rope_columns, rotate_kr_tile
 
 LOG2E = 1.4426950408889634
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
-def _extend_tile(acc, m_i, l_i, q_n, q_a, q_b, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt, b_bd, n0, kv_len, qpos,
-                 ct, st, f_hi, f_lo, qk_scale, k_scale,
+def _extend_tile(acc, m_i, l_i, q_n, q_r, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt, b_bd, n0, kv_len, qpos,
+                 partner, sign, ct, st, f_hi, f_lo, qk_scale, k_scale,
                  PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERLEAVED: tl.constexpr, ROTATE: tl.constexpr, PRE_ROPE: tl.constexpr,
                  SPLIT_KR: tl.constexpr, CAUSAL: tl.constexpr):
-    HALF: tl.constexpr = D_R // 2
     ROW: tl.constexpr = D_C + D_R
-    off_a, off_b = pair_offsets(HALF, INTERLEAVED)
     offs_c = tl.arange(0, D_C)
+    offs_r = tl.arange(0, D_R)
     j = n0 // PAGE
     page = tl.load(BLOCK_TABLE + b_bt + j).to(tl.int64)
     offs_n = n0 + tl.arange(0, BLOCK_N)
     mask_n = offs_n < kv_len
     rows = CACHE + (page * PAGE + (offs_n % PAGE))[:, None] * ROW
     kv = tl.load(rows + offs_c[None, :], mask=mask_n[:, None], other=0.0)
-    k_a = tl.load(rows + D_C + off_a[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
-    k_b = tl.load(rows + D_C + off_b[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
+    k = tl.load(rows + D_C + offs_r[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
     if ROTATE:
+        k_sw = tl.load(rows + D_C + partner[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
         base = tl.load(BLOCK_DELTA + b_bd + j)
         if PRE_ROPE:
             base = base + n0
-        k_a, k_b = rotate_kr_tile(k_a, k_b, base, ct, st, f_hi, f_lo, k_scale, PRE_ROPE)
+        k = rotate_kr_tile(k, k_sw, sign, base, ct, st, f_hi, f_lo, k_scale, PRE_ROPE)
     s = tl.dot(q_n, tl.trans(kv))
-    s = dot_rope(s, q_a, q_b, k_a, k_b, SPLIT_KR) * qk_scale
+    s = dot_rope(s, q_r, k, SPLIT_KR) * qk_scale
     if CAUSAL:
         s = tl.where((offs_n[None, :] <= qpos[:, None]) & mask_n[None, :], s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -69,7 +68,6 @@ def mla_extend_kernel(
     pid_h = tl.program_id(0)
     pid_t = num_t_blocks - 1 - tl.program_id(1)
     b = tl.program_id(2)
-    HALF: tl.constexpr = D_R // 2
     M: tl.constexpr = BLOCK_T * BLOCK_HH
     q_start = tl.load(CU_Q + b)
     num_new = tl.load(CU_Q + b + 1) - q_start
@@ -82,15 +80,15 @@ def mla_extend_kernel(
         mask_r = (t < num_new) & (h < num_heads)
         qpos = kv_len - num_new + t
         offs_c = tl.arange(0, D_C)
-        off_a, off_b = pair_offsets(HALF, INTERLEAVED)
+        offs_r = tl.arange(0, D_R)
+        pair, partner, sign = rope_columns(D_R, INTERLEAVED)
         tok = (q_start + t).to(tl.int64)
         q_n = tl.load(Q_NOPE + tok[:, None] * stride_qn_t + h[:, None] * stride_qn_h + offs_c[None, :],
                       mask=mask_r[:, None], other=0.0)
-        qr_row = Q_ROPE + tok[:, None] * stride_qr_t + h[:, None] * stride_qr_h
-        q_a = tl.load(qr_row + off_a[None, :], mask=mask_r[:, None], other=0.0)
-        q_b = tl.load(qr_row + off_b[None, :], mask=mask_r[:, None], other=0.0)
-        f_hi = tl.load(F_HI + tl.arange(0, HALF))
-        f_lo = tl.load(F_LO + tl.arange(0, HALF))
+        q_r = tl.load(Q_ROPE + tok[:, None] * stride_qr_t + h[:, None] * stride_qr_h + offs_r[None, :],
+                      mask=mask_r[:, None], other=0.0)
+        f_hi = tl.load(F_HI + pair)
+        f_lo = tl.load(F_LO + pair)
         ct, st = cos_sin(tl.arange(0, BLOCK_N)[:, None], f_hi[None, :], f_lo[None, :])
         m_i = tl.full([M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([M], dtype=tl.float32)
@@ -101,12 +99,12 @@ def mla_extend_kernel(
         last_q = tl.minimum(first_q + BLOCK_T, kv_len)
         full_end = ((first_q + 1) // BLOCK_N) * BLOCK_N
         for n0 in range(0, full_end, BLOCK_N):
-            acc, m_i, l_i = _extend_tile(acc, m_i, l_i, q_n, q_a, q_b, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt,
-                                         b_bd, n0, kv_len, qpos, ct, st, f_hi, f_lo, qk_scale, k_scale,
+            acc, m_i, l_i = _extend_tile(acc, m_i, l_i, q_n, q_r, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt,
+                                         b_bd, n0, kv_len, qpos, partner, sign, ct, st, f_hi, f_lo, qk_scale, k_scale,
                                          PAGE, D_C, D_R, BLOCK_N, INTERLEAVED, ROTATE, PRE_ROPE, SPLIT_KR, False)
         for n0 in range(full_end, last_q, BLOCK_N):
-            acc, m_i, l_i = _extend_tile(acc, m_i, l_i, q_n, q_a, q_b, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt,
-                                         b_bd, n0, kv_len, qpos, ct, st, f_hi, f_lo, qk_scale, k_scale,
+            acc, m_i, l_i = _extend_tile(acc, m_i, l_i, q_n, q_r, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt,
+                                         b_bd, n0, kv_len, qpos, partner, sign, ct, st, f_hi, f_lo, qk_scale, k_scale,
                                          PAGE, D_C, D_R, BLOCK_N, INTERLEAVED, ROTATE, PRE_ROPE, SPLIT_KR, True)
         l_safe = tl.where(l_i > 0, l_i, 1.0)
         o_ptr = OUT + tok[:, None] * stride_o_t + h[:, None] * stride_o_h + offs_c[None, :]

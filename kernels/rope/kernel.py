@@ -135,35 +135,47 @@ def rope(x: torch.Tensor, positions: torch.Tensor, cfg: RopeConfig | None = None
 
 
 @triton.jit
-def rotate_kr_tile(k_a, k_b, base, ct, st, f_hi, f_lo, k_scale, PRE_ROPE: tl.constexpr):
-    """Rotate a loaded k_r tile (pair halves k_a, k_b: [BLOCK_N, HALF] fp32) in registers.
-
-    Stored-rotated k_r (PRE_ROPE=False): every row by R(base) with base = δ, unscaled (the YaRN
-    scale is already in the cache). Pre-RoPE k_r: row i by k_scale·R(base + i), using the
-    loop-invariant R(i) table (ct, st) so only one cos/sin of HALF values is computed per tile.
-    """
-    cb, sb = cos_sin(base, f_hi, f_lo)
-    if PRE_ROPE:
-        c = cb[None, :] * ct - sb[None, :] * st
-        s = sb[None, :] * ct + cb[None, :] * st
-        r_a, r_b = rotate_pair(k_a, k_b, c, s)
-        r_a = r_a * k_scale
-        r_b = r_b * k_scale
+def rope_columns(D_R: tl.constexpr, INTERLEAVED: tl.constexpr):
+    """Per column of a k_r row: its pair index, its partner column and the sign of the sine term."""
+    col = tl.arange(0, D_R)
+    HALF: tl.constexpr = D_R // 2
+    if INTERLEAVED:
+        pair = col // 2
+        partner = col ^ 1
+        first = (col % 2) == 0
     else:
-        r_a, r_b = rotate_pair(k_a, k_b, cb[None, :], sb[None, :])
-    return r_a, r_b
+        pair = col % HALF
+        partner = (col + HALF) % D_R
+        first = col < HALF
+    sign = tl.where(first, -1.0, 1.0)
+    return pair, partner, sign
 
 
 @triton.jit
-def dot_rope(acc, q_a, q_b, r_a, r_b, SPLIT: tl.constexpr):
-    """acc + q_r·k_r^T from pair halves; SPLIT feeds fp32 k_r as bf16 hi + lo (no second rounding)."""
-    h_a = r_a.to(q_a.dtype)
-    h_b = r_b.to(q_a.dtype)
-    acc = tl.dot(q_a, tl.trans(h_a), acc)
-    acc = tl.dot(q_b, tl.trans(h_b), acc)
+def rotate_kr_tile(k, k_sw, sign, base, ct, st, f_hi, f_lo, k_scale, PRE_ROPE: tl.constexpr):
+    """Rotate a loaded k_r tile k [BLOCK_N, D_R] (k_sw: the same rows with each pair swapped) in fp32.
+
+    Column c of pair i: r = k·cos + sign·k_partner·sin, f_hi/f_lo are θ per column. Stored-rotated
+    k_r (PRE_ROPE=False): every row by R(base), base = δ, unscaled (the YaRN scale is already in the
+    cache). Pre-RoPE k_r: row i by k_scale·R(base + i), using the loop-invariant per-column R(i) table
+    (ct, st), so only D_R cos/sin are computed per tile.
+    """
+    cb, sb = cos_sin(base, f_hi, f_lo)
+    if PRE_ROPE:
+        c = (cb[None, :] * ct - sb[None, :] * st) * k_scale
+        s = (sb[None, :] * ct + cb[None, :] * st) * (sign[None, :] * k_scale)
+        r = k * c + k_sw * s
+    else:
+        r = k * cb[None, :] + k_sw * (sb * sign)[None, :]
+    return r
+
+
+@triton.jit
+def dot_rope(acc, q_r, r, SPLIT: tl.constexpr):
+    """acc + q_r·r^T for fp32 k_r tile r; SPLIT feeds r as bf16 hi + lo (no second rounding)."""
+    hi = r.to(q_r.dtype)
+    acc = tl.dot(q_r, tl.trans(hi), acc)
     if SPLIT:
-        l_a = (r_a - h_a.to(tl.float32)).to(q_a.dtype)
-        l_b = (r_b - h_b.to(tl.float32)).to(q_a.dtype)
-        acc = tl.dot(q_a, tl.trans(l_a), acc)
-        acc = tl.dot(q_b, tl.trans(l_b), acc)
+        lo = (r - hi.to(tl.float32)).to(q_r.dtype)
+        acc = tl.dot(q_r, tl.trans(lo), acc)
     return acc

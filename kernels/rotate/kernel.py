@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.rope.kernel import RopeConfig, cos_sin, freq_tensors, pair_offsets, rotate_kr_tile
+from kernels.rope.kernel import RopeConfig, cos_sin, freq_tensors, rope_columns, rotate_kr_tile
 
 
 @triton.jit
@@ -23,7 +23,6 @@ def rotate_kernel(CACHE, BLOCK_TABLE, BLOCK_DELTA, SEQ_LENS, F_HI, F_LO, FEED, k
     """One BLOCK_N-row tile of logical page j of sequence b. FEED_MODE: 0 in place, 1 bf16 feed, 2 split feed."""
     pid = tl.program_id(0)
     b = tl.program_id(1)
-    HALF: tl.constexpr = D_R // 2
     ROW: tl.constexpr = D_C + D_R
     n0 = pid * BLOCK_N
     seq_len = tl.load(SEQ_LENS + b)
@@ -35,34 +34,29 @@ def rotate_kernel(CACHE, BLOCK_TABLE, BLOCK_DELTA, SEQ_LENS, F_HI, F_LO, FEED, k
     if active:
         page = tl.load(BLOCK_TABLE + b * stride_bt_b + j).to(tl.int64)
         offs_j = tl.arange(0, BLOCK_N)
+        offs_r = tl.arange(0, D_R)
         offs_n = n0 + offs_j
-        mask_n = offs_n < seq_len
-        off_a, off_b = pair_offsets(HALF, INTERLEAVED)
-        f_hi = tl.load(F_HI + tl.arange(0, HALF))
-        f_lo = tl.load(F_LO + tl.arange(0, HALF))
+        mask_n = (offs_n < seq_len)[:, None]
+        pair, partner, sign = rope_columns(D_R, INTERLEAVED)
+        f_hi = tl.load(F_HI + pair)
+        f_lo = tl.load(F_LO + pair)
         ct, st = cos_sin(offs_j[:, None], f_hi[None, :], f_lo[None, :])
         rows = CACHE + (page * PAGE + (offs_n % PAGE))[:, None] * ROW + D_C
-        k_a = tl.load(rows + off_a[None, :], mask=mask_n[:, None], other=0.0)
-        k_b = tl.load(rows + off_b[None, :], mask=mask_n[:, None], other=0.0)
+        k = tl.load(rows + offs_r[None, :], mask=mask_n, other=0.0)
+        k_sw = tl.load(rows + partner[None, :], mask=mask_n, other=0.0)
         base = delta
         if PRE_ROPE:
             base = base + n0
-        r_a, r_b = rotate_kr_tile(k_a.to(tl.float32), k_b.to(tl.float32), base, ct, st, f_hi, f_lo,
-                                  k_scale, PRE_ROPE)
-        h_a = r_a.to(k_a.dtype)
-        h_b = r_b.to(k_a.dtype)
+        r = rotate_kr_tile(k.to(tl.float32), k_sw.to(tl.float32), sign, base, ct, st, f_hi, f_lo, k_scale, PRE_ROPE)
+        hi = r.to(k.dtype)
         if FEED_MODE == 0:
-            tl.store(rows + off_a[None, :], h_a, mask=mask_n[:, None])
-            tl.store(rows + off_b[None, :], h_b, mask=mask_n[:, None])
+            tl.debug_barrier()  # every lane has read its partner column before any lane overwrites it
+            tl.store(rows + offs_r[None, :], hi, mask=mask_n)
         else:
-            f_a = h_a.to(tl.float32)
-            f_b = h_b.to(tl.float32)
+            fed = hi.to(tl.float32)
             if FEED_MODE == 2:
-                f_a += (r_a - f_a).to(k_a.dtype).to(tl.float32)
-                f_b += (r_b - f_b).to(k_a.dtype).to(tl.float32)
-            out = FEED + b * stride_f_b + offs_n[:, None] * stride_f_n
-            tl.store(out + off_a[None, :], f_a, mask=mask_n[:, None])
-            tl.store(out + off_b[None, :], f_b, mask=mask_n[:, None])
+                fed += (r - fed).to(k.dtype).to(tl.float32)
+            tl.store(FEED + b * stride_f_b + offs_n[:, None] * stride_f_n + offs_r[None, :], fed, mask=mask_n)
 
 
 def rotate(cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor, block_delta: torch.Tensor,
