@@ -38,6 +38,7 @@ def run_one(name: str, repeat: int, profile: int, policy: str, replicas: int) ->
     t0 = time.perf_counter()
     trace = read_sources([TRACES[name]])[0]
     setup_s = time.perf_counter() - t0
+    setup_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     config = ReplayConfig(policies=(policy,), replicas=replicas)
     best = None
     for _ in range(repeat):
@@ -55,6 +56,7 @@ def run_one(name: str, repeat: int, profile: int, policy: str, replicas: int) ->
         "req_per_s_wall": round(s["requests"] / wall), "req_per_s_cpu": round(s["requests"] / cpu),
         "prompt_tok_per_s_wall": round(s["prompt_tokens"] / wall), "events_per_s_wall": round(s["events"] / wall),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "peak_rss_after_setup_mb": round(setup_rss),
         "setup_ingest_s": round(setup_s, 2), "token_hit_rate": round(s["token_hit_rate"], 5),
         "sim_seconds": round(s["sim_seconds"], 1), "ttft_p50_s": round(s["ttft_p50_s"], 4),
     }

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -80,11 +81,34 @@ def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Worklo
                     req["output_tokens"].to_numpy().astype(np.int64)[order], arrival[order], view)
 
 
+def cost_config(overrides: dict[str, Any]) -> CostConfig:
+    """CostConfig from ``{field: value}`` (strings coerced to the field's type); unknown keys raise."""
+    known = {f.name: f for f in dataclasses.fields(CostConfig)}
+    unknown = sorted(set(overrides) - set(known))
+    if unknown:
+        raise ValueError(f"unknown cost option(s): {', '.join(unknown)}; known: {', '.join(known)}")
+    kwargs = {}
+    for key, value in overrides.items():
+        default = known[key].default
+        if isinstance(value, str):
+            try:
+                if isinstance(default, bool):
+                    if value.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                        raise ValueError
+                    value = value.lower() in ("1", "true", "yes", "on")
+                else:
+                    value = type(default)(float(value))
+            except ValueError:
+                raise ValueError(f"cost.{key}: expected {type(default).__name__}, got {value!r}") from None
+        kwargs[key] = value
+    return CostConfig(**kwargs)
+
+
 def check_config(config: ReplayConfig) -> tuple[Any, Any, CostModel, dict[str, Any]]:
     """Resolve model/GPU/cost/policy configs; every impossible setting raises before any work."""
     model = model_from_name(config.model)
     gpu = gpu_from_name(config.gpu)
-    cost = CostModel(model, gpu, CostConfig(**config.cost))
+    cost = CostModel(model, gpu, cost_config(config.cost))
     if config.capacity_bytes < model.kv_bytes_per_token:
         raise ValueError(f"capacity: {config.capacity_bytes:.0f} B is below one token of {model.name} KV "
                          f"({model.kv_bytes_per_token} B)")

@@ -32,7 +32,8 @@ def command(
     closed_loop: Annotated[bool, typer.Option(
         "--closed-loop", help="A session's next turn waits for the previous one (plus the original gap).")] = False,
     sets: Annotated[list[str] | None, typer.Option(
-        "--set", help="Policy option POLICY.KEY=VALUE (repeatable), e.g. prefix.page_size=16.")] = None,
+        "--set", help="Policy option POLICY.KEY=VALUE (repeatable), e.g. prefix.page_size=16; cost.KEY=VALUE "
+             "sets a cost-model factor (cost.mfu=0.5).")] = None,
     seed: Annotated[int, typer.Option(help="Seed handed to every policy.")] = 0,
     verify: Annotated[bool, typer.Option(
         "--verify", help="Compare tokens on every hit and check cache invariants after every event.")] = False,
@@ -59,8 +60,10 @@ def command(
             raise ValueError("TRACE: missing (give a trace file, or --list-policies)")
         if output is None:
             raise ValueError("--output/-o: missing run directory")
+        options = parse_sets(sets)
+        cost = options.pop("cost", {})
         config = ReplayConfig(
-            policies=tuple(p.strip() for p in policy.split(",") if p.strip()), policy_options=parse_sets(sets),
+            policies=tuple(p.strip() for p in policy.split(",") if p.strip()), policy_options=options, cost=cost,
             model=model, gpu=gpu, capacity_bytes=parse_size(capacity), replicas=replicas, router=router,
             token_budget=token_budget, closed_loop=closed_loop, seed=seed, verify=verify,
             check_invariants=verify, max_requests=limit)

@@ -75,3 +75,12 @@ def test_list_policies_shows_registry_and_options():
     assert res.exit_code == 0
     for name in ("prefix", "none", "page_size"):
         assert name in res.output
+
+
+def test_cost_overrides_reach_the_cost_model(trace_file, tmp_path):
+    """--set cost.KEY=VALUE lands in ReplayConfig.cost and in config.json's resolved CostConfig."""
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["replay", str(trace_file), "--set", "cost.mfu=0.25", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["replay"]["cost"] == {"mfu": "0.25"} and cfg["cost"]["config"]["mfu"] == 0.25
