@@ -42,8 +42,8 @@ _ATTRS = {  # column -> Request attribute
 def request_frame(policy: str, requests: Sequence[Request]) -> pl.DataFrame:
     """One row per request (sorted by request_id) with the :data:`REQUEST_SCHEMA` columns."""
     cols: dict[str, Any] = {"policy": [policy] * len(requests)}
-    values = list(zip(*map(attrgetter(*_ATTRS.values()), requests))) or [[] for _ in _ATTRS]
-    cols.update(zip(_ATTRS, values))
+    values = list(zip(*map(attrgetter(*_ATTRS.values()), requests), strict=False)) or [[] for _ in _ATTRS]
+    cols.update(zip(_ATTRS, values, strict=False))
     df = pl.DataFrame(cols, schema={k: v for k, v in REQUEST_SCHEMA.items() if k not in ("ttft_s", "queue_s")})
     df = df.with_columns(
         ttft_s=(pl.col("first_token_us") - pl.col("arrival_us")).cast(pl.Float64) / 1e6,
@@ -64,7 +64,9 @@ def summarize(rows: pl.DataFrame, *, peak_resident_bytes: int, evictions: int, c
                                             "nocache_prefill_joules", "prefix_prefill_joules")}
     ttft = rows["ttft_s"].to_numpy()
     queue = rows["queue_s"].to_numpy()
-    pct = (lambda a, q: float(np.percentile(a, q)) if a.size else 0.0)
+    def pct(a: np.ndarray, q: float) -> float:
+        return float(np.percentile(a, q)) if a.size else 0.0
+
     n, reused, pref = s["prompt_tokens"], s["reused_tokens"], s["prefix_reused_tokens"]
     span = (int(rows["finish_us"].max()) - int(rows["arrival_us"].min())) / 1e6 if rows.height else 0.0
     return {

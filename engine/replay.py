@@ -74,7 +74,7 @@ def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Worklo
             toks = tokens[a[0]:b[-1]]
         else:
             lo, hi = [int(a[0]), *a[cut + 1].tolist()], [*b[cut].tolist(), int(b[-1])]
-            toks = np.concatenate([tokens[x:y] for x, y in zip(lo, hi)])
+            toks = np.concatenate([tokens[x:y] for x, y in zip(lo, hi, strict=False)])
         return RequestView(int(rid[i]), sess[i], toks, bounds, ids[idx], kinds[idx])
 
     return Workload(rid, sess, trace.prompt_lengths[order].astype(np.int64),

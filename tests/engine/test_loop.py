@@ -17,7 +17,7 @@ def _recording_sim():
         seen.append((now, ev.kind, ev.req))
         return []
 
-    return Simulator({k: handler for k in EventKind}), seen
+    return Simulator(dict.fromkeys(EventKind, handler)), seen
 
 
 def test_same_time_orders_by_kind_then_fifo():

@@ -148,6 +148,6 @@ def test_closed_loop_turn_waits_for_previous_finish():
     for r in reqs:
         by_session.setdefault(r.session_id, []).append(r)
     for turns in by_session.values():
-        for prev, nxt in zip(turns, turns[1:]):
+        for prev, nxt in zip(turns, turns[1:], strict=False):
             assert nxt.arrival_us >= prev.finish_us
             assert nxt.arrival_us >= prev.arrival_us + (int(w.arrival_us[nxt.idx]) - int(w.arrival_us[prev.idx]))
