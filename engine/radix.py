@@ -114,7 +114,8 @@ class RadixTree:
             edge = child.key
             m = min(edge.shape[0], n - pos)
             neq = edge[:m] != tokens[pos:pos + m]
-            same = m if not neq.any() else int(neq.argmax()) // p * p
+            first = int(neq.argmax())
+            same = m if not neq[first] else first // p * p
             if same == 0:
                 break
             if now_us is not None:

@@ -16,7 +16,6 @@ middle block leaves its descendants resident but unreachable until it is cached 
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,15 +36,6 @@ class BlockHashConfig:
             raise ValueError(f"block-hash.block_size must be >= 1, got {self.block_size}")
 
 
-class _Block:
-    __slots__ = ("parent", "tokens", "ref")
-
-    def __init__(self, parent: int, tokens: np.ndarray) -> None:
-        self.parent = parent
-        self.tokens = tokens
-        self.ref = 0
-
-
 @register
 class BlockHashCache(CachePolicy):
     name = "block-hash"
@@ -53,19 +43,29 @@ class BlockHashCache(CachePolicy):
 
     def __init__(self, ctx: PolicyContext, config: BlockHashConfig | None = None) -> None:
         super().__init__(ctx, config)
-        self._bs = self.config.block_size
-        self._blocks: dict[int, _Block] = {}
-        self._free: OrderedDict[int, None] = OrderedDict()     # ref == 0, LRU first
+        self._bs = bs = self.config.block_size
+        self._slot_of: dict[int, int] = {}                   # chained hash -> slot
+        # NOTE: per-slot state lives in numpy arrays so ref counting and eviction are vectorized.
+        self._hash = np.zeros(0, np.uint64)
+        self._parent = np.zeros(0, np.uint64)
+        self._ref = np.zeros(0, np.int32)
+        self._free_seq = np.zeros(0, np.int64)                # order in the LRU free queue (ref == 0)
+        self._alive = np.zeros(0, bool)
+        self._tok = np.zeros((0, bs), np.int32)
+        self._spare: list[int] = []                           # dead slots to recycle
+        self._next_free_seq = 0
         self._num_locked = 0                                  # blocks with ref > 0
         self._reserved = 0                                    # blocks reserved, not yet committed
-        self._live: dict[int, tuple[list[int], int]] = {}     # request_id -> (held hashes, reserved)
-        self._cap_blocks = ctx.capacity_tokens // self._bs if ctx.capacity_tokens != float("inf") \
-            else float("inf")
+        self._live: dict[int, tuple[np.ndarray, int, np.ndarray]] = {}  # id -> (held, reserved, hashes)
+        self._memo: tuple[np.ndarray, np.ndarray] | None = None   # (tokens, hashes) of the last lookup
+        cap = ctx.capacity_tokens
+        self._cap_blocks = cap if cap == float("inf") else cap // bs
 
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
         self.stats.lookups += 1
-        num = len(self._match(req, self._hashes(req))) * self._bs
+        hashes = self._hashes(req)
+        num = self._match(req, hashes, self._slots(hashes)).shape[0] * self._bs
         if num:
             self.stats.hits += 1
         return Plan.from_prefix(req.num_tokens, num)
@@ -75,46 +75,40 @@ class BlockHashCache(CachePolicy):
             raise ValueError(f"request {req.request_id} admitted twice")
         hashes = self._hashes(req)
         want = plan.leading_reuse // self._bs
-        held = self._match(req, hashes)[:want]
-        if len(held) < want:
+        held = _dedup(self._match(req, hashes, self._slots(hashes))[:want])
+        if held.shape[0] < want:
             self.stats.rejected += 1
             self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
             return False
-        for h in held:
-            self._ref(h)
-        need = len(hashes) - want
-        over = len(self._blocks) + self._reserved + need - self._cap_blocks
+        self._lock(held)
+        need = hashes.shape[0] - want
+        over = len(self._slot_of) + self._reserved + need - self._cap_blocks
         if over > 0:
             self._evict_blocks(int(over))
-            if len(self._blocks) + self._reserved + need > self._cap_blocks:
-                for h in reversed(held):
-                    self._unref(h)
+            if len(self._slot_of) + self._reserved + need > self._cap_blocks:
+                self._unlock(held)
                 self.stats.rejected += 1
                 return False
         self._reserved += need
-        self._live[req.request_id] = (held, need)
+        self._live[req.request_id] = (held, need, hashes)
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:
-        held, need = self._live[req.request_id]
+        held, need, hashes = self._live[req.request_id]
         self._reserved -= need
-        hashes = self._hashes(req)
-        bs = self._bs
-        out = list(held)
-        for i in range(len(held), len(hashes)):
-            h = hashes[i]
-            b = self._blocks.get(h)
-            if b is None:
-                b = self._blocks[h] = _Block(hashes[i - 1] if i else 0, req.tokens[i * bs:(i + 1) * bs].copy())
-            self._ref(h)
-            out.append(h)
-        self._live[req.request_id] = (out, 0)
+        slots = self._slots(hashes)
+        miss = np.flatnonzero(slots < 0)
+        if miss.shape[0]:
+            slots[miss] = self._allocate(req, hashes, miss)
+        rest = _dedup(slots)
+        rest = rest[~np.isin(rest, held)]
+        self._lock(rest)
+        self._live[req.request_id] = (np.concatenate([held, rest]), 0, hashes)
 
     def release(self, req: RequestView, now_us: int) -> None:
-        held, need = self._live.pop(req.request_id)
+        held, need, _ = self._live.pop(req.request_id)
         self._reserved -= need
-        for h in reversed(held):          # tail first into the free queue: evicted first
-            self._unref(h)
+        self._unlock(held)
 
     def evict(self, num_bytes: int, now_us: int) -> int:
         per = self._bs * self.ctx.bytes_per_token
@@ -122,52 +116,88 @@ class BlockHashCache(CachePolicy):
 
     def usage(self) -> Usage:
         per = self._bs * self.ctx.bytes_per_token
-        n = len(self._blocks)
+        n = len(self._slot_of)
         return Usage((n - self._num_locked) * per, (self._num_locked + self._reserved) * per,
                      (n + self._reserved) * per, self.ctx.capacity_bytes)
 
     # ---- Internal helpers -------------------------------------------------------------------------
-    def _hashes(self, req: RequestView) -> list[int]:
-        h = prefix_hashes(req.tokens)
-        return h[self._bs::self._bs].tolist()
+    def _hashes(self, req: RequestView) -> np.ndarray:
+        """Chained hashes of the full blocks: uint64 [N // block_size] (memoized for lookup -> admit)."""
+        if self._memo is None or self._memo[0] is not req.tokens:
+            self._memo = (req.tokens, prefix_hashes(req.tokens)[self._bs::self._bs])
+        return self._memo[1]
 
-    def _match(self, req: RequestView, hashes: list[int]) -> list[int]:
-        out: list[int] = []
-        bs, blocks, verify = self._bs, self._blocks, self.ctx.verify
-        prev = 0
-        for i, h in enumerate(hashes):
-            b = blocks.get(h)
-            if b is None:
-                break
-            if verify:
-                self.stats.verified_hits += 1
-                if b.parent != prev or not np.array_equal(b.tokens, req.tokens[i * bs:(i + 1) * bs]):
-                    self.stats.collisions += 1
-                    break
-            out.append(h)
-            prev = h
-        return out
+    def _slots(self, hashes: np.ndarray) -> np.ndarray:
+        get = self._slot_of.get
+        return np.array([get(h, -1) for h in hashes.tolist()], np.int64)
 
-    def _ref(self, h: int) -> None:
-        b = self._blocks[h]
-        if b.ref == 0:
-            self._free.pop(h, None)
-            self._num_locked += 1
-        b.ref += 1
+    def _match(self, req: RequestView, hashes: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """Slots of the leading run of present blocks (verified under --verify)."""
+        miss = np.flatnonzero(slots < 0)
+        run = slots[: miss[0] if miss.shape[0] else slots.shape[0]]
+        if self.ctx.verify and run.shape[0]:
+            k, bs = run.shape[0], self._bs
+            self.stats.verified_hits += k
+            ok = (self._tok[run] == req.tokens[:k * bs].reshape(k, bs)).all(axis=1)
+            ok &= self._parent[run] == np.r_[np.uint64(0), hashes[:k - 1]]
+            if not ok.all():
+                self.stats.collisions += 1
+                run = run[: int(np.argmin(ok))]
+        return run
 
-    def _unref(self, h: int) -> None:
-        b = self._blocks[h]
-        b.ref -= 1
-        if b.ref == 0:
-            self._num_locked -= 1
-            self._free[h] = None
+    def _allocate(self, req: RequestView, hashes: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        k, bs = idx.shape[0], self._bs
+        take = min(k, len(self._spare))
+        slots = np.array(self._spare[len(self._spare) - take:], np.int64)
+        del self._spare[len(self._spare) - take:]
+        if take < k:
+            n = self._hash.shape[0]
+            grow = max(k - take, n)
+            self._hash = np.r_[self._hash, np.zeros(grow, np.uint64)]
+            self._parent = np.r_[self._parent, np.zeros(grow, np.uint64)]
+            self._ref = np.r_[self._ref, np.zeros(grow, np.int32)]
+            self._free_seq = np.r_[self._free_seq, np.zeros(grow, np.int64)]
+            self._alive = np.r_[self._alive, np.zeros(grow, bool)]
+            self._tok = np.concatenate([self._tok, np.zeros((grow, bs), np.int32)])
+            self._spare.extend(range(n + grow - 1, n + k - take - 1, -1))
+            slots = np.r_[slots, np.arange(n, n + k - take)]
+        self._hash[slots] = hashes[idx]
+        self._parent[slots] = np.where(idx > 0, hashes[np.maximum(idx - 1, 0)], np.uint64(0))
+        self._ref[slots] = 0
+        self._alive[slots] = True
+        self._tok[slots] = req.tokens[: (int(idx[-1]) + 1) * bs].reshape(-1, bs)[idx]
+        self._slot_of.update(zip(hashes[idx].tolist(), slots.tolist(), strict=True))
+        return slots
+
+    def _lock(self, slots: np.ndarray) -> None:
+        self._num_locked += int(np.count_nonzero(self._ref[slots] == 0))
+        self._ref[slots] += 1
+
+    def _unlock(self, slots: np.ndarray) -> None:
+        self._ref[slots] -= 1
+        zero = slots[self._ref[slots] == 0]
+        self._num_locked -= zero.shape[0]
+        # tail first into the free queue (vLLM frees reversed(blocks)): the tail is evicted first
+        self._free_seq[zero] = self._next_free_seq + np.arange(zero.shape[0] - 1, -1, -1)
+        self._next_free_seq += zero.shape[0]
 
     def _evict_blocks(self, num_blocks: int) -> int:
-        freed = 0
-        while freed < num_blocks and self._free:
-            h, _ = self._free.popitem(last=False)
-            del self._blocks[h]
-            freed += 1
+        if num_blocks <= 0:
+            return 0
+        cand = np.flatnonzero(self._alive & (self._ref == 0))
+        if cand.shape[0] > num_blocks:
+            cand = cand[np.argpartition(self._free_seq[cand], num_blocks - 1)[:num_blocks]]
+        for h in self._hash[cand].tolist():
+            del self._slot_of[h]
+        self._alive[cand] = False
+        self._spare.extend(cand.tolist())
+        freed = cand.shape[0]
         self.stats.evictions += freed
         self.stats.evicted_bytes += freed * self._bs * self.ctx.bytes_per_token
         return freed
+
+
+def _dedup(slots: np.ndarray) -> np.ndarray:
+    """Unique slots in first-seen order."""
+    _, first = np.unique(slots, return_index=True)
+    return slots[np.sort(first)]

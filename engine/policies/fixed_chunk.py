@@ -5,8 +5,8 @@ of the request that produced it, one entry per distinct chunk content (the first
 is remembered as ``source_pos``). A partial tail chunk is never stored.
 
 Lookup: the new prompt is hashed at EVERY offset with a vectorized rolling hash
-(:func:`engine.rolling.window_hashes`); windows whose hash is a stored key are candidates (one
-``searchsorted`` against a sorted key array, no Python loop per token). Candidates are taken greedily
+(:func:`engine.rolling.window_hashes`); windows whose hash is a stored key are candidates (a
+vectorized counting-filter gather, then a dict check of the few survivors; no Python loop per token). Candidates are taken greedily
 left to right without overlap: ``REUSE`` when the window sits where its chunk was produced (so an
 exact in-place prefix is reused in place), else ``REUSE_ROTATED`` from ``source_pos`` (RoPE keys
 rotated by delta = start - source_pos). Under ``--verify`` the tokens of every hit are compared and
@@ -29,6 +29,9 @@ from engine.plan import Action, Plan, Span
 from engine.policies import register
 from engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
 from engine.rolling import window_hashes
+
+_FILTER_BITS = 22
+_FILTER_SHIFT = 64 - _FILTER_BITS
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +68,13 @@ class FixedChunkCache(CachePolicy):
         self._c = self.config.chunk_size
         self._key = eviction.key(self.config.eviction)
         self._store: dict[int, _Chunk] = {}
-        self._sorted = np.zeros(0, np.uint64)    # sorted keys (may hold evicted ones)
-        self._pending: list[int] = []            # keys added since the last sort
+        # NOTE: counting filter over the top bits of stored keys: one vectorized gather per lookup
+        # rejects almost every window; only survivors are checked against the dict.
+        self._filter = np.zeros(1 << _FILTER_BITS, np.uint16)
         self._num_locked = 0
         self._reserved = 0                       # chunks reserved by admitted, uncommitted requests
-        self._live: dict[int, tuple[list[_Chunk], int]] = {}
+        self._live: dict[int, tuple[list[_Chunk], int, np.ndarray | None]] = {}
+        self._memo: tuple[np.ndarray, np.ndarray] | None = None   # (tokens, window hashes) of last lookup
         self._heap: list[tuple[tuple[int, ...], int, _Chunk]] = []
         self._seq = itertools.count()
         cap = ctx.capacity_tokens
@@ -79,7 +84,7 @@ class FixedChunkCache(CachePolicy):
     def lookup(self, req: RequestView, now_us: int) -> Plan:
         self.stats.lookups += 1
         c, toks = self._c, req.tokens
-        w = window_hashes(toks, c)
+        w = self._windows(req)
         cand = np.flatnonzero(self._candidates(w))
         spans: list[Span] = []
         k, cursor = 0, 0
@@ -105,7 +110,7 @@ class FixedChunkCache(CachePolicy):
         if req.request_id in self._live:
             raise ValueError(f"request {req.request_id} admitted twice")
         c = self._c
-        w = window_hashes(req.tokens, c)
+        w = self._windows(req)
         held: list[_Chunk] = []
         for s in plan.spans:
             if s.action == Action.RECOMPUTE:
@@ -138,30 +143,29 @@ class FixedChunkCache(CachePolicy):
                 self.stats.rejected += 1
                 return False
         self._reserved += need
-        self._live[req.request_id] = (held, need)
+        self._live[req.request_id] = (held, need, w)
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:
-        held, need = self._live[req.request_id]
+        held, need, w = self._live[req.request_id]
         self._reserved -= need
         c, toks = self._c, req.tokens
-        w = window_hashes(toks, c)
         seen = {id(ch) for ch in held}
         for i in range(0, c * (req.num_tokens // c), c):
             h = int(w[i])
             ch = self._store.get(h)
             if ch is None:
                 ch = self._store[h] = _Chunk(h, i, toks[i:i + c].copy(), now_us)
-                self._pending.append(h)
+                self._filter[h >> _FILTER_SHIFT] += 1
             elif id(ch) in seen or not self._same(ch, toks[i:i + c]):
                 continue
             self._ref(ch)
             held.append(ch)
             seen.add(id(ch))
-        self._live[req.request_id] = (held, 0)
+        self._live[req.request_id] = (held, 0, None)
 
     def release(self, req: RequestView, now_us: int) -> None:
-        held, need = self._live.pop(req.request_id)
+        held, need, _ = self._live.pop(req.request_id)
         self._reserved -= need
         for ch in held:
             self._unref(ch)
@@ -177,20 +181,13 @@ class FixedChunkCache(CachePolicy):
                      (n + self._reserved) * per, self.ctx.capacity_bytes)
 
     # ---- Internal helpers -------------------------------------------------------------------------
+    def _windows(self, req: RequestView) -> np.ndarray:
+        if self._memo is None or self._memo[0] is not req.tokens:
+            self._memo = (req.tokens, window_hashes(req.tokens, self._c))
+        return self._memo[1]
+
     def _candidates(self, w: np.ndarray) -> np.ndarray:
-        if len(self._pending) > max(256, self._sorted.shape[0] // 4) \
-                or self._sorted.shape[0] > 2 * len(self._store) + 1024:
-            self._sorted = np.sort(np.fromiter(self._store.keys(), np.uint64, len(self._store)))
-            self._pending = []
-        s = self._sorted
-        if s.shape[0]:
-            idx = np.minimum(np.searchsorted(s, w), s.shape[0] - 1)
-            mask = s[idx] == w
-        else:
-            mask = np.zeros(w.shape[0], bool)
-        if self._pending:
-            mask |= np.isin(w, np.array(self._pending, np.uint64))
-        return mask
+        return self._filter[w >> np.uint64(_FILTER_SHIFT)] > 0
 
     def _same(self, ch: _Chunk, toks: np.ndarray) -> bool:
         if not self.ctx.verify:
@@ -229,6 +226,7 @@ class FixedChunkCache(CachePolicy):
                 continue
             ch.is_alive = False
             del self._store[ch.key]
+            self._filter[ch.key >> _FILTER_SHIFT] -= 1
             freed += 1
         self.stats.evictions += freed
         self.stats.evicted_bytes += freed * self._c * self.ctx.bytes_per_token

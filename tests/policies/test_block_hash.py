@@ -59,6 +59,6 @@ def test_verify_detects_tampered_block() -> None:
     """Under --verify a stored block whose tokens differ is counted as a collision and not reused."""
     p = policies.build("block-hash", make_ctx(float("inf"), verify=True))
     _serve(p, _req(0, np.arange(64)), 1)
-    next(iter(p._blocks.values())).tokens[0] = -5
+    p._tok[0, 0] = -5                        # corrupt the first stored block
     assert p.lookup(_req(1, np.arange(64)), 2).num_reused == 0
     assert p.stats.collisions == 1
