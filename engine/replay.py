@@ -32,6 +32,8 @@ from engine.specs import gpu_from_name, model_from_name
 from traces.schema import Trace
 
 SUMMARY_VERSION = 1
+#: policy config fields naming the smallest unit a cache stores (capacity must hold one)
+_UNIT_FIELDS = ("page_size", "block_size", "chunk_size", "min_chunk")
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,12 @@ def check_config(config: ReplayConfig) -> tuple[Any, Any, CostModel, dict[str, A
     resolved = {}
     for name in (*config.policies, config.shadow_policy):
         registry.get(name)
-        resolved[name] = registry.make_config(name, config.policy_options.get(name))
+        resolved[name] = cfg = registry.make_config(name, config.policy_options.get(name))
+        unit = next((f for f in _UNIT_FIELDS if hasattr(cfg, f)), None)
+        if unit is not None and config.capacity_bytes < getattr(cfg, unit) * model.kv_bytes_per_token:
+            need = getattr(cfg, unit) * model.kv_bytes_per_token
+            raise ValueError(f"capacity: {config.capacity_bytes:.0f} B is below one {name} {unit} "
+                             f"({getattr(cfg, unit)} tokens x {model.kv_bytes_per_token} B = {need} B)")
     return model, gpu, cost, resolved
 
 

@@ -94,9 +94,10 @@ def test_write_run_replaces_existing_dir(tmp_path):
     ({"model": "no-such-model"}, "unknown model"),
     ({"capacity_bytes": 100.0}, "below one token"),
     ({"policy_options": {"prefix": {"bogus": "1"}}}, "unknown option"),
+    ({"policies": ("fixed-chunk",), "capacity_bytes": 100 * 31104.0}, "below one fixed-chunk chunk_size"),
 ])
 def test_impossible_configs_fail_before_work(kwargs, match):
-    """Unknown policy/model/option and a capacity below one token raise ValueError from check_config."""
+    """Unknown policy/model/option and a capacity below one token / chunk raise from check_config."""
     with pytest.raises(ValueError, match=match):
         check_config(ReplayConfig(**kwargs))
 
