@@ -156,6 +156,10 @@ def replay(trace: Trace, config: ReplayConfig,
             rows, peak_resident_bytes=sm.peak_resident,
             evictions=sum(q.stats.evictions for q in pols), collisions=sum(q.stats.collisions for q in pols),
             num_events=sm.sim.num_events, wall_seconds=wall)
+        busy = sum(rep.busy_us for rep in sm.replicas) / 1e6
+        span = summary[name]["sim_seconds"] * config.replicas
+        summary[name]["busy_seconds"] = busy
+        summary[name]["gpu_joules"] = cost.energy(busy, max(span - busy, 0.0))
         described[name] = {"config": pols[0].describe(), "stats": _stats(pols)}
     requests = pl.concat(frames).sort(["policy", "request_id"])
     cap = None if math.isinf(config.capacity_bytes) else config.capacity_bytes

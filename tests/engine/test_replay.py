@@ -67,6 +67,8 @@ def test_summary_matches_rows():
         assert s["energy_saved_vs_none"] == pytest.approx(saved)
         assert s["ttft_p50_s"] == pytest.approx(float(np.percentile(rows["ttft_s"].to_numpy(), 50)))
     assert res.summary["policies"]["prefix"]["token_hit_rate"] > 0.3
+    for s in res.summary["policies"].values():   # 1 replica: busy within the run; energy covers the prefills
+        assert 0 < s["busy_seconds"] <= s["sim_seconds"] and s["gpu_joules"] > s["prefill_joules"] * 0.5
     assert res.summary["policies"]["none"]["token_hit_rate"] == 0.0
     assert res.summary["policies"]["none"]["prefix_hit_rate"] > 0.3    # the shadow still sees prefix reuse
 
