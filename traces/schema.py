@@ -213,7 +213,7 @@ def validate(trace: Trace) -> None:
     )
     if bad.height:
         raise TraceError(src, int(bad["_row"][0]), "arrival_us", "arrival goes backwards within its session")
-    trace._csr  # resolves every segment id or raises
+    _ = trace._csr  # resolves every segment id or raises
 
 
 def requests_frame(rows: dict[str, list]) -> pl.DataFrame:
