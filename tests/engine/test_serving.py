@@ -64,10 +64,11 @@ def _reference(w: Workload, cost: FakeCost, budget: int):
     return first, finish
 
 
-@pytest.mark.parametrize("budget", [512, 8192])
-def test_closed_form_matches_step_reference(budget):
+@pytest.mark.parametrize("budget, seed, span_us", [(512, 1, 1_000_000), (8192, 1, 1_000_000), (64, 2, 300_000),
+                                                   (2048, 3, 5_000_000), (8192, 4, 0)])
+def test_closed_form_matches_step_reference(budget, seed, span_us):
     """First-token and finish times equal a step-by-step simulation (whole-µs step times, no rounding)."""
-    w = _workload(60, seed=1, max_out=80, span_us=1_000_000)
+    w = _workload(60, seed=seed, max_out=80, span_us=max(span_us, 1))
     cost = FakeCost(fixed=1e-3, a=1e-6, b=0.0, c=1e-6)
     reqs = ServingModel(w, [BrutePrefix(reject=True)], None, cost, token_budget=budget).run()
     first, finish = _reference(w, cost, budget)
