@@ -16,7 +16,9 @@ middle block leaves its descendants resident but unreachable until it is cached 
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 
@@ -54,9 +56,13 @@ class BlockHashCache(CachePolicy):
         self._tok = np.zeros((0, bs), np.int32)
         self._spare: list[int] = []                           # dead slots to recycle
         self._next_free_seq = 0
+        # LRU free queue as a FIFO of (seq, slot) array pieces in increasing seq; entries whose slot
+        # was re-referenced, re-released or evicted since are stale and skipped on pop.
+        self._queue: deque[tuple[np.ndarray, np.ndarray]] = deque()
+        self._num_queued = 0
         self._num_locked = 0                                  # blocks with ref > 0
         self._reserved = 0                                    # blocks reserved, not yet committed
-        self._live: dict[int, tuple[np.ndarray, int, np.ndarray]] = {}  # id -> (held, reserved, hashes)
+        self._live: dict[int, tuple[np.ndarray, int, np.ndarray, int]] = {}  # held, reserved, hashes, want
         self._memo: tuple[np.ndarray, np.ndarray] | None = None   # (tokens, hashes) of the last lookup
         cap = ctx.capacity_tokens
         self._cap_blocks = cap if cap == float("inf") else cap // bs
@@ -65,7 +71,7 @@ class BlockHashCache(CachePolicy):
     def lookup(self, req: RequestView, now_us: int) -> Plan:
         self.stats.lookups += 1
         hashes = self._hashes(req)
-        num = self._match(req, hashes, self._slots(hashes)).shape[0] * self._bs
+        num = self._match(req, hashes).shape[0] * self._bs
         if num:
             self.stats.hits += 1
         return Plan.from_prefix(req.num_tokens, num)
@@ -75,8 +81,9 @@ class BlockHashCache(CachePolicy):
             raise ValueError(f"request {req.request_id} admitted twice")
         hashes = self._hashes(req)
         want = plan.leading_reuse // self._bs
-        held = _dedup(self._match(req, hashes, self._slots(hashes))[:want])
-        if held.shape[0] < want:
+        run = self._match(req, hashes, want)
+        held = _dedup(run)
+        if run.shape[0] < want:
             self.stats.rejected += 1
             self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
             return False
@@ -90,23 +97,23 @@ class BlockHashCache(CachePolicy):
                 self.stats.rejected += 1
                 return False
         self._reserved += need
-        self._live[req.request_id] = (held, need, hashes)
+        self._live[req.request_id] = (held, need, hashes, want)
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:
-        held, need, hashes = self._live[req.request_id]
+        held, need, hashes, want = self._live[req.request_id]
         self._reserved -= need
-        slots = self._slots(hashes)
+        slots = self._slots(hashes[want:])                  # the first `want` blocks are held
         miss = np.flatnonzero(slots < 0)
         if miss.shape[0]:
-            slots[miss] = self._allocate(req, hashes, miss)
+            slots[miss] = self._allocate(req, hashes, miss + want)
         rest = _dedup(slots)
         rest = rest[~np.isin(rest, held)]
         self._lock(rest)
-        self._live[req.request_id] = (np.concatenate([held, rest]), 0, hashes)
+        self._live[req.request_id] = (np.concatenate([held, rest]), 0, hashes, want)
 
     def release(self, req: RequestView, now_us: int) -> None:
-        held, need, _ = self._live.pop(req.request_id)
+        held, need, _, _ = self._live.pop(req.request_id)
         self._reserved -= need
         self._unlock(held)
 
@@ -128,13 +135,21 @@ class BlockHashCache(CachePolicy):
         return self._memo[1]
 
     def _slots(self, hashes: np.ndarray) -> np.ndarray:
-        get = self._slot_of.get
-        return np.array([get(h, -1) for h in hashes.tolist()], np.int64)
+        n = hashes.shape[0]
+        return np.fromiter(map(self._slot_of.get, hashes.tolist(), repeat(-1, n)), np.int64, n)
 
-    def _match(self, req: RequestView, hashes: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        """Slots of the leading run of present blocks (verified under --verify)."""
-        miss = np.flatnonzero(slots < 0)
-        run = slots[: miss[0] if miss.shape[0] else slots.shape[0]]
+    def _match(self, req: RequestView, hashes: np.ndarray, limit: int | None = None) -> np.ndarray:
+        """Slots of the leading run of present blocks, at most ``limit`` (verified under --verify)."""
+        end = hashes.shape[0] if limit is None else min(limit, hashes.shape[0])
+        parts, pos, step = [], 0, 32
+        while pos < end:                     # galloping: dict probes stop soon after the first miss
+            part = self._slots(hashes[pos:min(end, pos + step)])
+            miss = np.flatnonzero(part < 0)
+            parts.append(part[: miss[0]] if miss.shape[0] else part)
+            if miss.shape[0]:
+                break
+            pos, step = pos + step, 2 * step
+        run = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         if self.ctx.verify and run.shape[0]:
             k, bs = run.shape[0], self._bs
             self.stats.verified_hits += k
@@ -164,6 +179,7 @@ class BlockHashCache(CachePolicy):
         self._hash[slots] = hashes[idx]
         self._parent[slots] = np.where(idx > 0, hashes[np.maximum(idx - 1, 0)], np.uint64(0))
         self._ref[slots] = 0
+        self._free_seq[slots] = -1
         self._alive[slots] = True
         self._tok[slots] = req.tokens[: (int(idx[-1]) + 1) * bs].reshape(-1, bs)[idx]
         self._slot_of.update(zip(hashes[idx].tolist(), slots.tolist(), strict=True))
@@ -177,16 +193,38 @@ class BlockHashCache(CachePolicy):
         self._ref[slots] -= 1
         zero = slots[self._ref[slots] == 0]
         self._num_locked -= zero.shape[0]
+        if not zero.shape[0]:
+            return
         # tail first into the free queue (vLLM frees reversed(blocks)): the tail is evicted first
-        self._free_seq[zero] = self._next_free_seq + np.arange(zero.shape[0] - 1, -1, -1)
+        zero = zero[::-1]
+        seq = self._next_free_seq + np.arange(zero.shape[0], dtype=np.int64)
+        self._free_seq[zero] = seq
         self._next_free_seq += zero.shape[0]
+        self._queue.append((seq, zero))
+        self._num_queued += zero.shape[0]
+        if self._num_queued > 2 * len(self._slot_of) + 65_536:
+            seq, sl = (np.concatenate(a) for a in zip(*self._queue, strict=True))
+            keep = self._valid(seq, sl)
+            self._queue = deque([(seq[keep], sl[keep])])
+            self._num_queued = int(keep.sum())
 
     def _evict_blocks(self, num_blocks: int) -> int:
-        if num_blocks <= 0:
+        got: list[np.ndarray] = []
+        num = 0
+        while num < num_blocks and self._queue:
+            seq, sl = self._queue.popleft()
+            self._num_queued -= seq.shape[0]
+            idx = np.flatnonzero(self._valid(seq, sl))[: num_blocks - num]
+            if idx.shape[0]:
+                got.append(sl[idx])
+                num += idx.shape[0]
+                rest = int(idx[-1]) + 1
+                if rest < seq.shape[0] and num >= num_blocks:
+                    self._queue.appendleft((seq[rest:], sl[rest:]))
+                    self._num_queued += seq.shape[0] - rest
+        if not got:
             return 0
-        cand = np.flatnonzero(self._alive & (self._ref == 0))
-        if cand.shape[0] > num_blocks:
-            cand = cand[np.argpartition(self._free_seq[cand], num_blocks - 1)[:num_blocks]]
+        cand = np.concatenate(got)
         for h in self._hash[cand].tolist():
             del self._slot_of[h]
         self._alive[cand] = False
@@ -195,6 +233,10 @@ class BlockHashCache(CachePolicy):
         self.stats.evictions += freed
         self.stats.evicted_bytes += freed * self._bs * self.ctx.bytes_per_token
         return freed
+
+
+    def _valid(self, seq: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        return self._alive[slots] & (self._ref[slots] == 0) & (self._free_seq[slots] == seq)
 
 
 def _dedup(slots: np.ndarray) -> np.ndarray:
