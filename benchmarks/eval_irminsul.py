@@ -21,7 +21,7 @@ import math
 from pathlib import Path
 
 from engine.config import ReplayConfig, parse_size
-from engine.cost import CostModel
+from engine.cost import CostConfig, CostModel
 from engine.plan import Plan
 from engine.policies import PolicyContext, RequestView, build
 from engine.replay import replay, workload_from_trace
@@ -108,11 +108,11 @@ def section_gqa(args) -> None:
     gpu = gpu_from_name("h200")
     print(f"\n### MLA vs GQA: early-variation ({args.requests} requests), irminsul+S1 plans priced per model\n")
     print(row(["model", "attention", "full prefill s", "prefix s", "irminsul s", "saved vs prefix",
-               "rotated tokens", "rotation s", "rotation HBM GB", "rotation % of irminsul"]))
+               "rotated tokens", "rotation ms", "rotation HBM GB", "rotation % of irminsul"]))
     print(row(["---"] * 10))
-    for mname in ("deepseek-v2-lite", "llama-3.1-8b"):
+    for mname, fused in (("deepseek-v2-lite", True), ("deepseek-v2-lite", False), ("llama-3.1-8b", True)):
         m = model_from_name(mname)
-        cm = CostModel(m, gpu)
+        cm = CostModel(m, gpu, CostConfig(fused_rotation=fused))
         t_full = sum(cm.prefill(p).time_s for p in full)
         t_pre = sum(cm.prefill(p).time_s for p in plans["prefix"])
         costs = [cm.prefill(p) for p in plans["irminsul"]]
@@ -122,9 +122,10 @@ def section_gqa(args) -> None:
         rot_s = rot_f / (gpu.bf16_flops * cm.config.mfu) if rot_b == 0 else max(
             rot_f / (gpu.bf16_flops * cm.config.mfu), rot_b / (gpu.hbm_bytes_per_s * cm.config.mbu))
         n_rot = sum(p.num_rotated for p in plans["irminsul"])
-        print(row([mname, m.attention, f"{t_full:.3f}", f"{t_pre:.3f}", f"{t_irm:.3f}",
-                   f"{1 - t_irm / t_pre:.3f}", n_rot, f"{rot_s:.4f}", f"{rot_b / 1e9:.2f}",
-                   f"{100 * rot_s / t_irm:.2f}"]))
+        att = m.attention + ("" if m.attention != "mla" else ", fused" if fused else ", unfused")
+        print(row([mname, att, f"{t_full:.3f}", f"{t_pre:.3f}", f"{t_irm:.3f}",
+                   f"{1 - t_irm / t_pre:.3f}", n_rot, f"{1e3 * rot_s:.3f}", f"{rot_b / 1e9:.2f}",
+                   f"{100 * rot_s / t_irm:.3f}"]))
     print("\nreplay (serving simulation, same trace): energy saved vs none / vs prefix, TTFT p50\n")
     print(row(["model", "policy", "energy_saved_vs_none", "energy_saved_vs_prefix", "ttft_p50_s"]))
     print(row(["---"] * 5))
