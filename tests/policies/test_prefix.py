@@ -92,3 +92,35 @@ def test_stale_plan_is_refused() -> None:
     p.evict(10**9, 3)
     assert not p.admit(r, plan, 4)
     assert p.stats.extra["stale_plans"] == 1
+
+
+def test_mooncake_hit_rate_equals_trace_prefix_reuse() -> None:
+    """On the Mooncake conversation trace (first 2,000 requests, capacity inf) the prefix hit rate equals
+    the trace's own reuse (leading run of seen block ids x 512, capped by input_length) within 0.5 points."""
+    import json
+
+    from engine.rolling import mix
+    from tests.conftest import shared_file
+
+    path = shared_file("mooncake", "conversation_trace.jsonl")
+    p = policies.build("prefix", make_ctx(float("inf")))
+    seen: set[int] = set()
+    expected = reused = total = 0
+    with open(path) as f:
+        for rid, line in zip(range(2000), f, strict=False):
+            row = json.loads(line)
+            ids, n = row["hash_ids"], row["input_length"]
+            run = next((i for i, h in enumerate(ids) if h not in seen), len(ids))
+            expected += min(run * 512, n)
+            seen.update(ids)
+            blocks = np.asarray(ids, np.int64)[:, None] * 512 + np.arange(512)
+            toks = (mix(blocks.ravel()) % np.uint64(100_000)).astype(np.int32)[:n]
+            req = _req(rid, toks)
+            plan = p.lookup(req, rid)
+            assert p.admit(req, plan, rid)
+            p.commit(req, rid)
+            p.release(req, rid)
+            reused += plan.num_reused
+            total += n
+    assert abs(reused / total - expected / total) < 0.005
+    assert reused > 0
