@@ -74,7 +74,8 @@ def decode_floor(B: int, L: int, H: int, bw: float, flops: float) -> dict:
 
 
 def time_decode(inp, *, delta_mode: str = "nonzero", pre_rope: bool = False, rotate_on: bool = True,
-                split_kr: bool = True, config: dict | None = None, num_splits: int | None = None) -> float:
+                split_kr: bool = True, config: dict | None = None, num_splits: int | None = None,
+                rot_side: str = "auto") -> float:
     """Graph-replay median ms of one decode step for the given variant."""
     qn, qr, cache, bt, lens, delta = inp
     L = bt.shape[1] * PAGE
@@ -83,7 +84,7 @@ def time_decode(inp, *, delta_mode: str = "nonzero", pre_rope: bool = False, rot
 
     def fn():
         mla_decode(qn, qr, cache, bt, lens, d, pre_rope=pre_rope, rotate=rotate_on, split_kr=split_kr,
-                   config=config, num_splits=num_splits, max_seq_len=L, out=out)
+                   config=config, num_splits=num_splits, max_seq_len=L, out=out, rot_side=rot_side)
     return graph_median(fn)
 
 
@@ -131,10 +132,11 @@ def extend_flop(C: int, T: int, H: int) -> int:
     return (T * C + T * (T + 1) // 2) * H * 2 * (D_C + D_R + D_C)
 
 
-def time_extend(inp, *, delta_zero: bool = False, config: dict | None = None, rotate_on: bool = True) -> float:
+def time_extend(inp, *, delta_zero: bool = False, config: dict | None = None, rotate_on: bool = True,
+                rot_side: str = "auto") -> float:
     """do_bench median ms of one extend call."""
     qn, qr, cache, bt, lens, cu, delta = inp
     d = torch.zeros_like(delta) if delta_zero else delta
     out = torch.empty_like(qn)
     return bench_median(lambda: mla_extend(qn, qr, cache, bt, lens, cu, d, max_new=qn.shape[0],
-                                           config=config, rotate=rotate_on, out=out))
+                                           config=config, rotate=rotate_on, out=out, rot_side=rot_side))

@@ -15,7 +15,16 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.rope.kernel import RopeConfig, cos_sin, dot_rope, freq_tensors, rope_columns, rotate_kr_tile
+from kernels.rope.kernel import (
+    RopeConfig,
+    cos_sin,
+    dot_rope,
+    dot_rope_q,
+    freq_tensors,
+    rope_columns,
+    rotate_kr_tile,
+    rotate_q_tile,
+)
 
 LOG2E = 1.4426950408889634
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -29,7 +38,7 @@ def mla_decode_kernel(
     stride_op_b, stride_op_h, stride_op_s, stride_lse_b, stride_lse_h,
     PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, INTERLEAVED: tl.constexpr,
-    ROTATE: tl.constexpr, PRE_ROPE: tl.constexpr, SPLIT_KR: tl.constexpr,
+    ROTATE: tl.constexpr, PRE_ROPE: tl.constexpr, SPLIT_KR: tl.constexpr, Q_SIDE: tl.constexpr,
 ):
     """One (head block, KV split, sequence): partial output (normalized) and its log2-sum-exp."""
     pid_h = tl.program_id(0)
@@ -50,6 +59,9 @@ def mla_decode_kernel(
                   mask=mask_h[:, None], other=0.0)
     q_r = tl.load(Q_ROPE + b * stride_qr_b + offs_h[:, None] * stride_qr_h + offs_r[None, :],
                   mask=mask_h[:, None], other=0.0)
+    q_rf = q_r.to(tl.float32)
+    q_sw = tl.load(Q_ROPE + b * stride_qr_b + offs_h[:, None] * stride_qr_h + partner[None, :],
+                   mask=mask_h[:, None], other=0.0).to(tl.float32)
     f_hi = tl.load(F_HI + pair)
     f_lo = tl.load(F_LO + pair)
     ct, st = cos_sin(offs_j[:, None], f_hi[None, :], f_lo[None, :])
@@ -70,15 +82,19 @@ def mla_decode_kernel(
         mask_n = offs_n < end
         rows = CACHE + (page * PAGE + (offs_n % PAGE))[:, None] * ROW
         kv = tl.load(rows + offs_c[None, :], mask=mask_n[:, None], other=0.0)
-        k = tl.load(rows + D_C + offs_r[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
-        if ROTATE:
+        k = tl.load(rows + D_C + offs_r[None, :], mask=mask_n[:, None], other=0.0)
+        s = tl.dot(q_n, tl.trans(kv))
+        if ROTATE and Q_SIDE:
+            s = dot_rope_q(s, rotate_q_tile(q_rf, q_sw, sign, delta, f_hi, f_lo), k, SPLIT_KR)
+        elif ROTATE:
             k_sw = tl.load(rows + D_C + partner[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
             base = delta
             if PRE_ROPE:
                 base = base + n0
-            k = rotate_kr_tile(k, k_sw, sign, base, ct, st, f_hi, f_lo, k_scale, PRE_ROPE)
-        s = tl.dot(q_n, tl.trans(kv))
-        s = dot_rope(s, q_r, k, SPLIT_KR)
+            k = rotate_kr_tile(k.to(tl.float32), k_sw, sign, base, ct, st, f_hi, f_lo, k_scale, PRE_ROPE)
+            s = dot_rope(s, q_r, k, SPLIT_KR)
+        else:
+            s = tl.dot(q_r, tl.trans(k), s)
         s = tl.where(mask_n[None, :], s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp2(m_i - m_new)
@@ -137,6 +153,7 @@ def mla_decode(
     pre_rope: bool = False, sm_scale: float | None = None, num_splits: int | None = None,
     max_seq_len: int | None = None, split_kr: bool = True, rotate: bool = True,
     config: dict | None = None, out: torch.Tensor | None = None, workspace: tuple | None = None,
+    rot_side: str = "auto",
 ) -> torch.Tensor:
     """Absorbed-MLA decode attention of one new token per sequence over the paged latent cache.
 
@@ -144,7 +161,8 @@ def mla_decode(
     position, same pair layout as the cache), cache: [P, PAGE, D_C + D_R], block_table / block_delta:
     [B, max_blocks] int32, seq_lens: [B] int32. Returns [B, H, D_C] (multiply by W_UV outside).
     ``pre_rope``: cache holds k_r before RoPE, rotated to n + δ at load; else cache k_r is RoPE'd and
-    rotated by δ. ``rotate=False`` compiles the rotation out (baseline for its overhead).
+    rotated by δ. ``rot_side``: "q" rotates q_r by −δ per tile (default for stored-rotated k_r), "k"
+    rotates the k_r tile (the only choice for pre-RoPE). ``rotate=False`` compiles the rotation out.
     Example: ``mla_decode(qn, qr, cache, bt, lens, delta)``.
     """
     rope = rope or RopeConfig()
@@ -160,6 +178,9 @@ def mla_decode(
     if block_delta is None:
         block_delta = torch.zeros_like(block_table)
     assert block_delta.shape == block_table.shape and block_delta.dtype == torch.int32
+    if rot_side not in ("auto", "q", "k") or (rot_side == "q" and pre_rope):
+        raise ValueError(f"rot_side: expected auto/q/k (q only without pre_rope), got {rot_side!r}")
+    q_side = rot_side == "q" or (rot_side == "auto" and not pre_rope)
     max_len = int(seq_lens.max()) if max_seq_len is None else max_seq_len
     n_hb = triton.cdiv(H, cfg["BLOCK_H"])
     S = num_splits or pick_num_splits(B, max_len, n_hb, cfg["BLOCK_N"])
@@ -180,7 +201,7 @@ def mla_decode(
         block_table.stride(0), block_delta.stride(0),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),
         PAGE=PAGE, D_C=D_C, D_R=D_R, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
-        INTERLEAVED=rope.layout == "interleaved", ROTATE=rotate, PRE_ROPE=pre_rope, SPLIT_KR=split_kr,
+        INTERLEAVED=rope.layout == "interleaved", ROTATE=rotate, PRE_ROPE=pre_rope, SPLIT_KR=split_kr, Q_SIDE=q_side,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     out = torch.empty(B, H, D_C, dtype=cache.dtype, device=cache.device) if out is None else out
     mla_decode_combine_kernel[(H, B)](

@@ -14,18 +14,27 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.rope.kernel import RopeConfig, cos_sin, dot_rope, freq_tensors, rope_columns, rotate_kr_tile
+from kernels.rope.kernel import (
+    RopeConfig,
+    cos_sin,
+    dot_rope,
+    dot_rope_q,
+    freq_tensors,
+    rope_columns,
+    rotate_kr_tile,
+    rotate_q_tile,
+)
 
 LOG2E = 1.4426950408889634
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
-def _extend_tile(acc, m_i, l_i, q_n, q_r, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt, b_bd, n0, kv_len, qpos,
+def _extend_tile(acc, m_i, l_i, q_n, q_r, q_rf, q_sw, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt, b_bd, n0, kv_len, qpos,
                  partner, sign, ct, st, f_hi, f_lo, qk_scale, k_scale,
                  PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERLEAVED: tl.constexpr, ROTATE: tl.constexpr, PRE_ROPE: tl.constexpr,
-                 SPLIT_KR: tl.constexpr, CAUSAL: tl.constexpr):
+                 SPLIT_KR: tl.constexpr, Q_SIDE: tl.constexpr, CAUSAL: tl.constexpr):
     ROW: tl.constexpr = D_C + D_R
     offs_c = tl.arange(0, D_C)
     offs_r = tl.arange(0, D_R)
@@ -35,15 +44,21 @@ def _extend_tile(acc, m_i, l_i, q_n, q_r, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt,
     mask_n = offs_n < kv_len
     rows = CACHE + (page * PAGE + (offs_n % PAGE))[:, None] * ROW
     kv = tl.load(rows + offs_c[None, :], mask=mask_n[:, None], other=0.0)
-    k = tl.load(rows + D_C + offs_r[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
-    if ROTATE:
-        k_sw = tl.load(rows + D_C + partner[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
-        base = tl.load(BLOCK_DELTA + b_bd + j)
-        if PRE_ROPE:
-            base = base + n0
-        k = rotate_kr_tile(k, k_sw, sign, base, ct, st, f_hi, f_lo, k_scale, PRE_ROPE)
+    k = tl.load(rows + D_C + offs_r[None, :], mask=mask_n[:, None], other=0.0)
     s = tl.dot(q_n, tl.trans(kv))
-    s = dot_rope(s, q_r, k, SPLIT_KR) * qk_scale
+    if ROTATE:
+        base = tl.load(BLOCK_DELTA + b_bd + j)
+        if Q_SIDE:
+            s = dot_rope_q(s, rotate_q_tile(q_rf, q_sw, sign, base, f_hi, f_lo), k, SPLIT_KR)
+        else:
+            k_sw = tl.load(rows + D_C + partner[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
+            if PRE_ROPE:
+                base = base + n0
+            k = rotate_kr_tile(k.to(tl.float32), k_sw, sign, base, ct, st, f_hi, f_lo, k_scale, PRE_ROPE)
+            s = dot_rope(s, q_r, k, SPLIT_KR)
+    else:
+        s = tl.dot(q_r, tl.trans(k), s)
+    s = s * qk_scale
     if CAUSAL:
         s = tl.where((offs_n[None, :] <= qpos[:, None]) & mask_n[None, :], s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -62,7 +77,7 @@ def mla_extend_kernel(
     stride_qn_t, stride_qn_h, stride_qr_t, stride_qr_h, stride_bt_b, stride_bd_b, stride_o_t, stride_o_h,
     PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_HH: tl.constexpr, BLOCK_N: tl.constexpr, INTERLEAVED: tl.constexpr,
-    ROTATE: tl.constexpr, PRE_ROPE: tl.constexpr, SPLIT_KR: tl.constexpr,
+    ROTATE: tl.constexpr, PRE_ROPE: tl.constexpr, SPLIT_KR: tl.constexpr, Q_SIDE: tl.constexpr,
 ):
     """One (head block, token block, sequence); token blocks are launched heaviest (latest) first."""
     pid_h = tl.program_id(0)
@@ -87,6 +102,9 @@ def mla_extend_kernel(
                       mask=mask_r[:, None], other=0.0)
         q_r = tl.load(Q_ROPE + tok[:, None] * stride_qr_t + h[:, None] * stride_qr_h + offs_r[None, :],
                       mask=mask_r[:, None], other=0.0)
+        q_rf = q_r.to(tl.float32)
+        q_sw = tl.load(Q_ROPE + tok[:, None] * stride_qr_t + h[:, None] * stride_qr_h + partner[None, :],
+                       mask=mask_r[:, None], other=0.0).to(tl.float32)
         f_hi = tl.load(F_HI + pair)
         f_lo = tl.load(F_LO + pair)
         ct, st = cos_sin(tl.arange(0, BLOCK_N)[:, None], f_hi[None, :], f_lo[None, :])
@@ -99,13 +117,15 @@ def mla_extend_kernel(
         last_q = tl.minimum(first_q + BLOCK_T, kv_len)
         full_end = ((first_q + 1) // BLOCK_N) * BLOCK_N
         for n0 in range(0, full_end, BLOCK_N):
-            acc, m_i, l_i = _extend_tile(acc, m_i, l_i, q_n, q_r, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt,
+            acc, m_i, l_i = _extend_tile(acc, m_i, l_i, q_n, q_r, q_rf, q_sw, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt,
                                          b_bd, n0, kv_len, qpos, partner, sign, ct, st, f_hi, f_lo, qk_scale, k_scale,
-                                         PAGE, D_C, D_R, BLOCK_N, INTERLEAVED, ROTATE, PRE_ROPE, SPLIT_KR, False)
+                                         PAGE, D_C, D_R, BLOCK_N, INTERLEAVED, ROTATE, PRE_ROPE, SPLIT_KR, Q_SIDE,
+                                         False)
         for n0 in range(full_end, last_q, BLOCK_N):
-            acc, m_i, l_i = _extend_tile(acc, m_i, l_i, q_n, q_r, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt,
+            acc, m_i, l_i = _extend_tile(acc, m_i, l_i, q_n, q_r, q_rf, q_sw, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt,
                                          b_bd, n0, kv_len, qpos, partner, sign, ct, st, f_hi, f_lo, qk_scale, k_scale,
-                                         PAGE, D_C, D_R, BLOCK_N, INTERLEAVED, ROTATE, PRE_ROPE, SPLIT_KR, True)
+                                         PAGE, D_C, D_R, BLOCK_N, INTERLEAVED, ROTATE, PRE_ROPE, SPLIT_KR, Q_SIDE,
+                                         True)
         l_safe = tl.where(l_i > 0, l_i, 1.0)
         o_ptr = OUT + tok[:, None] * stride_o_t + h[:, None] * stride_o_h + offs_c[None, :]
         tl.store(o_ptr, (acc / l_safe[:, None]).to(OUT.dtype.element_ty), mask=mask_r[:, None])
@@ -123,14 +143,14 @@ def mla_extend(
     seq_lens: torch.Tensor, cu_q: torch.Tensor, block_delta: torch.Tensor | None = None, *,
     max_new: int | None = None, rope: RopeConfig | None = None, pre_rope: bool = False,
     sm_scale: float | None = None, split_kr: bool = True, rotate: bool = True, config: dict | None = None,
-    out: torch.Tensor | None = None,
+    out: torch.Tensor | None = None, rot_side: str = "auto",
 ) -> torch.Tensor:
     """Absorbed-MLA extend: causal attention of each sequence's new tokens over its whole paged cache.
 
     q_nope: [total_new, H, D_C], q_rope: [total_new, H, D_R] (varlen; sequence b's new tokens are rows
     cu_q[b]:cu_q[b+1] and sit at the last positions of its seq_lens[b] cached tokens, already written
     to the cache), cache: [P, PAGE, D_C + D_R], block_table / block_delta: [B, max_blocks] int32.
-    Returns [total_new, H, D_C]. δ / pre_rope semantics as in ``mla_decode``.
+    Returns [total_new, H, D_C]. δ / pre_rope / rot_side semantics as in ``mla_decode``.
     Example: ``mla_extend(qn, qr, cache, bt, lens, torch.tensor([0, 8], dtype=torch.int32))``.
     """
     rope = rope or RopeConfig()
@@ -148,6 +168,9 @@ def mla_extend(
     if block_delta is None:
         block_delta = torch.zeros_like(block_table)
     assert block_delta.shape == block_table.shape and block_delta.dtype == torch.int32
+    if rot_side not in ("auto", "q", "k") or (rot_side == "q" and pre_rope):
+        raise ValueError(f"rot_side: expected auto/q/k (q only without pre_rope), got {rot_side!r}")
+    q_side = rot_side == "q" or (rot_side == "auto" and not pre_rope)
     max_new = int((cu_q[1:] - cu_q[:-1]).max()) if max_new is None else max_new
     n_tb = triton.cdiv(max_new, cfg["BLOCK_T"])
     out = torch.empty(T, H, D_C, dtype=cache.dtype, device=cache.device) if out is None else out
@@ -159,6 +182,6 @@ def mla_extend(
         q_nope.stride(0), q_nope.stride(1), q_rope.stride(0), q_rope.stride(1),
         block_table.stride(0), block_delta.stride(0), out.stride(0), out.stride(1),
         PAGE=PAGE, D_C=D_C, D_R=D_R, BLOCK_T=cfg["BLOCK_T"], BLOCK_HH=cfg["BLOCK_HH"], BLOCK_N=cfg["BLOCK_N"],
-        INTERLEAVED=rope.layout == "interleaved", ROTATE=rotate, PRE_ROPE=pre_rope, SPLIT_KR=split_kr,
+        INTERLEAVED=rope.layout == "interleaved", ROTATE=rotate, PRE_ROPE=pre_rope, SPLIT_KR=split_kr, Q_SIDE=q_side,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return out

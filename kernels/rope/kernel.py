@@ -179,3 +179,26 @@ def dot_rope(acc, q_r, r, SPLIT: tl.constexpr):
         lo = (r - hi.to(tl.float32)).to(q_r.dtype)
         acc = tl.dot(q_r, tl.trans(lo), acc)
     return acc
+
+
+@triton.jit
+def rotate_q_tile(q, q_sw, sign, delta, f_hi, f_lo):
+    """R(−δ)·q_r in fp32 (q_sw: q_r with each pair swapped), so that (R(−δ)q)·k = q·(R(δ)k).
+
+    Used when one δ holds for the whole key tile (stored-rotated k_r, tile inside one page): the
+    rotation then touches the BLOCK_H query rows instead of the BLOCK_N key rows, and the k_r tile
+    goes from memory to the tensor cores untouched.
+    """
+    cb, sb = cos_sin(delta, f_hi, f_lo)
+    return q * cb[None, :] - q_sw * (sign * sb)[None, :]
+
+
+@triton.jit
+def dot_rope_q(acc, q_rot, k, SPLIT: tl.constexpr):
+    """acc + q_rot·k^T for an fp32 rotated query and a raw k_r tile; SPLIT feeds q_rot as bf16 hi + lo."""
+    hi = q_rot.to(k.dtype)
+    acc = tl.dot(hi, tl.trans(k), acc)
+    if SPLIT:
+        lo = (q_rot - hi.to(tl.float32)).to(k.dtype)
+        acc = tl.dot(lo, tl.trans(k), acc)
+    return acc

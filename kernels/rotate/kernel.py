@@ -20,7 +20,7 @@ def rotate_kernel(CACHE, BLOCK_TABLE, BLOCK_DELTA, SEQ_LENS, F_HI, F_LO, FEED, k
                   stride_bt_b, stride_bd_b, stride_f_b, stride_f_n,
                   PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr, BLOCK_N: tl.constexpr,
                   INTERLEAVED: tl.constexpr, PRE_ROPE: tl.constexpr, FEED_MODE: tl.constexpr):
-    """One BLOCK_N-row tile of logical page j of sequence b. FEED_MODE: 0 in place, 1 bf16 feed, 2 split feed."""
+    """One BLOCK_N-row tile of logical page j of sequence b. FEED_MODE: 0 in place, 1 bf16, 2 split, 3 fp32 feed."""
     pid = tl.program_id(0)
     b = tl.program_id(1)
     ROW: tl.constexpr = D_C + D_R
@@ -56,6 +56,8 @@ def rotate_kernel(CACHE, BLOCK_TABLE, BLOCK_DELTA, SEQ_LENS, F_HI, F_LO, FEED, k
             fed = hi.to(tl.float32)
             if FEED_MODE == 2:
                 fed += (r - fed).to(k.dtype).to(tl.float32)
+            if FEED_MODE == 3:
+                fed = r
             tl.store(FEED + b * stride_f_b + offs_n[:, None] * stride_f_n + offs_r[None, :], fed, mask=mask_n)
 
 
@@ -64,9 +66,10 @@ def rotate(cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tenso
            feed: str | None = None, max_seq_len: int | None = None) -> torch.Tensor:
     """δ-rotate the k_r of a paged cache [P, PAGE, d_c + d_r] per logical page (block_delta [B, max_blocks]).
 
-    feed=None: in place (stored-rotated k_r only; returns ``cache``). feed="bf16" or "split": return the
-    fp32 [B, max_seq_len, d_r] k_r that the fused kernels feed to the q·k_r dot (bf16-rounded, or the
-    hi + lo pair of the default split path). Example: ``rotate(cache, bt, lens, delta)``.
+    feed=None: in place (stored-rotated k_r only; returns ``cache``). feed="bf16" / "split" / "fp32":
+    return the fp32 [B, max_seq_len, d_r] k_r that the fused kernels effectively feed to the q·k_r dot:
+    k-side rotation rounded to bf16, k-side with the hi + lo split, or the unrounded R(δ)·k_stored that
+    the q-side rotation is equivalent to (q rotated by −δ in fp32, fed as hi + lo). Example: ``rotate(cache, bt, lens, delta)``.
     """
     rope = rope or RopeConfig()
     P, PAGE, ROW = cache.shape
@@ -76,7 +79,7 @@ def rotate(cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tenso
     assert block_delta.shape == block_table.shape and block_table.stride(1) == 1 and block_delta.stride(1) == 1
     if feed is None and pre_rope:
         raise ValueError("rotate: in-place rotation of a pre-RoPE cache makes no sense (it is position-free)")
-    mode = {None: 0, "bf16": 1, "split": 2}[feed]
+    mode = {None: 0, "bf16": 1, "split": 2, "fp32": 3}[feed]
     B = seq_lens.shape[0]
     max_len = int(seq_lens.max()) if max_seq_len is None else max_seq_len
     block_n = min(PAGE, 64)
