@@ -136,6 +136,8 @@ class Irminsul(CachePolicy):
             self.stats.hits += 1
             self.stats.extra["rotated_tokens"] += plan.num_rotated
         self._pending[req.request_id] = (bounds, fps, list(dict.fromkeys(used)))
+        if len(self._pending) > 4096:       # lookups never followed by admit (probes) must not pile up
+            del self._pending[next(iter(self._pending))]
         return plan
 
     def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
