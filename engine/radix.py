@@ -22,7 +22,8 @@ Semantics:
   tree is split so that ``node``'s root path is exactly ``tokens[:num]`` (lockable handle); with
   ``split=False`` nothing changes shape and ``node`` is the deepest node fully inside the match.
   When ``now_us`` is given, every node on the matched path is touched (``last_access_us = now_us``,
-  ``hits += 1``): the recency/frequency bookkeeping eviction keys read.
+  and ``hits += 1`` unless ``count_hit=False``): the recency/frequency bookkeeping eviction keys
+  read. ``insert`` touches recency only.
 * ``insert`` stores ``tokens[: len // page_size * page_size]`` (the partial tail page is not cached).
 * A node with ``lock_ref > 0`` and all its ancestors are protected; everything else is evictable.
   ``evictable_tokens + protected_tokens == total_tokens`` always holds.
@@ -101,8 +102,8 @@ class RadixTree:
     def total_tokens(self) -> int:
         return self.evictable_tokens + self.protected_tokens
 
-    def match_prefix(self, tokens: np.ndarray, now_us: int | None = None,
-                     split: bool = True) -> tuple[int, RadixNode]:
+    def match_prefix(self, tokens: np.ndarray, now_us: int | None = None, split: bool = True,
+                     count_hit: bool = True) -> tuple[int, RadixNode]:
         """Longest resident prefix of ``tokens`` (page-rounded) and its node; see module docstring."""
         p = self.page_size
         n = tokens.shape[0] // p * p
@@ -120,7 +121,7 @@ class RadixTree:
                 break
             if now_us is not None:
                 child.last_access_us = now_us
-                child.hits += 1
+                child.hits += count_hit
             pos += same
             if same < edge.shape[0]:
                 if split:
@@ -133,7 +134,7 @@ class RadixTree:
         """Insert the whole pages of ``tokens``; return (tokens newly stored, node ending the path)."""
         p = self.page_size
         n = tokens.shape[0] // p * p
-        pos, node = self.match_prefix(tokens[:n], now_us, split=True)
+        pos, node = self.match_prefix(tokens[:n], now_us, split=True, count_hit=False)
         if pos >= n:
             return 0, node
         leaf = RadixNode(np.array(tokens[pos:n], dtype=np.int32), node, now_us)

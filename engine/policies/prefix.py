@@ -66,7 +66,7 @@ class PrefixCache(CachePolicy):
         if req.request_id in self._live:
             raise ValueError(f"request {req.request_id} admitted twice")
         want = plan.leading_reuse
-        num, node = self.tree.match_prefix(req.tokens[:want], now_us, split=True)
+        num, node = self.tree.match_prefix(req.tokens[:want], now_us, split=True, count_hit=False)
         if num < want:                       # the plan's prefix was evicted since lookup
             self.stats.rejected += 1
             self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
