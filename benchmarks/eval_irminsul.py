@@ -11,7 +11,8 @@ Sections:
 * synth — every scenario, plain and ``--markers`` traces; none / prefix / fixed-chunk / irminsul(±S1, ±S2);
 * real  — ../shared/data/lmcache-agent-trace/{miniswe,taubench} (skipped when absent);
 * gqa   — irminsul's plans on early-variation priced for deepseek-v2-lite (MLA) and llama-3.1-8b (GQA);
-* chunk — sensitivity of irminsul's recovery to avg_chunk on early-variation and rag-reorder.
+* chunk — sensitivity of irminsul's recovery to avg_chunk on early-variation and rag-reorder;
+* cap   — bounded capacity (1-8 GiB): fixed-chunk vs irminsul(±S1) on early-variation and rag-reorder.
 """
 
 from __future__ import annotations
@@ -147,6 +148,17 @@ def section_chunk(args) -> None:
     table("chunk-size sensitivity (min = avg/4, max = 8 avg)", rows)
 
 
+def section_cap(args) -> None:
+    rows = []
+    for sc in ("early-variation", "rag-reorder"):
+        tr = synth(sc, args.requests, args.seed)
+        for gib in (1, 2, 4, 8):
+            sub = argparse.Namespace(**{**vars(args), "capacity": gib * 2**30})
+            for name, opts in (("prefix", {}), ("fixed-chunk", {}), ("irminsul", {}), ("irminsul", {"s1": True})):
+                rows.append((sc, f"{gib} GiB", label(name, opts), run(tr, name, opts, sub)))
+    table("bounded capacity (per replica, deepseek-v2-lite)", rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=400)
@@ -154,11 +166,12 @@ def main() -> None:
     ap.add_argument("--capacity", type=parse_size, default=math.inf)
     ap.add_argument("--verify", action="store_true")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
-    ap.add_argument("--sections", default="synth,real,gqa,chunk")
+    ap.add_argument("--sections", default="synth,real,gqa,chunk,cap")
     args = ap.parse_args()
     args.scenarios = args.scenarios.split(",")
     for sec in args.sections.split(","):
-        {"synth": section_synth, "real": section_real, "gqa": section_gqa, "chunk": section_chunk}[sec](args)
+        {"synth": section_synth, "real": section_real, "gqa": section_gqa, "chunk": section_chunk,
+         "cap": section_cap}[sec](args)
 
 
 if __name__ == "__main__":
