@@ -91,8 +91,8 @@ def _check_locked(policy: CachePolicy, name: str, live: dict[int, tuple[RequestV
     still find at least what its admitted plan reused."""
     if not live or now % 4:
         return
-    if any(plan.num_reused for _, plan in live.values()):
-        assert policy.usage().protected > 0, f"{name}: live reuse but nothing protected"
+    most = max(plan.num_reused for _, plan in live.values()) * policy.ctx.bytes_per_token
+    assert policy.usage().protected >= most, f"{name}: a live request reuses {most} B, fewer are protected"
     probe = copy.deepcopy(policy)
     probe.evict(10**15, now)
     _check(probe, f"{name} evict-all")
