@@ -4,13 +4,14 @@ Arrivals and lengths only. ``TIMESTAMP`` is a date-time (``2023-11-16 18:17:03.9
 fractions beyond µs truncated; a UTC offset such as ``+00:00`` is honoured) or a number of seconds;
 arrivals become µs relative to the first row.
 Each row gets ONE unique opaque segment (kind ``"user"``) of ``ContextTokens`` tokens derived from the
-file name and the row index, so no two requests share content. The session is the file's stem.
+file name and the row index, so no two requests share content. Each row is its own session (``<file stem>#<row>``).
 The file is read in batches of rows; tokens for a batch are generated in one vectorized call.
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -73,6 +74,9 @@ def read(path: Path, rows: Rows, *, tokenizer=None, session: str | None = None,
          progress: Progress | None = None) -> None:
     """Stream the CSV at ``path`` into ``rows`` (``tokenizer`` is unused: Azure has no text)."""
     session = session if session is not None else path.stem
+    # Rows are independent requests (no conversation ids): each row is its own session, so
+    # closed-loop replay does not serialize the whole file.
+    row_no = itertools.count()
     salt = xxhash.xxh64_intdigest(path.name.encode())
     lines = iter_lines(path, progress)
     header = next(lines, None)
@@ -101,7 +105,7 @@ def read(path: Path, rows: Rows, *, tokenizer=None, session: str | None = None,
         add = rows.segments.add
         for n, (_, ts, ctx, gen) in enumerate(batch):
             sid = add(toks[offs[n]:offs[n + 1]], "user")
-            rows.add(session_id=session, agent_id="default", arrival_us=ts, output_tokens=gen,
+            rows.add(session_id=f"{session}#{next(row_no)}", agent_id="default", arrival_us=ts, output_tokens=gen,
                      segment_ids=[sid], num_tokens=ctx)
         batch.clear()
 

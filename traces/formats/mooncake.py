@@ -5,11 +5,12 @@ Each hash id names one 512-token block of the prompt. A block becomes an opaque 
 equal ids give equal tokens. The last block is partial: it holds the first
 ``input_length - 512 * (len(hash_ids) - 1)`` tokens of its id's block. A row whose
 ``ceil(input_length / 512) != len(hash_ids)`` is an error (all rows of the published traces agree).
-Mooncake rows carry no session: the session is the file's stem.
+Mooncake rows carry no session: each row is its own session (``<file stem>#<row>``).
 """
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +77,9 @@ def read(path: Path, rows: Rows, *, tokenizer=None, session: str | None = None,
          progress: Progress | None = None) -> None:
     """Stream ``path`` into ``rows`` (``tokenizer`` is unused: Mooncake has no text)."""
     session = session if session is not None else path.stem
+    # Rows are independent requests (no conversation ids): each row is its own session, so
+    # closed-loop replay does not serialize the whole file.
+    row_no = itertools.count()
     cache = _BlockCache(rows)
     pending: list[tuple[int, int, int, list[int]]] = []
 
@@ -88,7 +92,7 @@ def read(path: Path, rows: Rows, *, tokenizer=None, session: str | None = None,
         for ts, n_in, n_out, ids in pending:
             keys = [(h, BLOCK_TOKENS) for h in ids[:-1]]
             keys.append((ids[-1], n_in - BLOCK_TOKENS * (len(ids) - 1)))
-            rows.add(session_id=session, agent_id="default", arrival_us=ts, output_tokens=n_out,
+            rows.add(session_id=f"{session}#{next(row_no)}", agent_id="default", arrival_us=ts, output_tokens=n_out,
                      segment_ids=[cache.ids[k] for k in keys], num_tokens=n_in)
         pending.clear()
 
