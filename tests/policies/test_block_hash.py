@@ -62,3 +62,19 @@ def test_verify_detects_tampered_block() -> None:
     p._tok[0, 0] = -5                        # corrupt the first stored block
     assert p.lookup(_req(1, np.arange(64)), 2).num_reused == 0
     assert p.stats.collisions == 1
+
+
+def test_matches_prefix_policy_rounded_to_blocks() -> None:
+    """Unbounded and served one at a time, block-hash reuses exactly prefix's match rounded down to blocks."""
+    from tests.policies.conftest import request_stream
+
+    bh = policies.build("block-hash", make_ctx(float("inf")), {"block_size": "8"})
+    px = policies.build("prefix", make_ctx(float("inf")))
+    num_checked = 0
+    for t, req in enumerate(request_stream(seed=2, num_requests=60)):
+        a, b = bh.lookup(req, t), px.lookup(req, t)
+        assert a.num_reused == b.num_reused // 8 * 8
+        num_checked += b.num_reused > 0
+        _serve(bh, req, t)
+        _serve(px, req, t)
+    assert num_checked > 5
