@@ -79,3 +79,30 @@ def test_verify_rejects_collision() -> None:
     next(iter(p._store.values())).tokens[3] = -1
     assert p.lookup(_req(1, np.arange(32)), 2).num_reused == 0
     assert p.stats.collisions == 1
+
+
+def test_equals_brute_force_scan() -> None:
+    """Unbounded, the vectorized lookup equals a per-offset Python scan over stored chunk contents."""
+    from engine.plan import Plan, Span
+    from tests.policies.conftest import request_stream
+
+    c = 32
+    p = _policy()
+    stored: dict[bytes, int] = {}                     # chunk content -> first producer position
+    num_rotated = 0
+    for t, req in enumerate(request_stream(seed=4, num_requests=50)):
+        toks, spans, i = req.tokens, [], 0
+        while i + c <= req.num_tokens:
+            src = stored.get(toks[i:i + c].tobytes())
+            if src is None:
+                i += 1
+                continue
+            spans.append(Span(i, i + c, Action.REUSE if src == i else Action.REUSE_ROTATED, src))
+            i += c
+        expected = Plan.from_spans(req.num_tokens, spans)
+        assert p.lookup(req, t) == expected
+        num_rotated += expected.num_rotated
+        _serve(p, req, t)
+        for j in range(0, req.num_tokens // c * c, c):
+            stored.setdefault(toks[j:j + c].tobytes(), j)
+    assert num_rotated > 0
