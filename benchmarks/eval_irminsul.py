@@ -33,8 +33,9 @@ from traces.synth import SCENARIOS, synth
 REPO = Path(__file__).resolve().parents[1]
 DATA = (REPO / ".." / "shared" / "data" / "lmcache-agent-trace").resolve()
 
-PLAIN = [("none", {}), ("prefix", {}), ("fixed-chunk", {}), ("irminsul", {}), ("irminsul", {"s1": True})]
-MARKED = [("prefix", {}), ("fixed-chunk", {}), ("irminsul", {}), ("irminsul", {"s2": True}),
+OFF = {"s1": False, "s2": False}  # plain CDC (irminsul's defaults turn S1 and S2 on)
+PLAIN = [("none", {}), ("prefix", {}), ("fixed-chunk", {}), ("irminsul", OFF), ("irminsul", {"s1": True, "s2": False})]
+MARKED = [("prefix", {}), ("fixed-chunk", {}), ("irminsul", OFF), ("irminsul", {"s1": False, "s2": True}),
           ("irminsul", {"s1": True, "s2": True})]
 COLS = ("token_hit_rate", "prefix_hit_rate", "recovery_beyond_prefix", "energy_saved_vs_prefix")
 
@@ -143,7 +144,7 @@ def section_chunk(args) -> None:
         tr = synth(sc, args.requests, args.seed)
         for avg, mn in ((128, 32), (256, 64), (512, 128), (1024, 256)):
             for s1 in (False, True):
-                opts = {"avg_chunk": avg, "min_chunk": mn, "max_chunk": 8 * avg, "s1": s1}
+                opts = {"avg_chunk": avg, "min_chunk": mn, "max_chunk": 8 * avg, "s1": s1, "s2": False}
                 rows.append((sc, f"avg {avg}", label("irminsul", {"s1": s1}), run(tr, "irminsul", opts, args)))
     table("chunk-size sensitivity (min = avg/4, max = 8 avg)", rows)
 
@@ -154,7 +155,7 @@ def section_cap(args) -> None:
         tr = synth(sc, args.requests, args.seed)
         for gib in (1, 2, 4, 8):
             sub = argparse.Namespace(**{**vars(args), "capacity": gib * 2**30})
-            for name, opts in (("prefix", {}), ("fixed-chunk", {}), ("irminsul", {}), ("irminsul", {"s1": True})):
+            for name, opts in (("prefix", {}), ("fixed-chunk", {}), ("irminsul", OFF), ("irminsul", {"s1": True, "s2": False})):
                 rows.append((sc, f"{gib} GiB", label(name, opts), run(tr, name, opts, sub)))
     table("bounded capacity (per replica, deepseek-v2-lite)", rows)
 

@@ -51,9 +51,10 @@ class IrminsulConfig:
     min_chunk: int = field(default=64, metadata={"help": "minimum CDC chunk size (tokens)"})
     max_chunk: int = field(default=2048, metadata={"help": "maximum CDC chunk size (tokens)"})
     gear_seed: int = field(default=0, metadata={"help": "seed of the Gear hash table"})
-    s1: bool = field(default=False, metadata={"help": "S1: re-look-up CDC misses as fixed windows"})
+    s1: bool = field(default=True, metadata={"help": "S1: re-look-up CDC misses as fixed windows (default on)"})
     s1_window: int = field(default=128, metadata={"help": "S1 window size (tokens)"})
-    s2: bool = field(default=False, metadata={"help": "S2: boundary markers are hard chunk boundaries"})
+    s2: bool = field(default=True, metadata={
+        "help": "S2: boundary markers are hard chunk boundaries (default on; inert without markers)"})
     marker_tokens: str = field(default="", metadata={
         "help": "S2 marker as comma-separated token ids (empty: the built-in 64-token marker)"})
     sink_tokens: int = field(default=32, metadata={
