@@ -17,20 +17,14 @@ from typing import Any
 
 import polars as pl
 
+from engine.metrics import REQUEST_SCHEMA
+
 SUMMARY_VERSION = 1
 FILES = ("requests.parquet", "summary.json", "config.json")
 
-#: requests.parquet columns and the dtypes they are cast to (safe numeric casts are accepted)
-REQUEST_COLUMNS: dict[str, pl.DataType] = {
-    "policy": pl.String(), "request_id": pl.Int64(), "session_id": pl.String(), "replica": pl.Int32(),
-    "arrival_us": pl.Int64(), "start_us": pl.Int64(), "first_token_us": pl.Int64(), "finish_us": pl.Int64(),
-    "prompt_tokens": pl.Int64(), "reused_tokens": pl.Int64(), "rotated_tokens": pl.Int64(),
-    "recomputed_tokens": pl.Int64(), "prefix_reused_tokens": pl.Int64(), "output_tokens": pl.Int32(),
-    "ttft_s": pl.Float64(), "queue_s": pl.Float64(), "prefill_flops": pl.Float64(),
-    "prefill_hbm_bytes": pl.Float64(), "cache_read_bytes": pl.Float64(), "prefill_joules": pl.Float64(),
-    "nocache_prefill_joules": pl.Float64(), "prefix_prefill_joules": pl.Float64(), "evictions": pl.Int64(),
-    "uncached": pl.Boolean(),
-}
+#: requests.parquet columns and the dtypes they are cast to (safe numeric casts are accepted);
+#: the replay writer's schema is the single source of truth
+REQUEST_COLUMNS: dict[str, pl.DataType] = REQUEST_SCHEMA
 SUMMARY_KEYS = ("trace", "model", "gpu", "capacity_bytes", "replicas", "policies")
 #: scenario = everything but the policy; one row of the tidy table per (scenario, policy)
 SCENARIO = ("trace", "model", "gpu", "replicas", "capacity_bytes")
