@@ -95,13 +95,5 @@ def option_help(name: str) -> dict[str, str]:
 __all__ = ["CachePolicy", "PolicyContext", "PolicyStats", "RequestView", "Usage",
            "register", "names", "get", "build", "make_config", "option_help"]
 
-# ---- registrations (one line per policy module) ---------------------------------------------------
-# Each import below registers its policy via @register. Keep alphabetical.
-import importlib as _importlib  # noqa: E402
-
-for _mod in ("none", "prefix", "block_hash", "fixed_chunk", "irminsul"):
-    try:
-        _importlib.import_module(f"engine.policies.{_mod}")
-    except ModuleNotFoundError as _e:  # module not written yet
-        if _e.name != f"engine.policies.{_mod}":
-            raise
+# ---- registrations (one line per policy module; each registers its class with @register) ---------
+from engine.policies import block_hash, fixed_chunk, irminsul, none, prefix  # noqa: E402,F401,I001
