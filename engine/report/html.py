@@ -101,8 +101,9 @@ def make_report(run_dirs, *, html_path: str | Path | None = None, md_path: str |
     if html_path:
         written.append(_write_text(html_path, render_html(data, plots)))
     if md_path:
+        # PNG links only when the plots were written to disk (--plots); --html alone embeds them
         links = [(p.title, Path(os.path.relpath(pp, Path(md_path).resolve().parent)).as_posix())
-                 for p, pp in zip(plots, [x.resolve() for x in png_paths], strict=True)]
+                 for p, pp in zip(plots, [x.resolve() for x in png_paths], strict=True)] if png_paths else []
         written.append(_write_text(md_path, render_markdown(data, links)))
     return Report(data, tuple(plots), tuple(written))
 

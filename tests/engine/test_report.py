@@ -329,3 +329,11 @@ def test_real_replay_run_dir_loads_without_warnings(tmp_path):
     assert data.policies == ("prefix", "fixed-chunk")
     pre = data.table.row(0, named=True)
     assert pre["token_hit_rate"] == pytest.approx(pre["prefix_hit_rate"])
+
+
+def test_html_and_md_without_plots_dir(tmp_path):
+    """--html with --md but no --plots writes both; the Markdown has no PNG links (regression)."""
+    d = make_run(tmp_path / "a")
+    rep = make_report([d], html_path=tmp_path / "r.html", md_path=tmp_path / "r.md")
+    assert {p.name for p in rep.written} == {"r.html", "r.md"}
+    assert ".png)" not in (tmp_path / "r.md").read_text()
