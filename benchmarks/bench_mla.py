@@ -52,14 +52,21 @@ def bench_median(fn, rep_ms: int = 400) -> float:
     return triton.testing.do_bench(fn, warmup=50, rep=rep_ms, return_mode="median")
 
 
-def decode_inputs(B: int, L: int, H: int, seed: int = 0):
-    """Random bf16 decode inputs: cache with shuffled pages, block table, all-non-zero δ table."""
+def span_deltas(B: int, nb: int, span_pages: int, g: torch.Generator) -> torch.Tensor:
+    """δ table [B, nb] int32: one random non-zero δ in ±[1, 100000) per span of ``span_pages`` pages."""
+    ns = -(-nb // span_pages)
+    d = torch.randint(1, 100000, (B, ns), device="cuda", generator=g, dtype=torch.int32)
+    d = d * (torch.randint(0, 2, (B, ns), device="cuda", generator=g, dtype=torch.int32) * 2 - 1)
+    return d.repeat_interleave(span_pages, dim=1)[:, :nb].contiguous()
+
+
+def decode_inputs(B: int, L: int, H: int, seed: int = 0, span_pages: int = 32):
+    """Random bf16 decode inputs: cache with shuffled pages, block table, non-zero δ per 2K-token span."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     nb = L // PAGE
     cache = torch.empty(B * nb, PAGE, D_C + D_R, dtype=torch.bfloat16, device="cuda").normal_(generator=g)
     bt = torch.randperm(B * nb, device="cuda", generator=g).view(B, nb).to(torch.int32)
-    delta = torch.randint(1, 100000, (B, nb), device="cuda", generator=g, dtype=torch.int32)
-    delta = delta * (torch.randint(0, 2, (B, nb), device="cuda", generator=g, dtype=torch.int32) * 2 - 1)
+    delta = span_deltas(B, nb, span_pages, g)
     qn = torch.randn(B, H, D_C, device="cuda", generator=g).to(torch.bfloat16)
     qr = torch.randn(B, H, D_R, device="cuda", generator=g).to(torch.bfloat16)
     lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
@@ -79,7 +86,8 @@ def time_decode(inp, *, delta_mode: str = "nonzero", pre_rope: bool = False, rot
     """Graph-replay median ms of one decode step for the given variant."""
     qn, qr, cache, bt, lens, delta = inp
     L = bt.shape[1] * PAGE
-    d = torch.zeros_like(delta) if delta_mode == "zero" else delta
+    d = {"zero": torch.zeros_like(delta), "nonzero": delta,
+         "page": span_deltas(delta.shape[0], delta.shape[1], 1, torch.Generator(device="cuda").manual_seed(9))}[delta_mode]
     out = torch.empty_like(qn)
 
     def fn():
@@ -119,7 +127,7 @@ def extend_inputs(C: int, T: int, H: int, seed: int = 0):
     cache = torch.empty(nb, PAGE, D_C + D_R, dtype=torch.bfloat16, device="cuda").normal_(generator=g)
     bt = torch.randperm(nb, device="cuda", generator=g).view(1, nb).to(torch.int32)
     delta = torch.zeros(1, nb, dtype=torch.int32, device="cuda")
-    delta[0, : C // PAGE] = torch.randint(-50000, 50000, (C // PAGE,), device="cuda", generator=g, dtype=torch.int32)
+    delta[:, : C // PAGE] = span_deltas(1, C // PAGE, 32, g)
     qn = torch.randn(T, H, D_C, device="cuda", generator=g).to(torch.bfloat16)
     qr = torch.randn(T, H, D_R, device="cuda", generator=g).to(torch.bfloat16)
     lens = torch.tensor([L], dtype=torch.int32, device="cuda")

@@ -149,6 +149,7 @@ def decode_sweep(bw: float, fl: float, quick: bool) -> None:
                     row["ms_prerope"] = bm.time_decode(inp, pre_rope=True, delta_mode="zero", **kw)
                     row["ms_nosplit"] = bm.time_decode(inp, split_kr=False, **kw)
                     row["ms_kside"] = bm.time_decode(inp, rot_side="k", **kw)
+                    row["ms_pagedelta"] = bm.time_decode(inp, delta_mode="page", **kw)
                     row["ms_rotate_pass_half"] = bm.time_rotate_pass(inp)
                     if H == 16 or L == 8192:
                         row["ms_sdpa_decompressed"] = bm.time_sdpa_decompressed(min(B, 32), L, H)
@@ -180,8 +181,8 @@ def extend_sweep(fl: float) -> None:
 def tune() -> None:
     """Pick the decode tile config per head count (B=64, L=32K) and the extend config (C=8K); store in BEST."""
     print("tune:", flush=True)
-    dec = {16: [(16, 32, 4, 2), (16, 32, 4, 3), (16, 64, 4, 2), (16, 64, 8, 2), (16, 32, 4, 1)],
-           128: [(64, 64, 8, 1), (64, 32, 8, 1), (64, 64, 8, 2), (64, 128, 8, 1), (64, 32, 8, 2)]}
+    dec = {16: [(16, 64, 8, 2), (16, 64, 4, 2), (16, 64, 8, 3), (16, 32, 4, 3)],
+           128: [(64, 64, 8, 2), (64, 64, 8, 1), (64, 64, 8, 3), (64, 32, 8, 2)]}
     for H, cfgs in dec.items():
         inp = bm.decode_inputs(64, 32768, H)
         ref = mla_decode(*inp[:5], inp[5], max_seq_len=32768)
@@ -201,7 +202,7 @@ def tune() -> None:
                     BEST[("ms", H)], BEST[H] = ms, c
         del inp
     inp = bm.extend_inputs(8192, 8192, 128)
-    for bt_, bh, n, st in ((4, 16, 64, 2), (2, 32, 64, 3), (4, 16, 64, 3), (1, 64, 64, 2), (4, 16, 128, 1)):
+    for bt_, bh, n, st in ((4, 16, 64, 2), (2, 32, 64, 2), (4, 16, 64, 3), (4, 16, 32, 2)):
         c = {"BLOCK_T": bt_, "BLOCK_HH": bh, "BLOCK_N": n, "num_warps": 8, "num_stages": st}
         try:
             ms = bm.time_extend(inp, config=c)

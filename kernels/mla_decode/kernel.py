@@ -19,8 +19,7 @@ from kernels.rope.kernel import (
     RopeConfig,
     cos_sin,
     dot_rope,
-    dot_rope_q,
-    freq_tensors,
+        freq_tensors,
     rope_columns,
     rotate_kr_tile,
     rotate_q_tile,
@@ -73,6 +72,9 @@ def mla_decode_kernel(
     j = tl.minimum(start // PAGE, last_j)
     page = tl.load(BLOCK_TABLE + b * stride_bt_b + j).to(tl.int64)
     delta = tl.load(BLOCK_DELTA + b * stride_bd_b + j)
+    q_hi = q_r
+    q_lo = tl.zeros([BLOCK_H, D_R], dtype=q_r.dtype)
+    cur = delta * 0
     for n0 in range(start, end, BLOCK_N):
         # prefetch the next tile's page and δ so their latency overlaps this tile
         j_nx = tl.minimum((n0 + BLOCK_N) // PAGE, last_j)
@@ -85,7 +87,14 @@ def mla_decode_kernel(
         k = tl.load(rows + D_C + offs_r[None, :], mask=mask_n[:, None], other=0.0)
         s = tl.dot(q_n, tl.trans(kv))
         if ROTATE and Q_SIDE:
-            s = dot_rope_q(s, rotate_q_tile(q_rf, q_sw, sign, delta, f_hi, f_lo), k, SPLIT_KR)
+            if delta != cur:  # R(−δ)q is recomputed only where δ changes (span boundaries)
+                q_rot = rotate_q_tile(q_rf, q_sw, sign, delta, f_hi, f_lo)
+                q_hi = q_rot.to(q_r.dtype)
+                q_lo = (q_rot - q_hi.to(tl.float32)).to(q_r.dtype)
+                cur = delta
+            s = tl.dot(q_hi, tl.trans(k), s)
+            if SPLIT_KR:
+                s = tl.dot(q_lo, tl.trans(k), s)
         elif ROTATE:
             k_sw = tl.load(rows + D_C + partner[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
             base = delta
@@ -136,9 +145,9 @@ def default_config(num_heads: int, dtype: torch.dtype) -> dict:
     """Tile sizes and launch options (one config under the interpreter)."""
     if INTERPRET or not torch.cuda.is_available():
         return {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
-    if num_heads <= 16:
-        return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
-    return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
+    if num_heads <= 16:  # tuned on the H200 (docs/bench-kernels.md)
+        return {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+    return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
 
 
 def pick_num_splits(batch: int, max_len: int, num_head_blocks: int, block_n: int, num_sms: int = 132) -> int:

@@ -18,8 +18,7 @@ from kernels.rope.kernel import (
     RopeConfig,
     cos_sin,
     dot_rope,
-    dot_rope_q,
-    freq_tensors,
+        freq_tensors,
     rope_columns,
     rotate_kr_tile,
     rotate_q_tile,
@@ -30,7 +29,7 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
-def _extend_tile(acc, m_i, l_i, q_n, q_r, q_rf, q_sw, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt, b_bd, n0, kv_len, qpos,
+def _extend_tile(acc, m_i, l_i, q_hi, q_lo, cur, q_n, q_r, q_rf, q_sw, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt, b_bd, n0, kv_len, qpos,
                  partner, sign, ct, st, f_hi, f_lo, qk_scale, k_scale,
                  PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERLEAVED: tl.constexpr, ROTATE: tl.constexpr, PRE_ROPE: tl.constexpr,
@@ -49,7 +48,14 @@ def _extend_tile(acc, m_i, l_i, q_n, q_r, q_rf, q_sw, CACHE, BLOCK_TABLE, BLOCK_
     if ROTATE:
         base = tl.load(BLOCK_DELTA + b_bd + j)
         if Q_SIDE:
-            s = dot_rope_q(s, rotate_q_tile(q_rf, q_sw, sign, base, f_hi, f_lo), k, SPLIT_KR)
+            if base != cur:  # R(−δ)q is recomputed only where δ changes (span boundaries)
+                q_rot = rotate_q_tile(q_rf, q_sw, sign, base, f_hi, f_lo)
+                q_hi = q_rot.to(q_r.dtype)
+                q_lo = (q_rot - q_hi.to(tl.float32)).to(q_r.dtype)
+                cur = base
+            s = tl.dot(q_hi, tl.trans(k), s)
+            if SPLIT_KR:
+                s = tl.dot(q_lo, tl.trans(k), s)
         else:
             k_sw = tl.load(rows + D_C + partner[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
             if PRE_ROPE:
@@ -67,7 +73,7 @@ def _extend_tile(acc, m_i, l_i, q_n, q_r, q_rf, q_sw, CACHE, BLOCK_TABLE, BLOCK_
     p = tl.exp2(s - m_use[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = tl.dot(p.to(kv.dtype), kv, acc * alpha[:, None])
-    return acc, m_new, l_i
+    return acc, m_new, l_i, q_hi, q_lo, cur
 
 
 @triton.jit
@@ -111,18 +117,23 @@ def mla_extend_kernel(
         m_i = tl.full([M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([M], dtype=tl.float32)
         acc = tl.zeros([M, D_C], dtype=tl.float32)
+        q_hi = q_r
+        q_lo = tl.zeros([M, D_R], dtype=q_r.dtype)
+        cur = tl.load(SEQ_LENS + b) * 0
         b_bt = b * stride_bt_b
         b_bd = b * stride_bd_b
         first_q = kv_len - num_new + t0
         last_q = tl.minimum(first_q + BLOCK_T, kv_len)
         full_end = ((first_q + 1) // BLOCK_N) * BLOCK_N
         for n0 in range(0, full_end, BLOCK_N):
-            acc, m_i, l_i = _extend_tile(acc, m_i, l_i, q_n, q_r, q_rf, q_sw, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt,
+            acc, m_i, l_i, q_hi, q_lo, cur = _extend_tile(acc, m_i, l_i, q_hi, q_lo, cur, q_n, q_r, q_rf, q_sw,
+                                                                   CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt,
                                          b_bd, n0, kv_len, qpos, partner, sign, ct, st, f_hi, f_lo, qk_scale, k_scale,
                                          PAGE, D_C, D_R, BLOCK_N, INTERLEAVED, ROTATE, PRE_ROPE, SPLIT_KR, Q_SIDE,
                                          False)
         for n0 in range(full_end, last_q, BLOCK_N):
-            acc, m_i, l_i = _extend_tile(acc, m_i, l_i, q_n, q_r, q_rf, q_sw, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt,
+            acc, m_i, l_i, q_hi, q_lo, cur = _extend_tile(acc, m_i, l_i, q_hi, q_lo, cur, q_n, q_r, q_rf, q_sw,
+                                                                   CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt,
                                          b_bd, n0, kv_len, qpos, partner, sign, ct, st, f_hi, f_lo, qk_scale, k_scale,
                                          PAGE, D_C, D_R, BLOCK_N, INTERLEAVED, ROTATE, PRE_ROPE, SPLIT_KR, Q_SIDE,
                                          True)
@@ -135,7 +146,7 @@ def default_config(num_heads: int) -> dict:
     """Tile sizes and launch options (one config under the interpreter)."""
     if INTERPRET or not torch.cuda.is_available():
         return {"BLOCK_T": 2, "BLOCK_HH": 8, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
-    return {"BLOCK_T": 4, "BLOCK_HH": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2}
+    return {"BLOCK_T": 4, "BLOCK_HH": 16, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
 
 
 def mla_extend(
