@@ -41,6 +41,7 @@ COMMANDS = {
     "inspect": "inspect",
     "replay": "replay",
     "report": "report",
+    "sweep": "sweep",
     "models": "models",
 }
 

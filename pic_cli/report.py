@@ -15,7 +15,8 @@ from pic_cli.errors import console, err_console, user_errors
 
 def command(
     run_dirs: Annotated[list[Path], typer.Argument(
-        help="Run dirs written by `pic replay -o` (several: merged; different policies, capacities, traces).",
+        help="Run dirs written by `pic replay -o` (several: merged; different policies, capacities, traces), "
+             "or a `pic sweep -o` dir (every run dir below it).",
         show_default=False)],
     *,
     html: Annotated[Path | None, typer.Option(

@@ -83,7 +83,8 @@ def load_runs(run_dirs: list[str | Path] | tuple[str | Path, ...]) -> ReportData
     if not run_dirs:
         raise ValueError("no run dirs given")
     runs, frames, warnings = [], [], []
-    labels = _labels([Path(d) for d in run_dirs])
+    run_dirs, hints = expand_run_dirs(run_dirs)
+    labels = _labels([Path(d) for d in run_dirs], hints)
     for d, label in zip(run_dirs, labels, strict=True):
         run, df = _load_one(Path(d), label)
         runs.append(run)
@@ -103,6 +104,19 @@ def load_runs(run_dirs: list[str | Path] | tuple[str | Path, ...]) -> ReportData
     series = (series.with_columns(pl.col("policy").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
               .sort(["trace", "model", "replicas", "_o", "capacity_bytes"]).drop("_o"))
     return ReportData(tuple(runs), requests, table, series, policies, tuple(warnings))
+
+
+def expand_run_dirs(dirs) -> tuple[list[Path], list[str | None]]:
+    """A dir without summary.json that has run dirs below it (a ``pic sweep`` dir) becomes those run dirs,
+    sorted, labelled by their path below it; hidden (temporary) folders are ignored. Others stay as given."""
+    out, hints = [], []
+    for d in map(Path, dirs):
+        found = [] if (d / "summary.json").is_file() or not d.is_dir() else sorted(
+            p.parent for p in d.rglob("summary.json")
+            if not any(part.startswith(".") for part in p.relative_to(d).parts))
+        out += found or [d]
+        hints += [p.relative_to(d).as_posix() for p in found] or [None]
+    return out, hints
 
 
 def policy_metrics(requests: pl.DataFrame, by: list[str]) -> pl.DataFrame:
@@ -152,8 +166,8 @@ def _ratio(a: pl.Expr, b: pl.Expr) -> pl.Expr:
     return pl.when(b != 0).then(a.cast(pl.Float64) / b.cast(pl.Float64)).otherwise(float("nan"))
 
 
-def _labels(paths: list[Path]) -> list[str]:
-    names = [p.resolve().name or str(p) for p in paths]
+def _labels(paths: list[Path], hints: list[str | None]) -> list[str]:
+    names = [h or p.resolve().name or str(p) for p, h in zip(paths, hints, strict=True)]
     out = []
     for i, n in enumerate(names):
         out.append(n if names.count(n) == 1 else f"{n}#{names[:i].count(n) + 1}")
