@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -76,7 +77,10 @@ def command(
             def tick(res: CellResult, done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total, description=f"{res.cell.run_dir} {res.status}")
 
-            result = run_sweep(config, output, progress=tick)
+            try:
+                result = run_sweep(config, output, progress=tick)
+            except ValueError as e:   # user_errors prints with rich markup: keep "pic[dist]" intact
+                raise ValueError(escape(str(e))) from None
     if as_json:
         typer.echo((output / "sweep.json").read_text(), nl=False)
     else:
