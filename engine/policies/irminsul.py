@@ -23,12 +23,13 @@ First-chunk clip: reused KV landing at position 0 from another position has its 
 recomputed (attention sink). S2: marker edges (segments of kind ``marker`` or occurrences of the marker
 token sequence) are hard chunk boundaries. Eviction: unlocked entries in key order (``lru``/``lfu``,
 :mod:`engine.eviction`), lazily through a heap; a chunk's windows and trie path go with it.
+
+The registry, its indexes (prompt index, chunk trie, S1 windows), accounting and eviction live in
+:mod:`engine.policies.irminsul_store`; this module decides what to look up, lock and add.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,12 +38,11 @@ from engine import cdc, eviction
 from engine.plan import Action, Plan, Span
 from engine.policies import register
 from engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
-from engine.radix import RadixNode, RadixTree
+from engine.policies.irminsul_store import ChunkStore, Entry
 from traces.markers import BOUNDARY_MARKER, find_markers
 from traces.schema import KIND_CODE
 
 _MARKER_KIND = KIND_CODE["marker"]
-_LAYOUTS = 16  # committed-prompt layouts tried for the exact prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,20 +88,6 @@ class IrminsulConfig:
         return np.array([int(x) for x in self.marker_tokens.split(",")], dtype=np.int32)
 
 
-class _Entry:
-    """One resident chunk; ``node``: its end node in the chunk trie (None until committed)."""
-
-    __slots__ = ("fp", "tokens", "base_pos", "owner", "nbytes", "refs", "last_access_us", "hits",
-                 "created_us", "ready", "windows", "node")
-
-    def __init__(self, fp: int, tokens: np.ndarray, base_pos: int, owner: int, nbytes: int, now: int):
-        self.fp, self.tokens, self.base_pos, self.owner, self.nbytes = fp, tokens, base_pos, owner, nbytes
-        self.refs, self.last_access_us, self.hits, self.created_us = 0, now, 0, now
-        self.ready = False
-        self.windows: list[int] = []
-        self.node: RadixNode | None = None
-
-
 @register
 class Irminsul(CachePolicy):
     name = "irminsul"
@@ -111,16 +97,11 @@ class Irminsul(CachePolicy):
         super().__init__(ctx, config)
         c = self.config
         self._cdc, self._marker, self._key = c.cdc, c.marker, eviction.key(c.eviction)
-        self._entries: dict[int, _Entry] = {}
-        self._windows: dict[int, tuple[int, int]] = {}      # window fp -> (entry fp, offset)
-        self._trie = RadixTree()                            # index of ready chunks' tokens
-        self._prompts = RadixTree()                         # index of committed prompts -> chunk layout
+        self._store = ChunkStore(self._key, c.s1_window)    # chunks, chunk trie, S1 windows, accounting
+        self._entries = self._store.entries
         self._pending: dict[int, tuple[list[int], list[int], list[int]]] = {}   # rid -> bounds, fps, used
         self._admitted: dict[int, tuple[list[int], list[int], list[int]]] = {}  # rid -> bounds, fps, new
         self._locks: dict[int, list[int]] = {}
-        self._heap: list[tuple[tuple[int, ...], int, int]] = []
-        self._seq = itertools.count()
-        self._evictable = self._protected = 0
         self.stats.extra.update(prefix_tokens=0, chunk_lookups=0, chunk_hits=0, extended_tokens=0, window_lookups=0,
                                 window_hits=0, clipped_tokens=0, rotated_tokens=0)
 
@@ -153,25 +134,22 @@ class Irminsul(CachePolicy):
             self.stats.rejected += 1
             return False
         for fp in used:
-            self._lock(self._entries[fp])
+            self._store.lock(self._entries[fp])
         new: dict[int, tuple[int, int]] = {}
         for k, fp in enumerate(fps):
             if fp not in self._entries and fp not in new:
                 new[fp] = (bounds[k], bounds[k + 1])
         need = sum(b - a for a, b in new.values()) * self.ctx.bytes_per_token
-        over = self._evictable + self._protected + need - self.ctx.capacity_bytes
+        st = self._store
+        over = st.evictable + st.protected + need - self.ctx.capacity_bytes
         if over > 0 and self.evict(int(over), now_us) < over:
             for fp in used:
-                self._unlock(self._entries[fp])
+                st.unlock(self._entries[fp])
             self.stats.rejected += 1
             return False
         toks = req.tokens
-        for fp, (a, b) in new.items():
-            e = _Entry(fp, np.array(toks[a:b], dtype=np.int32), a, rid, (b - a) * self.ctx.bytes_per_token,
-                       now_us)
-            self._entries[fp] = e
-            e.refs = 1                      # new KV: protected until release
-            self._protected += e.nbytes
+        for fp, (a, b) in new.items():      # new KV: protected until release
+            st.add(fp, np.array(toks[a:b], dtype=np.int32), a, rid, (b - a) * self.ctx.bytes_per_token, now_us)
         self._locks[rid] = used + list(new)
         self._admitted[rid] = (bounds, fps, list(new))
         return True
@@ -179,20 +157,9 @@ class Irminsul(CachePolicy):
     def commit(self, req: RequestView, now_us: int) -> None:
         bounds, fps, new = self._admitted.pop(req.request_id, ([], [], []))
         for fp in new:
-            e = self._entries[fp]
-            e.ready = True
-            if self.config.s1:
-                self._add_windows(e)
-            num_new, node = self._trie.insert(e.tokens, now_us)
-            node.value = fp
-            self._trie.inc_lock(node)           # live chunks are locked in the index; dead ones get purged
-            e.node = node
+            self._store.make_ready(self._entries[fp], now_us, self.config.s1)
         if fps:
-            _, node = self._prompts.insert(req.tokens, now_us)
-            node.value = (bounds, fps)
-            cap = 4 * self.ctx.capacity_tokens + 2**20
-            if self._prompts.total_tokens > cap:
-                self._prompts.evict(int(self._prompts.total_tokens - cap))
+            self._store.add_prompt(req.tokens, bounds, fps, now_us, 4 * self.ctx.capacity_tokens + 2**20)
 
     def release(self, req: RequestView, now_us: int) -> None:
         self._admitted.pop(req.request_id, None)
@@ -200,30 +167,16 @@ class Irminsul(CachePolicy):
             e = self._entries.get(fp)
             if e is None:
                 continue
-            self._unlock(e)
+            self._store.unlock(e)
             if e.refs == 0 and not e.ready:   # released without commit: its KV never materialized
-                self._drop(e)
+                self._store.drop(e)
 
     def evict(self, num_bytes: int, now_us: int) -> int:
-        freed, heap = 0, self._heap
-        while freed < num_bytes and heap:
-            k, _, fp = heapq.heappop(heap)
-            e = self._entries.get(fp)
-            if e is None or e.refs > 0:
-                continue
-            cur = self._key(e)
-            if cur != k:
-                heapq.heappush(heap, (cur, next(self._seq), fp))
-                continue
-            freed += e.nbytes
-            self.stats.evictions += 1
-            self.stats.evicted_bytes += e.nbytes
-            self._drop(e)
-        return freed
+        return self._store.evict(num_bytes, self.stats)
 
     def usage(self) -> Usage:
-        return Usage(self._evictable, self._protected, self._evictable + self._protected,
-                     self.ctx.capacity_bytes)
+        st = self._store
+        return Usage(st.evictable, st.protected, st.evictable + st.protected, self.ctx.capacity_bytes)
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _analyze(self, req: RequestView):
@@ -246,7 +199,8 @@ class Irminsul(CachePolicy):
             if e is not None and pos == a:
                 ex["chunk_hits"] += 1
             # NOTE: a longer run than the hit chunk needs a stored chunk that extends it (a trie child)
-            t_len, t_e = (0, None) if e is not None and not e.node.children else self._longest(toks, pos)
+            t_len, t_e = (0, None) if e is not None and not e.node.children else \
+                self._store.longest(toks[pos:pos + self.config.max_chunk])
             if t_len > (b - pos if e is not None else self.config.min_match - 1):
                 ex["extended_tokens"] += t_len - (b - pos if e is not None else 0)
                 self._span(spans, used, t_e, pos, pos + t_len, 0)
@@ -260,7 +214,7 @@ class Irminsul(CachePolicy):
                 pos = b
         return bl, fl, spans, used
 
-    def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> _Entry | None:
+    def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Entry | None:
         e = self._entries.get(fp)
         if e is None or not e.ready:
             return None
@@ -273,7 +227,7 @@ class Irminsul(CachePolicy):
             return None
         return e
 
-    def _span(self, spans: list[Span], used: list[int], e: _Entry, a: int, b: int, off: int) -> None:
+    def _span(self, spans: list[Span], used: list[int], e: Entry, a: int, b: int, off: int) -> None:
         """Reuse ``e``'s KV from offset ``off`` for target ``[a, b)`` (first-chunk clip at position 0)."""
         src = e.base_pos + off
         if a == 0 and src != 0:
@@ -286,21 +240,9 @@ class Irminsul(CachePolicy):
         used.append(e.fp)
 
     def _prefix(self, toks: np.ndarray, spans: list[Span], used: list[int]) -> int:
-        """Exact prefix from the prompt index, served by the resident chunks of the committed prompt that
-        covers most of it (trying at most ``_LAYOUTS`` prompts, deepest shared prefix first); its length."""
-        num, node = self._prompts.match_prefix(toks, None, split=True)
-        best, best_len, tried, depth, skip = None, 0, 0, num, None
-        while node is not None and best_len < depth and tried < _LAYOUTS:
-            stack = [node]                # prompts below ``node`` (minus the branch done) share ``depth``
-            while stack and tried < _LAYOUTS and best_len < depth:
-                nd = stack.pop()
-                stack.extend(reversed([c for c in nd.children.values() if c is not skip]))
-                if nd.value is not None:
-                    tried += 1
-                    got = self._served(*nd.value, depth)
-                    if got > best_len:
-                        best, best_len = nd.value, got
-            skip, depth, node = node, depth - node.key.shape[0], node.parent
+        """Exact prefix from the prompt index, served by the resident chunks of the committed prompt
+        that covers most of it (:meth:`ChunkStore.best_layout`); its length."""
+        best, best_len = self._store.best_layout(toks)
         if best is None:
             return 0
         bounds, fps = best
@@ -318,28 +260,6 @@ class Irminsul(CachePolicy):
             self._span(spans, used, e, a, b, 0)
         return best_len
 
-    def _served(self, bounds: list[int], fps: list[int], num: int) -> int:
-        for j, fp in enumerate(fps):
-            if bounds[j] >= num:
-                break
-            e = self._entries.get(fp)
-            if e is None or not e.ready:
-                return bounds[j]
-        return num
-
-    def _longest(self, toks: np.ndarray, pos: int) -> tuple[int, _Entry | None]:
-        """Longest run from ``pos`` that equals the beginning of a stored chunk (trie walk)."""
-        num, node = self._trie.match_prefix(toks[pos:pos + self.config.max_chunk], None, split=True)
-        if num == 0:
-            return 0, None
-        stack = [node]
-        while stack:                      # any live chunk at or below the match shares its tokens
-            nd = stack.pop()
-            if nd.value is not None:
-                return num, self._entries[nd.value]
-            stack.extend(reversed(list(nd.children.values())))
-        return 0, None
-
     def _s1(self, toks: np.ndarray, lo: int, hi: int, spans, used) -> None:
         """Look ``[lo, hi)`` up as start-aligned, then end-aligned fixed windows."""
         w = self.config.s1_window
@@ -355,11 +275,10 @@ class Irminsul(CachePolicy):
             if any(s < b and a < s + w for a, b in covered):
                 continue
             ex["window_lookups"] += 1
-            ref = self._windows.get(cdc.fingerprint(toks[s:s + w]))
-            e = self._entries.get(ref[0]) if ref is not None else None
-            if e is None or not e.ready:
+            got = self._store.window(toks[s:s + w])
+            if got is None:
                 continue
-            off = ref[1]
+            e, off = got
             if self.ctx.verify:
                 self.stats.verified_hits += 1
                 if not np.array_equal(e.tokens[off:off + w], toks[s:s + w]):
@@ -369,15 +288,6 @@ class Irminsul(CachePolicy):
             covered.append((s, s + w))
             self._span(spans, used, e, s, s + w, off)
 
-    def _add_windows(self, e: _Entry) -> None:
-        w, n = self.config.s1_window, e.tokens.shape[0]
-        offs = set(range(0, n - w + 1, w)) | set(range(n - w, -1, -w))
-        for off in sorted(offs):
-            wfp = cdc.fingerprint(e.tokens[off:off + w])
-            if wfp not in self._windows:
-                self._windows[wfp] = (e.fp, off)
-                e.windows.append(wfp)
-
     def _hard(self, req: RequestView) -> np.ndarray:
         m = self._marker.shape[0]
         starts = find_markers(req.tokens, self._marker)
@@ -385,30 +295,3 @@ class Irminsul(CachePolicy):
         sb = req.segment_bounds
         return np.concatenate([starts, starts + m, sb[idx], sb[idx + 1]]).astype(np.int64)
 
-    def _lock(self, e: _Entry) -> None:
-        if e.refs == 0:
-            self._evictable -= e.nbytes
-            self._protected += e.nbytes
-        e.refs += 1
-
-    def _unlock(self, e: _Entry) -> None:
-        e.refs -= 1
-        if e.refs == 0:
-            self._protected -= e.nbytes
-            self._evictable += e.nbytes
-            heapq.heappush(self._heap, (self._key(e), next(self._seq), e.fp))
-            if len(self._heap) > 4 * len(self._entries) + 1024:
-                self._heap = [(self._key(x), next(self._seq), x.fp) for x in self._entries.values()
-                              if x.refs == 0]
-                heapq.heapify(self._heap)
-
-    def _drop(self, e: _Entry) -> None:
-        del self._entries[e.fp]
-        self._evictable -= e.nbytes
-        if e.node is not None:
-            e.node.value = None
-            self._trie.dec_lock(e.node)
-            self._trie.evict(self._trie.evictable_tokens)
-        for wfp in e.windows:
-            if self._windows.get(wfp, (None,))[0] == e.fp:
-                del self._windows[wfp]
