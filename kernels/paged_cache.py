@@ -94,3 +94,17 @@ def span_block_delta(spans: list[list[tuple[int, int, int]]], num_blocks: int, p
             owner[j0:j1] = k
             table[b, j0:j1] = delta
     return table
+
+
+def delta_runs(block_delta: torch.Tensor) -> torch.Tensor:
+    """run_end[b, j]: first logical page after j whose δ differs from page j's (int32, same device).
+
+    The attention kernels rotate q by −δ once per run of equal δ and stream the run's tiles with a
+    loop-invariant query; computed with tensor ops only, so it can sit inside a CUDA graph.
+    """
+    nb = block_delta.shape[1]
+    ks = torch.arange(nb, device=block_delta.device, dtype=torch.int32)
+    brk = torch.full_like(block_delta, nb)
+    brk[:, 1:] = torch.where(block_delta[:, 1:] != block_delta[:, :-1], ks[1:], brk[:, 1:])
+    nxt = torch.cat([brk[:, 1:], torch.full_like(brk[:, :1], nb)], dim=1)
+    return nxt.flip(1).cummin(1).values.flip(1).to(torch.int32).contiguous()

@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.paged_cache import delta_runs
 from kernels.rope.kernel import (
     RopeConfig,
     cos_sin,
@@ -31,9 +32,9 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 @triton.jit
 def mla_decode_kernel(
-    Q_NOPE, Q_ROPE, CACHE, BLOCK_TABLE, BLOCK_DELTA, SEQ_LENS, F_HI, F_LO, O_PART, LSE_PART,
+    Q_NOPE, Q_ROPE, CACHE, BLOCK_TABLE, BLOCK_DELTA, RUN_END, SEQ_LENS, F_HI, F_LO, O_PART, LSE_PART,
     qk_scale, k_scale, num_heads, tokens_per_split,
-    stride_qn_b, stride_qn_h, stride_qr_b, stride_qr_h, stride_bt_b, stride_bd_b,
+    stride_qn_b, stride_qn_h, stride_qr_b, stride_qr_h, stride_bt_b, stride_bd_b, stride_re_b,
     stride_op_b, stride_op_h, stride_op_s, stride_lse_b, stride_lse_h,
     PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, INTERLEAVED: tl.constexpr,
@@ -68,51 +69,53 @@ def mla_decode_kernel(
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, D_C], dtype=tl.float32)
-    last_j = tl.maximum(end - 1, 0) // PAGE
-    j = tl.minimum(start // PAGE, last_j)
-    page = tl.load(BLOCK_TABLE + b * stride_bt_b + j).to(tl.int64)
-    delta = tl.load(BLOCK_DELTA + b * stride_bd_b + j)
-    q_hi = q_r
-    q_lo = tl.zeros([BLOCK_H, D_R], dtype=q_r.dtype)
-    cur = delta * 0
-    for n0 in range(start, end, BLOCK_N):
-        # prefetch the next tile's page and δ so their latency overlaps this tile
-        j_nx = tl.minimum((n0 + BLOCK_N) // PAGE, last_j)
-        page_nx = tl.load(BLOCK_TABLE + b * stride_bt_b + j_nx).to(tl.int64)
-        delta_nx = tl.load(BLOCK_DELTA + b * stride_bd_b + j_nx)
-        offs_n = n0 + offs_j
-        mask_n = offs_n < end
-        rows = CACHE + (page * PAGE + (offs_n % PAGE))[:, None] * ROW
-        kv = tl.load(rows + offs_c[None, :], mask=mask_n[:, None], other=0.0)
-        k = tl.load(rows + D_C + offs_r[None, :], mask=mask_n[:, None], other=0.0)
-        s = tl.dot(q_n, tl.trans(kv))
+    n0 = start
+    while n0 < end:
+        # one run of pages with equal δ: rotate q once (q-side), then stream the run's tiles
         if ROTATE and Q_SIDE:
-            if delta != cur:  # R(−δ)q is recomputed only where δ changes (span boundaries)
-                q_rot = rotate_q_tile(q_rf, q_sw, sign, delta, f_hi, f_lo)
-                q_hi = q_rot.to(q_r.dtype)
-                q_lo = (q_rot - q_hi.to(tl.float32)).to(q_r.dtype)
-                cur = delta
-            s = tl.dot(q_hi, tl.trans(k), s)
-            if SPLIT_KR:
-                s = tl.dot(q_lo, tl.trans(k), s)
-        elif ROTATE:
-            k_sw = tl.load(rows + D_C + partner[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
-            base = delta
-            if PRE_ROPE:
-                base = base + n0
-            k = rotate_kr_tile(k.to(tl.float32), k_sw, sign, base, ct, st, f_hi, f_lo, k_scale, PRE_ROPE)
-            s = dot_rope(s, q_r, k, SPLIT_KR)
+            j0 = n0 // PAGE
+            delta = tl.load(BLOCK_DELTA + b * stride_bd_b + j0)
+            run_end = tl.minimum(tl.load(RUN_END + b * stride_re_b + j0) * PAGE, end)
+            q_rot = rotate_q_tile(q_rf, q_sw, sign, delta, f_hi, f_lo)
+            q_hi = q_rot.to(q_r.dtype)
+            q_lo = (q_rot - q_hi.to(tl.float32)).to(q_r.dtype)
         else:
-            s = tl.dot(q_r, tl.trans(k), s)
-        s = tl.where(mask_n[None, :], s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = tl.dot(p.to(kv.dtype), kv, acc * alpha[:, None])
-        m_i = m_new
-        page = page_nx
-        delta = delta_nx
+            run_end = end
+            q_hi = q_r
+            q_lo = q_r
+        last_j = (run_end - 1) // PAGE
+        page = tl.load(BLOCK_TABLE + b * stride_bt_b + n0 // PAGE).to(tl.int64)
+        for n1 in range(n0, run_end, BLOCK_N):
+            # prefetch the next tile's page so its latency overlaps this tile
+            page_nx = tl.load(BLOCK_TABLE + b * stride_bt_b + tl.minimum((n1 + BLOCK_N) // PAGE, last_j)).to(tl.int64)
+            offs_n = n1 + offs_j
+            mask_n = offs_n < run_end
+            rows = CACHE + (page * PAGE + (offs_n % PAGE))[:, None] * ROW
+            kv = tl.load(rows + offs_c[None, :], mask=mask_n[:, None], other=0.0)
+            k = tl.load(rows + D_C + offs_r[None, :], mask=mask_n[:, None], other=0.0)
+            s = tl.dot(q_n, tl.trans(kv))
+            if ROTATE and Q_SIDE:
+                s = tl.dot(q_hi, tl.trans(k), s)
+                if SPLIT_KR:
+                    s = tl.dot(q_lo, tl.trans(k), s)
+            elif ROTATE:
+                k_sw = tl.load(rows + D_C + partner[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
+                base = tl.load(BLOCK_DELTA + b * stride_bd_b + n1 // PAGE)
+                if PRE_ROPE:
+                    base = base + n1
+                k = rotate_kr_tile(k.to(tl.float32), k_sw, sign, base, ct, st, f_hi, f_lo, k_scale, PRE_ROPE)
+                s = dot_rope(s, q_r, k, SPLIT_KR)
+            else:
+                s = tl.dot(q_r, tl.trans(k), s)
+            s = tl.where(mask_n[None, :], s * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = tl.dot(p.to(kv.dtype), kv, acc * alpha[:, None])
+            m_i = m_new
+            page = page_nx
+        n0 = run_end
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     lse = tl.where(l_i > 0, m_i + tl.log2(l_safe), float("-inf"))
@@ -162,7 +165,7 @@ def mla_decode(
     pre_rope: bool = False, sm_scale: float | None = None, num_splits: int | None = None,
     max_seq_len: int | None = None, split_kr: bool = True, rotate: bool = True,
     config: dict | None = None, out: torch.Tensor | None = None, workspace: tuple | None = None,
-    rot_side: str = "auto",
+    rot_side: str = "auto", run_end: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Absorbed-MLA decode attention of one new token per sequence over the paged latent cache.
 
@@ -172,6 +175,7 @@ def mla_decode(
     ``pre_rope``: cache holds k_r before RoPE, rotated to n + δ at load; else cache k_r is RoPE'd and
     rotated by δ. ``rot_side``: "q" rotates q_r by −δ per tile (default for stored-rotated k_r), "k"
     rotates the k_r tile (the only choice for pre-RoPE). ``rotate=False`` compiles the rotation out.
+    ``run_end``: ``paged_cache.delta_runs(block_delta)``, computed here when not given.
     Example: ``mla_decode(qn, qr, cache, bt, lens, delta)``.
     """
     rope = rope or RopeConfig()
@@ -191,6 +195,8 @@ def mla_decode(
         raise ValueError(f"rot_side: expected auto/q/k (q only without pre_rope), got {rot_side!r}")
     q_side = rot_side == "q" or (rot_side == "auto" and not pre_rope)
     max_len = int(seq_lens.max()) if max_seq_len is None else max_seq_len
+    run_end = delta_runs(block_delta) if run_end is None else run_end
+    assert run_end.shape == block_delta.shape and run_end.dtype == torch.int32
     n_hb = triton.cdiv(H, cfg["BLOCK_H"])
     S = num_splits or pick_num_splits(B, max_len, n_hb, cfg["BLOCK_N"])
     per_split = triton.cdiv(triton.cdiv(max_len, S), cfg["BLOCK_N"]) * cfg["BLOCK_N"]
@@ -204,10 +210,10 @@ def mla_decode(
     f_hi, f_lo = freq_tensors(rope, str(cache.device))
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(192)
     mla_decode_kernel[(n_hb, S, B)](
-        q_nope, q_rope, cache, block_table, block_delta, seq_lens, f_hi, f_lo, o_part, lse,
+        q_nope, q_rope, cache, block_table, block_delta, run_end, seq_lens, f_hi, f_lo, o_part, lse,
         scale * LOG2E, rope.k_scale(), H, per_split,
         q_nope.stride(0), q_nope.stride(1), q_rope.stride(0), q_rope.stride(1),
-        block_table.stride(0), block_delta.stride(0),
+        block_table.stride(0), block_delta.stride(0), run_end.stride(0),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),
         PAGE=PAGE, D_C=D_C, D_R=D_R, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
         INTERLEAVED=rope.layout == "interleaved", ROTATE=rotate, PRE_ROPE=pre_rope, SPLIT_KR=split_kr, Q_SIDE=q_side,

@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.paged_cache import delta_runs
 from kernels.rope.kernel import (
     RopeConfig,
     cos_sin,
@@ -29,7 +30,7 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
-def _extend_tile(acc, m_i, l_i, q_hi, q_lo, cur, q_n, q_r, q_rf, q_sw, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt, b_bd, n0, kv_len, qpos,
+def _extend_tile(acc, m_i, l_i, q_hi, q_lo, q_n, q_r, CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt, b_bd, n0, kv_len, qpos,
                  partner, sign, ct, st, f_hi, f_lo, qk_scale, k_scale,
                  PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERLEAVED: tl.constexpr, ROTATE: tl.constexpr, PRE_ROPE: tl.constexpr,
@@ -46,18 +47,13 @@ def _extend_tile(acc, m_i, l_i, q_hi, q_lo, cur, q_n, q_r, q_rf, q_sw, CACHE, BL
     k = tl.load(rows + D_C + offs_r[None, :], mask=mask_n[:, None], other=0.0)
     s = tl.dot(q_n, tl.trans(kv))
     if ROTATE:
-        base = tl.load(BLOCK_DELTA + b_bd + j)
         if Q_SIDE:
-            if base != cur:  # R(−δ)q is recomputed only where δ changes (span boundaries)
-                q_rot = rotate_q_tile(q_rf, q_sw, sign, base, f_hi, f_lo)
-                q_hi = q_rot.to(q_r.dtype)
-                q_lo = (q_rot - q_hi.to(tl.float32)).to(q_r.dtype)
-                cur = base
             s = tl.dot(q_hi, tl.trans(k), s)
             if SPLIT_KR:
                 s = tl.dot(q_lo, tl.trans(k), s)
         else:
             k_sw = tl.load(rows + D_C + partner[None, :], mask=mask_n[:, None], other=0.0).to(tl.float32)
+            base = tl.load(BLOCK_DELTA + b_bd + j)
             if PRE_ROPE:
                 base = base + n0
             k = rotate_kr_tile(k.to(tl.float32), k_sw, sign, base, ct, st, f_hi, f_lo, k_scale, PRE_ROPE)
@@ -73,14 +69,15 @@ def _extend_tile(acc, m_i, l_i, q_hi, q_lo, cur, q_n, q_r, q_rf, q_sw, CACHE, BL
     p = tl.exp2(s - m_use[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = tl.dot(p.to(kv.dtype), kv, acc * alpha[:, None])
-    return acc, m_new, l_i, q_hi, q_lo, cur
+    return acc, m_new, l_i
 
 
 @triton.jit
 def mla_extend_kernel(
-    Q_NOPE, Q_ROPE, CACHE, BLOCK_TABLE, BLOCK_DELTA, SEQ_LENS, CU_Q, F_HI, F_LO, OUT,
+    Q_NOPE, Q_ROPE, CACHE, BLOCK_TABLE, BLOCK_DELTA, RUN_END, SEQ_LENS, CU_Q, F_HI, F_LO, OUT,
     qk_scale, k_scale, num_heads, num_t_blocks,
-    stride_qn_t, stride_qn_h, stride_qr_t, stride_qr_h, stride_bt_b, stride_bd_b, stride_o_t, stride_o_h,
+    stride_qn_t, stride_qn_h, stride_qr_t, stride_qr_h, stride_bt_b, stride_bd_b, stride_re_b, stride_o_t,
+    stride_o_h,
     PAGE: tl.constexpr, D_C: tl.constexpr, D_R: tl.constexpr,
     BLOCK_T: tl.constexpr, BLOCK_HH: tl.constexpr, BLOCK_N: tl.constexpr, INTERLEAVED: tl.constexpr,
     ROTATE: tl.constexpr, PRE_ROPE: tl.constexpr, SPLIT_KR: tl.constexpr, Q_SIDE: tl.constexpr,
@@ -117,26 +114,35 @@ def mla_extend_kernel(
         m_i = tl.full([M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([M], dtype=tl.float32)
         acc = tl.zeros([M, D_C], dtype=tl.float32)
-        q_hi = q_r
-        q_lo = tl.zeros([M, D_R], dtype=q_r.dtype)
-        cur = tl.load(SEQ_LENS + b) * 0
         b_bt = b * stride_bt_b
         b_bd = b * stride_bd_b
         first_q = kv_len - num_new + t0
         last_q = tl.minimum(first_q + BLOCK_T, kv_len)
         full_end = ((first_q + 1) // BLOCK_N) * BLOCK_N
-        for n0 in range(0, full_end, BLOCK_N):
-            acc, m_i, l_i, q_hi, q_lo, cur = _extend_tile(acc, m_i, l_i, q_hi, q_lo, cur, q_n, q_r, q_rf, q_sw,
-                                                                   CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt,
-                                         b_bd, n0, kv_len, qpos, partner, sign, ct, st, f_hi, f_lo, qk_scale, k_scale,
-                                         PAGE, D_C, D_R, BLOCK_N, INTERLEAVED, ROTATE, PRE_ROPE, SPLIT_KR, Q_SIDE,
-                                         False)
-        for n0 in range(full_end, last_q, BLOCK_N):
-            acc, m_i, l_i, q_hi, q_lo, cur = _extend_tile(acc, m_i, l_i, q_hi, q_lo, cur, q_n, q_r, q_rf, q_sw,
-                                                                   CACHE, BLOCK_TABLE, BLOCK_DELTA, b_bt,
-                                         b_bd, n0, kv_len, qpos, partner, sign, ct, st, f_hi, f_lo, qk_scale, k_scale,
-                                         PAGE, D_C, D_R, BLOCK_N, INTERLEAVED, ROTATE, PRE_ROPE, SPLIT_KR, Q_SIDE,
-                                         True)
+        n0 = first_q * 0
+        while n0 < last_q:
+            # one run of pages with equal δ: rotate q once (q-side), then stream the run's tiles
+            if ROTATE and Q_SIDE:
+                delta = tl.load(BLOCK_DELTA + b_bd + n0 // PAGE)
+                run_end = tl.minimum(tl.load(RUN_END + b * stride_re_b + n0 // PAGE) * PAGE, last_q)
+                q_rot = rotate_q_tile(q_rf, q_sw, sign, delta, f_hi, f_lo)
+                q_hi = q_rot.to(q_r.dtype)
+                q_lo = (q_rot - q_hi.to(tl.float32)).to(q_r.dtype)
+            else:
+                run_end = last_q
+                q_hi = q_r
+                q_lo = q_r
+            for n1 in range(n0, tl.minimum(run_end, full_end), BLOCK_N):
+                acc, m_i, l_i = _extend_tile(acc, m_i, l_i, q_hi, q_lo, q_n, q_r, CACHE, BLOCK_TABLE, BLOCK_DELTA,
+                                             b_bt, b_bd, n1, kv_len, qpos, partner, sign, ct, st, f_hi, f_lo,
+                                             qk_scale, k_scale, PAGE, D_C, D_R, BLOCK_N, INTERLEAVED, ROTATE,
+                                             PRE_ROPE, SPLIT_KR, Q_SIDE, False)
+            for n1 in range(tl.maximum(n0, full_end), run_end, BLOCK_N):
+                acc, m_i, l_i = _extend_tile(acc, m_i, l_i, q_hi, q_lo, q_n, q_r, CACHE, BLOCK_TABLE, BLOCK_DELTA,
+                                             b_bt, b_bd, n1, kv_len, qpos, partner, sign, ct, st, f_hi, f_lo,
+                                             qk_scale, k_scale, PAGE, D_C, D_R, BLOCK_N, INTERLEAVED, ROTATE,
+                                             PRE_ROPE, SPLIT_KR, Q_SIDE, True)
+            n0 = run_end
         l_safe = tl.where(l_i > 0, l_i, 1.0)
         o_ptr = OUT + tok[:, None] * stride_o_t + h[:, None] * stride_o_h + offs_c[None, :]
         tl.store(o_ptr, (acc / l_safe[:, None]).to(OUT.dtype.element_ty), mask=mask_r[:, None])
@@ -154,7 +160,7 @@ def mla_extend(
     seq_lens: torch.Tensor, cu_q: torch.Tensor, block_delta: torch.Tensor | None = None, *,
     max_new: int | None = None, rope: RopeConfig | None = None, pre_rope: bool = False,
     sm_scale: float | None = None, split_kr: bool = True, rotate: bool = True, config: dict | None = None,
-    out: torch.Tensor | None = None, rot_side: str = "auto",
+    out: torch.Tensor | None = None, rot_side: str = "auto", run_end: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Absorbed-MLA extend: causal attention of each sequence's new tokens over its whole paged cache.
 
@@ -182,16 +188,18 @@ def mla_extend(
     if rot_side not in ("auto", "q", "k") or (rot_side == "q" and pre_rope):
         raise ValueError(f"rot_side: expected auto/q/k (q only without pre_rope), got {rot_side!r}")
     q_side = rot_side == "q" or (rot_side == "auto" and not pre_rope)
+    run_end = delta_runs(block_delta) if run_end is None else run_end
+    assert run_end.shape == block_delta.shape and run_end.dtype == torch.int32
     max_new = int((cu_q[1:] - cu_q[:-1]).max()) if max_new is None else max_new
     n_tb = triton.cdiv(max_new, cfg["BLOCK_T"])
     out = torch.empty(T, H, D_C, dtype=cache.dtype, device=cache.device) if out is None else out
     f_hi, f_lo = freq_tensors(rope, str(cache.device))
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(192)
     mla_extend_kernel[(triton.cdiv(H, cfg["BLOCK_HH"]), n_tb, B)](
-        q_nope, q_rope, cache, block_table, block_delta, seq_lens, cu_q, f_hi, f_lo, out,
+        q_nope, q_rope, cache, block_table, block_delta, run_end, seq_lens, cu_q, f_hi, f_lo, out,
         scale * LOG2E, rope.k_scale(), H, n_tb,
         q_nope.stride(0), q_nope.stride(1), q_rope.stride(0), q_rope.stride(1),
-        block_table.stride(0), block_delta.stride(0), out.stride(0), out.stride(1),
+        block_table.stride(0), block_delta.stride(0), run_end.stride(0), out.stride(0), out.stride(1),
         PAGE=PAGE, D_C=D_C, D_R=D_R, BLOCK_T=cfg["BLOCK_T"], BLOCK_HH=cfg["BLOCK_HH"], BLOCK_N=cfg["BLOCK_N"],
         INTERLEAVED=rope.layout == "interleaved", ROTATE=rotate, PRE_ROPE=pre_rope, SPLIT_KR=split_kr, Q_SIDE=q_side,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
