@@ -44,6 +44,15 @@ class GoldenTrace:
     make: Callable[[Path], None]          # writes the trace to the given path
     capacities: tuple[str, ...]
     note: str
+    serving: tuple[tuple[str, Any], ...] = ()   # ReplayConfig overrides (replicas, router, closed_loop)
+
+    def cli_args(self, capacity: str) -> list[str]:
+        """``pic replay`` arguments (after the trace) that reproduce the run at ``capacity``."""
+        args = ["--policy", ",".join(registry.names()), "--capacity", capacity, "--verify"]
+        for key, value in self.serving:
+            flag = "--" + key.replace("_", "-")
+            args += [flag] if value is True else [flag, str(value)]
+        return args
 
     @property
     def path(self) -> Path:
@@ -77,19 +86,23 @@ TRACES: tuple[GoldenTrace, ...] = (
                 "--set docs_max=5 -o tests/golden/data/rag-reorder-markers.parquet"),
     GoldenTrace("chat-openai", _ingest_chat, ("inf", "64MiB"),
                 "pic ingest tests/golden/data/chat.jsonl --format openai-chat -o tests/golden/data/chat-openai.parquet"),
+    GoldenTrace("multi-agent", _synth("multi-agent", 40), ("inf", "384MiB"),
+                "pic synth -s multi-agent -n 40 --seed 0 -o tests/golden/data/multi-agent.parquet",
+                (("replicas", 2), ("router", "cache-aware"), ("closed_loop", True))),
 )
 
 
 # ---- Runs -----------------------------------------------------------------------------------------
-def replay_config(capacity: str) -> ReplayConfig:
+def replay_config(capacity: str, **serving: Any) -> ReplayConfig:
     """Every registered policy, ``--verify`` (token checks + usage invariants after every event)."""
     return ReplayConfig(policies=tuple(registry.names()), capacity_bytes=parse_size(capacity),
-                        verify=True, check_invariants=True)
+                        verify=True, check_invariants=True, **serving)
 
 
-def run(trace_path: Path, capacity: str) -> tuple[dict[str, Any], bytes]:
-    """Replay and write a run dir (as ``pic replay`` does); ``(summary.json dict, requests.parquet bytes)``."""
-    result = replay(read_trace(trace_path), replay_config(capacity))
+def run(trace: GoldenTrace, capacity: str) -> tuple[dict[str, Any], bytes]:
+    """Replay ``trace`` and write a run dir as ``pic replay`` does; ``(summary.json dict, requests.parquet
+    bytes)``."""
+    result = replay(read_trace(trace.path), replay_config(capacity, **dict(trace.serving)))
     with tempfile.TemporaryDirectory(prefix="pic-golden-") as tmp:
         run_dir = write_run(result, Path(tmp) / "run")
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -121,7 +134,7 @@ def record(summary: dict[str, Any], requests_parquet: bytes) -> dict[str, Any]:
 
 def expected_document(trace: GoldenTrace) -> dict[str, Any]:
     """The full expected file for ``trace`` (trace digest + one record per capacity), computed now."""
-    runs = {cap: record(*run(trace.path, cap)) for cap in trace.capacities}
+    runs = {cap: record(*run(trace, cap)) for cap in trace.capacities}
     return {"trace": trace.path.name, "made_by": trace.note, "trace_sha256": file_sha256(trace.path),
             "policies": registry.names(), "runs": runs}
 

@@ -22,7 +22,7 @@ TIGHT = [(t, cap) for t, cap in CASES if cap != "inf"]
 @pytest.fixture(scope="module")
 def runs() -> dict[tuple[str, str], tuple[dict, bytes]]:
     """Each (trace, capacity) replayed once: (summary.json dict, requests.parquet bytes)."""
-    return {(t.name, cap): run(t.path, cap) for t, cap in CASES}
+    return {(t.name, cap): run(t, cap) for t, cap in CASES}
 
 
 def _expected(trace: GoldenTrace) -> dict:
@@ -76,10 +76,24 @@ def test_golden_replay(trace: GoldenTrace, capacity: str, runs) -> None:
 
 
 @pytest.mark.parametrize(("trace", "capacity"), CASES, ids=IDS)
+def test_pic_replay_cli_writes_the_golden_run(trace: GoldenTrace, capacity: str, tmp_path: Path) -> None:
+    """`pic replay TRACE <the case's flags> -o DIR` writes exactly the blessed summary and requests.parquet."""
+    from typer.testing import CliRunner
+
+    from pic_cli.app import app
+
+    out = tmp_path / "run"
+    res = CliRunner().invoke(app, ["replay", str(trace.path), *trace.cli_args(capacity), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    actual = record(json.loads((out / "summary.json").read_text()), (out / "requests.parquet").read_bytes())
+    assert diff(_expected(trace)["runs"][capacity], actual) == []
+
+
+@pytest.mark.parametrize(("trace", "capacity"), CASES, ids=IDS)
 def test_requests_parquet_byte_identical_across_runs(trace: GoldenTrace, capacity: str, runs) -> None:
     """A second in-process replay writes the same requests.parquet bytes and the same summary."""
     summary1, bytes1 = runs[trace.name, capacity]
-    summary2, bytes2 = run(trace.path, capacity)
+    summary2, bytes2 = run(trace, capacity)
     assert bytes1 == bytes2, f"{trace.name} @ {capacity}: requests.parquet differs between two runs"
     strip = [{k: {p: {m: v for m, v in st.items() if m != "wall_seconds"} for p, st in s["policies"].items()}
               if k == "policies" else v for k, v in s.items()} for s in (summary1, summary2)]
