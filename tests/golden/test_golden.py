@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from engine import policies as registry
-from tests.golden.golden import REGEN, TRACES, GoldenTrace, diff, file_sha256, record, run
+from engine.replay import replay, write_run
+from tests.golden.golden import REGEN, TRACES, GoldenTrace, diff, file_sha256, record, replay_config, run
+from traces.io import read_trace
 
 CASES = [(t, cap) for t in TRACES for cap in t.capacities]
 IDS = [f"{t.name}@{cap}" for t, cap in CASES]
@@ -138,3 +140,15 @@ def test_regen_check_reports_a_tampered_expected_file(monkeypatch) -> None:
     assert problems == [f"{trace.name}: runs.{cap}.policies.prefix.reused_tokens: expected "
                         f"{doc['runs'][cap]['policies']['prefix']['reused_tokens']}, "
                         f"got {doc['runs'][cap]['policies']['prefix']['reused_tokens'] - 1}"]
+
+
+@pytest.mark.parametrize(("trace", "capacity"), CASES, ids=IDS)
+def test_verify_only_observes(trace: GoldenTrace, capacity: str, runs) -> None:
+    """The same replay without --verify writes the same requests.parquet (verify checks, never steers)."""
+    import dataclasses
+
+    plain = dataclasses.replace(replay_config(capacity, **dict(trace.serving)), verify=False,
+                                check_invariants=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = write_run(replay(read_trace(trace.path), plain), Path(tmp) / "run")
+        assert (out / "requests.parquet").read_bytes() == runs[trace.name, capacity][1]
