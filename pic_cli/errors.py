@@ -19,10 +19,13 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except (ValueError, OSError) as e:
-        err_console.print(f"[bold red]error:[/] {e}", markup=True, highlight=False, soft_wrap=True)
+        from rich.text import Text
+
+        # the message is plain text: never parse it as markup ("pic[dist]" must survive)
+        err_console.print(Text.assemble(("error:", "bold red"), " ", str(e)), highlight=False, soft_wrap=True)
         raise typer.Exit(code=1) from None
     except KeyboardInterrupt:
-        err_console.print("interrupted; no partial output was kept")
+        err_console.print("interrupted; no half-written file was left behind")
         sys.exit(130)
 
 
