@@ -77,17 +77,15 @@ def command(
             def tick(res: CellResult, done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total, description=f"{res.cell.run_dir} {res.status}")
 
-            try:
-                result = run_sweep(config, output, progress=tick)
-            except ValueError as e:   # user_errors prints with rich markup: keep "pic[dist]" intact
-                raise ValueError(escape(str(e))) from None
+            result = run_sweep(config, output, progress=tick)
     if as_json:
         typer.echo((output / "sweep.json").read_text(), nl=False)
     else:
         _print_grid(result)
     for r in result.cells:
         if r.status == "failed":
-            err_console.print(f"[bold red]failed:[/] {r.cell.run_dir}: {r.error}", highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]failed:[/] {escape(f'{r.cell.run_dir}: {r.error}')}", highlight=False,
+                              soft_wrap=True)
     if result.count("failed"):
         err_console.print(f"[bold red]error:[/] {result.count('failed')} of {len(result.cells)} cells failed "
                           f"(see {output / 'sweep.json'}); re-run to retry them", highlight=False)
