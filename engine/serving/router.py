@@ -3,13 +3,21 @@
 * ``round-robin``  — replicas in turn.
 * ``least-loaded`` — fewest outstanding requests (queued + prefilling + decoding); ties lowest index.
 * ``cache-aware``  — the replica whose policy ``lookup`` would reuse the most tokens right now; ties
-  least-loaded, then lowest index.
+  least-loaded, then lowest index. Like SGLang's cache-aware router it falls back to least-loaded
+  when the replicas are out of balance (max − min outstanding > ``BALANCE_ABS`` and
+  max > ``BALANCE_REL`` × min) or when even the best replica would reuse less than
+  ``CACHE_THRESHOLD`` of the prompt (new content spreads instead of piling onto one replica).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+
+BALANCE_ABS = 32        # outstanding requests (SGLang router default balance_abs_threshold)
+BALANCE_REL = 1.0001    # SGLang router default balance_rel_threshold
+CACHE_THRESHOLD = 0.5   # SGLang router default cache_threshold (fraction of the prompt reused)
 
 
 class Router:
@@ -34,5 +42,12 @@ class Router:
             return i
         if self.name == "least-loaded":
             return min(range(n), key=lambda i: (self.replicas[i].num_outstanding, i))
+        load = [self.replicas[i].num_outstanding for i in range(n)]
+        least = min(range(n), key=lambda i: (load[i], i))
+        if max(load) - load[least] > BALANCE_ABS and max(load) > BALANCE_REL * load[least]:
+            return least
         reuse = [self.policies[i].lookup(view, now_us).num_reused for i in range(n)]
-        return min(range(n), key=lambda i: (-reuse[i], self.replicas[i].num_outstanding, i))
+        best = min(range(n), key=lambda i: (-reuse[i], load[i], i))
+        if reuse[best] < CACHE_THRESHOLD * max(view.num_tokens, 1):
+            return least
+        return best

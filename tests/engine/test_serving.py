@@ -207,8 +207,38 @@ def test_routers_spread_or_follow_cache(router):
         assert [r.replica for r in reqs[:6]] == [0, 1, 2, 0, 1, 2]
     elif router == "least-loaded":
         assert used == {0, 1, 2}
-    else:  # every prompt shares the first 100 tokens: after the first commit all follow replica 0
-        assert sum(r.replica == reqs[0].replica for r in reqs) > w.num_requests // 2
+    else:  # only 100 shared tokens (< half of most prompts): below the cache threshold, load decides
+        assert used == {0, 1, 2}
+
+
+def test_cache_aware_follows_mostly_shared_prompts():
+    """Cache-aware sends prompts that are mostly cached content to the replica holding it."""
+    w = _workload(40, seed=5, shared=6000)
+    reqs = ServingModel(w, [BrutePrefix() for _ in range(3)], None, FakeCost(), router="cache-aware").run()
+    assert sum(r.replica == reqs[0].replica for r in reqs) > w.num_requests // 2
+
+
+def test_cache_aware_falls_back_when_unbalanced():
+    """Cache-aware stops piling onto the cached replica once it is BALANCE_ABS requests ahead."""
+    from engine.serving.router import BALANCE_ABS, Router
+
+    class Rep:
+        def __init__(self, n):
+            self.num_outstanding = n
+
+    class Pol:
+        def __init__(self, reuse):
+            self.reuse = reuse
+
+        def lookup(self, view, now_us):
+            from engine.plan import Plan
+            return Plan.from_prefix(view.num_tokens, self.reuse)
+
+    view = RequestView.from_tokens(0, np.arange(1000))
+    hot = Router("cache-aware", [Rep(BALANCE_ABS), Rep(0)], [Pol(1000), Pol(0)])
+    assert hot.pick(view, 0) == 0                       # within balance: follow the cache
+    over = Router("cache-aware", [Rep(BALANCE_ABS + 1), Rep(0)], [Pol(1000), Pol(0)])
+    assert over.pick(view, 0) == 1                      # out of balance: least-loaded
 
 
 def test_closed_loop_turn_waits_for_previous_finish():
