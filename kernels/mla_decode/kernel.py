@@ -149,7 +149,7 @@ def default_config(num_heads: int, dtype: torch.dtype) -> dict:
     if INTERPRET or not torch.cuda.is_available():
         return {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
     if num_heads <= 16:  # tuned on the H200 (docs/bench-kernels.md)
-        return {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+        return {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
     return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
 
 
