@@ -16,6 +16,7 @@ import triton
 
 from kernels.mla_decode import mla_decode
 from kernels.mla_extend import mla_extend
+from kernels.paged_cache import delta_runs
 from kernels.rotate import rotate
 
 D_C, D_R, PAGE = 512, 64, 64
@@ -89,10 +90,12 @@ def time_decode(inp, *, delta_mode: str = "nonzero", pre_rope: bool = False, rot
     d = {"zero": torch.zeros_like(delta), "nonzero": delta,
          "page": span_deltas(delta.shape[0], delta.shape[1], 1, torch.Generator(device="cuda").manual_seed(9))}[delta_mode]
     out = torch.empty_like(qn)
+    run_end = delta_runs(d)  # per-request metadata, built with the δ table (not per decode step)
 
     def fn():
         mla_decode(qn, qr, cache, bt, lens, d, pre_rope=pre_rope, rotate=rotate_on, split_kr=split_kr,
-                   config=config, num_splits=num_splits, max_seq_len=L, out=out, rot_side=rot_side)
+                   config=config, num_splits=num_splits, max_seq_len=L, out=out, rot_side=rot_side,
+                   run_end=run_end)
     return graph_median(fn)
 
 

@@ -134,10 +134,13 @@ def decode_sweep(bw: float, fl: float, quick: bool) -> None:
         for B in batches:
             for L in ctxs:
                 inp = bm.decode_inputs(B, L, H)
-                c = BEST.get(H) or default_config(H, torch.bfloat16)
-                times = {S: bm.time_decode(inp, config=c, num_splits=S) for S in split_candidates(B, L, H, c)}
-                S = min(times, key=times.get)
-                ms = times[S]
+                cfgs = [BEST.get(H) or default_config(H, torch.bfloat16)]
+                if H <= 16:  # short contexts may prefer smaller tiles (more programs per SM)
+                    cfgs.append({"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3})
+                times = {(i, S): bm.time_decode(inp, config=c, num_splits=S)
+                         for i, c in enumerate(cfgs) for S in split_candidates(B, L, H, c)}
+                i, S = min(times, key=times.get)
+                c, ms = cfgs[i], times[(i, S)]
                 f = bm.decode_floor(B, L, H, bw, fl)
                 row = {"H": H, "B": B, "L": L, "S": S, "cfg": c, "ms": ms, "TBps": f["bytes"] / ms / 1e9,
                        "TFLOPs": f["flop"] / ms / 1e9, **f}
@@ -156,7 +159,7 @@ def decode_sweep(bw: float, fl: float, quick: bool) -> None:
                     if H == 16 or L == 8192:
                         row["ms_sdpa_decompressed"] = bm.time_sdpa_decompressed(min(B, 32), L, H)
                 RES["decode"].append(row)
-                print(f"  H={H:3d} B={B:3d} L={L:5d} S={S:2d}: {ms:.3f} ms  {row['TBps']:.2f} TB/s  "
+                print(f"  H={H:3d} B={B:3d} L={L:5d} S={S:2d} BN={c['BLOCK_N']}: {ms:.3f} ms  {row['TBps']:.2f} TB/s  "
                       f"{row['TFLOPs']:.0f} TFLOP/s  floor {max(f['mem_floor_ms'], f['flop_floor_ms']):.3f} ms"
                       + "".join(f"  {k[3:]}={v:.3f}" for k, v in row.items()
                                 if k.startswith("ms_") and v is not None), flush=True)
