@@ -10,15 +10,21 @@ Lookup: the leading run of blocks whose chained hash is present (``Plan.from_pre
 are always whole blocks. Under ``--verify`` every hit block's tokens and parent hash are compared.
 
 Eviction: the free queue in LRU order; a finished request frees its blocks tail first (vLLM
-``free_blocks(reversed(...))``), so the end of a prompt goes before its shared beginning. Evicting a
-middle block leaves its descendants resident but unreachable until it is cached again (as in vLLM).
+``free_blocks(reversed(...))``), so the end of a prompt goes before its shared beginning.
+
+NOTE (speed): residency is prefix-closed along every chain: a block's parent is resident whenever
+the block is. Whoever holds a block holds its whole chain (admit locks a leading run, commit the
+rest), so ``ref(parent) >= ref(block)``; a release frees tail first, so a free parent always sits
+behind its free children in the LRU queue, and eviction (strictly in queue order) never takes a
+parent before its children. Hence a request's resident blocks are exactly a leading run of its
+hashes: its length is found by binary search (O(log n) dict probes), only the run's slots are
+fetched, and commit allocates everything after it without probing.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from itertools import repeat
 
 import numpy as np
 
@@ -47,7 +53,8 @@ class BlockHashCache(CachePolicy):
         super().__init__(ctx, config)
         self._bs = bs = self.config.block_size
         self._slot_of: dict[int, int] = {}                   # chained hash -> slot
-        # NOTE: per-slot state lives in numpy arrays so ref counting and eviction are vectorized.
+        # NOTE: per-slot state lives in numpy arrays so ref counting and eviction are vectorized
+        # (block tokens only under --verify).
         self._hash = np.zeros(0, np.uint64)
         self._parent = np.zeros(0, np.uint64)
         self._ref = np.zeros(0, np.int32)
@@ -63,7 +70,8 @@ class BlockHashCache(CachePolicy):
         self._num_locked = 0                                  # blocks with ref > 0
         self._reserved = 0                                    # blocks reserved, not yet committed
         self._live: dict[int, tuple[np.ndarray, int, np.ndarray, int]] = {}  # held, reserved, hashes, want
-        self._memo: tuple[np.ndarray, np.ndarray] | None = None   # (tokens, hashes) of the last lookup
+        self._memo: tuple[np.ndarray, np.ndarray, list[int], bool] | None = None
+        # (tokens, hashes, hashes as ints, hashes distinct) of the last request seen
         cap = ctx.capacity_tokens
         self._cap_blocks = cap if cap == float("inf") else cap // bs
 
@@ -71,7 +79,10 @@ class BlockHashCache(CachePolicy):
     def lookup(self, req: RequestView, now_us: int) -> Plan:
         self.stats.lookups += 1
         hashes = self._hashes(req)
-        num = self._match(req, hashes).shape[0] * self._bs
+        if self.ctx.verify:
+            num = self._match(req, hashes).shape[0] * self._bs
+        else:
+            num = self._run(self._memo[2], 0, hashes.shape[0]) * self._bs
         if num:
             self.stats.hits += 1
         return Plan.from_prefix(req.num_tokens, num)
@@ -82,7 +93,7 @@ class BlockHashCache(CachePolicy):
         hashes = self._hashes(req)
         want = plan.leading_reuse // self._bs
         run = self._match(req, hashes, want)
-        held = _dedup(run)
+        held = run if self._memo[3] else _dedup(run)
         if run.shape[0] < want:
             self.stats.rejected += 1
             self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
@@ -103,14 +114,17 @@ class BlockHashCache(CachePolicy):
     def commit(self, req: RequestView, now_us: int) -> None:
         held, need, hashes, want = self._live[req.request_id]
         self._reserved -= need
-        slots = self._slots(hashes[want:])                  # the first `want` blocks are held
-        miss = np.flatnonzero(slots < 0)
-        if miss.shape[0]:
-            slots[miss] = self._allocate(req, hashes, miss + want)
-        rest = _dedup(slots)
-        rest = rest[~np.isin(rest, held)]
-        self._lock(rest)
-        self._live[req.request_id] = (np.concatenate([held, rest]), 0, hashes, want)
+        _, hl, distinct = self._memo_of(req, hashes)
+        n = hashes.shape[0]
+        run = self._run(hl, want, n)                        # the first `want` blocks are held
+        slots = self._slots(hl, want, run)
+        if run < n:                                         # nothing after the resident run is resident
+            slots = np.r_[slots, self._allocate(req, hashes, np.arange(run, n))]
+        if not distinct:                                    # a repeated hash (collision): dedup
+            slots = _dedup(slots)
+            slots = slots[~np.isin(slots, held)]
+        self._lock(slots)
+        self._live[req.request_id] = (np.concatenate([held, slots]), 0, hashes, want)
 
     def release(self, req: RequestView, now_us: int) -> None:
         held, need, _, _ = self._live.pop(req.request_id)
@@ -129,27 +143,42 @@ class BlockHashCache(CachePolicy):
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _hashes(self, req: RequestView) -> np.ndarray:
-        """Chained hashes of the full blocks: uint64 [N // block_size] (memoized for lookup -> admit)."""
+        """Chained hashes of the full blocks: uint64 [N // block_size] (memoized for lookup -> commit)."""
         if self._memo is None or self._memo[0] is not req.tokens:
-            self._memo = (req.tokens, prefix_hashes(req.tokens)[self._bs::self._bs])
+            h = prefix_hashes(req.tokens)[self._bs::self._bs]
+            hl = h.tolist()
+            self._memo = (req.tokens, h, hl, len(set(hl)) == len(hl))
         return self._memo[1]
 
-    def _slots(self, hashes: np.ndarray) -> np.ndarray:
-        n = hashes.shape[0]
-        return np.fromiter(map(self._slot_of.get, hashes.tolist(), repeat(-1, n)), np.int64, n)
+    def _memo_of(self, req: RequestView, hashes: np.ndarray) -> tuple[np.ndarray, list[int], bool]:
+        """``(hashes, hashes as ints, all distinct)`` of ``req`` (recomputed if another request came
+        between)."""
+        if self._memo is None or self._memo[1] is not hashes:
+            hl = hashes.tolist()
+            self._memo = (req.tokens, hashes, hl, len(set(hl)) == len(hl))
+        return self._memo[1], self._memo[2], self._memo[3]
+
+    def _run(self, hl: list[int], lo: int, hi: int) -> int:
+        """Length of the resident leading run of hashes ``hl``, clipped to ``hi``, given that the first
+        ``lo`` are resident (binary search: residency is prefix-closed, see the module NOTE)."""
+        d = self._slot_of
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if hl[mid] in d:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _slots(self, hl: list[int], lo: int, hi: int) -> np.ndarray:
+        """Slots of hashes ``hl[lo:hi]`` (all resident)."""
+        return np.fromiter(map(self._slot_of.__getitem__, hl[lo:hi]), np.int64, hi - lo)
 
     def _match(self, req: RequestView, hashes: np.ndarray, limit: int | None = None) -> np.ndarray:
         """Slots of the leading run of present blocks, at most ``limit`` (verified under --verify)."""
         end = hashes.shape[0] if limit is None else min(limit, hashes.shape[0])
-        parts, pos, step = [], 0, 32
-        while pos < end:                     # galloping: dict probes stop soon after the first miss
-            part = self._slots(hashes[pos:min(end, pos + step)])
-            miss = np.flatnonzero(part < 0)
-            parts.append(part[: miss[0]] if miss.shape[0] else part)
-            if miss.shape[0]:
-                break
-            pos, step = pos + step, 2 * step
-        run = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        hl = self._memo[2]                  # ``hashes`` are the memo's (just computed by _hashes)
+        run = self._slots(hl, 0, self._run(hl, 0, end))
         if self.ctx.verify and run.shape[0]:
             k, bs = run.shape[0], self._bs
             self.stats.verified_hits += k
@@ -173,7 +202,8 @@ class BlockHashCache(CachePolicy):
             self._ref = np.r_[self._ref, np.zeros(grow, np.int32)]
             self._free_seq = np.r_[self._free_seq, np.zeros(grow, np.int64)]
             self._alive = np.r_[self._alive, np.zeros(grow, bool)]
-            self._tok = np.concatenate([self._tok, np.zeros((grow, bs), np.int32)])
+            if self.ctx.verify:
+                self._tok = np.concatenate([self._tok, np.zeros((grow, bs), np.int32)])
             self._spare.extend(range(n + grow - 1, n + k - take - 1, -1))
             slots = np.r_[slots, np.arange(n, n + k - take)]
         self._hash[slots] = hashes[idx]
@@ -181,7 +211,8 @@ class BlockHashCache(CachePolicy):
         self._ref[slots] = 0
         self._free_seq[slots] = -1
         self._alive[slots] = True
-        self._tok[slots] = req.tokens[: (int(idx[-1]) + 1) * bs].reshape(-1, bs)[idx]
+        if self.ctx.verify:                 # block tokens are read only by the --verify check
+            self._tok[slots] = req.tokens[: (int(idx[-1]) + 1) * bs].reshape(-1, bs)[idx]
         self._slot_of.update(zip(hashes[idx].tolist(), slots.tolist(), strict=True))
         return slots
 
@@ -225,8 +256,7 @@ class BlockHashCache(CachePolicy):
         if not got:
             return 0
         cand = np.concatenate(got)
-        for h in self._hash[cand].tolist():
-            del self._slot_of[h]
+        deque(map(self._slot_of.__delitem__, self._hash[cand].tolist()), maxlen=0)
         self._alive[cand] = False
         self._spare.extend(cand.tolist())
         freed = cand.shape[0]

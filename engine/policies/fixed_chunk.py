@@ -5,9 +5,9 @@ of the request that produced it, one entry per distinct chunk content (the first
 is remembered as ``source_pos``). A partial tail chunk is never stored.
 
 Lookup: the new prompt is hashed at EVERY offset with a vectorized rolling hash
-(:func:`engine.rolling.window_hashes`); windows whose hash is a stored key are candidates (a
-vectorized counting-filter gather, then a dict check of the few survivors; no Python loop per token). Candidates are taken greedily
-left to right without overlap: ``REUSE`` when the window sits where its chunk was produced (so an
+(:func:`engine.rolling.window_hashes`); windows whose hash is a stored key are candidates (two
+vectorized counting-filter gathers, then a dict check of the few survivors; no Python loop per token).
+Candidates are taken greedily left to right without overlap: ``REUSE`` when the window sits where its chunk was produced (so an
 exact in-place prefix is reused in place), else ``REUSE_ROTATED`` from ``source_pos`` (RoPE keys
 rotated by delta = start - source_pos). Under ``--verify`` the tokens of every hit are compared and
 mismatches counted as ``collisions`` (and not reused).
@@ -32,6 +32,7 @@ from engine.rolling import window_hashes
 
 _FILTER_BITS = 22
 _FILTER_SHIFT = 64 - _FILTER_BITS
+_FILTER_MASK = (1 << _FILTER_BITS) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +69,12 @@ class FixedChunkCache(CachePolicy):
         self._c = self.config.chunk_size
         self._key = eviction.key(self.config.eviction)
         self._store: dict[int, _Chunk] = {}
-        # NOTE: counting filter over the top bits of stored keys: one vectorized gather per lookup
-        # rejects almost every window; only survivors are checked against the dict.
+        # NOTE: counting filters over the top and the low bits of stored keys: one vectorized gather
+        # per lookup rejects almost every window, a second one on the survivors nearly all false
+        # positives; only what passes both is checked against the dict. Filters only prune
+        # non-members, so plans do not depend on them.
         self._filter = np.zeros(1 << _FILTER_BITS, np.uint16)
+        self._filter2 = np.zeros(1 << _FILTER_BITS, np.uint16)
         self._num_locked = 0
         self._reserved = 0                       # chunks reserved by admitted, uncommitted requests
         self._live: dict[int, tuple[list[_Chunk], int, np.ndarray | None]] = {}
@@ -85,9 +89,25 @@ class FixedChunkCache(CachePolicy):
         self.stats.lookups += 1
         c, toks = self._c, req.tokens
         w = self._windows(req)
-        cand = np.flatnonzero(self._candidates(w))
         spans: list[Span] = []
-        k, cursor = 0, 0
+        # Leading grid run: while the window at the cursor is a hit it is the first candidate at or
+        # after the cursor, hence the greedy pick, so no filter pass is needed for it.
+        cursor, n_win, store = 0, w.shape[0], self._store
+        while cursor < n_win:
+            ch = store.get(int(w[cursor]))
+            if ch is None:
+                break
+            if not self._same(ch, toks[cursor:cursor + c]):
+                cursor += 1                # counted once; the scan goes on from the next window
+                break
+            ch.last_access_us = now_us
+            ch.hits += 1
+            spans.append(Span(cursor, cursor + c, Action.REUSE if ch.pos == cursor else Action.REUSE_ROTATED,
+                              ch.pos))
+            cursor += c
+        start, cursor = cursor, (spans[-1].end if spans else 0)
+        cand = self._candidates(w, start)
+        k = 0
         while k < cand.shape[0]:
             i = int(cand[k])
             if i < cursor:
@@ -149,26 +169,38 @@ class FixedChunkCache(CachePolicy):
     def commit(self, req: RequestView, now_us: int) -> None:
         held, need, w = self._live[req.request_id]
         self._reserved -= need
-        c, toks = self._c, req.tokens
+        c, toks, verify, store = self._c, req.tokens, self.ctx.verify, self._store
         seen = {id(ch) for ch in held}
-        for i in range(0, c * (req.num_tokens // c), c):
-            h = int(w[i])
-            ch = self._store.get(h)
+        grid = w[0:c * (req.num_tokens // c):c]
+        new: list[int] = []
+        num_locked = 0
+        for i, h in zip(range(0, grid.shape[0] * c, c), grid.tolist(), strict=True):
+            ch = store.get(h)
             if ch is None:
-                ch = self._store[h] = _Chunk(h, i, toks[i:i + c].copy(), now_us)
-                self._filter[h >> _FILTER_SHIFT] += 1
+                ch = store[h] = _Chunk(h, i, toks[i:i + c].copy() if verify else None, now_us)
+                new.append(h)
             elif id(ch) in seen or not self._same(ch, toks[i:i + c]):
                 continue
-            self._ref(ch)
+            num_locked += ch.ref == 0
+            ch.ref += 1
             held.append(ch)
             seen.add(id(ch))
+        self._num_locked += num_locked
+        if new:                                 # buckets of distinct keys may repeat: np.add.at
+            keys = np.array(new, np.uint64)
+            np.add.at(self._filter, keys >> np.uint64(_FILTER_SHIFT), 1)
+            np.add.at(self._filter2, (keys & np.uint64(_FILTER_MASK)).astype(np.int64), 1)
         self._live[req.request_id] = (held, 0, None)
 
     def release(self, req: RequestView, now_us: int) -> None:
         held, need, _ = self._live.pop(req.request_id)
         self._reserved -= need
+        unref = self._unref
         for ch in held:
-            self._unref(ch)
+            if ch.ref > 1:
+                ch.ref -= 1
+            else:
+                unref(ch)
 
     def evict(self, num_bytes: int, now_us: int) -> int:
         per = self._c * self.ctx.bytes_per_token
@@ -186,8 +218,12 @@ class FixedChunkCache(CachePolicy):
             self._memo = (req.tokens, window_hashes(req.tokens, self._c))
         return self._memo[1]
 
-    def _candidates(self, w: np.ndarray) -> np.ndarray:
-        return self._filter[w >> np.uint64(_FILTER_SHIFT)] > 0
+    def _candidates(self, w: np.ndarray, start: int) -> np.ndarray:
+        """Sorted offsets ``>= start`` whose window hash passes both filters."""
+        ws = w[start:]
+        idx = np.flatnonzero(self._filter[ws >> np.uint64(_FILTER_SHIFT)])
+        idx = idx[self._filter2[(ws[idx] & np.uint64(_FILTER_MASK)).astype(np.int64)] > 0]
+        return idx + start
 
     def _same(self, ch: _Chunk, toks: np.ndarray) -> bool:
         if not self.ctx.verify:
@@ -227,6 +263,7 @@ class FixedChunkCache(CachePolicy):
             ch.is_alive = False
             del self._store[ch.key]
             self._filter[ch.key >> _FILTER_SHIFT] -= 1
+            self._filter2[ch.key & _FILTER_MASK] -= 1
             freed += 1
         self.stats.evictions += freed
         self.stats.evicted_bytes += freed * self._c * self.ctx.bytes_per_token
