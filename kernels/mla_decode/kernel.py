@@ -144,11 +144,13 @@ def mla_decode_combine_kernel(O_PART, LSE_PART, OUT, num_splits,
     tl.store(OUT + b * stride_o_b + h * stride_o_h + offs_c, out.to(OUT.dtype.element_ty))
 
 
-def default_config(num_heads: int, dtype: torch.dtype) -> dict:
-    """Tile sizes and launch options (one config under the interpreter)."""
+def default_config(num_heads: int, dtype: torch.dtype, max_len: int | None = None) -> dict:
+    """Tile sizes and launch options (one config under the interpreter); tuned on the H200."""
     if INTERPRET or not torch.cuda.is_available():
         return {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
-    if num_heads <= 16:  # tuned on the H200 (docs/bench-kernels.md)
+    if num_heads <= 16 and max_len is not None and max_len <= 8192:  # more programs per SM
+        return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3}
+    if num_heads <= 16:
         return {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
     return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
 
@@ -186,7 +188,8 @@ def mla_decode(
     assert q_nope.stride(2) == 1 and q_rope.stride(2) == 1 and cache.is_contiguous()
     assert q_nope.dtype == q_rope.dtype == cache.dtype
     assert block_table.dtype == torch.int32 and seq_lens.dtype == torch.int32 and block_table.stride(1) == 1
-    cfg = {**default_config(H, cache.dtype), **(config or {})}
+    max_len = int(seq_lens.max()) if max_seq_len is None else max_seq_len
+    cfg = {**default_config(H, cache.dtype, max_len), **(config or {})}
     assert PAGE % cfg["BLOCK_N"] == 0, "page_size must be a multiple of BLOCK_N"
     if block_delta is None:
         block_delta = torch.zeros_like(block_table)
@@ -194,7 +197,6 @@ def mla_decode(
     if rot_side not in ("auto", "q", "k") or (rot_side == "q" and pre_rope):
         raise ValueError(f"rot_side: expected auto/q/k (q only without pre_rope), got {rot_side!r}")
     q_side = rot_side == "q" or (rot_side == "auto" and not pre_rope)
-    max_len = int(seq_lens.max()) if max_seq_len is None else max_seq_len
     run_end = delta_runs(block_delta) if run_end is None else run_end
     assert run_end.shape == block_delta.shape and run_end.dtype == torch.int32
     n_hb = triton.cdiv(H, cfg["BLOCK_H"])
