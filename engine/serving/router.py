@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-
 BALANCE_ABS = 32        # outstanding requests (SGLang router default balance_abs_threshold)
 BALANCE_REL = 1.0001    # SGLang router default balance_rel_threshold
 CACHE_THRESHOLD = 0.5   # SGLang router default cache_threshold (fraction of the prompt reused)
