@@ -10,11 +10,15 @@ Streams:
     python benchmarks/bench_policies.py --requests 3000
     python benchmarks/bench_policies.py --mooncake ../shared/data/mooncake/conversation_trace.jsonl \
         --policies prefix,block-hash,fixed-chunk --capacity-tokens inf,2e6
+
+Each row carries ``plans_sha256``: a digest of every plan, admit outcome and the final stats, so two
+versions of a policy can be checked for identical behaviour on the same stream (compare the digests).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import time
@@ -64,18 +68,22 @@ def run(name: str, stream: list[RequestView], capacity_tokens: float, bpt: int =
     policy = policies.build(name, PolicyContext(cap, bpt))
     num_tokens = sum(r.num_tokens for r in stream)
     reused = 0
+    log: list = []
     t0 = time.perf_counter()
     for i, req in enumerate(stream):
         now = i * 1000
         plan = policy.lookup(req, now)
-        if policy.admit(req, plan, now):
+        ok = policy.admit(req, plan, now)
+        log.append((plan, ok))
+        if ok:
             reused += plan.num_reused
             policy.commit(req, now + 1)
             policy.release(req, now + 2)
     dt = time.perf_counter() - t0
+    digest = hashlib.sha256(repr((log, sorted(policy.stats.as_dict().items()))).encode()).hexdigest()
     return {"policy": name, "capacity_tokens": capacity_tokens, "requests": len(stream),
             "requests_per_s": round(len(stream) / dt), "tokens_per_s": round(num_tokens / dt),
-            "hit_rate": round(reused / num_tokens, 4), "seconds": round(dt, 3)}
+            "hit_rate": round(reused / num_tokens, 4), "seconds": round(dt, 3), "plans_sha256": digest[:16]}
 
 
 def main() -> None:

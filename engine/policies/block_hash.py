@@ -61,7 +61,8 @@ class BlockHashCache(CachePolicy):
         self._free_seq = np.zeros(0, np.int64)                # order in the LRU free queue (ref == 0)
         self._alive = np.zeros(0, bool)
         self._tok = np.zeros((0, bs), np.int32)
-        self._spare: list[int] = []                           # dead slots to recycle
+        self._spare = np.zeros(0, np.int64)                   # dead slots to recycle (a stack)
+        self._num_spare = 0
         self._next_free_seq = 0
         # LRU free queue as a FIFO of (seq, slot) array pieces in increasing seq; entries whose slot
         # was re-referenced, re-released or evicted since are stale and skipped on pop.
@@ -119,7 +120,7 @@ class BlockHashCache(CachePolicy):
         run = self._run(hl, want, n)                        # the first `want` blocks are held
         slots = self._slots(hl, want, run)
         if run < n:                                         # nothing after the resident run is resident
-            slots = np.r_[slots, self._allocate(req, hashes, np.arange(run, n))]
+            slots = np.r_[slots, self._allocate(req, hashes, hl, run)]
         if not distinct:                                    # a repeated hash (collision): dedup
             slots = _dedup(slots)
             slots = slots[~np.isin(slots, held)]
@@ -189,11 +190,12 @@ class BlockHashCache(CachePolicy):
                 run = run[: int(np.argmin(ok))]
         return run
 
-    def _allocate(self, req: RequestView, hashes: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        k, bs = idx.shape[0], self._bs
-        take = min(k, len(self._spare))
-        slots = np.array(self._spare[len(self._spare) - take:], np.int64)
-        del self._spare[len(self._spare) - take:]
+    def _allocate(self, req: RequestView, hashes: np.ndarray, hl: list[int], lo: int) -> np.ndarray:
+        """Fresh slots for blocks ``[lo, len(hashes))`` (none of them resident)."""
+        k, bs = hashes.shape[0] - lo, self._bs
+        take = min(k, self._num_spare)
+        self._num_spare -= take
+        slots = self._spare[self._num_spare:self._num_spare + take].copy()
         if take < k:
             n = self._hash.shape[0]
             grow = max(k - take, n)
@@ -204,17 +206,25 @@ class BlockHashCache(CachePolicy):
             self._alive = np.r_[self._alive, np.zeros(grow, bool)]
             if self.ctx.verify:
                 self._tok = np.concatenate([self._tok, np.zeros((grow, bs), np.int32)])
-            self._spare.extend(range(n + grow - 1, n + k - take - 1, -1))
+            self._push_spare(np.arange(n + grow - 1, n + k - take - 1, -1))
             slots = np.r_[slots, np.arange(n, n + k - take)]
-        self._hash[slots] = hashes[idx]
-        self._parent[slots] = np.where(idx > 0, hashes[np.maximum(idx - 1, 0)], np.uint64(0))
+        self._hash[slots] = hashes[lo:]
+        self._parent[slots] = hashes[lo - 1:-1] if lo else np.r_[np.uint64(0), hashes[:-1]]
         self._ref[slots] = 0
         self._free_seq[slots] = -1
         self._alive[slots] = True
         if self.ctx.verify:                 # block tokens are read only by the --verify check
-            self._tok[slots] = req.tokens[: (int(idx[-1]) + 1) * bs].reshape(-1, bs)[idx]
-        self._slot_of.update(zip(hashes[idx].tolist(), slots.tolist(), strict=True))
+            self._tok[slots] = req.tokens[lo * bs:(lo + k) * bs].reshape(k, bs)
+        self._slot_of.update(zip(hl[lo:], slots.tolist(), strict=True))
         return slots
+
+    def _push_spare(self, slots: np.ndarray) -> None:
+        """Push dead slots on the recycling stack."""
+        n = self._num_spare + slots.shape[0]
+        if n > self._spare.shape[0]:
+            self._spare = np.r_[self._spare[:self._num_spare], np.zeros(max(n, 2 * self._spare.shape[0]), np.int64)]
+        self._spare[self._num_spare:n] = slots
+        self._num_spare = n
 
     def _lock(self, slots: np.ndarray) -> None:
         self._num_locked += int(np.count_nonzero(self._ref[slots] == 0))
@@ -258,7 +268,7 @@ class BlockHashCache(CachePolicy):
         cand = np.concatenate(got)
         deque(map(self._slot_of.__delitem__, self._hash[cand].tolist()), maxlen=0)
         self._alive[cand] = False
-        self._spare.extend(cand.tolist())
+        self._push_spare(cand)
         freed = cand.shape[0]
         self.stats.evictions += freed
         self.stats.evicted_bytes += freed * self._bs * self.ctx.bytes_per_token

@@ -89,7 +89,9 @@ class FixedChunkCache(CachePolicy):
         self.stats.lookups += 1
         c, toks = self._c, req.tokens
         w = self._windows(req)
-        spans: list[Span] = []
+        # hits as [start, end, source_pos]; abutting hits with equal delta are merged here exactly as
+        # Plan.from_spans would merge them (fewer Span objects, same plan)
+        hits: list[list[int]] = []
         # Leading grid run: while the window at the cursor is a hit it is the first candidate at or
         # after the cursor, hence the greedy pick, so no filter pass is needed for it.
         cursor, n_win, store = 0, w.shape[0], self._store
@@ -102,10 +104,9 @@ class FixedChunkCache(CachePolicy):
                 break
             ch.last_access_us = now_us
             ch.hits += 1
-            spans.append(Span(cursor, cursor + c, Action.REUSE if ch.pos == cursor else Action.REUSE_ROTATED,
-                              ch.pos))
+            _add_hit(hits, cursor, cursor + c, ch.pos)
             cursor += c
-        start, cursor = cursor, (spans[-1].end if spans else 0)
+        start, cursor = cursor, (hits[-1][1] if hits else 0)
         cand = self._candidates(w, start)
         k = 0
         while k < cand.shape[0]:
@@ -114,17 +115,17 @@ class FixedChunkCache(CachePolicy):
                 k = int(np.searchsorted(cand, cursor))
                 continue
             k += 1
-            ch = self._store.get(int(w[i]))
+            ch = store.get(int(w[i]))
             if ch is None or not self._same(ch, toks[i:i + c]):
                 continue
             ch.last_access_us = now_us
             ch.hits += 1
-            act = Action.REUSE if ch.pos == i else Action.REUSE_ROTATED
-            spans.append(Span(i, i + c, act, ch.pos))
+            _add_hit(hits, i, i + c, ch.pos)
             cursor = i + c
-        if spans:
+        if hits:
             self.stats.hits += 1
-        return Plan.from_spans(req.num_tokens, spans)
+        return Plan.from_spans(req.num_tokens, [Span(a, b, Action.REUSE if a == src else Action.REUSE_ROTATED, src)
+                                                for a, b, src in hits])
 
     def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
         if req.request_id in self._live:
@@ -250,21 +251,34 @@ class FixedChunkCache(CachePolicy):
                 heapq.heapify(self._heap)
 
     def _evict_chunks(self, num_chunks: int) -> int:
-        freed = 0
-        heap = self._heap
-        while freed < num_chunks and heap:
-            k, _, ch = heapq.heappop(heap)
+        heap, store, key, seq, pop = self._heap, self._store, self._key, self._seq, heapq.heappop
+        gone: list[int] = []
+        while len(gone) < num_chunks and heap:
+            k, _, ch = pop(heap)
             if not ch.is_alive or ch.ref > 0:
                 continue
-            cur = self._key(ch)
+            cur = key(ch)
             if cur != k:
-                heapq.heappush(heap, (cur, next(self._seq), ch))
+                heapq.heappush(heap, (cur, next(seq), ch))
                 continue
             ch.is_alive = False
-            del self._store[ch.key]
-            self._filter[ch.key >> _FILTER_SHIFT] -= 1
-            self._filter2[ch.key & _FILTER_MASK] -= 1
-            freed += 1
+            del store[ch.key]
+            gone.append(ch.key)
+        freed = len(gone)
+        if freed:                               # filter counts of the evicted keys, in one go
+            keys = np.array(gone, np.uint64)
+            np.subtract.at(self._filter, keys >> np.uint64(_FILTER_SHIFT), 1)
+            np.subtract.at(self._filter2, (keys & np.uint64(_FILTER_MASK)).astype(np.int64), 1)
         self.stats.evictions += freed
         self.stats.evicted_bytes += freed * self._c * self.ctx.bytes_per_token
         return freed
+
+
+def _add_hit(hits: list[list[int]], a: int, b: int, src: int) -> None:
+    """Append hit ``[a, b)`` from ``src``, extending the last one when it abuts with the same delta."""
+    if hits:
+        last = hits[-1]
+        if last[1] == a and a - src == last[0] - last[2]:
+            last[1] = b
+            return
+    hits.append([a, b, src])
