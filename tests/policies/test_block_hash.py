@@ -78,3 +78,39 @@ def test_matches_prefix_policy_rounded_to_blocks() -> None:
         _serve(bh, req, t)
         _serve(px, req, t)
     assert num_checked > 5
+
+
+def test_residency_prefix_closed_under_eviction() -> None:
+    """With evictions and interleaved requests, every resident block's parent is resident, and lookup
+    equals the leading run of a per-block probe of all the request's hashes (what binary search assumes)."""
+    from tests.policies.conftest import request_stream
+
+    rng = np.random.default_rng(3)
+    p = policies.build("block-hash", make_ctx(700), {"block_size": "8"})
+    live: list[tuple[RequestView, bool]] = []
+    num_evicted_mid = 0
+    for t, req in enumerate(request_stream(seed=5, num_requests=120)):
+        hashes = p._hashes(req).tolist()
+        present = [h in p._slot_of for h in hashes]
+        run = present.index(False) if False in present else len(present)
+        assert not any(present[run:])                     # resident hashes form a leading run
+        plan = p.lookup(req, t)
+        assert plan.num_reused == run * 8
+        if p.admit(req, plan, t):
+            live.append((req, False))
+        while live and (len(live) > 3 or rng.random() < 0.4):
+            j = int(rng.integers(len(live)))
+            r, committed = live[j]
+            if committed:
+                p.release(r, t)
+                live.pop(j)
+            else:
+                p.commit(r, t)
+                live[j] = (r, True)
+        if rng.random() < 0.2:
+            num_evicted_mid += p.evict(int(rng.integers(1, 200)) * BYTES_PER_TOKEN, t) > 0
+        alive = np.flatnonzero(p._alive)
+        parents = p._parent[alive].tolist()
+        assert all(h == 0 or h in p._slot_of for h in parents)
+        p.usage().check()
+    assert p.stats.evictions > 50 and num_evicted_mid > 5

@@ -106,3 +106,22 @@ def test_equals_brute_force_scan() -> None:
         for j in range(0, req.num_tokens // c * c, c):
             stored.setdefault(toks[j:j + c].tobytes(), j)
     assert num_rotated > 0
+
+
+def test_filters_count_exactly_the_stored_keys() -> None:
+    """After commits and evictions, both counting filters equal the bucket counts of the stored keys
+    (no false negatives can hide a stored chunk from lookup)."""
+    from engine.policies.fixed_chunk import _FILTER_BITS, _FILTER_MASK, _FILTER_SHIFT
+    from tests.policies.conftest import request_stream
+
+    p = policies.build("fixed-chunk", make_ctx(3000), {"chunk_size": "32"})
+    for t, req in enumerate(request_stream(seed=6, num_requests=80)):
+        plan = p.lookup(req, t)
+        if p.admit(req, plan, t):
+            p.commit(req, t)
+            p.release(req, t)
+    keys = np.array(list(p._store), np.uint64)
+    top = np.bincount((keys >> np.uint64(_FILTER_SHIFT)).astype(np.int64), minlength=1 << _FILTER_BITS)
+    low = np.bincount((keys & np.uint64(_FILTER_MASK)).astype(np.int64), minlength=1 << _FILTER_BITS)
+    assert p.stats.evictions > 20 and keys.shape[0] > 0
+    assert np.array_equal(p._filter, top) and np.array_equal(p._filter2, low)
