@@ -196,12 +196,17 @@ class FixedChunkCache(CachePolicy):
     def release(self, req: RequestView, now_us: int) -> None:
         held, need, _ = self._live.pop(req.request_id)
         self._reserved -= need
-        unref = self._unref
-        for ch in held:
-            if ch.ref > 1:
-                ch.ref -= 1
-            else:
-                unref(ch)
+        key, seq, push, store = self._key, self._seq, heapq.heappush, self._store
+        heap, num_freed = self._heap, 0
+        for ch in held:                     # _unref inlined: same pushes, same compaction points
+            ch.ref -= 1
+            if ch.ref == 0:
+                num_freed += 1
+                push(heap, (key(ch), next(seq), ch))
+                if len(heap) > 4 * len(store) + 1024:
+                    self._compact_heap()
+                    heap = self._heap
+        self._num_locked -= num_freed
 
     def evict(self, num_bytes: int, now_us: int) -> int:
         per = self._c * self.ctx.bytes_per_token
@@ -246,9 +251,13 @@ class FixedChunkCache(CachePolicy):
             self._num_locked -= 1
             heapq.heappush(self._heap, (self._key(ch), next(self._seq), ch))
             if len(self._heap) > 4 * len(self._store) + 1024:
-                live = {id(e[2]): e for e in self._heap if e[2].is_alive and e[2].ref == 0}
-                self._heap = list(live.values())
-                heapq.heapify(self._heap)
+                self._compact_heap()
+
+    def _compact_heap(self) -> None:
+        """Drop stale heap entries (one per free live chunk: the last in heap order)."""
+        live = {id(e[2]): e for e in self._heap if e[2].is_alive and e[2].ref == 0}
+        self._heap = list(live.values())
+        heapq.heapify(self._heap)
 
     def _evict_chunks(self, num_chunks: int) -> int:
         heap, store, key, seq, pop = self._heap, self._store, self._key, self._seq, heapq.heappop
