@@ -181,7 +181,10 @@ def mla_extend(
     assert cu_q.shape == (B + 1,) and cu_q.dtype == torch.int32 and seq_lens.dtype == torch.int32
     assert block_table.dtype == torch.int32 and block_table.stride(1) == 1
     cfg = {**default_config(H), **(config or {})}
-    assert PAGE % cfg["BLOCK_N"] == 0, "page_size must be a multiple of BLOCK_N"
+    if not (config and "BLOCK_N" in config) and PAGE % cfg["BLOCK_N"]:
+        cfg["BLOCK_N"] = math.gcd(cfg["BLOCK_N"], PAGE)  # small pages: tiles must not straddle a page
+    assert PAGE % cfg["BLOCK_N"] == 0 and cfg["BLOCK_N"] >= 16, \
+        f"page_size {PAGE} must be a multiple of BLOCK_N {cfg['BLOCK_N']} (>= 16)"
     if block_delta is None:
         block_delta = torch.zeros_like(block_table)
     assert block_delta.shape == block_table.shape and block_delta.dtype == torch.int32
