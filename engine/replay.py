@@ -188,6 +188,9 @@ def write_run(result: RunResult, run_dir: str | os.PathLike) -> Path:
                        compression_level=3, use_dictionary=True, write_statistics=True)
         (tmp / "summary.json").write_text(json.dumps(result.summary, indent=2, default=_json) + "\n")
         (tmp / "config.json").write_text(json.dumps(result.resolved, indent=2, default=_json) + "\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a run dir gets the usual folder mode
         old = None
         if run_dir.exists():
             old = run_dir.parent / f".{run_dir.name}.old.{os.getpid()}"
