@@ -19,7 +19,7 @@ from kernels.rope.kernel import (
     RopeConfig,
     cos_sin,
     dot_rope,
-        freq_tensors,
+    freq_tensors,
     rope_columns,
     rotate_kr_tile,
     rotate_q_tile,
