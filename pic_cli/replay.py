@@ -93,14 +93,17 @@ def _print_policies() -> None:
     table = Table(title="policies (pic replay --policy NAME --set NAME.OPTION=VALUE)")
     table.add_column("policy", style="bold")
     table.add_column("option")
+    table.add_column("default")
     table.add_column("help")
     for name in registry.names():
         doc = (registry.get(name).__doc__ or "").strip().splitlines()
         opts = registry.option_help(name)
+        cfg = registry.make_config(name) if opts else None
+        defaults = {opt: getattr(cfg, opt) for opt in opts} if cfg is not None else {}
         if not opts:
-            table.add_row(name, "", doc[0] if doc else "")
+            table.add_row(name, "", "", doc[0] if doc else "")
         for i, (opt, text) in enumerate(opts.items()):
-            table.add_row(name if i == 0 else "", opt, text)
+            table.add_row(name if i == 0 else "", opt, repr(defaults.get(opt, "")), text)
     console.print(table)
 
 
