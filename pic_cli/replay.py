@@ -50,7 +50,7 @@ def command(
 
       pic replay mooncake.parquet --policy prefix,fixed-chunk --capacity 40GiB -o runs/mc
 
-      pic replay trace.parquet --policy irminsul --set irminsul.s1=true --replicas 4 --router cache-aware -o runs/x
+      pic replay trace.parquet --policy irminsul --set irminsul.avg_chunk=128 --replicas 4 --router cache-aware -o runs/x
     """
     with user_errors():
         if list_policies:
