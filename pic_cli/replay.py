@@ -121,3 +121,8 @@ def _print_table(result: RunResult, out: Path) -> None:
                       f"{p['energy_saved_vs_none']:.1%}", f"{p['energy_saved_vs_prefix']:+.1%}",
                       f"{p['peak_resident_bytes'] / 2**30:,.2f}", f"{p['evictions']:,}", f"{p['wall_seconds']:.2f}")
     Console(width=max(console.width, 170)).print(table)
+    if result.config.verify:
+        lines = [f"{name}: {p['collisions']} hash collision(s)" for name, p in s["policies"].items()]
+        bad = any(p["collisions"] for p in s["policies"].values())
+        console.print(("[bold red]" if bad else "[green]") + "--verify: every hit compared token by token; "
+                      + "; ".join(lines), highlight=False)
