@@ -47,6 +47,15 @@ class RunResult:
     resolved: dict[str, Any]   # config.json contents
 
 
+def read_trace_file(path: str | os.PathLike) -> Trace:
+    """Read a canonical ``.parquet`` trace, or any raw log the ingest readers accept."""
+    if Path(path).suffix == ".parquet":
+        from traces.io import read_trace
+        return read_trace(path)
+    from traces.ingest import read_sources
+    return read_sources([Path(path)])[0]
+
+
 def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Workload:
     """Requests in (arrival, request_id) order with lazily built RequestViews."""
     req = trace.requests

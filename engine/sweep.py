@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from engine.config import ReplayConfig
-from engine.replay import _json, check_config, replay, write_run
+from engine.replay import _json, check_config, read_trace_file, replay, write_run
 from engine.specs import model_from_name
 from traces.io import atomic_path
 from traces.schema import SCHEMA_KEY, Trace
@@ -220,12 +220,7 @@ def load_trace(path: str) -> Trace:
     """Read a canonical ``.parquet`` trace, or any raw log the ingest readers accept (cached per process)."""
     if path not in _TRACES:
         _TRACES.clear()   # cells come in trace order: keep one trace per process
-        if Path(path).suffix == ".parquet":
-            from traces.io import read_trace
-            _TRACES[path] = read_trace(path)
-        else:
-            from traces.ingest import read_sources
-            _TRACES[path] = read_sources([Path(path)])[0]
+        _TRACES[path] = read_trace_file(path)
     return _TRACES[path]
 
 

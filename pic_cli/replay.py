@@ -13,7 +13,7 @@ from rich.table import Table
 
 from engine import policies as registry
 from engine.config import ReplayConfig, parse_size
-from engine.replay import RunResult, check_config, replay, write_run
+from engine.replay import RunResult, check_config, read_trace_file, replay, write_run
 from pic_cli.errors import console, err_console, parse_sets, user_errors
 
 
@@ -68,7 +68,7 @@ def command(
             token_budget=token_budget, closed_loop=closed_loop, seed=seed, verify=verify,
             check_invariants=verify, max_requests=limit)
         check_config(config)                       # every impossible setting fails before any work
-        loaded = _load(trace)
+        loaded = read_trace_file(trace)
         with Progress(TextColumn("[bold]replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=err_console, transient=True) as bar:
             task = bar.add_task("replay", total=None)
@@ -79,14 +79,6 @@ def command(
             typer.echo(json.dumps(result.summary, indent=2))
         else:
             _print_table(result, output)
-
-
-def _load(path: Path):
-    from traces.io import read_trace
-    if path.suffix == ".parquet":
-        return read_trace(path)
-    from traces.ingest import read_sources
-    return read_sources([path])[0]
 
 
 def _print_policies() -> None:
