@@ -1,5 +1,6 @@
 """Shared helpers for policy tests: a seeded stream of requests with shared, shifted and continued
-content, a context builder, and a brute-force history of committed prompts."""
+content, a context builder, a request builder and one-call lifecycle, and a brute-force history of
+committed prompts."""
 
 from __future__ import annotations
 
@@ -47,6 +48,19 @@ def request_stream(seed: int, num_requests: int, vocab: int = 500) -> list[Reque
             toks = np.concatenate([head, *[docs[i] for i in picks], tail])
         out.append(RequestView.from_tokens(rid, toks[:3000], session_id=f"s{rid % 5}"))
     return out
+
+
+def view(rid: int, toks) -> RequestView:
+    """A single-segment request of token ids ``toks``."""
+    return RequestView.from_tokens(rid, np.asarray(toks, np.int32))
+
+
+def serve(policy, req: RequestView, now: int) -> None:
+    """One full lifecycle at time ``now``: lookup, admit (must succeed), commit, release."""
+    plan = policy.lookup(req, now)
+    assert policy.admit(req, plan, now)
+    policy.commit(req, now)
+    policy.release(req, now)
 
 
 class History:

@@ -6,48 +6,37 @@ import numpy as np
 
 from engine import policies
 from engine.policies import RequestView
-from tests.policies.conftest import BYTES_PER_TOKEN, make_ctx
-
-
-def _req(rid: int, toks) -> RequestView:
-    return RequestView.from_tokens(rid, np.asarray(toks, np.int32))
-
-
-def _serve(policy, req: RequestView, now: int) -> None:
-    plan = policy.lookup(req, now)
-    assert policy.admit(req, plan, now)
-    policy.commit(req, now)
-    policy.release(req, now)
+from tests.policies.conftest import BYTES_PER_TOKEN, make_ctx, serve, view
 
 
 def test_only_whole_blocks_match() -> None:
     """A 60-token common prefix with 16-token blocks reuses 48 tokens; the partial block is not cached."""
     p = policies.build("block-hash", make_ctx(float("inf")))
-    _serve(p, _req(0, np.arange(100)), 1)
+    serve(p, view(0, np.arange(100)), 1)
     assert p.usage().total == 96 * BYTES_PER_TOKEN
-    assert p.lookup(_req(1, np.r_[np.arange(60), [999] * 40]), 2).num_reused == 48
+    assert p.lookup(view(1, np.r_[np.arange(60), [999] * 40]), 2).num_reused == 48
 
 
 def test_chained_hash_needs_same_prefix() -> None:
     """An identical block after a different first block is not reused (hashes are chained)."""
     p = policies.build("block-hash", make_ctx(float("inf")), {"block_size": "8"})
-    _serve(p, _req(0, np.arange(64)), 1)
-    assert p.lookup(_req(1, np.r_[[9] * 8, np.arange(8, 64)]), 2).num_reused == 0
+    serve(p, view(0, np.arange(64)), 1)
+    assert p.lookup(view(1, np.r_[[9] * 8, np.arange(8, 64)]), 2).num_reused == 0
 
 
 def test_tail_blocks_evicted_first() -> None:
     """Freed blocks enter the LRU queue tail first, so evicting one block keeps the shared head."""
     p = policies.build("block-hash", make_ctx(float("inf")), {"block_size": "10"})
-    _serve(p, _req(0, np.arange(40)), 1)
+    serve(p, view(0, np.arange(40)), 1)
     p.evict(10 * BYTES_PER_TOKEN, 2)
-    assert p.lookup(_req(1, np.arange(40)), 3).num_reused == 30
+    assert p.lookup(view(1, np.arange(40)), 3).num_reused == 30
 
 
 def test_locked_blocks_survive_evict() -> None:
     """Blocks held by an admitted request stay resident through an evict-everything call."""
     p = policies.build("block-hash", make_ctx(float("inf")))
-    _serve(p, _req(0, np.arange(64)), 1)
-    r = _req(1, np.r_[np.arange(32), [1] * 32])
+    serve(p, view(0, np.arange(64)), 1)
+    r = view(1, np.r_[np.arange(32), [1] * 32])
     plan = p.lookup(r, 2)
     assert p.admit(r, plan, 2)
     p.evict(10**9, 3)
@@ -58,9 +47,9 @@ def test_locked_blocks_survive_evict() -> None:
 def test_verify_detects_tampered_block() -> None:
     """Under --verify a stored block whose tokens differ is counted as a collision and not reused."""
     p = policies.build("block-hash", make_ctx(float("inf"), verify=True))
-    _serve(p, _req(0, np.arange(64)), 1)
+    serve(p, view(0, np.arange(64)), 1)
     p._tok[0, 0] = -5                        # corrupt the first stored block
-    assert p.lookup(_req(1, np.arange(64)), 2).num_reused == 0
+    assert p.lookup(view(1, np.arange(64)), 2).num_reused == 0
     assert p.stats.collisions == 1
 
 
@@ -75,8 +64,8 @@ def test_matches_prefix_policy_rounded_to_blocks() -> None:
         a, b = bh.lookup(req, t), px.lookup(req, t)
         assert a.num_reused == b.num_reused // 8 * 8
         num_checked += b.num_reused > 0
-        _serve(bh, req, t)
-        _serve(px, req, t)
+        serve(bh, req, t)
+        serve(px, req, t)
     assert num_checked > 5
 
 

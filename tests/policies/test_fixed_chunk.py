@@ -6,19 +6,7 @@ import numpy as np
 
 from engine import policies
 from engine.plan import Action
-from engine.policies import RequestView
-from tests.policies.conftest import BYTES_PER_TOKEN, make_ctx
-
-
-def _req(rid: int, toks) -> RequestView:
-    return RequestView.from_tokens(rid, np.asarray(toks, np.int32))
-
-
-def _serve(policy, req: RequestView, now: int) -> None:
-    plan = policy.lookup(req, now)
-    assert policy.admit(req, plan, now)
-    policy.commit(req, now)
-    policy.release(req, now)
+from tests.policies.conftest import BYTES_PER_TOKEN, make_ctx, serve, view
 
 
 def _policy(verify: bool = False, **opts):
@@ -29,8 +17,8 @@ def test_shifted_chunk_found_with_delta() -> None:
     """A stored chunk found 13 tokens later is reused rotated with delta = 13."""
     p = _policy()
     doc = np.arange(100, 164)
-    _serve(p, _req(0, doc), 1)
-    plan = p.lookup(_req(1, np.r_[np.arange(13), doc]), 2)
+    serve(p, view(0, doc), 1)
+    plan = p.lookup(view(1, np.r_[np.arange(13), doc]), 2)
     rot = [s for s in plan.spans if s.action == Action.REUSE_ROTATED]
     assert [(s.start, s.end, s.source_pos, s.delta) for s in rot] == [(13, 77, 0, 13)]
 
@@ -38,15 +26,15 @@ def test_shifted_chunk_found_with_delta() -> None:
 def test_in_place_chunks_are_plain_reuse() -> None:
     """Chunks at the position they were produced are REUSE (the exact in-place prefix)."""
     p = _policy()
-    _serve(p, _req(0, np.arange(70)), 1)
-    plan = p.lookup(_req(1, np.r_[np.arange(70), [5] * 30]), 2)
+    serve(p, view(0, np.arange(70)), 1)
+    plan = p.lookup(view(1, np.r_[np.arange(70), [5] * 30]), 2)
     assert plan.leading_reuse == 64 and plan.num_rotated == 0
 
 
 def test_partial_chunk_not_stored() -> None:
     """Only full grid chunks are stored: 70 tokens with 32-token chunks keep 64."""
     p = _policy()
-    _serve(p, _req(0, np.arange(70)), 1)
+    serve(p, view(0, np.arange(70)), 1)
     assert p.usage().total == 64 * BYTES_PER_TOKEN
 
 
@@ -54,8 +42,8 @@ def test_matches_do_not_overlap() -> None:
     """Greedy left-to-right matches never overlap, even when windows of two chunks overlap."""
     p = _policy()
     a = np.arange(200, 232)
-    _serve(p, _req(0, np.r_[a, a[16:], a[:16]]), 1)     # chunks "a" and "a rotated by 16"
-    plan = p.lookup(_req(1, np.r_[a, a, a]), 2)
+    serve(p, view(0, np.r_[a, a[16:], a[:16]]), 1)     # chunks "a" and "a rotated by 16"
+    plan = p.lookup(view(1, np.r_[a, a, a]), 2)
     reused = [s for s in plan.spans if s.action != Action.RECOMPUTE]
     assert all(x.end <= y.start for x, y in zip(reused, reused[1:], strict=False))
     assert plan.num_reused == 96
@@ -65,19 +53,19 @@ def test_lru_evicts_oldest_chunk() -> None:
     """Evicting one chunk removes the least recently used one."""
     p = _policy()
     old, new = np.arange(0, 32), np.arange(500, 532)
-    _serve(p, _req(0, old), 1)
-    _serve(p, _req(1, new), 2)
+    serve(p, view(0, old), 1)
+    serve(p, view(1, new), 2)
     p.evict(1, 3)
-    assert p.lookup(_req(2, old), 4).num_reused == 0
-    assert p.lookup(_req(3, new), 5).num_reused == 32
+    assert p.lookup(view(2, old), 4).num_reused == 0
+    assert p.lookup(view(3, new), 5).num_reused == 32
 
 
 def test_verify_rejects_collision() -> None:
     """Under --verify a hit whose stored tokens differ is a counted collision, not a reuse."""
     p = _policy(verify=True)
-    _serve(p, _req(0, np.arange(32)), 1)
+    serve(p, view(0, np.arange(32)), 1)
     next(iter(p._store.values())).tokens[3] = -1
-    assert p.lookup(_req(1, np.arange(32)), 2).num_reused == 0
+    assert p.lookup(view(1, np.arange(32)), 2).num_reused == 0
     assert p.stats.collisions == 1
 
 
@@ -102,7 +90,7 @@ def test_equals_brute_force_scan() -> None:
         expected = Plan.from_spans(req.num_tokens, spans)
         assert p.lookup(req, t) == expected
         num_rotated += expected.num_rotated
-        _serve(p, req, t)
+        serve(p, req, t)
         for j in range(0, req.num_tokens // c * c, c):
             stored.setdefault(toks[j:j + c].tobytes(), j)
     assert num_rotated > 0

@@ -6,26 +6,14 @@ import numpy as np
 
 from engine import policies
 from engine.plan import Action
-from engine.policies import RequestView
-from tests.policies.conftest import BYTES_PER_TOKEN, make_ctx
-
-
-def _req(rid: int, toks) -> RequestView:
-    return RequestView.from_tokens(rid, np.asarray(toks, np.int32))
-
-
-def _serve(policy, req: RequestView, now: int) -> None:
-    plan = policy.lookup(req, now)
-    assert policy.admit(req, plan, now)
-    policy.commit(req, now)
-    policy.release(req, now)
+from tests.policies.conftest import BYTES_PER_TOKEN, make_ctx, serve, view
 
 
 def test_reuses_shared_prefix_up_to_first_difference() -> None:
     """A second prompt reuses exactly the tokens before its first differing token."""
     p = policies.build("prefix", make_ctx(float("inf")))
-    _serve(p, _req(0, np.arange(100)), 1)
-    plan = p.lookup(_req(1, np.r_[np.arange(60), [999], np.arange(61, 100)]), 2)
+    serve(p, view(0, np.arange(100)), 1)
+    plan = p.lookup(view(1, np.r_[np.arange(60), [999], np.arange(61, 100)]), 2)
     assert plan.leading_reuse == 60 and plan.num_reused == 60
     assert plan.spans[0].action == Action.REUSE
 
@@ -33,15 +21,15 @@ def test_reuses_shared_prefix_up_to_first_difference() -> None:
 def test_shifted_content_is_not_reused() -> None:
     """One token prepended loses the whole prefix (the weakness PIC addresses)."""
     p = policies.build("prefix", make_ctx(float("inf")))
-    _serve(p, _req(0, np.arange(100)), 1)
-    assert p.lookup(_req(1, np.r_[[7], np.arange(100)]), 2).num_reused == 0
+    serve(p, view(0, np.arange(100)), 1)
+    assert p.lookup(view(1, np.r_[[7], np.arange(100)]), 2).num_reused == 0
 
 
 def test_page_size_rounds_match_down() -> None:
     """With page_size 16 a 60-token common prefix reuses 48 tokens."""
     p = policies.build("prefix", make_ctx(float("inf")), {"page_size": "16"})
-    _serve(p, _req(0, np.arange(100)), 1)
-    assert p.lookup(_req(1, np.r_[np.arange(60), [999] * 40]), 2).num_reused == 48
+    serve(p, view(0, np.arange(100)), 1)
+    assert p.lookup(view(1, np.r_[np.arange(60), [999] * 40]), 2).num_reused == 48
 
 
 def test_lfu_and_lru_pick_different_victims() -> None:
@@ -49,11 +37,11 @@ def test_lfu_and_lru_pick_different_victims() -> None:
     survivors = {}
     for order in ("lru", "lfu"):
         p = policies.build("prefix", make_ctx(float("inf")), {"eviction": order})
-        hot, cold = _req(0, np.arange(50)), _req(1, np.arange(1000, 1050))
-        _serve(p, hot, 1)
+        hot, cold = view(0, np.arange(50)), view(1, np.arange(1000, 1050))
+        serve(p, hot, 1)
         for t in range(2, 6):
             p.lookup(hot, t)                 # hot: many hits, last touched at t=5
-        _serve(p, cold, 10)                  # cold: one use, most recent
+        serve(p, cold, 10)                  # cold: one use, most recent
         p.evict(50 * BYTES_PER_TOKEN, 20)
         survivors[order] = p.lookup(hot, 30).num_reused
     assert survivors == {"lru": 0, "lfu": 50}
@@ -62,8 +50,8 @@ def test_lfu_and_lru_pick_different_victims() -> None:
 def test_locked_prefix_survives_evict() -> None:
     """KV reused by an admitted, unreleased request stays resident and protected."""
     p = policies.build("prefix", make_ctx(float("inf")))
-    _serve(p, _req(0, np.arange(100)), 1)
-    r = _req(1, np.r_[np.arange(80), [5] * 20])
+    serve(p, view(0, np.arange(100)), 1)
+    r = view(1, np.r_[np.arange(80), [5] * 20])
     plan = p.lookup(r, 2)
     assert p.admit(r, plan, 2)
     p.evict(10**9, 3)
@@ -74,11 +62,11 @@ def test_locked_prefix_survives_evict() -> None:
 def test_admit_evicts_to_fit_then_refuses_what_cannot_fit() -> None:
     """Admit evicts unlocked KV to make room, and returns False when the request is larger than capacity."""
     p = policies.build("prefix", make_ctx(150))
-    _serve(p, _req(0, np.arange(100)), 1)
-    _serve(p, _req(1, np.arange(500, 600)), 2)      # needs 100: evicts the first prompt
+    serve(p, view(0, np.arange(100)), 1)
+    serve(p, view(1, np.arange(500, 600)), 2)      # needs 100: evicts the first prompt
     assert p.usage().total == 100 * BYTES_PER_TOKEN
-    assert p.lookup(_req(2, np.arange(100)), 3).num_reused == 0
-    big = _req(3, np.arange(2000, 2200))
+    assert p.lookup(view(2, np.arange(100)), 3).num_reused == 0
+    big = view(3, np.arange(2000, 2200))
     assert not p.admit(big, p.lookup(big, 4), 4)
     assert p.stats.rejected == 1
 
@@ -86,8 +74,8 @@ def test_admit_evicts_to_fit_then_refuses_what_cannot_fit() -> None:
 def test_stale_plan_is_refused() -> None:
     """A plan whose prefix was evicted between lookup and admit is refused, not half-honoured."""
     p = policies.build("prefix", make_ctx(float("inf")))
-    _serve(p, _req(0, np.arange(100)), 1)
-    r = _req(1, np.arange(120))
+    serve(p, view(0, np.arange(100)), 1)
+    r = view(1, np.arange(120))
     plan = p.lookup(r, 2)
     p.evict(10**9, 3)
     assert not p.admit(r, plan, 4)
@@ -115,7 +103,7 @@ def test_mooncake_hit_rate_equals_trace_prefix_reuse() -> None:
             seen.update(ids)
             blocks = np.asarray(ids, np.int64)[:, None] * 512 + np.arange(512)
             toks = (mix(blocks.ravel()) % np.uint64(100_000)).astype(np.int32)[:n]
-            req = _req(rid, toks)
+            req = view(rid, toks)
             plan = p.lookup(req, rid)
             assert p.admit(req, plan, rid)
             p.commit(req, rid)
