@@ -15,6 +15,9 @@ import polars as pl
 
 from engine.request import Request
 
+#: summary.json format version: written by engine.replay, checked by engine.report
+SUMMARY_VERSION = 1
+
 #: requests.parquet columns, in order (the report code depends on these exact names and dtypes)
 REQUEST_SCHEMA: dict[str, pl.DataType] = {
     "policy": pl.String(), "request_id": pl.Int64(), "session_id": pl.String(), "replica": pl.Int32(),

@@ -25,13 +25,12 @@ import pyarrow.parquet as pq
 from engine import policies as registry
 from engine.config import ReplayConfig
 from engine.cost import CostConfig, CostModel
-from engine.metrics import request_frame, summarize
+from engine.metrics import SUMMARY_VERSION, request_frame, summarize
 from engine.policies.base import PolicyContext, RequestView
 from engine.serving import ServingModel, Workload
 from engine.specs import gpu_from_name, model_from_name
 from traces.schema import Trace
 
-SUMMARY_VERSION = 1
 #: policy config fields naming the smallest unit a cache stores (capacity must hold one)
 _UNIT_FIELDS = ("page_size", "block_size", "chunk_size", "min_chunk")
 

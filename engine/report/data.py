@@ -17,9 +17,8 @@ from typing import Any
 
 import polars as pl
 
-from engine.metrics import REQUEST_SCHEMA
+from engine.metrics import REQUEST_SCHEMA, SUMMARY_VERSION
 
-SUMMARY_VERSION = 1
 FILES = ("requests.parquet", "summary.json", "config.json")
 
 #: requests.parquet columns and the dtypes they are cast to (safe numeric casts are accepted);
