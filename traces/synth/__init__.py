@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
-
 from traces.schema import Trace
+from traces.stats import trace_stats
 from traces.synth import chat, early_variation, multi_agent, rag, tool_reorder
 from traces.synth.common import Builder, Scenario, SessionConfig, config_json, make_config
 from traces.synth.text import make_rng
@@ -56,18 +55,15 @@ def synth(scenario: str, num_requests: int, seed: int, markers: bool = False, *,
 
 
 def summarize(trace: Trace) -> dict[str, float]:
-    """Headline numbers of a trace: requests, sessions, prompt tokens, distinct tokens, span, rate."""
-    lens = trace.prompt_lengths
-    req = trace.requests
-    span_s = (int(req["arrival_us"].max()) - int(req["arrival_us"].min())) / 1e6 if req.height else 0.0
-    total = int(lens.sum())
-    distinct = int(trace.segments.lengths.sum())
+    """Headline numbers of a trace (from :func:`traces.stats.trace_stats`): requests, sessions, prompt
+    tokens, distinct tokens, span, rate."""
+    s = trace_stats(trace)
     return {
-        "requests": req.height, "sessions": req["session_id"].n_unique(), "agents": req["agent_id"].n_unique(),
-        "segments": len(trace.segments), "prompt_tokens": total, "distinct_tokens": distinct,
-        "dedup_ratio": total / max(distinct, 1), "prompt_p50": float(np.percentile(lens, 50)),
-        "prompt_p99": float(np.percentile(lens, 99)), "output_tokens": int(req["output_tokens"].sum()),
-        "span_s": span_s, "rate_rps": (req.height - 1) / span_s if span_s > 0 else 0.0,
+        "requests": s["requests"], "sessions": s["sessions"], "agents": s["agents"],
+        "segments": s["distinct_segments"], "prompt_tokens": s["prompt_tokens"],
+        "distinct_tokens": s["segment_tokens_distinct"], "dedup_ratio": s["dedup_ratio"] or 0.0,
+        "prompt_p50": s["prompt_len"]["p50"], "prompt_p99": s["prompt_len"]["p99"],
+        "output_tokens": s["output_tokens"], "span_s": s["duration_s"], "rate_rps": s["arrival_rate_rps"] or 0.0,
     }
 
 
