@@ -109,7 +109,7 @@ class Irminsul(CachePolicy):
     def lookup(self, req: RequestView, now_us: int) -> Plan:
         self.stats.lookups += 1
         bounds, fps, spans, used = self._analyze(req)
-        for fp in dict.fromkeys(used):
+        for fp in used:
             e = self._entries[fp]
             e.last_access_us = now_us
             e.hits += 1
@@ -117,7 +117,7 @@ class Irminsul(CachePolicy):
         if plan.num_reused:
             self.stats.hits += 1
             self.stats.extra["rotated_tokens"] += plan.num_rotated
-        self._pending[req.request_id] = (bounds, fps, list(dict.fromkeys(used)))
+        self._pending[req.request_id] = (bounds, fps, used)
         if len(self._pending) > 4096:       # lookups never followed by admit (probes) must not pile up
             del self._pending[next(iter(self._pending))]
         return plan
@@ -127,7 +127,6 @@ class Irminsul(CachePolicy):
         got = self._pending.pop(rid, None)
         if got is None:
             bounds, fps, _, used = self._analyze(req)
-            used = list(dict.fromkeys(used))
         else:
             bounds, fps, used = got
         if any(fp not in self._entries for fp in used):   # evicted since lookup: the plan is stale
@@ -180,6 +179,8 @@ class Irminsul(CachePolicy):
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _analyze(self, req: RequestView):
+        """``(bounds, fingerprints, spans, used)``: the prompt's CDC layout, the reuse spans, and the
+        fingerprints of the entries they read (distinct, in first-use order)."""
         toks = req.tokens
         bounds = cdc.chunk(toks, self._cdc, self._hard(req) if self.config.s2 else None)
         bl, fl = bounds.tolist(), cdc.fingerprints(toks, bounds).tolist()
@@ -212,7 +213,7 @@ class Irminsul(CachePolicy):
                 if self.config.s1:
                     self._s1(toks, pos, b, spans, used)
                 pos = b
-        return bl, fl, spans, used
+        return bl, fl, spans, list(dict.fromkeys(used))
 
     def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Entry | None:
         e = self._entries.get(fp)
