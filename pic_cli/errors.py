@@ -1,16 +1,28 @@
-"""Shared CLI helpers: turn library errors into one clear line and a non-zero exit."""
+"""Shared CLI helpers: turn library errors into one clear line and a non-zero exit; parse --set and
+comma lists; the replay options `pic replay` and `pic sweep` both take."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
 console = Console()
 err_console = Console(stderr=True)
+
+# replay settings shared by `pic replay` and `pic sweep` (same flag, same help)
+GpuOption = Annotated[str, typer.Option(help="GPU preset (see `pic models`).")]
+ReplicasOption = Annotated[int, typer.Option(help="Serving replicas, each with its own cache.")]
+RouterOption = Annotated[str, typer.Option(help="round-robin | least-loaded | cache-aware.")]
+TokenBudgetOption = Annotated[int, typer.Option(help="Tokens per scheduler step (prefill chunk + decodes).")]
+ClosedLoopOption = Annotated[bool, typer.Option(
+    "--closed-loop", help="A session's next turn waits for the previous one (plus the original gap).")]
+SeedOption = Annotated[int, typer.Option(help="Seed handed to every policy.")]
+LimitOption = Annotated[int | None, typer.Option(help="Replay only the first N requests (by arrival).")]
 
 
 @contextmanager
@@ -39,3 +51,8 @@ def parse_sets(values: list[str] | None) -> dict[str, dict[str, str]]:
         scope, name = key.split(".", 1)
         out.setdefault(scope.strip(), {})[name.strip().replace("-", "_")] = value.strip()
     return out
+
+
+def split_list(text: str) -> tuple[str, ...]:
+    """``"a, b,,c"`` -> ``("a", "b", "c")``."""
+    return tuple(p.strip() for p in text.split(",") if p.strip())

@@ -14,7 +14,20 @@ from rich.table import Table
 from engine import policies as registry
 from engine.config import ReplayConfig, parse_size
 from engine.replay import RunResult, check_config, read_trace_file, replay, write_run
-from pic_cli.errors import console, err_console, parse_sets, user_errors
+from pic_cli.errors import (
+    ClosedLoopOption,
+    GpuOption,
+    LimitOption,
+    ReplicasOption,
+    RouterOption,
+    SeedOption,
+    TokenBudgetOption,
+    console,
+    err_console,
+    parse_sets,
+    split_list,
+    user_errors,
+)
 
 
 def command(
@@ -24,20 +37,19 @@ def command(
     policy: Annotated[str, typer.Option(help="Comma-separated policies (see --list-policies).")] = "prefix",
     model: Annotated[str, typer.Option(help="Model preset (see `pic models`) or a config.json path.")]
     = "deepseek-v2-lite",
-    gpu: Annotated[str, typer.Option(help="GPU preset (see `pic models`).")] = "h200",
+    gpu: GpuOption = "h200",
     capacity: Annotated[str, typer.Option(help="Cache capacity per replica: 40GiB, 512MiB, 1e9, inf.")] = "inf",
-    replicas: Annotated[int, typer.Option(help="Serving replicas, each with its own cache.")] = 1,
-    router: Annotated[str, typer.Option(help="round-robin | least-loaded | cache-aware.")] = "round-robin",
-    token_budget: Annotated[int, typer.Option(help="Tokens per scheduler step (prefill chunk + decodes).")] = 8192,
-    closed_loop: Annotated[bool, typer.Option(
-        "--closed-loop", help="A session's next turn waits for the previous one (plus the original gap).")] = False,
+    replicas: ReplicasOption = 1,
+    router: RouterOption = "round-robin",
+    token_budget: TokenBudgetOption = 8192,
+    closed_loop: ClosedLoopOption = False,
     sets: Annotated[list[str] | None, typer.Option(
         "--set", help="Policy option POLICY.KEY=VALUE (repeatable), e.g. prefix.page_size=16; cost.KEY=VALUE "
              "sets a cost-model factor (cost.mfu=0.5).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed handed to every policy.")] = 0,
+    seed: SeedOption = 0,
     verify: Annotated[bool, typer.Option(
         "--verify", help="Compare tokens on every hit and check cache invariants after every event.")] = False,
-    limit: Annotated[int | None, typer.Option(help="Replay only the first N requests (by arrival).")] = None,
+    limit: LimitOption = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Run directory to write.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print summary.json to stdout.")] = False,
     list_policies: Annotated[bool, typer.Option("--list-policies", help="List policies and options, exit.")]
@@ -63,7 +75,7 @@ def command(
         options = parse_sets(sets)
         cost = options.pop("cost", {})
         config = ReplayConfig(
-            policies=tuple(p.strip() for p in policy.split(",") if p.strip()), policy_options=options, cost=cost,
+            policies=split_list(policy), policy_options=options, cost=cost,
             model=model, gpu=gpu, capacity_bytes=parse_size(capacity), replicas=replicas, router=router,
             token_budget=token_budget, closed_loop=closed_loop, seed=seed, verify=verify,
             check_invariants=verify, max_requests=limit)

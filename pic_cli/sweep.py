@@ -12,7 +12,20 @@ from rich.table import Table
 
 from engine.config import ReplayConfig, parse_size
 from engine.sweep import CellResult, SweepConfig, SweepResult, capacity_label, hit_rate_grid, run_sweep
-from pic_cli.errors import console, err_console, parse_sets, user_errors
+from pic_cli.errors import (
+    ClosedLoopOption,
+    GpuOption,
+    LimitOption,
+    ReplicasOption,
+    RouterOption,
+    SeedOption,
+    TokenBudgetOption,
+    console,
+    err_console,
+    parse_sets,
+    split_list,
+    user_errors,
+)
 
 
 def command(
@@ -26,17 +39,16 @@ def command(
     = "inf",
     model: Annotated[str, typer.Option(help="Comma-separated model presets (see `pic models`) or config.json.")]
     = "deepseek-v2-lite",
-    gpu: Annotated[str, typer.Option(help="GPU preset (see `pic models`).")] = "h200",
-    replicas: Annotated[int, typer.Option(help="Serving replicas, each with its own cache.")] = 1,
-    router: Annotated[str, typer.Option(help="round-robin | least-loaded | cache-aware.")] = "round-robin",
-    token_budget: Annotated[int, typer.Option(help="Tokens per scheduler step (prefill chunk + decodes).")] = 8192,
-    closed_loop: Annotated[bool, typer.Option(
-        "--closed-loop", help="A session's next turn waits for the previous one (plus the original gap).")] = False,
+    gpu: GpuOption = "h200",
+    replicas: ReplicasOption = 1,
+    router: RouterOption = "round-robin",
+    token_budget: TokenBudgetOption = 8192,
+    closed_loop: ClosedLoopOption = False,
     sets: Annotated[list[str] | None, typer.Option(
         "--set", help="Policy option POLICY.KEY=VALUE or cost.KEY=VALUE (repeatable), as in `pic replay`.")]
     = None,
-    seed: Annotated[int, typer.Option(help="Seed handed to every policy.")] = 0,
-    limit: Annotated[int | None, typer.Option(help="Replay only the first N requests (by arrival).")] = None,
+    seed: SeedOption = 0,
+    limit: LimitOption = None,
     jobs: Annotated[int | None, typer.Option(
         "--jobs", "-j", help="Local worker processes (default: the number of CPUs).", show_default=False)] = None,
     backend: Annotated[str, typer.Option(help="local (worker processes) | ray.")] = "local",
@@ -64,11 +76,11 @@ def command(
         options = parse_sets(sets)
         cost = options.pop("cost", {})
         base = ReplayConfig(
-            policies=_split(policy), policy_options=options, cost=cost, gpu=gpu, replicas=replicas,
+            policies=split_list(policy), policy_options=options, cost=cost, gpu=gpu, replicas=replicas,
             router=router, token_budget=token_budget, closed_loop=closed_loop, seed=seed, max_requests=limit)
         config = SweepConfig(
-            traces=tuple(str(t) for t in traces), models=_split(model),
-            capacities=tuple(parse_size(c) for c in _split(capacity)), replay=base, num_jobs=jobs,
+            traces=tuple(str(t) for t in traces), models=split_list(model),
+            capacities=tuple(parse_size(c) for c in split_list(capacity)), replay=base, num_jobs=jobs,
             backend="ray" if address else backend, address=address, force=force)
         with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TextColumn("{task.description}"), console=err_console, transient=True) as bar:
@@ -90,10 +102,6 @@ def command(
         err_console.print(f"[bold red]error:[/] {result.count('failed')} of {len(result.cells)} cells failed "
                           f"(see {output / 'sweep.json'}); re-run to retry them", highlight=False)
         raise typer.Exit(code=1)
-
-
-def _split(text: str) -> tuple[str, ...]:
-    return tuple(p.strip() for p in text.split(",") if p.strip())
 
 
 def _print_grid(result: SweepResult) -> None:
