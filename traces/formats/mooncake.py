@@ -55,7 +55,8 @@ class _BlockCache:
             self.ids[key] = add(toks[offs[n]:offs[n + 1]], "block")
 
 
-def _parse(obj: dict, rows: Rows, path: Path, line: int) -> tuple[int, int, int, list[int]]:
+def _parse(obj: dict, rows: Rows, path: Path, line: int) -> tuple[int, int, int, list[tuple[int, int]]]:
+    """``(arrival µs, input_length, output_length, block keys)``; a block key is ``(hash id, tokens)``."""
     ts = get_time_us(obj, (("timestamp", 1000),), rows, path, line)
     if ts is None:
         raise rows.bad(path, line, "timestamp", "missing field")
@@ -70,7 +71,9 @@ def _parse(obj: dict, rows: Rows, path: Path, line: int) -> tuple[int, int, int,
     if len(ids) != need:
         raise rows.bad(path, line, "hash_ids",
                        f"{len(ids)} ids but input_length {n_in} needs {need} blocks of {BLOCK_TOKENS}")
-    return ts, n_in, n_out, ids
+    keys = [(h, BLOCK_TOKENS) for h in ids[:-1]]
+    keys.append((ids[-1], n_in - BLOCK_TOKENS * (len(ids) - 1)))
+    return ts, n_in, n_out, keys
 
 
 def read(path: Path, rows: Rows, *, tokenizer=None, session: str | None = None,
@@ -81,17 +84,11 @@ def read(path: Path, rows: Rows, *, tokenizer=None, session: str | None = None,
     # closed-loop replay does not serialize the whole file.
     row_no = itertools.count()
     cache = _BlockCache(rows)
-    pending: list[tuple[int, int, int, list[int]]] = []
+    pending: list[tuple[int, int, int, list[tuple[int, int]]]] = []
 
     def flush() -> None:
-        wanted: set[tuple[int, int]] = set()
-        for _, n_in, _, ids in pending:
-            wanted.update((h, BLOCK_TOKENS) for h in ids[:-1])
-            wanted.add((ids[-1], n_in - BLOCK_TOKENS * (len(ids) - 1)))
-        cache.fill(wanted)
-        for ts, n_in, n_out, ids in pending:
-            keys = [(h, BLOCK_TOKENS) for h in ids[:-1]]
-            keys.append((ids[-1], n_in - BLOCK_TOKENS * (len(ids) - 1)))
+        cache.fill({k for *_, keys in pending for k in keys})
+        for ts, n_in, n_out, keys in pending:
             rows.add(session_id=f"{session}#{next(row_no)}", agent_id="default", arrival_us=ts, output_tokens=n_out,
                      segment_ids=[cache.ids[k] for k in keys], num_tokens=n_in)
         pending.clear()
