@@ -9,13 +9,12 @@ splits with their log-sum-exp. cKV is loaded once per tile and used as both K an
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels.paged_cache import delta_runs
+from kernels._mla import INTERPRET, check_operands, qk_scale, rotation_tables, tile_config
 from kernels.rope.kernel import (
     RopeConfig,
     cos_sin,
@@ -25,9 +24,6 @@ from kernels.rope.kernel import (
     rotate_kr_tile,
     rotate_q_tile,
 )
-
-LOG2E = 1.4426950408889634
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
@@ -182,26 +178,10 @@ def mla_decode(
     """
     rope = rope or RopeConfig()
     B, H, D_C = q_nope.shape
-    P, PAGE, ROW = cache.shape
-    D_R = ROW - D_C
-    assert q_rope.shape == (B, H, D_R) and D_R == rope.rope_dim, "q_rope / rope_dim mismatch"
-    assert q_nope.stride(2) == 1 and q_rope.stride(2) == 1 and cache.is_contiguous()
-    assert q_nope.dtype == q_rope.dtype == cache.dtype
-    assert block_table.dtype == torch.int32 and seq_lens.dtype == torch.int32 and block_table.stride(1) == 1
+    PAGE, D_R = check_operands(q_nope, q_rope, cache, block_table, seq_lens, rope)
     max_len = int(seq_lens.max()) if max_seq_len is None else max_seq_len
-    cfg = {**default_config(H, cache.dtype, max_len), **(config or {})}
-    if not (config and "BLOCK_N" in config) and PAGE % cfg["BLOCK_N"]:
-        cfg["BLOCK_N"] = math.gcd(cfg["BLOCK_N"], PAGE)  # small pages: tiles must not straddle a page
-    assert PAGE % cfg["BLOCK_N"] == 0 and cfg["BLOCK_N"] >= 16, \
-        f"page_size {PAGE} must be a multiple of BLOCK_N {cfg['BLOCK_N']} (>= 16)"
-    if block_delta is None:
-        block_delta = torch.zeros_like(block_table)
-    assert block_delta.shape == block_table.shape and block_delta.dtype == torch.int32
-    if rot_side not in ("auto", "q", "k") or (rot_side == "q" and pre_rope):
-        raise ValueError(f"rot_side: expected auto/q/k (q only without pre_rope), got {rot_side!r}")
-    q_side = rot_side == "q" or (rot_side == "auto" and not pre_rope)
-    run_end = delta_runs(block_delta) if run_end is None else run_end
-    assert run_end.shape == block_delta.shape and run_end.dtype == torch.int32
+    cfg = tile_config(default_config(H, cache.dtype, max_len), config, PAGE)
+    block_delta, run_end, q_side = rotation_tables(block_table, block_delta, run_end, rot_side, pre_rope)
     n_hb = triton.cdiv(H, cfg["BLOCK_H"])
     S = num_splits or pick_num_splits(B, max_len, n_hb, cfg["BLOCK_N"])
     per_split = triton.cdiv(triton.cdiv(max_len, S), cfg["BLOCK_N"]) * cfg["BLOCK_N"]
@@ -213,10 +193,9 @@ def mla_decode(
         o_part, lse = workspace
         assert o_part.shape[2] >= S
     f_hi, f_lo = freq_tensors(rope, str(cache.device))
-    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(192)
     mla_decode_kernel[(n_hb, S, B)](
         q_nope, q_rope, cache, block_table, block_delta, run_end, seq_lens, f_hi, f_lo, o_part, lse,
-        scale * LOG2E, rope.k_scale(), H, per_split,
+        qk_scale(sm_scale), rope.k_scale(), H, per_split,
         q_nope.stride(0), q_nope.stride(1), q_rope.stride(0), q_rope.stride(1),
         block_table.stride(0), block_delta.stride(0), run_end.stride(0),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),

@@ -7,14 +7,11 @@ query rows that share every cKV/k_r tile. Tiles wholly below the causal diagonal
 
 from __future__ import annotations
 
-import math
-import os
-
 import torch
 import triton
 import triton.language as tl
 
-from kernels.paged_cache import delta_runs
+from kernels._mla import INTERPRET, check_operands, qk_scale, rotation_tables, tile_config
 from kernels.rope.kernel import (
     RopeConfig,
     cos_sin,
@@ -24,9 +21,6 @@ from kernels.rope.kernel import (
     rotate_kr_tile,
     rotate_q_tile,
 )
-
-LOG2E = 1.4426950408889634
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
@@ -172,35 +166,18 @@ def mla_extend(
     """
     rope = rope or RopeConfig()
     T, H, D_C = q_nope.shape
-    P, PAGE, ROW = cache.shape
-    D_R = ROW - D_C
     B = seq_lens.shape[0]
-    assert q_rope.shape == (T, H, D_R) and D_R == rope.rope_dim, "q_rope / rope_dim mismatch"
-    assert q_nope.stride(2) == 1 and q_rope.stride(2) == 1 and cache.is_contiguous()
-    assert q_nope.dtype == q_rope.dtype == cache.dtype
-    assert cu_q.shape == (B + 1,) and cu_q.dtype == torch.int32 and seq_lens.dtype == torch.int32
-    assert block_table.dtype == torch.int32 and block_table.stride(1) == 1
-    cfg = {**default_config(H), **(config or {})}
-    if not (config and "BLOCK_N" in config) and PAGE % cfg["BLOCK_N"]:
-        cfg["BLOCK_N"] = math.gcd(cfg["BLOCK_N"], PAGE)  # small pages: tiles must not straddle a page
-    assert PAGE % cfg["BLOCK_N"] == 0 and cfg["BLOCK_N"] >= 16, \
-        f"page_size {PAGE} must be a multiple of BLOCK_N {cfg['BLOCK_N']} (>= 16)"
-    if block_delta is None:
-        block_delta = torch.zeros_like(block_table)
-    assert block_delta.shape == block_table.shape and block_delta.dtype == torch.int32
-    if rot_side not in ("auto", "q", "k") or (rot_side == "q" and pre_rope):
-        raise ValueError(f"rot_side: expected auto/q/k (q only without pre_rope), got {rot_side!r}")
-    q_side = rot_side == "q" or (rot_side == "auto" and not pre_rope)
-    run_end = delta_runs(block_delta) if run_end is None else run_end
-    assert run_end.shape == block_delta.shape and run_end.dtype == torch.int32
+    PAGE, D_R = check_operands(q_nope, q_rope, cache, block_table, seq_lens, rope)
+    assert cu_q.shape == (B + 1,) and cu_q.dtype == torch.int32
+    cfg = tile_config(default_config(H), config, PAGE)
+    block_delta, run_end, q_side = rotation_tables(block_table, block_delta, run_end, rot_side, pre_rope)
     max_new = int((cu_q[1:] - cu_q[:-1]).max()) if max_new is None else max_new
     n_tb = triton.cdiv(max_new, cfg["BLOCK_T"])
     out = torch.empty(T, H, D_C, dtype=cache.dtype, device=cache.device) if out is None else out
     f_hi, f_lo = freq_tensors(rope, str(cache.device))
-    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(192)
     mla_extend_kernel[(triton.cdiv(H, cfg["BLOCK_HH"]), n_tb, B)](
         q_nope, q_rope, cache, block_table, block_delta, run_end, seq_lens, cu_q, f_hi, f_lo, out,
-        scale * LOG2E, rope.k_scale(), H, n_tb,
+        qk_scale(sm_scale), rope.k_scale(), H, n_tb,
         q_nope.stride(0), q_nope.stride(1), q_rope.stride(0), q_rope.stride(1),
         block_table.stride(0), block_delta.stride(0), run_end.stride(0), out.stride(0), out.stride(1),
         PAGE=PAGE, D_C=D_C, D_R=D_R, BLOCK_T=cfg["BLOCK_T"], BLOCK_HH=cfg["BLOCK_HH"], BLOCK_N=cfg["BLOCK_N"],
