@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from kernels.mla_decode.reference import fed_k_rope
-from kernels.paged_cache import gather_tokens, rotation_positions
+from kernels._mla import softmax_scale
+from kernels.mla_decode.reference import fed_latents
 from kernels.rope.kernel import RopeConfig
 
 
@@ -20,16 +18,13 @@ def mla_extend_reference(
     """Per sequence: new token t (at position L − T + t) attends to cached tokens 0..L − T + t."""
     rope = rope or RopeConfig()
     T, H, D_C = q_nope.shape
-    page = cache.shape[1]
-    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(192)
+    scale = softmax_scale(sm_scale)
     cache_c, bt_c = cache.cpu(), block_table.cpu()
     out = torch.empty(T, H, D_C, dtype=dtype)
     for b in range(seq_lens.shape[0]):
         L, q0, q1 = int(seq_lens[b]), int(cu_q[b]), int(cu_q[b + 1])
         n_new = q1 - q0
-        rows = gather_tokens(cache_c, bt_c, b, L).to(dtype)
-        ckv = rows[:, :D_C]
-        kr = fed_k_rope(rows[:, D_C:], rotation_positions(block_delta, b, L, page, pre_rope), rope, pre_rope, dtype)
+        ckv, kr = fed_latents(cache_c, bt_c, block_delta, b, L, D_C, rope, pre_rope, dtype)
         qn, qr = q_nope[q0:q1].cpu().to(dtype), q_rope[q0:q1].cpu().to(dtype)
         s = (torch.einsum("thc,nc->thn", qn, ckv) + torch.einsum("thr,nr->thn", qr, kr)) * scale
         qpos = torch.arange(L - n_new, L)
