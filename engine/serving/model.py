@@ -213,10 +213,7 @@ class ServingModel:
         return [(max(now, r.arrival_us + self._gap[i]), Event(ARRIVAL, -1, j))]
 
     def _nocache_joules(self, n: int) -> float:
-        pc = self._memo.get((n, 0, RECOMPUTE))
-        if pc is None:
-            pc = self._memo[(n, 0, RECOMPUTE)] = self.cost.prefill(self._recompute_all(n))
-        return pc.joules
+        return self.prefill_cost(self._recompute_all(n), 0).joules
 
     def _recompute_all(self, n: int) -> Plan:
         plan = self._plans.get(n)
