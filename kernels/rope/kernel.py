@@ -191,14 +191,3 @@ def rotate_q_tile(q, q_sw, sign, delta, f_hi, f_lo):
     """
     cb, sb = cos_sin(delta, f_hi, f_lo)
     return q * cb[None, :] - q_sw * (sign * sb)[None, :]
-
-
-@triton.jit
-def dot_rope_q(acc, q_rot, k, SPLIT: tl.constexpr):
-    """acc + q_rot·k^T for an fp32 rotated query and a raw k_r tile; SPLIT feeds q_rot as bf16 hi + lo."""
-    hi = q_rot.to(k.dtype)
-    acc = tl.dot(hi, tl.trans(k), acc)
-    if SPLIT:
-        lo = (q_rot - hi.to(tl.float32)).to(k.dtype)
-        acc = tl.dot(lo, tl.trans(k), acc)
-    return acc
