@@ -101,7 +101,7 @@ def read(path: Path, rows: Rows, *, tokenizer=None, session: str | None = None,
          progress: Progress | None = None) -> None:
     """Stream chat-completions JSONL at ``path`` into ``rows``."""
     session = session if session is not None else path.stem
-    texts = rows.text_segments(load_tokenizer(tokenizer) if tokenizer is None else tokenizer)
+    texts = rows.text_segments(load_tokenizer(tokenizer))
     last = 0
     for line, obj in iter_json_lines(path, rows, progress):
         try:
