@@ -31,7 +31,6 @@ Semantics:
   increasing ``key(node)`` order. ``key`` maps a node (``last_access_us``, ``hits``, ``created_us``)
   to a sortable tuple (:mod:`engine.eviction`); keys must not decrease while a node lives (true of
   lru/lfu/fifo), which lets the heap be lazy: an entry whose key went stale is re-pushed on pop.
-* ``on_evict(node)``, if given, is called for each evicted node before it is detached.
 """
 
 from __future__ import annotations
@@ -69,25 +68,15 @@ class RadixNode:
     def num_tokens(self) -> int:
         return int(self.key.shape[0])
 
-    def depth_tokens(self) -> int:
-        """Tokens on the path from the root to the end of this node."""
-        n, node = 0, self
-        while node is not None:
-            n += node.key.shape[0]
-            node = node.parent
-        return n
-
 
 class RadixTree:
     """Token radix tree; see the module docstring for the full contract."""
 
-    def __init__(self, page_size: int = 1, key: Callable[[Any], tuple[int, ...]] = lru,
-                 on_evict: Callable[[RadixNode], None] | None = None) -> None:
+    def __init__(self, page_size: int = 1, key: Callable[[Any], tuple[int, ...]] = lru) -> None:
         if page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
         self.page_size = page_size
         self.key = key
-        self.on_evict = on_evict
         self.root = RadixNode(_EMPTY, None, 0)
         self.root.lock_ref = 1  # never evicted, never counted
         self.evictable_tokens = 0
@@ -219,8 +208,6 @@ class RadixTree:
             self._compact()
 
     def _remove_leaf(self, node: RadixNode) -> int:
-        if self.on_evict is not None:
-            self.on_evict(node)
         parent = node.parent
         del parent.children[self._child_key(node.key, 0)]
         node.is_alive = False
