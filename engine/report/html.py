@@ -216,7 +216,6 @@ def _overview(scenarios) -> str:
 def _write_text(path: str | Path, text: str) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
-        tmp.chmod(0o644)  # mkstemp makes 0600; a report is meant to be shared
     return Path(path)
 
 

@@ -74,7 +74,6 @@ def write_plots(plots: list[Plot], directory: str | Path) -> list[Path]:
     for p in plots:
         with atomic_path(d / p.name) as tmp:
             tmp.write_bytes(p.png)
-            tmp.chmod(0o644)  # mkstemp makes 0600; a report is meant to be shared
         paths.append(d / p.name)
     return paths
 
