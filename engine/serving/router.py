@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from engine.config import ROUTERS
+
 BALANCE_ABS = 32        # outstanding requests (SGLang router default balance_abs_threshold)
 BALANCE_REL = 1.0001    # SGLang router default balance_rel_threshold
 CACHE_THRESHOLD = 0.5   # SGLang router default cache_threshold (fraction of the prompt reused)
@@ -23,8 +25,8 @@ class Router:
     """Stateful router over ``replicas`` (objects with ``num_outstanding``) and their ``policies``."""
 
     def __init__(self, name: str, replicas: Sequence[Any], policies: Sequence[Any]) -> None:
-        if name not in ("round-robin", "least-loaded", "cache-aware"):
-            raise ValueError(f"router: unknown {name!r}; known: round-robin, least-loaded, cache-aware")
+        if name not in ROUTERS:
+            raise ValueError(f"router: unknown {name!r}; known: {', '.join(ROUTERS)}")
         self.name = name
         self.replicas = replicas
         self.policies = policies
