@@ -70,10 +70,9 @@ def _int(text: str, rows: Rows, path: Path, line: int, col: str, minimum: int) -
     return v
 
 
-def read(path: Path, rows: Rows, *, tokenizer=None, session: str | None = None,
-         progress: Progress | None = None) -> None:
+def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = None) -> None:
     """Stream the CSV at ``path`` into ``rows`` (``tokenizer`` is unused: Azure has no text)."""
-    session = session if session is not None else path.stem
+    session = path.stem
     # Rows are independent requests (no conversation ids): each row is its own session, so
     # closed-loop replay does not serialize the whole file.
     row_no = itertools.count()

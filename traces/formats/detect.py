@@ -17,7 +17,7 @@ from traces.formats import azure, lmcache_agent, mooncake, openai_chat, tokens
 from traces.formats._base import MAX_LINE_BYTES
 from traces.schema import TraceError
 
-#: format name -> reader module (each has NAME, read(path, rows, *, tokenizer, session, progress))
+#: format name -> reader module (each has NAME, read(path, rows, *, tokenizer, progress))
 READERS: dict[str, ModuleType] = {m.NAME: m for m in (openai_chat, lmcache_agent, mooncake, azure, tokens)}
 FORMATS: tuple[str, ...] = ("auto", *READERS)
 DATA_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv")

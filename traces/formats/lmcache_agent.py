@@ -86,10 +86,9 @@ def _kind(piece: str) -> str:
     return "user"
 
 
-def read(path: Path, rows: Rows, *, tokenizer=None, session: str | None = None,
-         progress: Progress | None = None) -> None:
+def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = None) -> None:
     """Stream an LMCache agent trace at ``path`` into ``rows``."""
-    session = session if session is not None else path.stem
+    session = path.stem
     texts = rows.text_segments(load_tokenizer(tokenizer))
     for line, obj in iter_json_lines(path, rows, progress):
         try:

@@ -76,10 +76,9 @@ def _parse(obj: dict, rows: Rows, path: Path, line: int) -> tuple[int, int, int,
     return ts, n_in, n_out, keys
 
 
-def read(path: Path, rows: Rows, *, tokenizer=None, session: str | None = None,
-         progress: Progress | None = None) -> None:
+def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = None) -> None:
     """Stream ``path`` into ``rows`` (``tokenizer`` is unused: Mooncake has no text)."""
-    session = session if session is not None else path.stem
+    session = path.stem
     # Rows are independent requests (no conversation ids): each row is its own session, so
     # closed-loop replay does not serialize the whole file.
     row_no = itertools.count()

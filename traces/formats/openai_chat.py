@@ -97,10 +97,9 @@ def _tools(body: dict, rows: Rows, path: Path, line: int) -> list[tuple[str, str
     return [("tools", canonical_json(tools))]
 
 
-def read(path: Path, rows: Rows, *, tokenizer=None, session: str | None = None,
-         progress: Progress | None = None) -> None:
+def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = None) -> None:
     """Stream chat-completions JSONL at ``path`` into ``rows``."""
-    session = session if session is not None else path.stem
+    session = path.stem
     texts = rows.text_segments(load_tokenizer(tokenizer))
     last = 0
     for line, obj in iter_json_lines(path, rows, progress):

@@ -49,10 +49,9 @@ def _segments(obj: dict, rows: Rows, path: Path, line: int) -> list[tuple[str, n
     return [("user", _token_array(obj["tokens"], rows, path, line, "tokens"))]
 
 
-def read(path: Path, rows: Rows, *, tokenizer=None, session: str | None = None,
-         progress: Progress | None = None) -> None:
+def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = None) -> None:
     """Stream token JSONL at ``path`` into ``rows``."""
-    session = session if session is not None else path.stem
+    session = path.stem
     last = 0
     for line, obj in iter_json_lines(path, rows, progress):
         try:
