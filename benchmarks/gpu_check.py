@@ -134,7 +134,7 @@ def decode_sweep(bw: float, fl: float, quick: bool) -> None:
         for B in batches:
             for L in ctxs:
                 inp = bm.decode_inputs(B, L, H)
-                cfgs = [BEST.get(H) or default_config(H, torch.bfloat16)]
+                cfgs = [BEST.get(H) or default_config(H)]
                 if H <= 16:  # short contexts may prefer smaller tiles (more programs per SM)
                     cfgs.append({"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3})
                 times = {(i, S): bm.time_decode(inp, config=c, num_splits=S)

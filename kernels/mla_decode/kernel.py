@@ -140,7 +140,7 @@ def mla_decode_combine_kernel(O_PART, LSE_PART, OUT, num_splits,
     tl.store(OUT + b * stride_o_b + h * stride_o_h + offs_c, out.to(OUT.dtype.element_ty))
 
 
-def default_config(num_heads: int, dtype: torch.dtype, max_len: int | None = None) -> dict:
+def default_config(num_heads: int, max_len: int | None = None) -> dict:
     """Tile sizes and launch options (one config under the interpreter); tuned on the H200."""
     if INTERPRET or not torch.cuda.is_available():
         return {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
@@ -180,7 +180,7 @@ def mla_decode(
     B, H, D_C = q_nope.shape
     PAGE, D_R = check_operands(q_nope, q_rope, cache, block_table, seq_lens, rope)
     max_len = int(seq_lens.max()) if max_seq_len is None else max_seq_len
-    cfg = tile_config(default_config(H, cache.dtype, max_len), config, PAGE)
+    cfg = tile_config(default_config(H, max_len), config, PAGE)
     block_delta, run_end, q_side = rotation_tables(block_table, block_delta, run_end, rot_side, pre_rope)
     n_hb = triton.cdiv(H, cfg["BLOCK_H"])
     S = num_splits or pick_num_splits(B, max_len, n_hb, cfg["BLOCK_N"])
