@@ -121,8 +121,7 @@ def section_gqa(args) -> None:
         t_irm = sum(c.time_s for c in costs)
         rot_b = sum(c.rotation_bytes for c in costs)
         rot_f = sum(c.rotation_flops for c in costs)
-        rot_s = rot_f / (gpu.bf16_flops * cm.config.mfu) if rot_b == 0 else max(
-            rot_f / (gpu.bf16_flops * cm.config.mfu), rot_b / (gpu.hbm_bytes_per_s * cm.config.mbu))
+        rot_s = cm._phase(rot_f, rot_b)     # the rotation phase of CostModel.prefill's roofline sum
         n_rot = sum(p.num_rotated for p in plans["irminsul"])
         att = m.attention + ("" if m.attention != "mla" else ", fused" if fused else ", unfused")
         print(row([mname, att, f"{t_full:.3f}", f"{t_pre:.3f}", f"{t_irm:.3f}",
