@@ -25,12 +25,16 @@ def _rand(seed: int, n: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 100_000, n, dtype=np.int32)
 
 
-def _serve(pol, rid: int, toks: np.ndarray, now: int = 0) -> Plan:
-    req = RequestView.from_tokens(rid, toks)
+def _serve_view(pol, req: RequestView, now: int) -> Plan:
     plan = pol.lookup(req, now)
     assert pol.admit(req, plan, now)
     pol.commit(req, now + 1)
     pol.release(req, now + 2)
+    return plan
+
+
+def _serve(pol, rid: int, toks: np.ndarray, now: int = 0) -> Plan:
+    plan = _serve_view(pol, RequestView.from_tokens(rid, toks), now)
     pol.usage().check()
     return plan
 
@@ -147,11 +151,3 @@ def test_never_behind_exact_prefix_cache(stream):
         assert got[0] >= got[1] - irm.config.sink_tokens, f"request {req.request_id}: {got}"
         ahead += got[0] > got[1]
     assert ahead > 0 and irm.stats.collisions == 0
-
-
-def _serve_view(pol, req: RequestView, now: int) -> Plan:
-    plan = pol.lookup(req, now)
-    assert pol.admit(req, plan, now)
-    pol.commit(req, now + 1)
-    pol.release(req, now + 2)
-    return plan
