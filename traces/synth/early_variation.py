@@ -30,7 +30,17 @@ from traces.synth.common import (
     query_len,
     session_plan,
 )
-from traces.synth.text import DIGITS, digits, fixed_text, pool, text, uniform_int, zipf_pick, zipf_weights
+from traces.synth.text import (
+    DIGITS,
+    digits,
+    fixed_text,
+    pool,
+    text,
+    text_between,
+    uniform_int,
+    zipf_pick,
+    zipf_weights,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +101,8 @@ def generate(rng: np.random.Generator, cfg: EarlyVariationConfig, num_requests: 
     """Append ``num_requests`` early-variation requests to ``b``."""
     plan = session_plan(rng, cfg, num_requests)
     common = fixed_text(1, cfg.header_common)
-    system = b.seg(text(rng, int(uniform_int(rng, cfg.system_min, cfg.system_max))), "system")
-    tools = b.seg(text(rng, int(uniform_int(rng, cfg.tools_min, cfg.tools_max))), "tools")
+    system = b.seg(text_between(rng, cfg.system_min, cfg.system_max), "system")
+    tools = b.seg(text_between(rng, cfg.tools_min, cfg.tools_max), "tools")
     docs = pool(rng, cfg.pool_size, cfg.doc_min, cfg.doc_max)
     weights = zipf_weights(cfg.pool_size, cfg.zipf_a)
     num_made = 0

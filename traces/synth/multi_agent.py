@@ -27,7 +27,7 @@ from traces.synth.common import (
     query_len,
     session_plan,
 )
-from traces.synth.text import pool, text, uniform_int, zipf_weights
+from traces.synth.text import pool, text, text_between, zipf_weights
 
 ROLES = ("orchestrator", "researcher", "coder", "reviewer", "tester", "writer", "planner", "critic")
 
@@ -75,8 +75,8 @@ def generate(rng: np.random.Generator, cfg: MultiAgentConfig, num_requests: int,
     """Append ``num_requests`` multi-agent requests to ``b``."""
     plan = session_plan(rng, cfg, num_requests)
     names = agent_names(cfg.num_agents)
-    roles = [b.seg(text(rng, int(uniform_int(rng, cfg.role_min, cfg.role_max))), "system") for _ in names]
-    tools = b.seg(text(rng, int(uniform_int(rng, cfg.tools_min, cfg.tools_max))), "tools")
+    roles = [b.seg(text_between(rng, cfg.role_min, cfg.role_max), "system") for _ in names]
+    tools = b.seg(text_between(rng, cfg.tools_min, cfg.tools_max), "tools")
     outputs = pool(rng, cfg.pool_size, cfg.tool_out_min, cfg.tool_out_max)
     weights = zipf_weights(cfg.pool_size, cfg.zipf_a)
     for s, (start_us, num_turns) in enumerate(plan):

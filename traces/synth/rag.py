@@ -26,7 +26,7 @@ from traces.synth.common import (
     query_len,
     session_plan,
 )
-from traces.synth.text import pool, text, uniform_int, zipf_pick, zipf_weights
+from traces.synth.text import pool, text, text_between, uniform_int, zipf_pick, zipf_weights
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +66,7 @@ def rerank(rng: np.random.Generator, picks: np.ndarray, weights: np.ndarray, bia
 def generate(rng: np.random.Generator, cfg: RagConfig, num_requests: int, b: Builder) -> None:
     """Append ``num_requests`` rag-reorder requests to ``b``."""
     plan = session_plan(rng, cfg, num_requests)
-    system = b.seg(text(rng, int(uniform_int(rng, cfg.system_min, cfg.system_max))), "system")
+    system = b.seg(text_between(rng, cfg.system_min, cfg.system_max), "system")
     docs = pool(rng, cfg.pool_size, cfg.doc_min, cfg.doc_max)
     weights = zipf_weights(cfg.pool_size, cfg.zipf_a)
     for s, (start_us, num_turns) in enumerate(plan):

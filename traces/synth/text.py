@@ -43,6 +43,11 @@ def text(rng: np.random.Generator, n: int) -> np.ndarray:
     return _RANK_TO_ID[np.minimum(ranks, VOCAB_SIZE - 1)]
 
 
+def text_between(rng: np.random.Generator, lo: int, hi: int) -> np.ndarray:
+    """int32 [n]: a text-like token stream whose length n is uniform on ``[lo, hi]``."""
+    return text(rng, int(uniform_int(rng, lo, hi)))
+
+
 def fixed_text(tag: int, n: int) -> np.ndarray:
     """int32 [n]: a stream that depends only on ``(tag, n)`` (e.g. leading tokens common to all traces)."""
     return text(np.random.Generator(np.random.PCG64([_VOCAB_SEED, tag])), n)

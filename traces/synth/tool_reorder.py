@@ -27,7 +27,7 @@ from traces.synth.common import (
     query_len,
     session_plan,
 )
-from traces.synth.text import pool, text, uniform_int, zipf_weights
+from traces.synth.text import pool, text, text_between, zipf_weights
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +77,8 @@ def step_context(rng: np.random.Generator, cfg: ToolReorderConfig, history: list
 def generate(rng: np.random.Generator, cfg: ToolReorderConfig, num_requests: int, b: Builder) -> None:
     """Append ``num_requests`` tool-reorder requests to ``b``."""
     plan = session_plan(rng, cfg, num_requests)
-    system = b.seg(text(rng, int(uniform_int(rng, cfg.system_min, cfg.system_max))), "system")
-    tools = b.seg(text(rng, int(uniform_int(rng, cfg.tools_min, cfg.tools_max))), "tools")
+    system = b.seg(text_between(rng, cfg.system_min, cfg.system_max), "system")
+    tools = b.seg(text_between(rng, cfg.tools_min, cfg.tools_max), "tools")
     outputs = pool(rng, cfg.pool_size, cfg.tool_out_min, cfg.tool_out_max)
     weights = zipf_weights(cfg.pool_size, cfg.zipf_a)
     for s, (start_us, num_turns) in enumerate(plan):
