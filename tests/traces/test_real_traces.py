@@ -5,29 +5,20 @@ from __future__ import annotations
 import csv
 import json
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.conftest import shared_file
 from traces.formats.lmcache_agent import split_prompt
 from traces.ingest import ingest, read_sources
 from traces.io import read_trace
 from traces.tokenizer import BuiltinTokenizer
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-
-
-def data(*parts: str) -> Path:
-    p = DATA.joinpath(*parts)
-    if not p.exists():
-        pytest.skip(f"shared data not present: {p}")
-    return p
-
 
 def test_miniswe_directory(tmp_path):
     """miniswe: 402 calls in 20 sessions; Parquet read-back prompts equal the tokenized input sections."""
-    src = data("lmcache-agent-trace", "miniswe")
+    src = shared_file("lmcache-agent-trace", "miniswe")
     res = ingest([src], tmp_path / "m.parquet")
     back = read_trace(tmp_path / "m.parquet")
     assert res.num_requests == back.num_requests == 402
@@ -45,13 +36,13 @@ def test_miniswe_directory(tmp_path):
 
 def test_miniswe_dedup():
     """Shared instructions and earlier observations are stored once: distinct tokens << total."""
-    trace = read_sources([data("lmcache-agent-trace", "miniswe")])[0]
+    trace = read_sources([shared_file("lmcache-agent-trace", "miniswe")])[0]
     assert int(trace.segments.offsets[-1]) * 10 < int(trace.prompt_lengths.sum())
 
 
 def test_taubench_directory():
     """taubench: 471 calls; its one empty file is skipped, leaving 24 sessions."""
-    trace = read_sources([data("lmcache-agent-trace", "taubench")])[0]
+    trace = read_sources([shared_file("lmcache-agent-trace", "taubench")])[0]
     assert trace.num_requests == 471
     assert trace.requests["session_id"].n_unique() == 24
 
@@ -59,7 +50,7 @@ def test_taubench_directory():
 @pytest.mark.parametrize(("name", "count"), [("conversation_trace.jsonl", 12_031), ("synthetic_trace.jsonl", 3_993)])
 def test_mooncake(name, count):
     """Mooncake: every row kept, prompt length == input_length, equal hash ids give equal blocks."""
-    src = data("mooncake", name)
+    src = shared_file("mooncake", name)
     trace, rows, _, _ = read_sources([src])
     raw = [json.loads(line) for line in src.read_text().splitlines()]
     assert trace.num_requests == len(raw) == count
@@ -75,7 +66,7 @@ def test_mooncake(name, count):
                                               ("AzureLLMInferenceTrace_conv.csv", 19_366)])
 def test_azure(name, count):
     """Azure: every row kept with its context and generated lengths; arrivals start at 0 and increase."""
-    src = data("azure-llm-2023", name)
+    src = shared_file("azure-llm-2023", name)
     trace = read_sources([src])[0]
     with open(src, newline="") as f:
         raw = list(csv.DictReader(f))
