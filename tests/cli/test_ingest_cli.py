@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 import pic_cli.ingest as cli_ingest
 from pic_cli.app import app
+from tests.conftest import shared_file
 from traces.ingest import ingest as real_ingest
 from traces.io import read_trace
 
 runner = CliRunner()
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 
 
 def _tokens_file(tmp_path):
@@ -75,9 +73,7 @@ def test_help_has_examples():
 
 def test_miniswe_then_inspect_json(tmp_path):
     """`pic ingest <miniswe> -o x.parquet && pic inspect x.parquet --json` reports 402 requests."""
-    src = DATA / "lmcache-agent-trace" / "miniswe"
-    if not src.is_dir():
-        pytest.skip(f"shared data not present: {src}")
+    src = shared_file("lmcache-agent-trace", "miniswe")
     out = tmp_path / "x.parquet"
     res = runner.invoke(app, ["ingest", str(src), "-o", str(out)])
     assert res.exit_code == 0, res.output
