@@ -146,18 +146,19 @@ class BlockHashCache(CachePolicy):
     def _hashes(self, req: RequestView) -> np.ndarray:
         """Chained hashes of the full blocks: uint64 [N // block_size] (memoized for lookup -> commit)."""
         if self._memo is None or self._memo[0] is not req.tokens:
-            h = prefix_hashes(req.tokens)[self._bs::self._bs]
-            hl = h.tolist()
-            self._memo = (req.tokens, h, hl, len(set(hl)) == len(hl))
+            self._remember(req, prefix_hashes(req.tokens)[self._bs::self._bs])
         return self._memo[1]
 
     def _memo_of(self, req: RequestView, hashes: np.ndarray) -> tuple[np.ndarray, list[int], bool]:
         """``(hashes, hashes as ints, all distinct)`` of ``req`` (recomputed if another request came
         between)."""
         if self._memo is None or self._memo[1] is not hashes:
-            hl = hashes.tolist()
-            self._memo = (req.tokens, hashes, hl, len(set(hl)) == len(hl))
+            self._remember(req, hashes)
         return self._memo[1], self._memo[2], self._memo[3]
+
+    def _remember(self, req: RequestView, hashes: np.ndarray) -> None:
+        hl = hashes.tolist()
+        self._memo = (req.tokens, hashes, hl, len(set(hl)) == len(hl))
 
     def _run(self, hl: list[int], lo: int, hi: int) -> int:
         """Length of the resident leading run of hashes ``hl``, clipped to ``hi``, given that the first
