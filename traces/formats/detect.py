@@ -68,7 +68,11 @@ def first_line(path: Path) -> tuple[int, str] | None:
 
 def sniff(path: Path) -> str:
     """Detect the format of one file; raise TraceError when it is empty or unrecognised."""
-    found = first_line(path)
+    return _sniff_first(path, first_line(path))
+
+
+def _sniff_first(path: Path, found: tuple[int, str] | None) -> str:
+    """:func:`sniff` given the file's already-read :func:`first_line`."""
     if found is None:
         raise TraceError(str(path), None, "file", "empty file")
     lineno, text = found
@@ -89,10 +93,11 @@ def expand(sources: list[Path], fmt: str = "auto") -> list[tuple[Path, str]]:
         if src.is_dir():
             files = sorted(p for p in src.iterdir()
                            if p.is_file() and p.suffix.lower() in DATA_SUFFIXES and not p.name.startswith("."))
-            files = [p for p in files if first_line(p) is not None]
-            if not files:
+            firsts = [(p, first_line(p)) for p in files]
+            firsts = [(p, line) for p, line in firsts if line is not None]
+            if not firsts:
                 raise TraceError(str(src), None, "directory", f"no non-empty {'/'.join(DATA_SUFFIXES)} files")
-            found = [(p, fmt if fmt != "auto" else sniff(p)) for p in files]
+            found = [(p, fmt if fmt != "auto" else _sniff_first(p, line)) for p, line in firsts]
             kinds = sorted({f for _, f in found})
             if len(kinds) > 1:
                 examples = ", ".join(f"{next(p.name for p, g in found if g == k)} is {k}" for k in kinds)
