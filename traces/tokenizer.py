@@ -21,8 +21,10 @@ from typing import Protocol
 import numpy as np
 import xxhash
 
+from traces.markers import MARKER_BASE
+
 #: ids of the built-in tokenizer lie in [0, ID_LIMIT); markers use MARKER_BASE = ID_LIMIT and up
-ID_LIMIT = 2_000_000_000
+ID_LIMIT = MARKER_BASE
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+"""
 _CACHE_LIMIT = 2_000_000
 
