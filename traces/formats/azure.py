@@ -11,7 +11,6 @@ The file is read in batches of rows; tokens for a batch are generated in one vec
 from __future__ import annotations
 
 import csv
-import itertools
 import math
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -75,7 +74,6 @@ def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = 
     session = path.stem
     # Rows are independent requests (no conversation ids): each row is its own session, so
     # closed-loop replay does not serialize the whole file.
-    row_no = itertools.count()
     salt = xxhash.xxh64_intdigest(path.name.encode())
     lines = iter_lines(path, progress)
     header = next(lines, None)
@@ -102,9 +100,9 @@ def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = 
         lens = np.fromiter((b[2] for b in batch), dtype=np.int64, count=len(batch))
         toks, offs = opaque_tokens(keys, lens, salt=salt)
         add = rows.segments.add
-        for n, (_, ts, ctx, gen) in enumerate(batch):
+        for n, (row, ts, ctx, gen) in enumerate(batch):
             sid = add(toks[offs[n]:offs[n + 1]], "user")
-            rows.add(session_id=f"{session}#{next(row_no)}", agent_id="default", arrival_us=ts, output_tokens=gen,
+            rows.add(session_id=f"{session}#{row}", agent_id="default", arrival_us=ts, output_tokens=gen,
                      segment_ids=[sid], num_tokens=ctx)
         batch.clear()
 
