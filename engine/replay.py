@@ -10,8 +10,6 @@ import dataclasses
 import json
 import math
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +27,7 @@ from engine.metrics import SUMMARY_VERSION, request_frame, summarize
 from engine.policies.base import PolicyContext, RequestView
 from engine.serving import ServingModel, Workload
 from engine.specs import gpu_from_name, model_from_name
+from traces.io import atomic_dir
 from traces.schema import Trace
 
 #: policy config fields naming the smallest unit a cache stores (capacity must hold one)
@@ -189,26 +188,11 @@ def replay(trace: Trace, config: ReplayConfig,
 def write_run(result: RunResult, run_dir: str | os.PathLike) -> Path:
     """Write the run dir atomically: everything goes into a temp folder that is renamed into place."""
     run_dir = Path(run_dir)
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", suffix=".tmp", dir=run_dir.parent))
-    try:
+    with atomic_dir(run_dir) as tmp:
         pq.write_table(result.requests.to_arrow(), tmp / "requests.parquet", compression="zstd",
                        compression_level=3, use_dictionary=True, write_statistics=True)
         (tmp / "summary.json").write_text(json.dumps(result.summary, indent=2, default=_json) + "\n")
         (tmp / "config.json").write_text(json.dumps(result.resolved, indent=2, default=_json) + "\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a run dir gets the usual folder mode
-        old = None
-        if run_dir.exists():
-            old = run_dir.parent / f".{run_dir.name}.old.{os.getpid()}"
-            os.replace(run_dir, old)
-        os.replace(tmp, run_dir)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return run_dir
 
 

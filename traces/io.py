@@ -9,6 +9,7 @@ Writes go to a temporary name in the same folder and are renamed into place only
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,6 +38,12 @@ SEGMENT_FIELDS = ("segment_id", "kind", "tokens")
 REQUEST_FIELDS = ("request_id", "session_id", "agent_id", "arrival_us", "output_tokens", "segment_ids")
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike):
     """Yield a temp path next to ``path``; rename it onto ``path`` only if the block succeeds."""
@@ -46,13 +53,33 @@ def atomic_path(path: str | os.PathLike):
     os.close(fd)
     try:
         yield Path(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
         if Path(tmp).is_file():
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual file mode
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual file mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike):
+    """Yield a temp folder next to ``path``; when the block succeeds it replaces ``path`` whole (an
+    existing folder is moved aside, then removed), else it is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the usual folder mode
+        old = None
+        if path.exists():
+            old = path.parent / f".{path.name}.old.{os.getpid()}"
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
