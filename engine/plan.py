@@ -136,9 +136,6 @@ class Plan:
         s = self.spans[0] if self.spans else None
         return s.end if s is not None and s.action == Action.REUSE else 0
 
-    def recompute_segments(self) -> list[tuple[int, int]]:
-        return [(s.start, s.end) for s in self.spans if s.action == Action.RECOMPUTE]
-
     @staticmethod
     def from_spans(num_tokens: int, spans: list[Span], correction: Correction = NO_CORRECTION) -> Plan:
         """Merge adjacent compatible spans and fill gaps with RECOMPUTE."""

@@ -220,6 +220,3 @@ def requests_frame(rows: dict[str, list]) -> pl.DataFrame:
     """Build a canonical requests frame from column lists (casts to the canonical dtypes)."""
     return pl.DataFrame(rows, schema=REQUEST_COLUMNS)
 
-
-def sort_requests(df: pl.DataFrame) -> pl.DataFrame:
-    return df.sort(["arrival_us", "request_id"], maintain_order=True)
