@@ -3,10 +3,45 @@
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 ROUTERS = ("round-robin", "least-loaded", "cache-aware")
+
+
+def coerce_option(value: Any, typ: Any, key: str) -> Any:
+    """``value`` (a ``--set`` string) as type ``typ``; non-strings pass through. Raises ``ValueError``
+    naming ``key``."""
+    if not isinstance(value, str):
+        return value
+    origin = typing.get_origin(typ)
+    if typ is bool:
+        low = value.lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"{key}: expected a boolean, got {value!r}")
+    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+        args = [a for a in typing.get_args(typ) if a is not type(None)]
+        if value.lower() in ("none", "null"):
+            return None
+        return coerce_option(value, args[0], key)
+    try:
+        if typ is int:
+            return int(float(value)) if value.replace(".", "", 1).replace("e", "", 1).isdigit() else int(value)
+        if typ is float:
+            return float(value)
+    except ValueError:
+        raise ValueError(f"{key}: expected {typ.__name__}, got {value!r}") from None
+    return value
+
+
+def coerce_overrides(cfg_cls: type, overrides: dict[str, Any], scope: str) -> dict[str, Any]:
+    """``{field: value}`` with each value coerced to ``cfg_cls``'s field type (keys must be fields)."""
+    hints = typing.get_type_hints(cfg_cls)
+    return {k: coerce_option(v, hints[k], f"{scope}.{k}") for k, v in overrides.items()}
 
 
 def _h(text: str) -> dict[str, str]:

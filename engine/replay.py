@@ -21,7 +21,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from engine import policies as registry
-from engine.config import ReplayConfig
+from engine.config import ReplayConfig, coerce_overrides
 from engine.cost import CostConfig, CostModel
 from engine.metrics import SUMMARY_VERSION, request_frame, summarize
 from engine.policies.base import PolicyContext, RequestView
@@ -103,21 +103,7 @@ def cost_config(overrides: dict[str, Any]) -> CostConfig:
     unknown = sorted(set(overrides) - set(known))
     if unknown:
         raise ValueError(f"unknown cost option(s): {', '.join(unknown)}; known: {', '.join(known)}")
-    kwargs = {}
-    for key, value in overrides.items():
-        default = known[key].default
-        if isinstance(value, str):
-            try:
-                if isinstance(default, bool):
-                    if value.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
-                        raise ValueError
-                    value = value.lower() in ("1", "true", "yes", "on")
-                else:
-                    value = type(default)(float(value))
-            except ValueError:
-                raise ValueError(f"cost.{key}: expected {type(default).__name__}, got {value!r}") from None
-        kwargs[key] = value
-    return CostConfig(**kwargs)
+    return CostConfig(**coerce_overrides(CostConfig, overrides, "cost"))
 
 
 def check_config(config: ReplayConfig) -> tuple[Any, Any, CostModel, dict[str, Any]]:

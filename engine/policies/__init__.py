@@ -6,9 +6,9 @@ Adding a policy = one module in this folder with ``@register`` on its class + on
 from __future__ import annotations
 
 import dataclasses
-import typing
 from typing import Any
 
+from engine.config import coerce_overrides
 from engine.policies.base import CachePolicy, PolicyContext, PolicyStats, RequestView, Usage
 
 _REGISTRY: dict[str, type[CachePolicy]] = {}
@@ -35,32 +35,6 @@ def get(name: str) -> type[CachePolicy]:
     return _REGISTRY[name]
 
 
-def _coerce(value: Any, typ: Any, key: str) -> Any:
-    if not isinstance(value, str):
-        return value
-    origin = typing.get_origin(typ)
-    if typ is bool:
-        low = value.lower()
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(f"{key}: expected a boolean, got {value!r}")
-    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
-        args = [a for a in typing.get_args(typ) if a is not type(None)]
-        if value.lower() in ("none", "null"):
-            return None
-        return _coerce(value, args[0], key)
-    try:
-        if typ is int:
-            return int(float(value)) if value.replace(".", "", 1).replace("e", "", 1).isdigit() else int(value)
-        if typ is float:
-            return float(value)
-    except ValueError:
-        raise ValueError(f"{key}: expected {typ.__name__}, got {value!r}") from None
-    return value
-
-
 def make_config(name: str, overrides: dict[str, Any] | None = None) -> Any:
     """Build policy ``name``'s Config from ``{field: value}`` (strings are coerced). Unknown keys raise."""
     cls = get(name)
@@ -70,13 +44,12 @@ def make_config(name: str, overrides: dict[str, Any] | None = None) -> Any:
         if overrides:
             raise ValueError(f"policy {name!r} takes no options")
         return None
-    hints = typing.get_type_hints(cfg_cls)
     fields = {f.name for f in dataclasses.fields(cfg_cls)}
     unknown = sorted(set(overrides) - fields)
     if unknown:
         raise ValueError(f"unknown option(s) for policy {name!r}: {', '.join(unknown)}; "
                          f"known: {', '.join(sorted(fields)) or '(none)'}")
-    return cfg_cls(**{k: _coerce(v, hints[k], f"{name}.{k}") for k, v in overrides.items()})
+    return cfg_cls(**coerce_overrides(cfg_cls, overrides, name))
 
 
 def build(name: str, ctx: PolicyContext, overrides: dict[str, Any] | None = None) -> CachePolicy:
