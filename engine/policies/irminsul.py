@@ -61,7 +61,7 @@ class IrminsulConfig:
         "help": "first-chunk clip: tokens recomputed when reused KV lands at position 0"})
     fused_rotation: bool = field(default=True, metadata={
         "help": "k_r rotation fused into the attention load (informational; the cost model prices it)"})
-    eviction: str = field(default="lru", metadata={"help": "eviction order: lru | lfu"})
+    eviction: str = field(default="lru", metadata={"help": "eviction order: lru | lfu | fifo"})
     min_match: int = field(default=16, metadata={
         "help": "shortest run reused from a chunk-trie match (avoids plans of tiny spans)"})
 
