@@ -12,6 +12,14 @@ from kernels.rope.kernel import RopeConfig
 
 LOG2E = 1.4426950408889634
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+LAUNCHED: dict = {}  # the last compiled kernel per launcher ("decode", "extend"): registers, spills, shared memory
+
+
+def num_sms(device: torch.device) -> int:
+    """Multiprocessor count of a CUDA device (132 on the H200; the CPU interpreter gets 132 too)."""
+    if device.type != "cuda":
+        return 132
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def softmax_scale(sm_scale: float | None) -> float:

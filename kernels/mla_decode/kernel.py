@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._mla import INTERPRET, check_operands, qk_scale, rotation_tables, tile_config
+from kernels._mla import INTERPRET, LAUNCHED, check_operands, num_sms, qk_scale, rotation_tables, tile_config
 from kernels.rope.kernel import (
     RopeConfig,
     cos_sin,
@@ -140,21 +140,30 @@ def mla_decode_combine_kernel(O_PART, LSE_PART, OUT, num_splits,
     tl.store(OUT + b * stride_o_b + h * stride_o_h + offs_c, out.to(OUT.dtype.element_ty))
 
 
-def default_config(num_heads: int, max_len: int | None = None) -> dict:
-    """Tile sizes and launch options (one config under the interpreter); tuned on the H200."""
+def default_config(num_heads: int, max_len: int | None = None, batch: int | None = None) -> dict:
+    """Tile sizes and launch options (one config under the interpreter); tuned on the H200.
+
+    16-head tiles (mma.sync, ~96 KB shared memory) fit two programs per SM; 64-head tiles (wgmma,
+    ~224 KB) one. ``ctas_per_sm`` feeds the split heuristic.
+    """
     if INTERPRET or not torch.cuda.is_available():
-        return {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
-    if num_heads <= 16 and max_len is not None and max_len <= 8192:  # more programs per SM
-        return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3}
+        return {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1, "ctas_per_sm": 1}
+    if num_heads <= 16 and max_len is not None and max_len <= 8192 and (batch or 0) <= 32:
+        return {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3, "ctas_per_sm": 2}
     if num_heads <= 16:
-        return {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
-    return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+        return {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2}
+    return {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "ctas_per_sm": 1}
 
 
-def pick_num_splits(batch: int, max_len: int, num_head_blocks: int, block_n: int, num_sms: int = 132) -> int:
-    """Enough (head block, split, sequence) programs for ~4 waves, but splits of >= 512 tokens."""
-    want = max(1, math.ceil(4 * num_sms / (batch * num_head_blocks)))
-    return max(1, min(want, math.ceil(max_len / max(512, 4 * block_n)), 64))
+def pick_num_splits(batch: int, max_len: int, num_head_blocks: int, block_n: int, num_sms: int = 132,
+                    ctas_per_sm: int = 1) -> int:
+    """Splits for one full wave: (head block, split, sequence) programs ≈ SMs × programs per SM.
+
+    Measured on the H200 (benchmarks/probe_decode.py): a second, partial wave or a wave with half the
+    SMs' slots empty costs 10-40%; each split keeps at least 4 tiles.
+    """
+    want = max(1, round(num_sms * ctas_per_sm / (batch * num_head_blocks)))
+    return max(1, min(want, math.ceil(max_len / (4 * block_n)), 64))
 
 
 def mla_decode(
@@ -180,10 +189,11 @@ def mla_decode(
     B, H, D_C = q_nope.shape
     PAGE, D_R = check_operands(q_nope, q_rope, cache, block_table, seq_lens, rope)
     max_len = int(seq_lens.max()) if max_seq_len is None else max_seq_len
-    cfg = tile_config(default_config(H, max_len), config, PAGE)
+    cfg = tile_config(default_config(H, max_len, B), config, PAGE)
     block_delta, run_end, q_side = rotation_tables(block_table, block_delta, run_end, rot_side, pre_rope)
     n_hb = triton.cdiv(H, cfg["BLOCK_H"])
-    S = num_splits or pick_num_splits(B, max_len, n_hb, cfg["BLOCK_N"])
+    S = num_splits or pick_num_splits(B, max_len, n_hb, cfg["BLOCK_N"], num_sms(cache.device),
+                                      cfg.get("ctas_per_sm", 1))
     per_split = triton.cdiv(triton.cdiv(max_len, S), cfg["BLOCK_N"]) * cfg["BLOCK_N"]
     S = triton.cdiv(max_len, per_split)
     if workspace is None:
@@ -193,7 +203,7 @@ def mla_decode(
         o_part, lse = workspace
         assert o_part.shape[2] >= S
     f_hi, f_lo = freq_tensors(rope, str(cache.device))
-    mla_decode_kernel[(n_hb, S, B)](
+    LAUNCHED["decode"] = mla_decode_kernel[(n_hb, S, B)](
         q_nope, q_rope, cache, block_table, block_delta, run_end, seq_lens, f_hi, f_lo, o_part, lse,
         qk_scale(sm_scale), rope.k_scale(), H, per_split,
         q_nope.stride(0), q_nope.stride(1), q_rope.stride(0), q_rope.stride(1),

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._mla import INTERPRET, check_operands, qk_scale, rotation_tables, tile_config
+from kernels._mla import INTERPRET, LAUNCHED, check_operands, qk_scale, rotation_tables, tile_config
 from kernels.rope.kernel import (
     RopeConfig,
     cos_sin,
@@ -175,7 +175,7 @@ def mla_extend(
     n_tb = triton.cdiv(max_new, cfg["BLOCK_T"])
     out = torch.empty(T, H, D_C, dtype=cache.dtype, device=cache.device) if out is None else out
     f_hi, f_lo = freq_tensors(rope, str(cache.device))
-    mla_extend_kernel[(triton.cdiv(H, cfg["BLOCK_HH"]), n_tb, B)](
+    LAUNCHED["extend"] = mla_extend_kernel[(triton.cdiv(H, cfg["BLOCK_HH"]), n_tb, B)](
         q_nope, q_rope, cache, block_table, block_delta, run_end, seq_lens, cu_q, f_hi, f_lo, out,
         qk_scale(sm_scale), rope.k_scale(), H, n_tb,
         q_nope.stride(0), q_nope.stride(1), q_rope.stride(0), q_rope.stride(1),

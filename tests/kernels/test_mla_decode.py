@@ -72,3 +72,14 @@ def test_decode_rejects_q_side_for_pre_rope(device):
     qn, qr, cache, bt, sl = inputs([8], 4, torch.float32, device, seed=8)
     with pytest.raises(ValueError, match="rot_side"):
         mla_decode(qn, qr, cache, bt, sl, pre_rope=True, rot_side="q")
+
+
+
+def test_split_heuristic_fills_one_wave():
+    """Splits make (head block, split, sequence) programs ≈ one wave of SM slots, each split >= 4 tiles."""
+    from kernels.mla_decode.kernel import pick_num_splits
+    assert pick_num_splits(32, 8192, 1, 32, num_sms=132, ctas_per_sm=2) == 8  # 256 programs, 264 slots
+    assert pick_num_splits(64, 8192, 1, 64, num_sms=132, ctas_per_sm=2) == 4
+    assert pick_num_splits(64, 32768, 2, 64, num_sms=132, ctas_per_sm=1) == 1  # 128 heads: 128 programs
+    assert pick_num_splits(32, 100, 1, 16, num_sms=132, ctas_per_sm=2) == 2  # short: 64-token splits
+    assert pick_num_splits(1, 10**6, 1, 64, num_sms=132, ctas_per_sm=2) == 64  # capped
