@@ -1,6 +1,6 @@
 """Timing sweeps for the MLA kernels on a CUDA GPU (called by benchmarks/gpu_check.py).
 
-Decode: CUDA-graph replay median (kernel + split combine) at batch × context × heads, against the floors
+Decode: CUDA-graph replay median (kernel + split combine; groups of 10 back-to-back replays by default) at batch × context × heads, against the floors
 bytes / copy-bandwidth and FLOPs / matmul-rate; fused-rotation overhead (δ ≠ 0 vs δ = 0, same launch;
 and vs the rotation compiled out); pre-RoPE cache; un-fused rotate pass; torch SDPA on the decompressed
 form. Extend: 8K new tokens over 0/8K/32K cached, TFLOP/s.
@@ -23,8 +23,13 @@ D_C, D_R, PAGE = 512, 64, 64
 ROW_BYTES = (D_C + D_R) * 2
 
 
-def graph_median(fn, reps: int = 30) -> float:
-    """Median milliseconds of one CUDA-graph replay of ``fn`` (warmed up, captured once)."""
+def graph_median(fn, reps: int = 30, burst: int = 1) -> float:
+    """Median milliseconds of one CUDA-graph replay of ``fn`` (warmed up, captured once).
+
+    ``burst`` > 1 times that many back-to-back replays between two events and divides: the GPU then
+    never waits for the host to submit the next replay (as when a model's layers run one after
+    another), so the host's launch latency drops out of small timings.
+    """
     fn()
     torch.cuda.synchronize()
     side = torch.cuda.Stream()
@@ -41,10 +46,11 @@ def graph_median(fn, reps: int = 30) -> float:
     for _ in range(reps):
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         e0.record()
-        g.replay()
+        for _ in range(burst):
+            g.replay()
         e1.record()
         e1.synchronize()
-        times.append(e0.elapsed_time(e1))
+        times.append(e0.elapsed_time(e1) / burst)
     return statistics.median(times)
 
 
@@ -83,7 +89,7 @@ def decode_floor(B: int, L: int, H: int, bw: float, flops: float) -> dict:
 
 def time_decode(inp, *, delta_mode: str = "nonzero", pre_rope: bool = False, rotate_on: bool = True,
                 split_kr: bool = True, config: dict | None = None, num_splits: int | None = None,
-                rot_side: str = "auto") -> float:
+                rot_side: str = "auto", burst: int = 10, reps: int = 30) -> float:
     """Graph-replay median ms of one decode step for the given variant."""
     qn, qr, cache, bt, lens, delta = inp
     L = bt.shape[1] * PAGE
@@ -96,26 +102,26 @@ def time_decode(inp, *, delta_mode: str = "nonzero", pre_rope: bool = False, rot
         mla_decode(qn, qr, cache, bt, lens, d, pre_rope=pre_rope, rotate=rotate_on, split_kr=split_kr,
                    config=config, num_splits=num_splits, max_seq_len=L, out=out, rot_side=rot_side,
                    run_end=run_end)
-    return graph_median(fn)
+    return graph_median(fn, reps=reps, burst=burst)
 
 
-def time_rotate_pass(inp, frac: float = 0.5) -> float:
+def time_rotate_pass(inp, frac: float = 0.5, burst: int = 10) -> float:
     """Median ms of the standalone in-place δ-rotation over ``frac`` of the pages (the un-fused extra pass)."""
     qn, qr, cache, bt, lens, delta = inp
     d = delta.clone()
     d[:, int(d.shape[1] * frac):] = 0
     L = bt.shape[1] * PAGE
-    return graph_median(lambda: rotate(cache, bt, lens, d, max_seq_len=L))
+    return graph_median(lambda: rotate(cache, bt, lens, d, max_seq_len=L), burst=burst)
 
 
-def time_sdpa_decompressed(B: int, L: int, H: int) -> float | None:
+def time_sdpa_decompressed(B: int, L: int, H: int, burst: int = 10) -> float | None:
     """Median ms of torch SDPA for one decode token on decompressed K [B,H,L,192], V [B,H,L,128]."""
     try:
         k = torch.randn(B, H, L, 192, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(B, H, L, 128, device="cuda", dtype=torch.bfloat16)
         q = torch.randn(B, H, 1, 192, device="cuda", dtype=torch.bfloat16)
         f = torch.nn.functional.scaled_dot_product_attention
-        ms = graph_median(lambda: f(q, k, v))
+        ms = graph_median(lambda: f(q, k, v), burst=burst)
         return ms
     except (RuntimeError, torch.OutOfMemoryError) as e:
         print(f"  sdpa B={B} L={L} H={H} failed: {str(e).splitlines()[0]}")

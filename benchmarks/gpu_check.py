@@ -27,6 +27,7 @@ from kernels.rope import RopeConfig, rope, rope_reference
 from kernels.rotate import rotate, rotate_reference
 
 BEST: dict = {}
+BURST = 10  # decode times: median over groups of 10 back-to-back graph replays (host launch latency excluded)
 RES: dict = {"checks": [], "precision": {}, "decode": [], "overhead": [], "extend": [], "tune": []}
 DELTAS = (0, 7, -5000, 40000, 100000)
 
@@ -134,18 +135,21 @@ def decode_sweep(bw: float, fl: float, quick: bool) -> None:
         for B in batches:
             for L in ctxs:
                 inp = bm.decode_inputs(B, L, H)
-                cfgs = [BEST.get(H) or default_config(H)]
-                if H <= 16:  # short contexts may prefer smaller tiles (more programs per SM)
-                    cfgs.append({"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 3})
-                times = {(i, S): bm.time_decode(inp, config=c, num_splits=S)
-                         for i, c in enumerate(cfgs) for S in split_candidates(B, L, H, c)}
+                cfgs = [BEST.get(H) or default_config(H, L, B)]
+                if H <= 16:  # the other 16-head tile (BLOCK_N 32 / 3 stages vs 64 / 2 stages)
+                    alt = {"BLOCK_H": 16, "BLOCK_N": 32 if cfgs[0]["BLOCK_N"] == 64 else 64, "num_warps": 4,
+                           "num_stages": 3 if cfgs[0]["BLOCK_N"] == 64 else 2, "ctas_per_sm": 2}
+                    cfgs.append(alt)
+                times = {(i, S): bm.time_decode(inp, config=c, num_splits=S, burst=BURST)
+                         for i, c in enumerate(cfgs) for S in sorted(set(split_candidates(B, L, H, c)))}
                 i, S = min(times, key=times.get)
                 c, ms = cfgs[i], times[(i, S)]
                 f = bm.decode_floor(B, L, H, bw, fl)
                 row = {"H": H, "B": B, "L": L, "S": S, "cfg": c, "ms": ms, "TBps": f["bytes"] / ms / 1e9,
-                       "TFLOPs": f["flop"] / ms / 1e9, **f}
+                       "TFLOPs": f["flop"] / ms / 1e9, **f, "default_S": split_candidates(B, L, H, c)[1],
+                       "ms_single_replay": bm.time_decode(inp, config=c, num_splits=S, burst=1)}
                 if L in (8192, 32768) and B == 64 or (quick and B == 32):
-                    kw = {"config": c, "num_splits": S}
+                    kw = {"config": c, "num_splits": S, "burst": BURST}
                     variants = {"again": {}, "delta0": {"delta_mode": "zero"}, "norot": {"rotate_on": False},
                                 "prerope": {"pre_rope": True, "delta_mode": "zero"}, "nosplit": {"split_kr": False},
                                 "kside": {"rot_side": "k"}, "pagedelta": {"delta_mode": "page"}}
@@ -196,7 +200,8 @@ def tune() -> None:
             try:
                 o = mla_decode(*inp[:5], inp[5], config=c, max_seq_len=32768)
                 err = rel_rms(ref.float(), o.float())
-                ms = min(bm.time_decode(inp, config=c, num_splits=S) for S in split_candidates(64, 32768, H, c))
+                ms = min(bm.time_decode(inp, config=c, num_splits=S, burst=BURST)
+                         for S in sorted(set(split_candidates(64, 32768, H, c))))
             except Exception as e:  # noqa: BLE001 - report and go on (smem overflow, compile error)
                 err, ms = None, None
                 print(f"  H={H} {c}: failed {type(e).__name__}: {str(e).splitlines()[0][:120]}")
@@ -223,9 +228,10 @@ def tune() -> None:
 
 
 def split_candidates(B: int, L: int, H: int, cfg: dict) -> list[int]:
-    """Split counts tried per shape: the heuristic's, half and double it."""
-    base = pick_num_splits(B, L, triton.cdiv(H, cfg["BLOCK_H"]), cfg["BLOCK_N"])
-    return sorted({max(1, base // 2), base, min(2 * base, max(1, L // 256))})
+    """Split counts tried per shape: [half, the launcher's heuristic, double] (a set: may be shorter)."""
+    base = pick_num_splits(B, L, triton.cdiv(H, cfg["BLOCK_H"]), cfg["BLOCK_N"],
+                           torch.cuda.get_device_properties(0).multi_processor_count, cfg.get("ctas_per_sm", 1))
+    return [max(1, base // 2), base, min(2 * base, max(1, L // 256))]
 
 
 def main() -> int:
@@ -258,14 +264,15 @@ def main() -> int:
     print(f"\n== summary ({time.time() - t0:.0f} s) == checks: {len(RES['checks']) - len(bad)} ok, {len(bad)} bad")
     for k, v in RES["precision"].items():
         print(f"precision {k}: {v:.3e}")
-    print("H   B    L     S   ms      TB/s  TFLOP/s  %copy  again  δ/δ0   δ/norot pre/norot")
+    print("H   B    L     S   ms      1-replay TB/s  TFLOP/s  %copy  floor/ms  again  δ/δ0   δ/norot pre/norot")
     for r in RES["decode"]:
         extra = ""
         if all(r.get(k) for k in ("ms_again", "ms_delta0", "ms_norot", "ms_prerope")):
             extra = f"  {r['ms_again'] / r['ms'] - 1:+.1%}  {r['ms'] / r['ms_delta0'] - 1:+.1%}  " \
                     f"{r['ms'] / r['ms_norot'] - 1:+.1%}  {r['ms_prerope'] / r['ms_norot'] - 1:+.1%}"
-        print(f"{r['H']:<3d} {r['B']:<4d} {r['L']:<5d} {r['S']:<3d} {r['ms']:7.3f} {r['TBps']:5.2f} {r['TFLOPs']:7.0f}  "
-              f"{r['TBps'] * 1e12 / bw:5.0%}{extra}")
+        floor = max(r["mem_floor_ms"], r["flop_floor_ms"])
+        print(f"{r['H']:<3d} {r['B']:<4d} {r['L']:<5d} {r['S']:<3d} {r['ms']:7.3f} {r['ms_single_replay']:7.3f}  "
+              f"{r['TBps']:5.2f} {r['TFLOPs']:7.0f}  {r['TBps'] * 1e12 / bw:5.0%}  {floor / r['ms']:6.0%}{extra}")
     for r in RES["extend"]:
         print(f"extend C={r['C']} T=8192 H=128: {r['ms']:.2f} ms {r['TFLOPs']:.0f} TFLOP/s "
               f"(δ=0: {r['ms_delta0']:.2f} ms, rotation compiled out: {r['ms_norot']:.2f} ms)")
