@@ -19,6 +19,7 @@ import triton
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_mla as bm  # noqa: E402
 
+from kernels._mla import num_sms
 from kernels._testing import random_delta, random_paged_cache, rel_rms
 from kernels.mla_decode import mla_decode, mla_decode_reference
 from kernels.mla_decode.kernel import default_config, pick_num_splits
@@ -136,17 +137,16 @@ def decode_sweep(bw: float, fl: float, quick: bool) -> None:
             for L in ctxs:
                 inp = bm.decode_inputs(B, L, H)
                 cfgs = [BEST.get(H) or default_config(H, L, B)]
-                if H <= 16:  # the other 16-head tile (BLOCK_N 32 / 3 stages vs 64 / 2 stages)
-                    alt = {"BLOCK_H": 16, "BLOCK_N": 32 if cfgs[0]["BLOCK_N"] == 64 else 64, "num_warps": 4,
-                           "num_stages": 3 if cfgs[0]["BLOCK_N"] == 64 else 2, "ctas_per_sm": 2}
-                    cfgs.append(alt)
+                if H <= 16:  # also the launcher's other 16-head tile (short-and-small vs the rest)
+                    cfgs += [c for c in (default_config(H, 8192, 1), default_config(H))
+                             if c["BLOCK_N"] != cfgs[0]["BLOCK_N"]]
                 times = {(i, S): bm.time_decode(inp, config=c, num_splits=S, burst=BURST)
-                         for i, c in enumerate(cfgs) for S in sorted(set(split_candidates(B, L, H, c)))}
+                         for i, c in enumerate(cfgs) for S in split_candidates(B, L, H, c)}
                 i, S = min(times, key=times.get)
                 c, ms = cfgs[i], times[(i, S)]
                 f = bm.decode_floor(B, L, H, bw, fl)
                 row = {"H": H, "B": B, "L": L, "S": S, "cfg": c, "ms": ms, "TBps": f["bytes"] / ms / 1e9,
-                       "TFLOPs": f["flop"] / ms / 1e9, **f, "default_S": split_candidates(B, L, H, c)[1],
+                       "TFLOPs": f["flop"] / ms / 1e9, **f, "default_S": default_splits(B, L, H, c),
                        "ms_single_replay": bm.time_decode(inp, config=c, num_splits=S, burst=1)}
                 if L in (8192, 32768) and B == 64 or (quick and B == 32):
                     kw = {"config": c, "num_splits": S, "burst": BURST}
@@ -201,7 +201,7 @@ def tune() -> None:
                 o = mla_decode(*inp[:5], inp[5], config=c, max_seq_len=32768)
                 err = rel_rms(ref.float(), o.float())
                 ms = min(bm.time_decode(inp, config=c, num_splits=S, burst=BURST)
-                         for S in sorted(set(split_candidates(64, 32768, H, c))))
+                         for S in split_candidates(64, 32768, H, c))
             except Exception as e:  # noqa: BLE001 - report and go on (smem overflow, compile error)
                 err, ms = None, None
                 print(f"  H={H} {c}: failed {type(e).__name__}: {str(e).splitlines()[0][:120]}")
@@ -227,11 +227,16 @@ def tune() -> None:
     RES["best"] = {str(k): v for k, v in BEST.items()}
 
 
+def default_splits(B: int, L: int, H: int, cfg: dict) -> int:
+    """The launcher's split count for this shape and tile config."""
+    return pick_num_splits(B, L, triton.cdiv(H, cfg["BLOCK_H"]), cfg["BLOCK_N"], num_sms(torch.device("cuda", 0)),
+                           cfg.get("ctas_per_sm", 1))
+
+
 def split_candidates(B: int, L: int, H: int, cfg: dict) -> list[int]:
-    """Split counts tried per shape: [half, the launcher's heuristic, double] (a set: may be shorter)."""
-    base = pick_num_splits(B, L, triton.cdiv(H, cfg["BLOCK_H"]), cfg["BLOCK_N"],
-                           torch.cuda.get_device_properties(0).multi_processor_count, cfg.get("ctas_per_sm", 1))
-    return [max(1, base // 2), base, min(2 * base, max(1, L // 256))]
+    """Split counts tried per shape: the launcher's, half and double it."""
+    base = default_splits(B, L, H, cfg)
+    return sorted({max(1, base // 2), base, min(2 * base, max(1, L // 256))})
 
 
 def main() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -15,8 +16,9 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 LAUNCHED: dict = {}  # the last compiled kernel per launcher ("decode", "extend"): registers, spills, shared memory
 
 
+@functools.cache
 def num_sms(device: torch.device) -> int:
-    """Multiprocessor count of a CUDA device (132 on the H200; the CPU interpreter gets 132 too)."""
+    """Multiprocessor count of a CUDA device, read once (132 on the H200; the CPU interpreter gets 132 too)."""
     if device.type != "cuda":
         return 132
     return torch.cuda.get_device_properties(device).multi_processor_count
