@@ -17,7 +17,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from engine.cdc import CDCConfig, chunk, fingerprints, gear_hash, gear_hash_gathers  # noqa: E402
+from pic.engine.cdc import CDCConfig, chunk, fingerprints, gear_hash, gear_hash_gathers  # noqa: E402
 
 
 def _best(fn, repeats: int) -> float:

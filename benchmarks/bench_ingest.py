@@ -18,10 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from traces.formats.detect import expand
-from traces.ingest import read_sources
-from traces.io import write_trace
-from traces.tokenizer import BuiltinTokenizer, HFTokenizer
+from pic.traces.formats.detect import expand
+from pic.traces.ingest import read_sources
+from pic.traces.io import write_trace
+from pic.traces.tokenizer import BuiltinTokenizer, HFTokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 INPUTS = [

@@ -14,10 +14,10 @@ import statistics
 import torch
 import triton
 
-from kernels.mla_decode import mla_decode
-from kernels.mla_extend import mla_extend
-from kernels.paged_cache import delta_runs
-from kernels.rotate import rotate
+from pic.kernels.mla_decode import mla_decode
+from pic.kernels.mla_extend import mla_extend
+from pic.kernels.paged_cache import delta_runs
+from pic.kernels.rotate import rotate
 
 D_C, D_R, PAGE = 512, 64, 64
 ROW_BYTES = (D_C + D_R) * 2

@@ -25,9 +25,9 @@ import time
 
 import numpy as np
 
-from engine import policies
-from engine.policies import PolicyContext, RequestView
-from engine.rolling import mix
+from pic.engine import policies
+from pic.engine.policies import PolicyContext, RequestView
+from pic.engine.rolling import mix
 
 BLOCK = 512
 

@@ -31,9 +31,9 @@ TRACES = {
 
 def run_one(name: str, repeat: int, profile: int, policy: str, replicas: int) -> dict:
     sys.path.insert(0, str(REPO))
-    from engine.config import ReplayConfig
-    from engine.replay import replay
-    from traces.ingest import read_sources
+    from pic.engine.config import ReplayConfig
+    from pic.engine.replay import replay
+    from pic.traces.ingest import read_sources
 
     t0 = time.perf_counter()
     trace = read_sources([TRACES[name]])[0]

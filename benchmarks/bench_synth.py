@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from traces.synth import SCENARIOS, summarize, synth
+from pic.traces.synth import SCENARIOS, summarize, synth
 
 
 def oracle_reuse(trace) -> tuple[int, int, int]:

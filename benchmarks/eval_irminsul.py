@@ -21,14 +21,14 @@ import argparse
 import math
 from pathlib import Path
 
-from engine.config import ReplayConfig, parse_size
-from engine.cost import CostConfig, CostModel
-from engine.plan import Plan
-from engine.policies import PolicyContext, RequestView, build
-from engine.replay import replay, workload_from_trace
-from engine.specs import gpu_from_name, model_from_name
-from traces.schema import Trace
-from traces.synth import SCENARIOS, synth
+from pic.engine.config import ReplayConfig, parse_size
+from pic.engine.cost import CostConfig, CostModel
+from pic.engine.plan import Plan
+from pic.engine.policies import PolicyContext, RequestView, build
+from pic.engine.replay import replay, workload_from_trace
+from pic.engine.specs import gpu_from_name, model_from_name
+from pic.traces.schema import Trace
+from pic.traces.synth import SCENARIOS, synth
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = (REPO / ".." / "shared" / "data" / "lmcache-agent-trace").resolve()
@@ -75,7 +75,7 @@ def section_synth(args) -> None:
 
 
 def section_real(args) -> None:
-    from traces.ingest import read_sources
+    from pic.traces.ingest import read_sources
     rows = []
     for sub in ("miniswe", "taubench"):
         if not (DATA / sub).is_dir():

@@ -19,13 +19,13 @@ import triton
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_mla as bm  # noqa: E402
 
-from kernels._mla import num_sms
-from kernels._testing import random_delta, random_paged_cache, rel_rms
-from kernels.mla_decode import mla_decode, mla_decode_reference
-from kernels.mla_decode.kernel import default_config, pick_num_splits
-from kernels.mla_extend import mla_extend, mla_extend_reference
-from kernels.rope import RopeConfig, rope, rope_reference
-from kernels.rotate import rotate, rotate_reference
+from pic.kernels._mla import num_sms
+from pic.kernels._testing import random_delta, random_paged_cache, rel_rms
+from pic.kernels.mla_decode import mla_decode, mla_decode_reference
+from pic.kernels.mla_decode.kernel import default_config, pick_num_splits
+from pic.kernels.mla_extend import mla_extend, mla_extend_reference
+from pic.kernels.rope import RopeConfig, rope, rope_reference
+from pic.kernels.rotate import rotate, rotate_reference
 
 BEST: dict = {}
 BURST = 10  # decode times: median over groups of 10 back-to-back graph replays (host launch latency excluded)

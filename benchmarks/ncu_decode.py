@@ -16,7 +16,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_mla as bm  # noqa: E402
 
-from kernels.mla_decode import mla_decode  # noqa: E402
+from pic.kernels.mla_decode import mla_decode  # noqa: E402
 
 for H, B, L in ((16, 32, 8192), (128, 64, 8192)):
     qn, qr, cache, bt, lens, delta = bm.decode_inputs(B, L, H)

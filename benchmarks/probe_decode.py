@@ -18,8 +18,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_mla as bm  # noqa: E402
 
-from kernels._mla import LAUNCHED  # noqa: E402
-from kernels.mla_decode import mla_decode  # noqa: E402
+from pic.kernels._mla import LAUNCHED  # noqa: E402
+from pic.kernels.mla_decode import mla_decode  # noqa: E402
 
 RES: dict = {}
 BW = 4.2e12

@@ -17,7 +17,7 @@ from multiprocessing import Pool
 
 import numpy as np
 
-from engine.policies import PolicyContext, RequestView, build
+from pic.engine.policies import PolicyContext, RequestView, build
 
 
 def _pool(rng: np.random.Generator, num_docs: int, vocab: int) -> list[np.ndarray]:

@@ -14,7 +14,7 @@ os.environ.update({"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb", "_TYPER_FO
 
 from typer.testing import CliRunner  # noqa: E402
 
-from pic_cli.app import COMMANDS, app  # noqa: E402
+from pic.cli.app import COMMANDS, app  # noqa: E402
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 

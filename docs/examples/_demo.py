@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.plan import Action, Plan
-from engine.policies.base import RequestView
+from pic.engine.plan import Action, Plan
+from pic.engine.policies.base import RequestView
 
 SIZES = {"SYS": 600, "DOC_A": 700, "DOC_B": 500, "HDR": 37, "Q0": 40, "Q1": 40, "Q2": 40}
 LAYOUTS = (("SYS", "DOC_A", "DOC_B", "Q0"), ("SYS", "DOC_A", "DOC_B", "Q1"),

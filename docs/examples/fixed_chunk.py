@@ -12,7 +12,7 @@ import math
 
 from _demo import show, three_requests
 
-from engine import policies
+from pic.engine import policies
 
 # One byte per token so that usage() reads in tokens; capacity unbounded (no eviction here).
 ctx = policies.PolicyContext(capacity_bytes=math.inf, bytes_per_token=1)

@@ -6,11 +6,11 @@ import json
 
 from typer.testing import CliRunner
 
-import pic_cli.ingest as cli_ingest
-from pic_cli.app import app
+import pic.cli.ingest as cli_ingest
+from pic.cli.app import app
+from pic.traces.ingest import ingest as real_ingest
+from pic.traces.io import read_trace
 from tests.conftest import shared_file
-from traces.ingest import ingest as real_ingest
-from traces.io import read_trace
 
 runner = CliRunner()
 

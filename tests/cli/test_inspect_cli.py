@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from pic_cli.app import app
-from traces.ingest import ingest
-from traces.stats import trace_stats
+from pic.cli.app import app
+from pic.traces.ingest import ingest
+from pic.traces.stats import trace_stats
 
 runner = CliRunner()
 
@@ -36,7 +36,7 @@ def trace_file(tmp_path):
 
 def test_stats_values(trace_file):
     """trace_stats counts requests, sessions, tokens, dedup and rate from the trace itself."""
-    from traces.io import read_trace
+    from pic.traces.io import read_trace
 
     s = trace_stats(read_trace(trace_file))
     assert (s["requests"], s["sessions"], s["agents"]) == (3, 2, 2)

@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from pic_cli.app import app
+from pic.cli.app import app
 
 runner = CliRunner()
 

@@ -8,11 +8,11 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-import pic_cli.replay as cli
-from engine.replay import replay as real_replay
-from pic_cli.app import app
+import pic.cli.replay as cli
+from pic.cli.app import app
+from pic.engine.replay import replay as real_replay
+from pic.traces.io import write_trace
 from tests.engine.test_replay import _trace
-from traces.io import write_trace
 
 runner = CliRunner()
 

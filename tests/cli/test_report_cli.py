@@ -6,9 +6,9 @@ import json
 
 from typer.testing import CliRunner
 
-import pic_cli.report as report_cli
-from engine.report import make_report
-from pic_cli.app import app
+import pic.cli.report as report_cli
+from pic.cli.app import app
+from pic.engine.report import make_report
 from tests.engine.test_report import make_run
 
 runner = CliRunner()

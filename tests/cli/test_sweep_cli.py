@@ -9,11 +9,11 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-import pic_cli.sweep as cli
-from engine.sweep import run_sweep as real_run_sweep
-from pic_cli.app import app
-from traces.io import write_trace
-from traces.synth import synth
+import pic.cli.sweep as cli
+from pic.cli.app import app
+from pic.engine.sweep import run_sweep as real_run_sweep
+from pic.traces.io import write_trace
+from pic.traces.synth import synth
 
 runner = CliRunner()
 
@@ -76,7 +76,7 @@ def test_address_without_ray_names_the_extra(trace_file, tmp_path, monkeypatch):
 
 def test_failed_cell_exits_nonzero(trace_file, tmp_path, monkeypatch):
     """A cell that raises is reported with its message and makes the command exit 1."""
-    import engine.sweep as sweep
+    import pic.engine.sweep as sweep
 
     def boom(trace, config, progress=None):
         raise RuntimeError("kaput")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from pic_cli import synth as synth_cli
-from pic_cli.app import app
-from traces.io import read_trace
+from pic.cli import synth as synth_cli
+from pic.cli.app import app
+from pic.traces.io import read_trace
 
 runner = CliRunner()
 

@@ -9,7 +9,7 @@ import difflib
 
 import pytest
 
-from engine import policies as registry
+from pic.engine import policies as registry
 from tests.golden.regen import example_scripts, run_example
 
 SCRIPTS = example_scripts()

@@ -8,8 +8,8 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import cdc
-from engine.cdc import CDCConfig, chunk, fingerprints, gear_hash, gear_hash_gathers, natural_boundaries
+from pic.engine import cdc
+from pic.engine.cdc import CDCConfig, chunk, fingerprints, gear_hash, gear_hash_gathers, natural_boundaries
 
 MASK = 2**64 - 1
 

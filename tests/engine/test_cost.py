@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from engine.calibration import CalibrationProfile, load_profile, write_profile
-from engine.cost import CostConfig, CostModel
-from engine.plan import Action, Correction, Plan, Span, Tier
-from engine.specs import GPUS, MODELS
+from pic.engine.calibration import CalibrationProfile, load_profile, write_profile
+from pic.engine.cost import CostConfig, CostModel
+from pic.engine.plan import Action, Correction, Plan, Span, Tier
+from pic.engine.specs import GPUS, MODELS
 
 H200 = GPUS["h200"]
 V2L, LLAMA, QNEXT = MODELS["deepseek-v2-lite"], MODELS["llama-3.1-8b"], MODELS["qwen3-next-80b-a3b"]

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from engine.events import Event, EventKind
-from engine.loop import Simulator
+from pic.engine.events import Event, EventKind
+from pic.engine.loop import Simulator
 
 
 def _recording_sim():

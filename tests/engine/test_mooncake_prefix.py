@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import ReplayConfig
-from engine.replay import replay
+from pic.engine.config import ReplayConfig
+from pic.engine.replay import replay
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "mooncake"
 
@@ -34,7 +34,7 @@ def test_prefix_hit_rate_equals_trace_prefix_reuse(name):
     path = DATA / name
     if not path.exists():
         pytest.skip(f"shared data not present: {path}")
-    from traces.ingest import read_sources
+    from pic.traces.ingest import read_sources
     trace = read_sources([path])[0]
     s = replay(trace, ReplayConfig(policies=("prefix",))).summary["policies"]["prefix"]
     expected = _trace_own_prefix_reuse(path)

@@ -9,10 +9,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from engine.config import ReplayConfig, parse_size
-from engine.metrics import REQUEST_SCHEMA
-from engine.replay import check_config, replay, workload_from_trace, write_run
-from traces.schema import SegmentTable, Trace, requests_frame
+from pic.engine.config import ReplayConfig, parse_size
+from pic.engine.metrics import REQUEST_SCHEMA
+from pic.engine.replay import check_config, replay, workload_from_trace, write_run
+from pic.traces.schema import SegmentTable, Trace, requests_frame
 
 
 def _trace(num=60, seed=0) -> Trace:
@@ -144,7 +144,7 @@ def test_max_requests_and_multiple_replicas():
     assert res.requests.height == 30 and set(res.requests["replica"].to_list()) == {0, 1, 2}
 
 
-@pytest.mark.parametrize("name", __import__("engine.policies", fromlist=["names"]).names())
+@pytest.mark.parametrize("name", __import__("pic.engine.policies", fromlist=["names"]).names())
 def test_every_registered_policy_replays_within_contract(name):
     """Every policy: usage invariant after each event, capacity kept, no collisions, deterministic rows."""
     cap = parse_size("80MiB")

@@ -1,4 +1,4 @@
-"""engine.report: metric recomputation, run-dir validation, capacity series, plots, HTML/Markdown."""
+"""pic.engine.report: metric recomputation, run-dir validation, capacity series, plots, HTML/Markdown."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from engine.report import load_runs, make_report, policy_metrics, render_html, render_plots, to_json
+from pic.engine.report import load_runs, make_report, policy_metrics, render_html, render_plots, to_json
 
 GIB = 2**30
 
@@ -315,9 +315,9 @@ def test_to_json_is_strict_json(tmp_path):
 
 def test_real_replay_run_dir_loads_without_warnings(tmp_path):
     """A run dir written by engine.replay loads, and its summary agrees with the recomputed metrics."""
-    replay = pytest.importorskip("engine.replay")
-    from engine.config import ReplayConfig
-    from traces.io import read_trace
+    replay = pytest.importorskip("pic.engine.replay")
+    from pic.engine.config import ReplayConfig
+    from pic.traces.io import read_trace
 
     sample = Path(__file__).resolve().parents[2] / "traces" / "samples" / "rag-reorder.parquet"
     if not sample.exists():

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from engine.plan import Plan
-from engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
-from engine.serving import ServingModel, Workload
-from engine.serving.scheduler import decode_steps_covering, decode_time
+from pic.engine.plan import Plan
+from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
+from pic.engine.serving import ServingModel, Workload
+from pic.engine.serving.scheduler import decode_steps_covering, decode_time
 
 # ---- tiny stand-ins: an affine cost model and a brute-force exact-prefix cache ----------------------
 
@@ -220,7 +220,7 @@ def test_cache_aware_follows_mostly_shared_prompts():
 
 def test_cache_aware_falls_back_when_unbalanced():
     """Cache-aware stops piling onto the cached replica once it is BALANCE_ABS requests ahead."""
-    from engine.serving.router import BALANCE_ABS, Router
+    from pic.engine.serving.router import BALANCE_ABS, Router
 
     class Rep:
         def __init__(self, n):
@@ -231,7 +231,7 @@ def test_cache_aware_falls_back_when_unbalanced():
             self.reuse = reuse
 
         def lookup(self, view, now_us):
-            from engine.plan import Plan
+            from pic.engine.plan import Plan
             return Plan.from_prefix(view.num_tokens, self.reuse)
 
     view = RequestView.from_tokens(0, np.arange(1000))

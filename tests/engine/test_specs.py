@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from engine.specs import GPUS, MODELS, ModelSpec, gpu_from_name, model_from_hf_config, model_from_name
+from pic.engine.specs import GPUS, MODELS, ModelSpec, gpu_from_name, model_from_hf_config, model_from_name
 
 V2L = MODELS["deepseek-v2-lite"]
 LLAMA = MODELS["llama-3.1-8b"]

@@ -10,12 +10,12 @@ import types
 
 import pytest
 
-import engine.sweep as sweep
-from engine.config import ReplayConfig
-from engine.report import load_runs
-from engine.sweep import SweepConfig, capacity_label, check_sweep, plan_cells, run_sweep
-from traces.io import write_trace
-from traces.synth import synth
+import pic.engine.sweep as sweep
+from pic.engine.config import ReplayConfig
+from pic.engine.report import load_runs
+from pic.engine.sweep import SweepConfig, capacity_label, check_sweep, plan_cells, run_sweep
+from pic.traces.io import write_trace
+from pic.traces.synth import synth
 
 GIB = 2**30
 POLICIES = ("prefix", "fixed-chunk")

@@ -22,12 +22,12 @@ from typing import Any
 
 import polars as pl
 
-from engine import policies as registry
-from engine.config import ReplayConfig, parse_size
-from engine.replay import replay, write_run
-from traces import synth
-from traces.ingest import ingest
-from traces.io import read_trace, write_trace
+from pic.engine import policies as registry
+from pic.engine.config import ReplayConfig, parse_size
+from pic.engine.replay import replay, write_run
+from pic.traces import synth
+from pic.traces.ingest import ingest
+from pic.traces.io import read_trace, write_trace
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from engine import policies as registry
-from engine.replay import replay, write_run
+from pic.engine import policies as registry
+from pic.engine.replay import replay, write_run
+from pic.traces.io import read_trace
 from tests.golden.golden import REGEN, TRACES, GoldenTrace, diff, file_sha256, record, replay_config, run
-from traces.io import read_trace
 
 CASES = [(t, cap) for t in TRACES for cap in t.capacities]
 IDS = [f"{t.name}@{cap}" for t, cap in CASES]
@@ -82,7 +82,7 @@ def test_pic_replay_cli_writes_the_golden_run(trace: GoldenTrace, capacity: str,
     """`pic replay TRACE <the case's flags> -o DIR` writes exactly the blessed summary and requests.parquet."""
     from typer.testing import CliRunner
 
-    from pic_cli.app import app
+    from pic.cli.app import app
 
     out = tmp_path / "run"
     res = CliRunner().invoke(app, ["replay", str(trace.path), *trace.cli_args(capacity), "-o", str(out)])

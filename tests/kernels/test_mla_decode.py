@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels._testing import assert_close, dot_tol, random_delta, random_paged_cache, rel_rms
-from kernels.mla_decode import mla_decode, mla_decode_reference
-from kernels.paged_cache import span_block_delta
-from kernels.rope import RopeConfig
+from pic.kernels._testing import assert_close, dot_tol, random_delta, random_paged_cache, rel_rms
+from pic.kernels.mla_decode import mla_decode, mla_decode_reference
+from pic.kernels.paged_cache import span_block_delta
+from pic.kernels.rope import RopeConfig
 
 DELTAS = (0, 3, -7000, 40000, 100000)
 YARN = RopeConfig(layout="neox", factor=40.0, mscale=0.707, mscale_all_dim=1.0)
@@ -77,7 +77,7 @@ def test_decode_rejects_q_side_for_pre_rope(device):
 
 def test_split_heuristic_fills_one_wave():
     """Splits make (head block, split, sequence) programs ≈ one wave of SM slots, each split >= 4 tiles."""
-    from kernels.mla_decode.kernel import pick_num_splits
+    from pic.kernels.mla_decode.kernel import pick_num_splits
     assert pick_num_splits(32, 8192, 1, 32, num_sms=132, ctas_per_sm=2) == 8  # 256 programs, 264 slots
     assert pick_num_splits(64, 8192, 1, 64, num_sms=132, ctas_per_sm=2) == 4
     assert pick_num_splits(64, 32768, 2, 64, num_sms=132, ctas_per_sm=1) == 1  # 128 heads: 128 programs

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels._testing import assert_close, dot_tol, random_delta, random_paged_cache
-from kernels.mla_decode import mla_decode
-from kernels.mla_extend import mla_extend, mla_extend_reference
-from kernels.rope import RopeConfig
+from pic.kernels._testing import assert_close, dot_tol, random_delta, random_paged_cache
+from pic.kernels.mla_decode import mla_decode
+from pic.kernels.mla_extend import mla_extend, mla_extend_reference
+from pic.kernels.rope import RopeConfig
 
 DELTAS = (0, 11, -33000, 65000)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.paged_cache import (
+from pic.kernels.paged_cache import (
     LatentCacheConfig,
     delta_runs,
     gather_tokens,

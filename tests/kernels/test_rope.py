@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from kernels._testing import assert_close
-from kernels.rope import RopeConfig, rope, rope_inv_freq, rope_reference, yarn_mscale
-from kernels.rope.reference import pair_index
+from pic.kernels._testing import assert_close
+from pic.kernels.rope import RopeConfig, rope, rope_inv_freq, rope_reference, yarn_mscale
+from pic.kernels.rope.reference import pair_index
 
 YARN = {"factor": 40.0, "original_max_position": 4096, "mscale": 0.707, "mscale_all_dim": 1.0}
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from kernels._testing import assert_close, random_delta, random_paged_cache
-from kernels.paged_cache import gather_tokens, rotation_positions
-from kernels.rope import RopeConfig, rope_reference
-from kernels.rotate import rotate, rotate_reference
+from pic.kernels._testing import assert_close, random_delta, random_paged_cache
+from pic.kernels.paged_cache import gather_tokens, rotation_positions
+from pic.kernels.rope import RopeConfig, rope_reference
+from pic.kernels.rotate import rotate, rotate_reference
 
 
 def test_rotate_in_place_matches_reference(device):

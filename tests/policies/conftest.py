@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from engine.plan import Action, Plan
-from engine.policies import PolicyContext, RequestView
+from pic.engine.plan import Action, Plan
+from pic.engine.policies import PolicyContext, RequestView
 
 BYTES_PER_TOKEN = 3
 
@@ -18,7 +18,7 @@ BYTES_PER_TOKEN = 3
 def model_or_none():
     """A DeepSeek-V2-Lite ModelSpec when the specs package is importable (policies that need one)."""
     try:
-        from engine.specs import model_from_name
+        from pic.engine.specs import model_from_name
         return model_from_name("deepseek-v2-lite")
     except Exception:  # specs not there yet: policies must cope with model=None
         return None

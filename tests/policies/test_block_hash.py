@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine import policies
-from engine.policies import RequestView
+from pic.engine import policies
+from pic.engine.policies import RequestView
 from tests.policies.conftest import BYTES_PER_TOKEN, make_ctx, serve, view
 
 

@@ -15,9 +15,9 @@ import math
 import numpy as np
 import pytest
 
-from engine import policies
-from engine.plan import Action, Plan
-from engine.policies import CachePolicy, RequestView
+from pic.engine import policies
+from pic.engine.plan import Action, Plan
+from pic.engine.policies import CachePolicy, RequestView
 from tests.policies.conftest import History, make_ctx, request_stream
 
 CAPACITIES = {"tiny": 1_500, "medium": 6_000, "inf": math.inf}

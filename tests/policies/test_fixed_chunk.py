@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine import policies
-from engine.plan import Action
+from pic.engine import policies
+from pic.engine.plan import Action
 from tests.policies.conftest import BYTES_PER_TOKEN, make_ctx, serve, view
 
 
@@ -71,7 +71,7 @@ def test_verify_rejects_collision() -> None:
 
 def test_equals_brute_force_scan() -> None:
     """Unbounded, the vectorized lookup equals a per-offset Python scan over stored chunk contents."""
-    from engine.plan import Plan, Span
+    from pic.engine.plan import Plan, Span
     from tests.policies.conftest import request_stream
 
     c = 32
@@ -99,7 +99,7 @@ def test_equals_brute_force_scan() -> None:
 def test_filters_count_exactly_the_stored_keys() -> None:
     """After commits and evictions, both counting filters equal the bucket counts of the stored keys
     (no false negatives can hide a stored chunk from lookup)."""
-    from engine.policies.fixed_chunk import _FILTER_BITS, _FILTER_MASK, _FILTER_SHIFT
+    from pic.engine.policies.fixed_chunk import _FILTER_BITS, _FILTER_MASK, _FILTER_SHIFT
     from tests.policies.conftest import request_stream
 
     p = policies.build("fixed-chunk", make_ctx(3000), {"chunk_size": "32"})

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from engine import policies
-from engine.plan import Action, Plan
-from engine.policies import PolicyContext, RequestView
-from traces.markers import BOUNDARY_MARKER
+from pic.engine import policies
+from pic.engine.plan import Action, Plan
+from pic.engine.policies import PolicyContext, RequestView
+from pic.traces.markers import BOUNDARY_MARKER
 
 BPT = 2
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine import policies
-from engine.plan import Action
+from pic.engine import policies
+from pic.engine.plan import Action
 from tests.policies.conftest import BYTES_PER_TOKEN, make_ctx, serve, view
 
 
@@ -87,7 +87,7 @@ def test_mooncake_hit_rate_equals_trace_prefix_reuse() -> None:
     the trace's own reuse (leading run of seen block ids x 512, capped by input_length) within 0.5 points."""
     import json
 
-    from engine.rolling import mix
+    from pic.engine.rolling import mix
     from tests.conftest import shared_file
 
     path = shared_file("mooncake", "conversation_trace.jsonl")

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from engine.eviction import lfu, lru
-from engine.radix import RadixTree
+from pic.engine.eviction import lfu, lru
+from pic.engine.radix import RadixTree
 
 # Small alphabet and short sequences so prefixes collide often.
 seqs = st.lists(st.integers(0, 3), min_size=0, max_size=14)

@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from pic_cli.app import app
-from traces.ingest import ingest
-from traces.io import read_trace
-from traces.schema import TraceError
+from pic.cli.app import app
+from pic.traces.ingest import ingest
+from pic.traces.io import read_trace
+from pic.traces.schema import TraceError
 
 MC = '{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}'
 LM = '{"timestamp": 1, "input": "hello", "output": "x", "session_id": "s"}'

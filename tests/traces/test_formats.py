@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traces.formats.azure import _time_us
-from traces.formats.detect import expand, sniff
-from traces.formats.lmcache_agent import split_prompt
-from traces.formats.mooncake import BLOCK_TOKENS
-from traces.formats.openai_chat import canonical_json
-from traces.ingest import ingest, read_sources
-from traces.schema import KINDS, TraceError
-from traces.tokenizer import BuiltinTokenizer
+from pic.traces.formats.azure import _time_us
+from pic.traces.formats.detect import expand, sniff
+from pic.traces.formats.lmcache_agent import split_prompt
+from pic.traces.formats.mooncake import BLOCK_TOKENS
+from pic.traces.formats.openai_chat import canonical_json
+from pic.traces.ingest import ingest, read_sources
+from pic.traces.schema import KINDS, TraceError
+from pic.traces.tokenizer import BuiltinTokenizer
 
 
 def _jsonl(path, rows):

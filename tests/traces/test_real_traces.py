@@ -9,11 +9,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from pic.traces.formats.lmcache_agent import split_prompt
+from pic.traces.ingest import ingest, read_sources
+from pic.traces.io import read_trace
+from pic.traces.tokenizer import BuiltinTokenizer
 from tests.conftest import shared_file
-from traces.formats.lmcache_agent import split_prompt
-from traces.ingest import ingest, read_sources
-from traces.io import read_trace
-from traces.tokenizer import BuiltinTokenizer
 
 
 def test_miniswe_directory(tmp_path):

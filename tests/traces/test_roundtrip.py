@@ -10,11 +10,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from traces.formats.openai_chat import ROLE_KIND, canonical_json
-from traces.ingest import ingest
-from traces.io import read_trace
-from traces.schema import KINDS
-from traces.tokenizer import BuiltinTokenizer
+from pic.traces.formats.openai_chat import ROLE_KIND, canonical_json
+from pic.traces.ingest import ingest
+from pic.traces.io import read_trace
+from pic.traces.schema import KINDS
+from pic.traces.tokenizer import BuiltinTokenizer
 
 token = st.integers(min_value=0, max_value=2**31 - 1)
 segment = st.fixed_dictionaries({"kind": st.sampled_from(KINDS), "tokens": st.lists(token, min_size=1, max_size=40)})

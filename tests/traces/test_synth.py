@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traces.io import read_trace, write_trace
-from traces.markers import BOUNDARY_MARKER, MARKER_LEN
-from traces.schema import KINDS, Trace, validate
-from traces.synth import SCENARIOS, scenario_config, summarize, synth
-from traces.synth.common import SHARED_KINDS
+from pic.traces.io import read_trace, write_trace
+from pic.traces.markers import BOUNDARY_MARKER, MARKER_LEN
+from pic.traces.schema import KINDS, Trace, validate
+from pic.traces.synth import SCENARIOS, scenario_config, summarize, synth
+from pic.traces.synth.common import SHARED_KINDS
 
 N = 60
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traces.markers import MARKER_BASE
-from traces.tokenizer import ID_LIMIT, BuiltinTokenizer, HFTokenizer, load_tokenizer
+from pic.traces.markers import MARKER_BASE
+from pic.traces.tokenizer import ID_LIMIT, BuiltinTokenizer, HFTokenizer, load_tokenizer
 
 
 def test_gpt2_style_pieces():

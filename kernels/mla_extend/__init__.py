@@ -1,6 +1,0 @@
-"""Absorbed-MLA extend/prefill over the paged latent cache with k_r rotated on load."""
-
-from kernels.mla_extend.kernel import mla_extend
-from kernels.mla_extend.reference import mla_extend_reference
-
-__all__ = ["mla_extend", "mla_extend_reference"]

@@ -1,0 +1,3 @@
+from pic.cli.app import main
+
+main()

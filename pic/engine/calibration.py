@@ -1,0 +1,176 @@
+"""Calibration profiles: measured prefill/decode times that replace the cost model's efficiency factors.
+
+File format (JSON, written by ``pic calibrate --gpu``; documented in docs/cost-model.md)::
+
+    {"format": "pic-calibration/1", "gpu": "h200", "model": "deepseek-v2-lite",
+     "watts_busy": 612.0, "watts_idle": 84.0,
+     "prefill": [[num_new, num_cached, seconds], ...],
+     "decode":  [[num_seqs, context_tokens, seconds], ...]}
+
+Prefill time is interpolated piecewise-linearly in ``num_new`` within each measured ``num_cached`` row
+group, then linearly across groups (linear extrapolation outside the grid). Decode time is a least-squares
+line ``a + b * context_tokens`` per ``num_seqs`` group, with ``a`` and ``b`` interpolated linearly in
+``num_seqs`` -- so decode time stays exactly affine in context, as the serving model needs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT = "pic-calibration/1"
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationProfile:
+    """Measured tables for one (gpu, model). Tables are tuples of (x, y, seconds) rows."""
+
+    gpu: str = field(metadata={"help": "GpuSpec name the profile was measured on"})
+    model: str = field(metadata={"help": "ModelSpec name the profile was measured with"})
+    prefill: tuple[tuple[int, int, float], ...] = field(metadata={"help": "(num_new, num_cached, seconds) rows"})
+    decode: tuple[tuple[int, int, float], ...] = field(metadata={"help": "(num_seqs, context_tokens, seconds) rows"})
+    watts_busy: float = field(metadata={"help": "measured board power while busy, W"})
+    watts_idle: float = field(metadata={"help": "measured board power while idle, W"})
+    source: str = field(default="<memory>", metadata={"help": "file it was loaded from (for errors)"})
+
+    def __post_init__(self) -> None:
+        where = self.source
+        if not self.gpu or not self.model:
+            raise ValueError(f"{where}: gpu/model: must be non-empty names")
+        if not (self.watts_busy > 0 and 0 <= self.watts_idle <= self.watts_busy):
+            raise ValueError(f"{where}: watts_busy/watts_idle: need 0 <= idle <= busy and busy > 0")
+        for table, min_x in (("prefill", 1), ("decode", 1)):
+            rows = getattr(self, table)
+            if not rows:
+                raise ValueError(f"{where}: {table}: needs at least one row")
+            for i, (x, y, s) in enumerate(rows):
+                if x < min_x or y < 0 or not (s > 0 and math.isfinite(s)):
+                    raise ValueError(f"{where}: {table}[{i}]: need first >= 1, second >= 0, seconds > 0 "
+                                     f"(got {[x, y, s]})")
+        for n, line in _decode_lines(self.decode).items():
+            if line is None:
+                raise ValueError(f"{where}: decode: num_seqs={n} needs rows at >= 2 distinct context_tokens")
+
+    # ---- Public API -------------------------------------------------------------------------------
+    def prefill_seconds(self, num_new: int, num_cached: float) -> float:
+        """Interpolated time to prefill ``num_new`` tokens after ``num_cached`` cached ones."""
+        if num_new <= 0:
+            return 0.0
+        groups = _prefill_groups(self.prefill)
+        cs = sorted(groups)
+        if len(cs) == 1:
+            return max(_interp_curve(groups[cs[0]], num_new), 0.0)
+        j = min(max(bisect.bisect_right(cs, num_cached), 1), len(cs) - 1)
+        c0, c1 = cs[j - 1], cs[j]
+        t0, t1 = _interp_curve(groups[c0], num_new), _interp_curve(groups[c1], num_new)
+        t = t0 + (t1 - t0) * (num_cached - c0) / (c1 - c0)
+        if (num_cached > c1 and t1 < t0) or (num_cached < c0 and t0 > t1):
+            t = t1 if num_cached > c1 else t0   # never extrapolate a decreasing trend
+        return max(t, 0.0)
+
+    def decode_coeffs(self, num_seqs: int) -> tuple[float, float]:
+        """``(fixed_s, per_context_token_s)`` of a decode step of ``num_seqs`` sequences (both >= 0)."""
+        if num_seqs <= 0:
+            return 0.0, 0.0
+        lines = {n: ln for n, ln in _decode_lines(self.decode).items() if ln is not None}
+        ns = sorted(lines)
+        if len(ns) == 1:
+            a, b = lines[ns[0]]
+        else:
+            j = min(max(bisect.bisect_right(ns, num_seqs), 1), len(ns) - 1)
+            n0, n1 = ns[j - 1], ns[j]
+            w = (num_seqs - n0) / (n1 - n0)
+            a = lines[n0][0] + w * (lines[n1][0] - lines[n0][0])
+            b = lines[n0][1] + w * (lines[n1][1] - lines[n0][1])
+        return max(a, 0.0), max(b, 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "gpu": self.gpu, "model": self.model, "watts_busy": self.watts_busy,
+                "watts_idle": self.watts_idle, "prefill": [list(r) for r in self.prefill],
+                "decode": [list(r) for r in self.decode]}
+
+
+# ---- Internal helpers -----------------------------------------------------------------------------
+def _prefill_groups(rows) -> dict[int, list[tuple[int, float]]]:
+    groups: dict[int, dict[int, list[float]]] = {}
+    for n, c, s in rows:
+        groups.setdefault(c, {}).setdefault(n, []).append(s)
+    return {c: sorted((n, sum(v) / len(v)) for n, v in g.items()) for c, g in groups.items()}
+
+
+def _interp_curve(pts: list[tuple[int, float]], x: float) -> float:
+    """Piecewise-linear through pts (sorted by x); proportional below/at a single point; linear beyond."""
+    if len(pts) == 1:
+        return pts[0][1] * x / pts[0][0]
+    if x <= pts[0][0]:
+        (x0, y0), (x1, y1) = pts[0], pts[1]
+    else:
+        j = min(bisect.bisect_left([p[0] for p in pts], x), len(pts) - 1)
+        (x0, y0), (x1, y1) = pts[j - 1], pts[j]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def _decode_lines(rows) -> dict[int, tuple[float, float] | None]:
+    groups: dict[int, list[tuple[int, float]]] = {}
+    for n, c, s in rows:
+        groups.setdefault(n, []).append((c, s))
+    out: dict[int, tuple[float, float] | None] = {}
+    for n, pts in groups.items():
+        xs = [p[0] for p in pts]
+        if len(set(xs)) < 2:
+            out[n] = None
+            continue
+        mx, my = sum(xs) / len(xs), sum(p[1] for p in pts) / len(pts)
+        b = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x in xs)
+        out[n] = (my - b * mx, b)
+    return out
+
+
+def _rows(path: Path, cfg: dict[str, Any], key: str) -> tuple[tuple[int, int, float], ...]:
+    rows = cfg.get(key)
+    if not isinstance(rows, list):
+        raise ValueError(f"{path}: {key}: missing or not a list of [x, y, seconds] rows")
+    out = []
+    for i, r in enumerate(rows):
+        ok = (isinstance(r, list) and len(r) == 3 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                          for v in r) and r[0] == int(r[0]) and r[1] == int(r[1]))
+        if not ok:
+            raise ValueError(f"{path}: {key}[{i}]: expected [int, int, seconds], got {r!r}")
+        out.append((int(r[0]), int(r[1]), float(r[2])))
+    return tuple(out)
+
+
+def load_profile(path: str | Path) -> CalibrationProfile:
+    """Read and validate a profile; errors name the file and the field (``file: decode[3]: ...``)."""
+    path = Path(path)
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read profile: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path}: top level must be a JSON object")
+    if cfg.get("format", FORMAT) != FORMAT:
+        raise ValueError(f"{path}: format: expected {FORMAT!r}, got {cfg.get('format')!r}")
+    for k in ("gpu", "model"):
+        if not isinstance(cfg.get(k), str):
+            raise ValueError(f"{path}: {k}: missing or not a string")
+    for k in ("watts_busy", "watts_idle"):
+        if not isinstance(cfg.get(k), (int, float)) or isinstance(cfg.get(k), bool):
+            raise ValueError(f"{path}: {k}: missing or not a number")
+    return CalibrationProfile(gpu=cfg["gpu"].lower(), model=cfg["model"].lower(), prefill=_rows(path, cfg, "prefill"),
+                              decode=_rows(path, cfg, "decode"), watts_busy=float(cfg["watts_busy"]),
+                              watts_idle=float(cfg["watts_idle"]), source=str(path))
+
+
+def write_profile(profile: CalibrationProfile, path: str | Path) -> None:
+    """Write ``profile`` as JSON atomically (temp name, then rename)."""
+    from pic.traces.io import atomic_path
+
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(profile.to_dict(), indent=1) + "\n", encoding="utf-8")

@@ -1,0 +1,221 @@
+"""Cost model: a Plan (or a continuous-batching step) -> FLOPs, HBM bytes, seconds, joules.
+
+A forward is a sequence of phases, each bound by its own roofline and summed (GEMMs, attention, scans and
+rotation run as separate kernels):
+
+    time = sum over phases of max(flops / (bf16_flops * mfu), bytes / (hbm_bytes_per_s * mbu))
+           + tier transfers (host link / disk) + step_overhead_s
+
+phases: ``linear`` (weights once per forward, KV rows written, projection/MLP FLOPs), ``attention`` (KV
+read, score/value FLOPs), ``recurrent`` (state read+write, scan), ``rotation`` (RoPE correction of reused
+keys), ``composition`` (LinearKV state compositions). A CalibrationProfile replaces the linear+attention
+phases and the overhead with measured tables. Pure Python; formulas and defaults in docs/cost-model.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pic.engine.plan import Action, Plan, Tier
+from pic.engine.specs import GpuSpec, ModelSpec
+
+if TYPE_CHECKING:
+    from pic.engine.calibration import CalibrationProfile
+
+
+@dataclass(frozen=True, slots=True)
+class CostConfig:
+    """Efficiency factors of the roofline (ignored where a calibration profile gives measured times)."""
+
+    mfu: float = field(default=0.6, metadata={"help": "fraction of the GPU's measured bf16 FLOP/s a forward reaches"})
+    mbu: float = field(default=0.8, metadata={"help": "fraction of measured HBM copy bandwidth kernels reach"})
+    step_overhead_s: float = field(default=1e-3, metadata={"help": "fixed seconds per forward (launch, scheduler)"})
+    fused_rotation: bool = field(default=True, metadata={
+        "help": "MLA: rotate k_r inside the attention load path (no extra HBM pass); GQA is never fused"})
+    disk_bytes_per_s: float = field(default=6e9, metadata={"help": "DISK-tier read bandwidth, bytes/s"})
+
+    def __post_init__(self) -> None:
+        if not (0 < self.mfu <= 1 and 0 < self.mbu <= 1):
+            raise ValueError("cost: mfu and mbu must be in (0, 1]")
+        if self.step_overhead_s < 0 or self.disk_bytes_per_s <= 0:
+            raise ValueError("cost: step_overhead_s must be >= 0 and disk_bytes_per_s > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillCost:
+    """Cost of prefilling one request alone under its Plan (FLOPs and bytes include rotation/corrections)."""
+
+    flops: float
+    hbm_bytes: float
+    time_s: float
+    joules: float
+    cache_read_bytes: float       # KV bytes of the reused spans (read from their tier)
+    rotation_flops: float
+    rotation_bytes: float         # extra HBM traffic of the RoPE correction (0 when fused MLA)
+    transfer_bytes: float = 0.0   # reused KV moved from HOST/DISK tiers
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+class CostModel:
+    """Turns Plans and batch steps into time/bytes/energy for one (model, GPU) pair."""
+
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, config: CostConfig | None = None,
+                 profile: CalibrationProfile | None = None) -> None:
+        self.model, self.gpu = model, gpu
+        self.config = config if config is not None else CostConfig()
+        self.profile = profile
+        if profile is not None and (profile.gpu != gpu.name or profile.model != model.name):
+            raise ValueError(f"{profile.source}: profile is for gpu={profile.gpu!r} model={profile.model!r}, "
+                             f"not gpu={gpu.name!r} model={model.name!r}")
+        self._peak = gpu.bf16_flops * self.config.mfu
+        self._bw = gpu.hbm_bytes_per_s * self.config.mbu
+        # NOTE: per-model constants hoisted out of the hot path (replay calls this per event)
+        m = model
+        self._kvb = float(m.kv_bytes_per_token)
+        self._dec_attn = m.decode_attention_flops_per_context_token()
+        self._lin_per_token = m.linear_flops(1)
+        self._lm_flops = 2.0 * m.lm_head_params
+        self._state = float(m.state_bytes)
+        self._w_one = m.weight_bytes_read(1)
+        self._w_dense = (m._trunk_params(0) + m.lm_head_params) * m.dtype_bytes
+        self._w_expert = m.num_moe_layers * m._expert_params() * m.dtype_bytes
+        self._decode_memo: dict[int, tuple[float, float]] = {}
+        self._comp_f, self._comp_b = m.state_composition_flops(), m.state_composition_bytes()
+        self._rot_f = 3.0 * m.rotary_dims_per_token          # per rotated token
+        fused = m.attention == "mla" and self.config.fused_rotation
+        self._rot_b = 0.0 if fused else 2.0 * m.rope_key_bytes_per_token
+
+    # ---- Public API -------------------------------------------------------------------------------
+    def prefill(self, plan: Plan) -> PrefillCost:
+        """Cost of ``plan`` executed alone: RECOMPUTE spans are prefilled (attending over all tokens before
+        them), reused spans cost reading their KV, rotated spans add the RoPE correction, and the Plan's
+        Correction adds quality recompute, state compositions and re-encodes."""
+        m, kvb, corr = self.model, self._kvb, plan.correction
+        chunks: list[tuple[int, int]] = []
+        num_rot = host_t = disk_t = 0
+        for s in plan.spans:   # one pass over the spans
+            if s.action == Action.RECOMPUTE:
+                chunks.append((s.end - s.start, s.start))
+                continue
+            if s.action == Action.REUSE_ROTATED:
+                num_rot += s.end - s.start
+            if s.tier == Tier.HOST:
+                host_t += s.end - s.start
+            elif s.tier == Tier.DISK:
+                disk_t += s.end - s.start
+        num_fresh = sum(n for n, _ in chunks)
+        cache_read = (plan.num_tokens - num_fresh) * kvb
+        r = corr.recompute_tokens
+        if r:   # quality-recomputed tokens scattered over the prompt: on average half of it before them
+            chunks.append((r, max(plan.num_tokens - r, 0) // 2))
+        if not chunks:   # full hit: the last prompt token still runs through the model for its logits
+            chunks = [(1, plan.num_tokens - 1)]
+        num_new = sum(n for n, _ in chunks)
+        lin_f = self._lin_per_token * num_new + self._lm_flops
+        lin_b = self._weights(num_new) + num_new * kvb
+        att_f = sum(m.attention_flops(n, c) for n, c in chunks)
+        att_b = sum(n + c for n, c in chunks) * kvb
+        rec_b = 2.0 * len(chunks) * self._state   # scan FLOPs are in linear_flops
+        comp = corr.state_compositions
+        comp_f, comp_b = (comp * self._comp_f, comp * self._comp_b) if comp else (0.0, 0.0)
+        reenc_b = 2.0 * corr.reencode_tokens * kvb
+        rot_f = num_rot * self._rot_f
+        rot_b = num_rot * self._rot_b
+        host_b, disk_b = host_t * kvb, disk_t * kvb
+        transfer_s = host_b / self.gpu.host_link_bytes_per_s + disk_b / self.config.disk_bytes_per_s
+        extra_s = (self._phase(0.0, rec_b) + self._phase(rot_f, rot_b) + self._phase(comp_f, comp_b)
+                   + self._phase(0.0, reenc_b) + transfer_s)
+        if self.profile is not None:
+            main_s = self.profile.prefill_seconds(num_new, _equivalent_cached(chunks))
+        else:
+            main_s = self._phase(lin_f, lin_b) + self._phase(att_f, att_b) + self.config.step_overhead_s
+        time_s = main_s + extra_s
+        return PrefillCost(flops=lin_f + att_f + rot_f + comp_f,
+                           hbm_bytes=lin_b + att_b + rec_b + rot_b + comp_b + reenc_b,
+                           time_s=time_s, joules=time_s * self.busy_watts, cache_read_bytes=cache_read,
+                           rotation_flops=rot_f, rotation_bytes=rot_b, transfer_bytes=host_b + disk_b)
+
+    def step_time(self, prefill_chunks: Sequence[tuple[int, int]], num_decode: int,
+                  decode_context_tokens: int) -> float:
+        """Seconds of one continuous-batching iteration: prefill chunks ``(new_tokens, tokens_before)``
+        plus ``num_decode`` sequences generating one token over ``decode_context_tokens`` total context."""
+        chunks = [(int(n), int(c)) for n, c in prefill_chunks if n > 0]
+        if not chunks:
+            fixed, per = self.decode_step_coeffs(num_decode)
+            return fixed + per * decode_context_tokens
+        m, kvb = self.model, self._kvb
+        if self.profile is not None:
+            num_new = sum(n for n, _ in chunks)
+            fixed, per = self.profile.decode_coeffs(num_decode)
+            dec = fixed + per * decode_context_tokens if num_decode > 0 else 0.0
+            return self.profile.prefill_seconds(num_new, _equivalent_cached(chunks)) + dec
+        num_tokens = sum(n for n, _ in chunks) + num_decode
+        lin_f = self._lin_per_token * num_tokens + self._lm_flops * (len(chunks) + num_decode)
+        lin_b = self._weights(num_tokens) + num_tokens * kvb
+        att_f = sum(m.attention_flops(n, c) for n, c in chunks) + decode_context_tokens * self._dec_attn
+        att_b = (sum(n + c for n, c in chunks) + decode_context_tokens) * kvb
+        rec_b = 2.0 * (len(chunks) + num_decode) * self._state
+        return (self._phase(lin_f, lin_b) + self._phase(att_f, att_b) + self._phase(0.0, rec_b)
+                + self.config.step_overhead_s)
+
+    def decode_step_coeffs(self, num_decode: int) -> tuple[float, float]:
+        """``(fixed_s, per_context_token_s)``: ``step_time([], num_decode, C) == fixed_s + per * C`` exactly."""
+        if num_decode <= 0:
+            return 0.0, 0.0
+        hit = self._decode_memo.get(num_decode)
+        if hit is not None:
+            return hit
+        if self.profile is not None:
+            out = self.profile.decode_coeffs(num_decode)
+        else:
+            lin_f = (self._lin_per_token + self._lm_flops) * num_decode
+            lin_b = self._weights(num_decode) + num_decode * self._kvb
+            fixed = (self._phase(lin_f, lin_b) + self._phase(0.0, 2.0 * num_decode * self._state)
+                     + self.config.step_overhead_s)
+            out = (fixed, max(self._dec_attn / self._peak, self._kvb / self._bw))
+        if len(self._decode_memo) < 65536:
+            self._decode_memo[num_decode] = out
+        return out
+
+    @property
+    def busy_watts(self) -> float:
+        return self.profile.watts_busy if self.profile is not None else self.gpu.busy_watts
+
+    @property
+    def idle_watts(self) -> float:
+        return self.profile.watts_idle if self.profile is not None else self.gpu.idle_watts
+
+    def energy(self, busy_s: float, idle_s: float) -> float:
+        """Joules: busy power x busy seconds + idle power x idle seconds."""
+        return self.busy_watts * busy_s + self.idle_watts * idle_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """Resolved cost setup for config.json."""
+        return {"model": self.model.to_dict(), "gpu": self.gpu.to_dict(), "config": asdict(self.config),
+                "profile": None if self.profile is None else self.profile.source,
+                "busy_watts": self.busy_watts, "idle_watts": self.idle_watts}
+
+    # ---- Internal helpers -------------------------------------------------------------------------
+    def _weights(self, num_tokens: int) -> float:
+        """``ModelSpec.weight_bytes_read`` with the per-model parts precomputed."""
+        if num_tokens <= 1:
+            return self._w_one
+        m = self.model
+        if not m.num_experts:
+            return self._w_dense
+        touched = m.num_experts * (1.0 - (1.0 - m.num_experts_active / m.num_experts) ** num_tokens)
+        return self._w_dense + touched * self._w_expert
+
+    def _phase(self, flops: float, nbytes: float) -> float:
+        return max(flops / self._peak, nbytes / self._bw)
+
+
+def _equivalent_cached(chunks: Sequence[tuple[int, int]]) -> float:
+    """Cached length c* such that one forward of sum(n) new tokens over c* has the same attention pairs."""
+    num_new = sum(n for n, _ in chunks)
+    pairs = sum(n * c + n * (n + 1) / 2 for n, c in chunks)
+    return max((pairs - num_new * (num_new + 1) / 2) / num_new, 0.0)

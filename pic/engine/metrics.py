@@ -1,0 +1,95 @@
+"""Per-request rows and the per-policy summary of a replay (definitions in docs/metrics.md).
+
+``request_frame`` turns finished Request entities into the ``requests.parquet`` columns;
+``summarize`` reduces one policy's rows (plus cache-wide counters) to its ``summary.json`` entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from pic.engine.request import Request
+
+#: summary.json format version: written by engine.replay, checked by engine.report
+SUMMARY_VERSION = 1
+
+#: requests.parquet columns, in order (the report code depends on these exact names and dtypes)
+REQUEST_SCHEMA: dict[str, pl.DataType] = {
+    "policy": pl.String(), "request_id": pl.Int64(), "session_id": pl.String(), "replica": pl.Int32(),
+    "arrival_us": pl.Int64(), "start_us": pl.Int64(), "first_token_us": pl.Int64(), "finish_us": pl.Int64(),
+    "prompt_tokens": pl.Int64(), "reused_tokens": pl.Int64(), "rotated_tokens": pl.Int64(),
+    "recomputed_tokens": pl.Int64(), "prefix_reused_tokens": pl.Int64(), "output_tokens": pl.Int32(),
+    "ttft_s": pl.Float64(), "queue_s": pl.Float64(), "prefill_flops": pl.Float64(),
+    "prefill_hbm_bytes": pl.Float64(), "cache_read_bytes": pl.Float64(), "prefill_joules": pl.Float64(),
+    "nocache_prefill_joules": pl.Float64(), "prefix_prefill_joules": pl.Float64(), "evictions": pl.Int64(),
+    "uncached": pl.Boolean(),
+}
+
+_ATTRS = {  # column -> Request attribute
+    "request_id": "request_id", "session_id": "session_id", "replica": "replica", "arrival_us": "arrival_us",
+    "start_us": "start_us", "first_token_us": "first_token_us", "finish_us": "finish_us",
+    "prompt_tokens": "num_prompt_tokens", "reused_tokens": "num_reused", "rotated_tokens": "num_rotated",
+    "recomputed_tokens": "num_recomputed", "prefix_reused_tokens": "num_prefix_reused",
+    "output_tokens": "num_output_tokens", "prefill_flops": "prefill_flops",
+    "prefill_hbm_bytes": "prefill_hbm_bytes", "cache_read_bytes": "cache_read_bytes",
+    "prefill_joules": "prefill_joules", "nocache_prefill_joules": "nocache_prefill_joules",
+    "prefix_prefill_joules": "prefix_prefill_joules", "evictions": "num_evictions", "uncached": "uncached",
+}
+
+
+def request_frame(policy: str, requests: Sequence[Request]) -> pl.DataFrame:
+    """One row per request (sorted by request_id) with the :data:`REQUEST_SCHEMA` columns."""
+    cols: dict[str, Any] = {"policy": [policy] * len(requests)}
+    values = list(zip(*map(attrgetter(*_ATTRS.values()), requests), strict=False)) or [[] for _ in _ATTRS]
+    cols.update(zip(_ATTRS, values, strict=False))
+    df = pl.DataFrame(cols, schema={k: v for k, v in REQUEST_SCHEMA.items() if k not in ("ttft_s", "queue_s")})
+    df = df.with_columns(
+        ttft_s=(pl.col("first_token_us") - pl.col("arrival_us")).cast(pl.Float64) / 1e6,
+        queue_s=(pl.col("start_us") - pl.col("arrival_us")).cast(pl.Float64) / 1e6,
+    )
+    return df.select(list(REQUEST_SCHEMA)).sort("request_id")
+
+
+def _ratio(num: float, den: float) -> float:
+    return float(num / den) if den else 0.0
+
+
+def summarize(rows: pl.DataFrame, *, peak_resident_bytes: int, evictions: int, collisions: int,
+              num_events: int, wall_seconds: float) -> dict[str, Any]:
+    """One policy's summary.json entry from its request rows and cache-wide counters."""
+    s = {c: float(rows[c].sum()) for c in ("prompt_tokens", "reused_tokens", "rotated_tokens",
+                                            "prefix_reused_tokens", "prefill_joules",
+                                            "nocache_prefill_joules", "prefix_prefill_joules")}
+    ttft = rows["ttft_s"].to_numpy()
+    queue = rows["queue_s"].to_numpy()
+    def pct(a: np.ndarray, q: float) -> float:
+        return float(np.percentile(a, q)) if a.size else 0.0
+
+    n, reused, pref = s["prompt_tokens"], s["reused_tokens"], s["prefix_reused_tokens"]
+    span = (int(rows["finish_us"].max()) - int(rows["arrival_us"].min())) / 1e6 if rows.height else 0.0
+    return {
+        "requests": rows.height,
+        "prompt_tokens": int(n),
+        "reused_tokens": int(reused),
+        "rotated_tokens": int(s["rotated_tokens"]),
+        "token_hit_rate": _ratio(reused, n),
+        "prefix_hit_rate": _ratio(pref, n),
+        "recovery_beyond_prefix": _ratio(reused - pref, n - pref),
+        "ttft_p50_s": pct(ttft, 50), "ttft_p90_s": pct(ttft, 90), "ttft_p99_s": pct(ttft, 99),
+        "queue_p50_s": pct(queue, 50),
+        "prefill_joules": s["prefill_joules"],
+        "energy_saved_vs_none": 1.0 - _ratio(s["prefill_joules"], s["nocache_prefill_joules"]),
+        "energy_saved_vs_prefix": 1.0 - _ratio(s["prefill_joules"], s["prefix_prefill_joules"]),
+        "peak_resident_bytes": int(peak_resident_bytes),
+        "evictions": int(evictions),
+        "collisions": int(collisions),
+        "uncached": int(rows["uncached"].sum()),
+        "events": int(num_events),
+        "sim_seconds": span,
+        "wall_seconds": float(wall_seconds),
+    }

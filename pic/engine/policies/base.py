@@ -1,0 +1,152 @@
+"""Policy protocol: every cache policy answers ``lookup`` with a Plan and keeps its own state.
+
+Lifecycle of one request in the serving model (all times integer microseconds):
+
+1. ``plan = lookup(req, now)``   pure question: what could be reused right now? (no state change
+   beyond recency bookkeeping of the entries it touched)
+2. ``ok = admit(req, plan, now)`` lock what ``plan`` reuses and reserve bytes for the KV the request
+   will produce (evicting unlocked entries by the policy's key function). ``False`` = cannot fit even
+   after evicting everything evictable; the serving model then runs the request uncached
+   (``Plan.recompute_all``) and never calls ``commit``/``release`` for it.
+3. ``commit(req, now)``          prefill finished: the request's prompt KV becomes reusable (still locked).
+4. ``release(req, now)``         request finished: unlock; its KV stays resident and evictable.
+
+``usage()`` must satisfy ``evictable + protected == total <= capacity`` after every call; the contract
+test and ``--verify`` replays check it. Family-specific payloads stay inside each policy.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from pic.engine.plan import Plan
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """What a policy sees of one request. ``tokens``: int32 [N]; ``segment_bounds``: int64 [k+1]
+    token offsets of the trace's segments (content ids ``segment_ids`` uint64 [k], kinds uint8 [k])."""
+
+    request_id: int
+    session_id: str
+    tokens: np.ndarray
+    segment_bounds: np.ndarray
+    segment_ids: np.ndarray
+    segment_kinds: np.ndarray
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @staticmethod
+    def from_tokens(request_id: int, tokens, session_id: str = "s0") -> RequestView:
+        """A single-segment view (tests, demos)."""
+        toks = np.ascontiguousarray(tokens, dtype=np.int32)
+        return RequestView(request_id, session_id, toks, np.array([0, toks.size], np.int64),
+                           np.zeros(1, np.uint64), np.zeros(1, np.uint8))
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyContext:
+    """World facts a policy is built from. ``capacity_bytes = math.inf`` means unbounded.
+
+    ``bytes_per_token`` is the resident KV bytes of one token across all layers (from the ModelSpec);
+    ``model`` is the ModelSpec itself for policies that need more (recurrent state sizes, RoPE dims).
+    """
+
+    capacity_bytes: float
+    bytes_per_token: int
+    model: Any = None
+    seed: int = 0
+    verify: bool = False
+
+    def __post_init__(self) -> None:
+        if self.bytes_per_token <= 0:
+            raise ValueError("bytes_per_token must be > 0")
+        if not (self.capacity_bytes > 0):
+            raise ValueError("capacity_bytes must be > 0")
+
+    @property
+    def capacity_tokens(self) -> float:
+        return math.inf if math.isinf(self.capacity_bytes) else self.capacity_bytes // self.bytes_per_token
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Resident bytes split by lock state; ``evictable + protected == total <= capacity``."""
+
+    evictable: int
+    protected: int
+    total: int
+    capacity: float
+
+    def check(self, who: str = "policy") -> None:
+        if self.evictable < 0 or self.protected < 0:
+            raise AssertionError(f"{who}: negative usage {self}")
+        if self.evictable + self.protected != self.total:
+            raise AssertionError(f"{who}: evictable + protected != total ({self})")
+        if self.total > self.capacity:
+            raise AssertionError(f"{who}: resident {self.total} B exceeds capacity {self.capacity} B")
+
+
+@dataclass(slots=True)
+class PolicyStats:
+    """Counters every policy keeps (family-specific counters go in ``extra``)."""
+
+    lookups: int = 0
+    hits: int = 0                 # lookups that reused >= 1 token
+    evicted_bytes: int = 0
+    evictions: int = 0            # entries evicted
+    verified_hits: int = 0        # --verify: hits whose tokens were compared
+    collisions: int = 0           # --verify: hits whose tokens differed (must stay 0)
+    rejected: int = 0             # admits that could not fit
+    extra: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, int]:
+        d = {k: getattr(self, k) for k in ("lookups", "hits", "evicted_bytes", "evictions",
+                                           "verified_hits", "collisions", "rejected")}
+        d.update(self.extra)
+        return d
+
+
+class CachePolicy(ABC):
+    """Base class of every policy. Subclasses set ``name`` and ``Config`` (a frozen dataclass whose
+    fields carry ``metadata={"help": ...}``) and implement the abstract methods."""
+
+    name: ClassVar[str] = ""
+    Config: ClassVar[type] = type(None)
+
+    def __init__(self, ctx: PolicyContext, config: Any = None) -> None:
+        self.ctx = ctx
+        self.config = config if config is not None else self.Config()
+        self.stats = PolicyStats()
+
+    # ---- Public API -------------------------------------------------------------------------------
+    @abstractmethod
+    def lookup(self, req: RequestView, now_us: int) -> Plan: ...
+
+    @abstractmethod
+    def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool: ...
+
+    @abstractmethod
+    def commit(self, req: RequestView, now_us: int) -> None: ...
+
+    @abstractmethod
+    def release(self, req: RequestView, now_us: int) -> None: ...
+
+    @abstractmethod
+    def evict(self, num_bytes: int, now_us: int) -> int:
+        """Free at least ``num_bytes`` of evictable bytes if possible; return bytes freed."""
+
+    @abstractmethod
+    def usage(self) -> Usage: ...
+
+    def describe(self) -> dict[str, Any]:
+        """Resolved config for config.json."""
+        from dataclasses import asdict, is_dataclass
+        return asdict(self.config) if is_dataclass(self.config) else {}

@@ -1,0 +1,286 @@
+"""``block-hash`` — vLLM automatic prefix caching: chained hashes over fixed full blocks.
+
+Keeps: one entry per distinct full block of ``block_size`` tokens, keyed by its chained hash (the
+hash of the block's tokens *and* everything before it; here the polynomial hash of the whole prefix
+up to the block's end, :func:`engine.rolling.prefix_hashes`). Each entry has a reference count (the
+running requests holding it); blocks with ``ref == 0`` sit in an LRU free queue. A partial last block
+is never cached.
+
+Lookup: the leading run of blocks whose chained hash is present (``Plan.from_prefix``), so matches
+are always whole blocks. Under ``--verify`` every hit block's tokens and parent hash are compared.
+
+Eviction: the free queue in LRU order; a finished request frees its blocks tail first (vLLM
+``free_blocks(reversed(...))``), so the end of a prompt goes before its shared beginning.
+
+NOTE (speed): residency is prefix-closed along every chain: a block's parent is resident whenever
+the block is. Whoever holds a block holds its whole chain (admit locks a leading run, commit the
+rest), so ``ref(parent) >= ref(block)``; a release frees tail first, so a free parent always sits
+behind its free children in the LRU queue, and eviction (strictly in queue order) never takes a
+parent before its children. Hence a request's resident blocks are exactly a leading run of its
+hashes: its length is found by binary search (O(log n) dict probes), only the run's slots are
+fetched, and commit allocates everything after it without probing.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pic.engine.plan import Plan
+from pic.engine.policies import register
+from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
+from pic.engine.rolling import prefix_hashes
+
+
+@dataclass(frozen=True, slots=True)
+class BlockHashConfig:
+    block_size: int = field(default=16, metadata={"help": "tokens per block; only whole blocks are "
+                                                          "hashed, cached and matched"})
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1:
+            raise ValueError(f"block-hash.block_size must be >= 1, got {self.block_size}")
+
+
+@register
+class BlockHashCache(CachePolicy):
+    name = "block-hash"
+    Config = BlockHashConfig
+
+    def __init__(self, ctx: PolicyContext, config: BlockHashConfig | None = None) -> None:
+        super().__init__(ctx, config)
+        self._bs = bs = self.config.block_size
+        self._slot_of: dict[int, int] = {}                   # chained hash -> slot
+        # NOTE: per-slot state lives in numpy arrays so ref counting and eviction are vectorized
+        # (block tokens only under --verify).
+        self._hash = np.zeros(0, np.uint64)
+        self._parent = np.zeros(0, np.uint64)
+        self._ref = np.zeros(0, np.int32)
+        self._free_seq = np.zeros(0, np.int64)                # order in the LRU free queue (ref == 0)
+        self._alive = np.zeros(0, bool)
+        self._tok = np.zeros((0, bs), np.int32)
+        self._spare = np.zeros(0, np.int64)                   # dead slots to recycle (a stack)
+        self._num_spare = 0
+        self._next_free_seq = 0
+        # LRU free queue as a FIFO of (seq, slot) array pieces in increasing seq; entries whose slot
+        # was re-referenced, re-released or evicted since are stale and skipped on pop.
+        self._queue: deque[tuple[np.ndarray, np.ndarray]] = deque()
+        self._num_queued = 0
+        self._num_locked = 0                                  # blocks with ref > 0
+        self._reserved = 0                                    # blocks reserved, not yet committed
+        self._live: dict[int, tuple[np.ndarray, int, np.ndarray, int]] = {}  # held, reserved, hashes, want
+        self._memo: tuple[np.ndarray, np.ndarray, list[int], bool] | None = None
+        # (tokens, hashes, hashes as ints, hashes distinct) of the last request seen
+        cap = ctx.capacity_tokens
+        self._cap_blocks = cap if cap == float("inf") else cap // bs
+
+    # ---- Public API -------------------------------------------------------------------------------
+    def lookup(self, req: RequestView, now_us: int) -> Plan:
+        self.stats.lookups += 1
+        hashes = self._hashes(req)
+        if self.ctx.verify:
+            num = self._match(req, hashes).shape[0] * self._bs
+        else:
+            num = self._run(self._memo[2], 0, hashes.shape[0]) * self._bs
+        if num:
+            self.stats.hits += 1
+        return Plan.from_prefix(req.num_tokens, num)
+
+    def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
+        if req.request_id in self._live:
+            raise ValueError(f"request {req.request_id} admitted twice")
+        hashes = self._hashes(req)
+        want = plan.leading_reuse // self._bs
+        run = self._match(req, hashes, want)
+        held = run if self._memo[3] else _dedup(run)
+        if run.shape[0] < want:
+            self.stats.rejected += 1
+            self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
+            return False
+        self._lock(held)
+        need = hashes.shape[0] - want
+        over = len(self._slot_of) + self._reserved + need - self._cap_blocks
+        if over > 0:
+            self._evict_blocks(int(over))
+            if len(self._slot_of) + self._reserved + need > self._cap_blocks:
+                self._unlock(held)
+                self.stats.rejected += 1
+                return False
+        self._reserved += need
+        self._live[req.request_id] = (held, need, hashes, want)
+        return True
+
+    def commit(self, req: RequestView, now_us: int) -> None:
+        held, need, hashes, want = self._live[req.request_id]
+        self._reserved -= need
+        _, hl, distinct = self._memo_of(req, hashes)
+        n = hashes.shape[0]
+        run = self._run(hl, want, n)                        # the first `want` blocks are held
+        slots = self._slots(hl, want, run)
+        if run < n:                                         # nothing after the resident run is resident
+            slots = np.r_[slots, self._allocate(req, hashes, hl, run)]
+        if not distinct:                                    # a repeated hash (collision): dedup
+            slots = _dedup(slots)
+            slots = slots[~np.isin(slots, held)]
+        self._lock(slots)
+        self._live[req.request_id] = (np.concatenate([held, slots]), 0, hashes, want)
+
+    def release(self, req: RequestView, now_us: int) -> None:
+        held, need, _, _ = self._live.pop(req.request_id)
+        self._reserved -= need
+        self._unlock(held)
+
+    def evict(self, num_bytes: int, now_us: int) -> int:
+        per = self._bs * self.ctx.bytes_per_token
+        return self._evict_blocks(-(-int(num_bytes) // per)) * per
+
+    def usage(self) -> Usage:
+        per = self._bs * self.ctx.bytes_per_token
+        n = len(self._slot_of)
+        return Usage((n - self._num_locked) * per, (self._num_locked + self._reserved) * per,
+                     (n + self._reserved) * per, self.ctx.capacity_bytes)
+
+    # ---- Internal helpers -------------------------------------------------------------------------
+    def _hashes(self, req: RequestView) -> np.ndarray:
+        """Chained hashes of the full blocks: uint64 [N // block_size] (memoized for lookup -> commit)."""
+        if self._memo is None or self._memo[0] is not req.tokens:
+            self._remember(req, prefix_hashes(req.tokens)[self._bs::self._bs])
+        return self._memo[1]
+
+    def _memo_of(self, req: RequestView, hashes: np.ndarray) -> tuple[np.ndarray, list[int], bool]:
+        """``(hashes, hashes as ints, all distinct)`` of ``req`` (recomputed if another request came
+        between)."""
+        if self._memo is None or self._memo[1] is not hashes:
+            self._remember(req, hashes)
+        return self._memo[1], self._memo[2], self._memo[3]
+
+    def _remember(self, req: RequestView, hashes: np.ndarray) -> None:
+        hl = hashes.tolist()
+        self._memo = (req.tokens, hashes, hl, len(set(hl)) == len(hl))
+
+    def _run(self, hl: list[int], lo: int, hi: int) -> int:
+        """Length of the resident leading run of hashes ``hl``, clipped to ``hi``, given that the first
+        ``lo`` are resident (binary search: residency is prefix-closed, see the module NOTE)."""
+        d = self._slot_of
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if hl[mid] in d:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _slots(self, hl: list[int], lo: int, hi: int) -> np.ndarray:
+        """Slots of hashes ``hl[lo:hi]`` (all resident)."""
+        return np.fromiter(map(self._slot_of.__getitem__, hl[lo:hi]), np.int64, hi - lo)
+
+    def _match(self, req: RequestView, hashes: np.ndarray, limit: int | None = None) -> np.ndarray:
+        """Slots of the leading run of present blocks, at most ``limit`` (verified under --verify)."""
+        end = hashes.shape[0] if limit is None else min(limit, hashes.shape[0])
+        hl = self._memo[2]                  # ``hashes`` are the memo's (just computed by _hashes)
+        run = self._slots(hl, 0, self._run(hl, 0, end))
+        if self.ctx.verify and run.shape[0]:
+            k, bs = run.shape[0], self._bs
+            self.stats.verified_hits += k
+            ok = (self._tok[run] == req.tokens[:k * bs].reshape(k, bs)).all(axis=1)
+            ok &= self._parent[run] == np.r_[np.uint64(0), hashes[:k - 1]]
+            if not ok.all():
+                self.stats.collisions += 1
+                run = run[: int(np.argmin(ok))]
+        return run
+
+    def _allocate(self, req: RequestView, hashes: np.ndarray, hl: list[int], lo: int) -> np.ndarray:
+        """Fresh slots for blocks ``[lo, len(hashes))`` (none of them resident)."""
+        k, bs = hashes.shape[0] - lo, self._bs
+        take = min(k, self._num_spare)
+        self._num_spare -= take
+        slots = self._spare[self._num_spare:self._num_spare + take].copy()
+        if take < k:
+            n = self._hash.shape[0]
+            grow = max(k - take, n)
+            self._hash = np.r_[self._hash, np.zeros(grow, np.uint64)]
+            self._parent = np.r_[self._parent, np.zeros(grow, np.uint64)]
+            self._ref = np.r_[self._ref, np.zeros(grow, np.int32)]
+            self._free_seq = np.r_[self._free_seq, np.zeros(grow, np.int64)]
+            self._alive = np.r_[self._alive, np.zeros(grow, bool)]
+            if self.ctx.verify:
+                self._tok = np.concatenate([self._tok, np.zeros((grow, bs), np.int32)])
+            self._push_spare(np.arange(n + grow - 1, n + k - take - 1, -1))
+            slots = np.r_[slots, np.arange(n, n + k - take)]
+        self._hash[slots] = hashes[lo:]
+        self._parent[slots] = hashes[lo - 1:-1] if lo else np.r_[np.uint64(0), hashes[:-1]]
+        self._ref[slots] = 0
+        self._free_seq[slots] = -1
+        self._alive[slots] = True
+        if self.ctx.verify:                 # block tokens are read only by the --verify check
+            self._tok[slots] = req.tokens[lo * bs:(lo + k) * bs].reshape(k, bs)
+        self._slot_of.update(zip(hl[lo:], slots.tolist(), strict=True))
+        return slots
+
+    def _push_spare(self, slots: np.ndarray) -> None:
+        """Push dead slots on the recycling stack."""
+        n = self._num_spare + slots.shape[0]
+        if n > self._spare.shape[0]:
+            self._spare = np.r_[self._spare[:self._num_spare], np.zeros(max(n, 2 * self._spare.shape[0]), np.int64)]
+        self._spare[self._num_spare:n] = slots
+        self._num_spare = n
+
+    def _lock(self, slots: np.ndarray) -> None:
+        self._num_locked += int(np.count_nonzero(self._ref[slots] == 0))
+        self._ref[slots] += 1
+
+    def _unlock(self, slots: np.ndarray) -> None:
+        self._ref[slots] -= 1
+        zero = slots[self._ref[slots] == 0]
+        self._num_locked -= zero.shape[0]
+        if not zero.shape[0]:
+            return
+        # tail first into the free queue (vLLM frees reversed(blocks)): the tail is evicted first
+        zero = zero[::-1]
+        seq = self._next_free_seq + np.arange(zero.shape[0], dtype=np.int64)
+        self._free_seq[zero] = seq
+        self._next_free_seq += zero.shape[0]
+        self._queue.append((seq, zero))
+        self._num_queued += zero.shape[0]
+        if self._num_queued > 2 * len(self._slot_of) + 65_536:
+            seq, sl = (np.concatenate(a) for a in zip(*self._queue, strict=True))
+            keep = self._valid(seq, sl)
+            self._queue = deque([(seq[keep], sl[keep])])
+            self._num_queued = int(keep.sum())
+
+    def _evict_blocks(self, num_blocks: int) -> int:
+        got: list[np.ndarray] = []
+        num = 0
+        while num < num_blocks and self._queue:
+            seq, sl = self._queue.popleft()
+            self._num_queued -= seq.shape[0]
+            idx = np.flatnonzero(self._valid(seq, sl))[: num_blocks - num]
+            if idx.shape[0]:
+                got.append(sl[idx])
+                num += idx.shape[0]
+                rest = int(idx[-1]) + 1
+                if rest < seq.shape[0] and num >= num_blocks:
+                    self._queue.appendleft((seq[rest:], sl[rest:]))
+                    self._num_queued += seq.shape[0] - rest
+        if not got:
+            return 0
+        cand = np.concatenate(got)
+        deque(map(self._slot_of.__delitem__, self._hash[cand].tolist()), maxlen=0)
+        self._alive[cand] = False
+        self._push_spare(cand)
+        freed = cand.shape[0]
+        self.stats.evictions += freed
+        self.stats.evicted_bytes += freed * self._bs * self.ctx.bytes_per_token
+        return freed
+
+
+    def _valid(self, seq: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        return self._alive[slots] & (self._ref[slots] == 0) & (self._free_seq[slots] == seq)
+
+
+def _dedup(slots: np.ndarray) -> np.ndarray:
+    """Unique slots in first-seen order."""
+    _, first = np.unique(slots, return_index=True)
+    return slots[np.sort(first)]

@@ -1,0 +1,298 @@
+"""``irminsul`` — content-addressed, position-independent KV cache for MLA models (Irminsul design).
+
+Keeps: one KV copy per distinct content-defined chunk (:mod:`engine.cdc`, Gear hash over 64-token windows,
+xxh64 fingerprint) in a registry ``fingerprint -> entry`` (tokens, length, base position, owner request,
+resident bytes, lock refs, recency). A lookup first takes the exact prefix: a radix tree over committed
+prompts (:mod:`engine.radix`, an index of tokens, no KV) gives the longest committed prefix and the chunk
+layout of a prompt that had it; that prompt's resident chunks serve it in place. From there it walks the
+prompt's own chunks:
+
+1. at each chunk start: fingerprint hit -> the chunk's KV is reused; at its base position it is
+   ``REUSE``, elsewhere ``REUSE_ROTATED`` with delta = target - base (MLA: only the 64-dim k_r is rotated,
+   cKV is reused verbatim; the cost model prices the rotation, ``fused_rotation`` is informational here);
+2. token-granular extension through a radix tree over the stored chunks' tokens (:mod:`engine.radix`,
+   one root path per chunk, index only): the longest stored chunk whose beginning equals the prompt
+   from here on (at least ``min_match`` tokens) is reused as far as it matches, and the walk goes on
+   from where it stops, so a hit continues into the stored chunk that followed it. KV is stored once,
+   in the chunks;
+3. still missing and ``s1`` -> the rest of the chunk is cut into fixed ``s1_window`` windows aligned to
+   its start and to its end, each looked up in the window index (every stored chunk registers its
+   start- and end-aligned windows as views into the chunk's KV).
+
+First-chunk clip: reused KV landing at position 0 from another position has its first ``sink_tokens``
+recomputed (attention sink). S2: marker edges (segments of kind ``marker`` or occurrences of the marker
+token sequence) are hard chunk boundaries. Eviction: unlocked entries in key order (``lru``/``lfu``,
+:mod:`engine.eviction`), lazily through a heap; a chunk's windows and trie path go with it.
+
+The registry, its indexes (prompt index, chunk trie, S1 windows), accounting and eviction live in
+:mod:`engine.policies.irminsul_store`; this module decides what to look up, lock and add.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pic.engine import cdc, eviction
+from pic.engine.plan import Action, Plan, Span
+from pic.engine.policies import register
+from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
+from pic.engine.policies.irminsul_store import ChunkStore, Entry
+from pic.traces.markers import BOUNDARY_MARKER, find_markers
+from pic.traces.schema import KIND_CODE
+
+_MARKER_KIND = KIND_CODE["marker"]
+
+
+@dataclass(frozen=True, slots=True)
+class IrminsulConfig:
+    avg_chunk: int = field(default=256, metadata={"help": "expected CDC chunk size (tokens)"})
+    min_chunk: int = field(default=64, metadata={"help": "minimum CDC chunk size (tokens)"})
+    max_chunk: int = field(default=2048, metadata={"help": "maximum CDC chunk size (tokens)"})
+    gear_seed: int = field(default=0, metadata={"help": "seed of the Gear hash table"})
+    s1: bool = field(default=True, metadata={"help": "S1: re-look-up CDC misses as fixed windows (default on)"})
+    s1_window: int = field(default=128, metadata={"help": "S1 window size (tokens)"})
+    s2: bool = field(default=True, metadata={
+        "help": "S2: boundary markers are hard chunk boundaries (default on; inert without markers)"})
+    marker_tokens: str = field(default="", metadata={
+        "help": "S2 marker as comma-separated token ids (empty: the built-in 64-token marker)"})
+    sink_tokens: int = field(default=32, metadata={
+        "help": "first-chunk clip: tokens recomputed when reused KV lands at position 0"})
+    fused_rotation: bool = field(default=True, metadata={
+        "help": "k_r rotation fused into the attention load (informational; the cost model prices it)"})
+    eviction: str = field(default="lru", metadata={"help": "eviction order: lru | lfu | fifo"})
+    min_match: int = field(default=16, metadata={
+        "help": "shortest run reused from a chunk-trie match (avoids plans of tiny spans)"})
+
+    def __post_init__(self) -> None:
+        self.cdc  # noqa: B018 - validates the chunk sizes
+        eviction.key(self.eviction)
+        if self.s1_window < 1 or self.sink_tokens < 0 or self.min_match < 1:
+            raise ValueError("s1_window and min_match must be >= 1, sink_tokens >= 0")
+        if self.marker_tokens:
+            try:
+                [int(x) for x in self.marker_tokens.split(",")]
+            except ValueError:
+                raise ValueError(f"marker_tokens: expected comma-separated ints, got {self.marker_tokens!r}") \
+                    from None
+
+    @property
+    def cdc(self) -> cdc.CDCConfig:
+        return cdc.CDCConfig(self.avg_chunk, self.min_chunk, self.max_chunk, self.gear_seed)
+
+    @property
+    def marker(self) -> np.ndarray:
+        if not self.marker_tokens:
+            return BOUNDARY_MARKER
+        return np.array([int(x) for x in self.marker_tokens.split(",")], dtype=np.int32)
+
+
+@register
+class Irminsul(CachePolicy):
+    name = "irminsul"
+    Config = IrminsulConfig
+
+    def __init__(self, ctx: PolicyContext, config: IrminsulConfig | None = None) -> None:
+        super().__init__(ctx, config)
+        c = self.config
+        self._cdc, self._marker, self._key = c.cdc, c.marker, eviction.key(c.eviction)
+        self._store = ChunkStore(self._key, c.s1_window)    # chunks, chunk trie, S1 windows, accounting
+        self._entries = self._store.entries
+        self._pending: dict[int, tuple[list[int], list[int], list[int]]] = {}   # rid -> bounds, fps, used
+        self._admitted: dict[int, tuple[list[int], list[int], list[int]]] = {}  # rid -> bounds, fps, new
+        self._locks: dict[int, list[int]] = {}
+        self.stats.extra.update(prefix_tokens=0, chunk_lookups=0, chunk_hits=0, extended_tokens=0, window_lookups=0,
+                                window_hits=0, clipped_tokens=0, rotated_tokens=0)
+
+    # ---- Public API -------------------------------------------------------------------------------
+    def lookup(self, req: RequestView, now_us: int) -> Plan:
+        self.stats.lookups += 1
+        bounds, fps, spans, used = self._analyze(req)
+        for fp in used:
+            e = self._entries[fp]
+            e.last_access_us = now_us
+            e.hits += 1
+        plan = Plan.from_spans(req.num_tokens, spans)
+        if plan.num_reused:
+            self.stats.hits += 1
+            self.stats.extra["rotated_tokens"] += plan.num_rotated
+        self._pending[req.request_id] = (bounds, fps, used)
+        if len(self._pending) > 4096:       # lookups never followed by admit (probes) must not pile up
+            del self._pending[next(iter(self._pending))]
+        return plan
+
+    def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
+        rid = req.request_id
+        got = self._pending.pop(rid, None)
+        if got is None:
+            bounds, fps, _, used = self._analyze(req)
+        else:
+            bounds, fps, used = got
+        if any(fp not in self._entries for fp in used):   # evicted since lookup: the plan is stale
+            self.stats.rejected += 1
+            return False
+        for fp in used:
+            self._store.lock(self._entries[fp])
+        new: dict[int, tuple[int, int]] = {}
+        for k, fp in enumerate(fps):
+            if fp not in self._entries and fp not in new:
+                new[fp] = (bounds[k], bounds[k + 1])
+        need = sum(b - a for a, b in new.values()) * self.ctx.bytes_per_token
+        st = self._store
+        over = st.evictable + st.protected + need - self.ctx.capacity_bytes
+        if over > 0 and self.evict(int(over), now_us) < over:
+            for fp in used:
+                st.unlock(self._entries[fp])
+            self.stats.rejected += 1
+            return False
+        toks = req.tokens
+        for fp, (a, b) in new.items():      # new KV: protected until release
+            st.add(fp, np.array(toks[a:b], dtype=np.int32), a, rid, (b - a) * self.ctx.bytes_per_token, now_us)
+        self._locks[rid] = used + list(new)
+        self._admitted[rid] = (bounds, fps, list(new))
+        return True
+
+    def commit(self, req: RequestView, now_us: int) -> None:
+        bounds, fps, new = self._admitted.pop(req.request_id, ([], [], []))
+        for fp in new:
+            self._store.make_ready(self._entries[fp], now_us, self.config.s1)
+        if fps:
+            self._store.add_prompt(req.tokens, bounds, fps, now_us, 4 * self.ctx.capacity_tokens + 2**20)
+
+    def release(self, req: RequestView, now_us: int) -> None:
+        self._admitted.pop(req.request_id, None)
+        for fp in self._locks.pop(req.request_id, []):
+            e = self._entries.get(fp)
+            if e is None:
+                continue
+            self._store.unlock(e)
+            if e.refs == 0 and not e.ready:   # released without commit: its KV never materialized
+                self._store.drop(e)
+
+    def evict(self, num_bytes: int, now_us: int) -> int:
+        return self._store.evict(num_bytes, self.stats)
+
+    def usage(self) -> Usage:
+        st = self._store
+        return Usage(st.evictable, st.protected, st.evictable + st.protected, self.ctx.capacity_bytes)
+
+    # ---- Internal helpers -------------------------------------------------------------------------
+    def _analyze(self, req: RequestView):
+        """``(bounds, fingerprints, spans, used)``: the prompt's CDC layout, the reuse spans, and the
+        fingerprints of the entries they read (distinct, in first-use order)."""
+        toks = req.tokens
+        bounds = cdc.chunk(toks, self._cdc, self._hard(req) if self.config.s2 else None)
+        bl, fl = bounds.tolist(), cdc.fingerprints(toks, bounds).tolist()
+        spans: list[Span] = []
+        used: list[int] = []
+        ex = self.stats.extra
+        n, k = toks.shape[0], 0
+        pos = self._prefix(toks, spans, used)
+        ex["prefix_tokens"] += pos
+        while pos < n:
+            while bl[k + 1] <= pos:
+                k += 1
+            a, b = bl[k], bl[k + 1]
+            if pos == a:
+                ex["chunk_lookups"] += 1
+            e = self._get(fl[k], toks, a, b)
+            if e is not None and pos == a:
+                ex["chunk_hits"] += 1
+            # NOTE: a longer run than the hit chunk needs a stored chunk that extends it (a trie child)
+            t_len, t_e = (0, None) if e is not None and not e.node.children else \
+                self._store.longest(toks[pos:pos + self.config.max_chunk])
+            if t_len > (b - pos if e is not None else self.config.min_match - 1):
+                ex["extended_tokens"] += t_len - (b - pos if e is not None else 0)
+                self._span(spans, used, t_e, pos, pos + t_len, 0)
+                pos += t_len
+            elif e is not None:
+                self._span(spans, used, e, pos, b, pos - a)
+                pos = b
+            else:
+                if self.config.s1:
+                    self._s1(toks, pos, b, spans, used)
+                pos = b
+        return bl, fl, spans, list(dict.fromkeys(used))
+
+    def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Entry | None:
+        e = self._entries.get(fp)
+        if e is None or not e.ready:
+            return None
+        if self.ctx.verify:
+            self.stats.verified_hits += 1
+            if e.tokens.shape[0] != b - a or not np.array_equal(e.tokens, toks[a:b]):
+                self.stats.collisions += 1
+                return None
+        elif e.tokens.shape[0] != b - a:
+            return None
+        return e
+
+    def _span(self, spans: list[Span], used: list[int], e: Entry, a: int, b: int, off: int) -> None:
+        """Reuse ``e``'s KV from offset ``off`` for target ``[a, b)`` (first-chunk clip at position 0)."""
+        src = e.base_pos + off
+        if a == 0 and src != 0:
+            clip = min(self.config.sink_tokens, b)
+            self.stats.extra["clipped_tokens"] += clip
+            a, src = clip, src + clip
+            if a >= b:
+                return
+        spans.append(Span(a, b, Action.REUSE if src == a else Action.REUSE_ROTATED, src))
+        used.append(e.fp)
+
+    def _prefix(self, toks: np.ndarray, spans: list[Span], used: list[int]) -> int:
+        """Exact prefix from the prompt index, served by the resident chunks of the committed prompt
+        that covers most of it (:meth:`ChunkStore.best_layout`); its length."""
+        best, best_len = self._store.best_layout(toks)
+        if best is None:
+            return 0
+        bounds, fps = best
+        for j, fp in enumerate(fps):
+            a = bounds[j]
+            if a >= best_len:
+                break
+            b = min(bounds[j + 1], best_len)
+            e = self._entries[fp]
+            if self.ctx.verify:
+                self.stats.verified_hits += 1
+                if not np.array_equal(e.tokens[:b - a], toks[a:b]):
+                    self.stats.collisions += 1
+                    return a
+            self._span(spans, used, e, a, b, 0)
+        return best_len
+
+    def _s1(self, toks: np.ndarray, lo: int, hi: int, spans, used) -> None:
+        """Look ``[lo, hi)`` up as start-aligned, then end-aligned fixed windows."""
+        w = self.config.s1_window
+        num = (hi - lo) // w
+        if num == 0:
+            return
+        ex = self.stats.extra
+        starts = [lo + i * w for i in range(num)]
+        if (hi - lo) % w:
+            starts += [hi - (i + 1) * w for i in range(num)]
+        covered: list[tuple[int, int]] = []
+        for s in starts:
+            if any(s < b and a < s + w for a, b in covered):
+                continue
+            ex["window_lookups"] += 1
+            got = self._store.window(toks[s:s + w])
+            if got is None:
+                continue
+            e, off = got
+            if self.ctx.verify:
+                self.stats.verified_hits += 1
+                if not np.array_equal(e.tokens[off:off + w], toks[s:s + w]):
+                    self.stats.collisions += 1
+                    continue
+            ex["window_hits"] += 1
+            covered.append((s, s + w))
+            self._span(spans, used, e, s, s + w, off)
+
+    def _hard(self, req: RequestView) -> np.ndarray:
+        m = self._marker.shape[0]
+        starts = find_markers(req.tokens, self._marker)
+        idx = np.flatnonzero(req.segment_kinds == _MARKER_KIND)
+        sb = req.segment_bounds
+        return np.concatenate([starts, starts + m, sb[idx], sb[idx + 1]]).astype(np.int64)
+

@@ -1,0 +1,117 @@
+"""``prefix`` — exact-prefix cache over a token radix tree (SGLang RadixAttention; also the shadow
+baseline the replay engine runs beside every policy).
+
+Keeps: the KV of every committed prompt, stored once per distinct prefix in a :class:`RadixTree`
+(whole pages of ``page_size`` tokens; a partial tail page is not cached). A lookup reuses the longest
+resident prefix in place (``Plan.from_prefix``); everything after the first differing token is
+recomputed.
+
+Eviction: unlocked leaves of the tree, smallest ``engine.eviction`` key first (``lru`` = last access
+time, ``lfu`` = hit count then recency, ``fifo`` = creation time).
+
+Bytes: resident = tokens * ``bytes_per_token``; an admitted request reserves bytes for the tokens it
+will add (its whole pages minus the reused prefix) until ``commit`` inserts them, so capacity is never
+exceeded. Lookups compare tokens edge by edge, so a hit is always exact (``verified_hits`` counts them
+under ``--verify``; ``collisions`` stays 0 by construction).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pic.engine import eviction
+from pic.engine.plan import Plan
+from pic.engine.policies import register
+from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
+from pic.engine.radix import RadixNode, RadixTree
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixConfig:
+    page_size: int = field(default=1, metadata={"help": "tokens per KV page; matches are rounded down to "
+                                                        "whole pages and only whole pages are cached"})
+    eviction: str = field(default="lru", metadata={"help": "eviction order over unlocked leaves: "
+                                                           "lru | lfu | fifo"})
+
+    def __post_init__(self) -> None:
+        if self.page_size < 1:
+            raise ValueError(f"prefix.page_size must be >= 1, got {self.page_size}")
+        eviction.key(self.eviction)
+
+
+@register
+class PrefixCache(CachePolicy):
+    name = "prefix"
+    Config = PrefixConfig
+
+    def __init__(self, ctx: PolicyContext, config: PrefixConfig | None = None) -> None:
+        super().__init__(ctx, config)
+        self.tree = RadixTree(self.config.page_size, eviction.key(self.config.eviction))
+        self._bpt = ctx.bytes_per_token
+        self._cap_tokens = ctx.capacity_tokens
+        self._reserved = 0                                  # tokens reserved by admitted, uncommitted
+        self._live: dict[int, tuple[RadixNode, int]] = {}  # request_id -> (locked node, reserved)
+
+    # ---- Public API -------------------------------------------------------------------------------
+    def lookup(self, req: RequestView, now_us: int) -> Plan:
+        self.stats.lookups += 1
+        num, _ = self.tree.match_prefix(req.tokens, now_us, split=False)
+        if num:
+            self.stats.hits += 1
+            if self.ctx.verify:
+                self.stats.verified_hits += 1
+        return Plan.from_prefix(req.num_tokens, num)
+
+    def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
+        if req.request_id in self._live:
+            raise ValueError(f"request {req.request_id} admitted twice")
+        want = plan.leading_reuse
+        num, node = self.tree.match_prefix(req.tokens[:want], now_us, split=True, count_hit=False)
+        if num < want:                       # the plan's prefix was evicted since lookup
+            self.stats.rejected += 1
+            self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
+            return False
+        self.tree.inc_lock(node)
+        p = self.tree.page_size
+        need = max(0, req.num_tokens // p * p - num)
+        over = self.tree.total_tokens + self._reserved + need - self._cap_tokens
+        if over > 0:
+            self._evict_tokens(int(over))
+            if self.tree.total_tokens + self._reserved + need > self._cap_tokens:
+                self.tree.dec_lock(node)
+                self.stats.rejected += 1
+                return False
+        self._reserved += need
+        self._live[req.request_id] = (node, need)
+        return True
+
+    def commit(self, req: RequestView, now_us: int) -> None:
+        node, need = self._live[req.request_id]
+        self._reserved -= need
+        _, leaf = self.tree.insert(req.tokens, now_us)
+        self.tree.inc_lock(leaf)
+        self.tree.dec_lock(node)
+        self._live[req.request_id] = (leaf, 0)
+
+    def release(self, req: RequestView, now_us: int) -> None:
+        node, need = self._live.pop(req.request_id)
+        self._reserved -= need
+        self.tree.dec_lock(node)
+
+    def evict(self, num_bytes: int, now_us: int) -> int:
+        return self._evict_tokens(-(-int(num_bytes) // self._bpt)) * self._bpt
+
+    def usage(self) -> Usage:
+        b = self._bpt
+        t = self.tree
+        return Usage(t.evictable_tokens * b, (t.protected_tokens + self._reserved) * b,
+                     (t.total_tokens + self._reserved) * b, self.ctx.capacity_bytes)
+
+    # ---- Internal helpers -------------------------------------------------------------------------
+    def _evict_tokens(self, num_tokens: int) -> int:
+        before = self.tree.num_evicted
+        freed = self.tree.evict(num_tokens)
+        if freed:
+            self.stats.evictions += self.tree.num_evicted - before
+            self.stats.evicted_bytes += freed * self._bpt
+        return freed

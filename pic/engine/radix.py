@@ -1,0 +1,230 @@
+"""Token radix tree with lock refs, evictable/protected accounting and key-ordered leaf eviction.
+
+The exact-prefix store behind the ``prefix`` policy (SGLang RadixAttention) and the first stage of
+``irminsul``. Edges hold int32 token arrays; children are keyed by their first page of tokens
+(``int`` first token when ``page_size == 1``, the page's bytes otherwise). Edges are compared with
+numpy (first mismatch found vectorized), so work per call is O(nodes on the path), not O(tokens) in
+Python.
+
+API (all counts in tokens, all times integer microseconds)::
+
+    tree = RadixTree(page_size=1, key=engine.eviction.lru)
+    num, node = tree.match_prefix(tokens, now_us)     # longest resident prefix, page-rounded
+    num_new, leaf = tree.insert(tokens, now_us)        # insert whole pages; returns tokens added
+    tree.inc_lock(node); tree.dec_lock(node)           # protect / unprotect node and its ancestors
+    freed = tree.evict(num_tokens)                     # evict unlocked leaves, smallest key first
+    tree.evictable_tokens, tree.protected_tokens, tree.total_tokens
+
+Semantics:
+
+* ``match_prefix(tokens, now_us=None, split=True)``: returns ``(num, node)`` where ``num`` is the length
+  of the longest resident prefix of ``tokens`` rounded down to whole pages. With ``split=True`` the
+  tree is split so that ``node``'s root path is exactly ``tokens[:num]`` (lockable handle); with
+  ``split=False`` nothing changes shape and ``node`` is the deepest node fully inside the match.
+  When ``now_us`` is given, every node on the matched path is touched (``last_access_us = now_us``,
+  and ``hits += 1`` unless ``count_hit=False``): the recency/frequency bookkeeping eviction keys
+  read. ``insert`` touches recency only.
+* ``insert`` stores ``tokens[: len // page_size * page_size]`` (the partial tail page is not cached).
+* A node with ``lock_ref > 0`` and all its ancestors are protected; everything else is evictable.
+  ``evictable_tokens + protected_tokens == total_tokens`` always holds.
+* ``evict`` removes whole unlocked leaves (a parent becomes a leaf when its last child goes), in
+  increasing ``key(node)`` order. ``key`` maps a node (``last_access_us``, ``hits``, ``created_us``)
+  to a sortable tuple (:mod:`engine.eviction`); keys must not decrease while a node lives (true of
+  lru/lfu/fifo), which lets the heap be lazy: an entry whose key went stale is re-pushed on pop.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pic.engine.eviction import lru
+
+_EMPTY = np.zeros(0, np.int32)
+
+
+class RadixNode:
+    """One edge of the tree: ``key`` tokens below ``parent``. ``value`` is free for callers' payload."""
+
+    __slots__ = ("key", "children", "parent", "lock_ref", "last_access_us", "hits", "created_us",
+                 "is_alive", "value")
+
+    def __init__(self, key: np.ndarray, parent: RadixNode | None, now_us: int) -> None:
+        self.key = key
+        self.children: dict[Any, RadixNode] = {}
+        self.parent = parent
+        self.lock_ref = 0
+        self.last_access_us = now_us
+        self.hits = 0
+        self.created_us = now_us
+        self.is_alive = True
+        self.value: Any = None
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.key.shape[0])
+
+
+class RadixTree:
+    """Token radix tree; see the module docstring for the full contract."""
+
+    def __init__(self, page_size: int = 1, key: Callable[[Any], tuple[int, ...]] = lru) -> None:
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        self.page_size = page_size
+        self.key = key
+        self.root = RadixNode(_EMPTY, None, 0)
+        self.root.lock_ref = 1  # never evicted, never counted
+        self.evictable_tokens = 0
+        self.protected_tokens = 0
+        self.num_nodes = 0
+        self.num_evicted = 0          # nodes evicted so far
+        self._heap: list[tuple[tuple[int, ...], int, RadixNode]] = []
+        self._seq = itertools.count()
+
+    # ---- Public API -------------------------------------------------------------------------------
+    @property
+    def total_tokens(self) -> int:
+        return self.evictable_tokens + self.protected_tokens
+
+    def match_prefix(self, tokens: np.ndarray, now_us: int | None = None, split: bool = True,
+                     count_hit: bool = True) -> tuple[int, RadixNode]:
+        """Longest resident prefix of ``tokens`` (page-rounded) and its node; see module docstring."""
+        p = self.page_size
+        n = tokens.shape[0] // p * p
+        node, pos = self.root, 0
+        while pos < n:
+            child = node.children.get(self._child_key(tokens, pos))
+            if child is None:
+                break
+            edge = child.key
+            m = min(edge.shape[0], n - pos)
+            neq = edge[:m] != tokens[pos:pos + m]
+            first = int(neq.argmax())
+            same = m if not neq[first] else first // p * p
+            if same == 0:
+                break
+            if now_us is not None:
+                child.last_access_us = now_us
+                child.hits += count_hit
+            pos += same
+            if same < edge.shape[0]:
+                if split:
+                    node = self._split(child, same)
+                break
+            node = child
+        return pos, node
+
+    def insert(self, tokens: np.ndarray, now_us: int) -> tuple[int, RadixNode]:
+        """Insert the whole pages of ``tokens``; return (tokens newly stored, node ending the path)."""
+        p = self.page_size
+        n = tokens.shape[0] // p * p
+        pos, node = self.match_prefix(tokens[:n], now_us, split=True, count_hit=False)
+        if pos >= n:
+            return 0, node
+        leaf = RadixNode(np.array(tokens[pos:n], dtype=np.int32), node, now_us)
+        node.children[self._child_key(tokens, pos)] = leaf
+        self.num_nodes += 1
+        num_new = n - pos
+        self.evictable_tokens += num_new
+        self._push(leaf)
+        return num_new, leaf
+
+    def inc_lock(self, node: RadixNode) -> None:
+        """Protect ``node`` and its ancestors from eviction (reference counted)."""
+        while node is not self.root:
+            if node.lock_ref == 0:
+                k = node.key.shape[0]
+                self.evictable_tokens -= k
+                self.protected_tokens += k
+            node.lock_ref += 1
+            node = node.parent
+
+    def dec_lock(self, node: RadixNode) -> None:
+        """Undo one :meth:`inc_lock` of ``node``."""
+        first = node
+        while node is not self.root:
+            if node.lock_ref <= 0:
+                raise ValueError("dec_lock on an unlocked node")
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                k = node.key.shape[0]
+                self.evictable_tokens += k
+                self.protected_tokens -= k
+            node = node.parent
+        if first is not self.root and first.lock_ref == 0 and not first.children:
+            self._push(first)
+
+    def evict(self, num_tokens: int) -> int:
+        """Evict unlocked leaves in key order until ``num_tokens`` are freed or none is left."""
+        freed = 0
+        heap = self._heap
+        while freed < num_tokens and heap:
+            k, _, node = heapq.heappop(heap)
+            if not node.is_alive or node.lock_ref > 0 or node.children:
+                continue
+            cur = self.key(node)
+            if cur != k:
+                heapq.heappush(heap, (cur, next(self._seq), node))
+                continue
+            freed += self._remove_leaf(node)
+        return freed
+
+    def tokens_of(self, node: RadixNode) -> np.ndarray:
+        """The full root-path token sequence ending at ``node`` (tests, debugging)."""
+        parts = []
+        while node is not None and node is not self.root:
+            parts.append(node.key)
+            node = node.parent
+        return np.concatenate(parts[::-1]) if parts else _EMPTY
+
+    # ---- Internal helpers -------------------------------------------------------------------------
+    def _child_key(self, tokens: np.ndarray, pos: int) -> Any:
+        if self.page_size == 1:
+            return int(tokens[pos])
+        return tokens[pos:pos + self.page_size].tobytes()
+
+    def _split(self, child: RadixNode, at: int) -> RadixNode:
+        """Cut ``child``'s edge after ``at`` tokens; return the new upper node."""
+        parent = child.parent
+        upper = RadixNode(child.key[:at], parent, child.created_us)
+        upper.lock_ref = child.lock_ref
+        upper.last_access_us = child.last_access_us
+        upper.hits = child.hits
+        parent.children[self._child_key(child.key, 0)] = upper
+        child.key = child.key[at:]
+        child.parent = upper
+        upper.children[self._child_key(child.key, 0)] = child
+        self.num_nodes += 1
+        return upper
+
+    def _push(self, node: RadixNode) -> None:
+        heapq.heappush(self._heap, (self.key(node), next(self._seq), node))
+        if len(self._heap) > 4 * self.num_nodes + 1024:
+            self._compact()
+
+    def _remove_leaf(self, node: RadixNode) -> int:
+        parent = node.parent
+        del parent.children[self._child_key(node.key, 0)]
+        node.is_alive = False
+        k = node.key.shape[0]
+        self.evictable_tokens -= k
+        self.num_nodes -= 1
+        self.num_evicted += 1
+        if parent is not self.root and parent.lock_ref == 0 and not parent.children:
+            self._push(parent)
+        return k
+
+    def _compact(self) -> None:
+        seen: set[int] = set()
+        keep = []
+        for k, s, node in self._heap:
+            if node.is_alive and node.lock_ref == 0 and not node.children and id(node) not in seen:
+                seen.add(id(node))
+                keep.append((k, s, node))
+        heapq.heapify(keep)
+        self._heap = keep

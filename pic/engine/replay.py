@@ -1,0 +1,211 @@
+"""Replay runner: one independent simulation per policy over the same trace, and the run directory.
+
+``replay(trace, config)`` -> :class:`RunResult`; ``write_run(result, run_dir)`` writes
+``requests.parquet``, ``summary.json`` and ``config.json`` atomically (temp folder, then rename).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+
+from pic.engine import policies as registry
+from pic.engine.config import ReplayConfig, coerce_overrides
+from pic.engine.cost import CostConfig, CostModel
+from pic.engine.metrics import SUMMARY_VERSION, request_frame, summarize
+from pic.engine.policies.base import PolicyContext, RequestView
+from pic.engine.serving import ServingModel, Workload
+from pic.engine.specs import gpu_from_name, model_from_name
+from pic.traces.io import atomic_dir
+from pic.traces.schema import Trace
+
+#: policy config fields naming the smallest unit a cache stores (capacity must hold one)
+_UNIT_FIELDS = ("page_size", "block_size", "chunk_size", "min_chunk")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Everything a replay produced. ``requests``: one row per request x policy (engine.metrics schema)."""
+
+    config: ReplayConfig
+    trace: str
+    requests: pl.DataFrame
+    summary: dict[str, Any]
+    resolved: dict[str, Any]   # config.json contents
+
+
+def read_trace_file(path: str | os.PathLike) -> Trace:
+    """Read a canonical ``.parquet`` trace, or any raw log the ingest readers accept."""
+    if Path(path).suffix == ".parquet":
+        from pic.traces.io import read_trace
+        return read_trace(path)
+    from pic.traces.ingest import read_sources
+    return read_sources([Path(path)])[0]
+
+
+def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Workload:
+    """Requests in (arrival, request_id) order with lazily built RequestViews."""
+    req = trace.requests
+    arrival = req["arrival_us"].to_numpy().astype(np.int64)
+    order = np.lexsort((req["request_id"].to_numpy(), arrival))
+    if max_requests is not None:
+        order = order[:max_requests]
+    seg = trace.segments
+    offs, seg_idx = trace._csr   # NOTE: CSR of request -> segment rows, shared with Trace.prompt
+    rid = req["request_id"].to_numpy().astype(np.int64)[order]
+    sess_all = req["session_id"].to_list()
+    sess = [sess_all[i] for i in order]
+    # Everything per segment occurrence is gathered once, vectorized; a view is then a few slices.
+    a, b = seg.offsets[:-1][seg_idx], seg.offsets[1:][seg_idx]        # token range of each occurrence
+    cum = np.zeros(seg_idx.size + 1, np.int64)
+    np.cumsum(b - a, out=cum[1:])                                      # prompt offsets, all requests
+    ids_flat, kinds_flat = seg.ids[seg_idx], seg.kinds[seg_idx]
+    # NOTE: occurrences stored back to back in the token table form one run, copied as one slice
+    first = np.zeros(seg_idx.size, bool)
+    first[offs[:-1][offs[:-1] < seg_idx.size]] = True
+    run_head = first.copy()
+    run_head[1:] |= a[1:] != b[:-1]
+    heads = np.flatnonzero(run_head)
+    tails = np.r_[heads[1:], seg_idx.size] - 1
+    run_offs = np.searchsorted(heads, offs).tolist()                   # request row -> its runs
+    run_lo, run_hi = a[heads].tolist(), b[tails].tolist()
+    tokens, offs_l, rows, rid_l = seg.tokens, offs.tolist(), order.tolist(), rid.tolist()
+
+    def view(i: int) -> RequestView:
+        row = rows[i]
+        s0, s1 = offs_l[row], offs_l[row + 1]
+        r0, r1 = run_offs[row], run_offs[row + 1]
+        if r1 - r0 == 1:
+            toks = tokens[run_lo[r0]:run_hi[r0]]
+        else:
+            toks = np.concatenate([tokens[x:y] for x, y in zip(run_lo[r0:r1], run_hi[r0:r1], strict=True)])
+        return RequestView(rid_l[i], sess[i], toks, cum[s0:s1 + 1] - cum[s0], ids_flat[s0:s1],
+                           kinds_flat[s0:s1])
+
+    return Workload(rid, sess, trace.prompt_lengths[order].astype(np.int64),
+                    req["output_tokens"].to_numpy().astype(np.int64)[order], arrival[order], view)
+
+
+def cost_config(overrides: dict[str, Any]) -> CostConfig:
+    """CostConfig from ``{field: value}`` (strings coerced to the field's type); unknown keys raise."""
+    known = {f.name: f for f in dataclasses.fields(CostConfig)}
+    unknown = sorted(set(overrides) - set(known))
+    if unknown:
+        raise ValueError(f"unknown cost option(s): {', '.join(unknown)}; known: {', '.join(known)}")
+    return CostConfig(**coerce_overrides(CostConfig, overrides, "cost"))
+
+
+def check_config(config: ReplayConfig) -> tuple[Any, Any, CostModel, dict[str, Any]]:
+    """Resolve model/GPU/cost/policy configs; every impossible setting raises before any work."""
+    model = model_from_name(config.model)
+    gpu = gpu_from_name(config.gpu)
+    cost = CostModel(model, gpu, cost_config(config.cost))
+    if config.capacity_bytes < model.kv_bytes_per_token:
+        raise ValueError(f"capacity: {config.capacity_bytes:.0f} B is below one token of {model.name} KV "
+                         f"({model.kv_bytes_per_token} B)")
+    resolved = {}
+    for name in (*config.policies, config.shadow_policy):
+        registry.get(name)
+        resolved[name] = cfg = registry.make_config(name, config.policy_options.get(name))
+        unit = next((f for f in _UNIT_FIELDS if hasattr(cfg, f)), None)
+        if unit is not None and config.capacity_bytes < getattr(cfg, unit) * model.kv_bytes_per_token:
+            need = getattr(cfg, unit) * model.kv_bytes_per_token
+            raise ValueError(f"capacity: {config.capacity_bytes:.0f} B is below one {name} {unit} "
+                             f"({getattr(cfg, unit)} tokens x {model.kv_bytes_per_token} B = {need} B)")
+    return model, gpu, cost, resolved
+
+
+def replay(trace: Trace, config: ReplayConfig,
+           progress: Callable[[int, int], None] | None = None) -> RunResult:
+    """Replay ``trace`` once per policy in ``config.policies`` (same seed, same workload)."""
+    model, gpu, cost, _ = check_config(config)
+    work = workload_from_trace(trace, config.max_requests)
+    total = work.num_requests * len(config.policies)
+    frames, summary, described = [], {}, {}
+    ctx = PolicyContext(config.capacity_bytes, model.kv_bytes_per_token, model, config.seed, config.verify)
+    for p, name in enumerate(config.policies):
+        pols = [registry.build(name, ctx, config.policy_options.get(name)) for _ in range(config.replicas)]
+        if name == config.shadow_policy:   # identical policy: the shadow would repeat its every answer
+            shadows = pols
+        else:
+            shadows = [registry.build(config.shadow_policy, ctx, config.policy_options.get(config.shadow_policy))
+                       for _ in range(config.replicas)]
+        base = p * work.num_requests
+        tick = None if progress is None else (lambda done, _n, base=base: progress(base + done, total))
+        sm = ServingModel(work, pols, shadows, cost, token_budget=config.token_budget, router=config.router,
+                          closed_loop=config.closed_loop, progress=tick)
+        if config.check_invariants or config.verify:
+            sm.sim.observers.append(_invariant_observer(name, pols, shadows))
+        t0 = time.perf_counter()
+        reqs = sm.run()
+        wall = time.perf_counter() - t0
+        rows = request_frame(name, reqs)
+        frames.append(rows)
+        summary[name] = summarize(
+            rows, peak_resident_bytes=sm.peak_resident,
+            evictions=sum(q.stats.evictions for q in pols), collisions=sum(q.stats.collisions for q in pols),
+            num_events=sm.sim.num_events, wall_seconds=wall)
+        busy = sum(rep.busy_us for rep in sm.replicas) / 1e6
+        span = summary[name]["sim_seconds"] * config.replicas
+        summary[name]["busy_seconds"] = busy
+        summary[name]["gpu_joules"] = cost.energy(busy, max(span - busy, 0.0))
+        described[name] = {"config": pols[0].describe(), "stats": _stats(pols)}
+    requests = pl.concat(frames).sort(["policy", "request_id"])
+    cap = None if math.isinf(config.capacity_bytes) else config.capacity_bytes
+    head = {"version": SUMMARY_VERSION, "trace": trace.source, "model": model.name, "gpu": gpu.name,
+            "capacity_bytes": cap, "replicas": config.replicas}
+    resolved = {**head, "replay": config.to_dict(), "policies": described,
+                "shadow": {"policy": config.shadow_policy, "config": shadows[0].describe()},
+                "cost": cost.to_dict(), "num_requests": work.num_requests}
+    return RunResult(config, trace.source, requests, {**head, "policies": summary}, resolved)
+
+
+def write_run(result: RunResult, run_dir: str | os.PathLike) -> Path:
+    """Write the run dir atomically: everything goes into a temp folder that is renamed into place."""
+    run_dir = Path(run_dir)
+    with atomic_dir(run_dir) as tmp:
+        pq.write_table(result.requests.to_arrow(), tmp / "requests.parquet", compression="zstd",
+                       compression_level=3, use_dictionary=True, write_statistics=True)
+        (tmp / "summary.json").write_text(json.dumps(result.summary, indent=2, default=_json) + "\n")
+        (tmp / "config.json").write_text(json.dumps(result.resolved, indent=2, default=_json) + "\n")
+    return run_dir
+
+
+# ---- Internal helpers -----------------------------------------------------------------------------
+def _invariant_observer(name: str, pols: list, shadows: list) -> Callable[[Any, int], None]:
+    def check(event: Any, now: int) -> None:
+        for k, q in enumerate(pols):
+            q.usage().check(f"{name}[replica {k}] at {now} us after {event!r}")
+        for k, q in enumerate(shadows):
+            if q is not pols[k]:
+                q.usage().check(f"shadow {q.name}[replica {k}] at {now} us")
+    return check
+
+
+def _stats(pols: list) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for q in pols:
+        for k, v in q.stats.as_dict().items():
+            out[k] = out.get(k, 0) + int(v)
+    return out
+
+
+def _json(obj: Any) -> Any:
+    if isinstance(obj, float) and math.isinf(obj):
+        return None
+    if isinstance(obj, (np.integer, np.floating)):
+        return obj.item()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    return str(obj)

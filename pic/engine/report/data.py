@@ -1,0 +1,330 @@
+"""Load replay run dirs, recompute the headline metrics from ``requests.parquet`` and merge them.
+
+A run dir (written by ``pic replay``) holds ``requests.parquet`` (one row per request x policy),
+``summary.json`` and ``config.json``. :func:`load_runs` reads several of them, checks columns and
+versions, recomputes every metric it can from the per-request rows (DESIGN.md §8) and compares them with
+``summary.json``; disagreements become warnings, the recomputed values win. Metrics only the summary
+knows (peak resident bytes, collisions, simulated/wall seconds) are taken from it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pic.engine.metrics import REQUEST_SCHEMA, SUMMARY_VERSION
+
+FILES = ("requests.parquet", "summary.json", "config.json")
+
+#: requests.parquet columns and the dtypes they are cast to (safe numeric casts are accepted);
+#: the replay writer's schema is the single source of truth
+REQUEST_COLUMNS: dict[str, pl.DataType] = REQUEST_SCHEMA
+SUMMARY_KEYS = ("trace", "model", "gpu", "capacity_bytes", "replicas", "policies")
+#: scenario = everything but the policy; one row of the tidy table per (scenario, policy)
+SCENARIO = ("trace", "model", "gpu", "replicas", "capacity_bytes")
+#: metrics that only summary.json knows
+SUMMARY_ONLY = ("peak_resident_bytes", "collisions", "sim_seconds", "wall_seconds")
+_COUNTS = ("requests", "prompt_tokens", "reused_tokens", "rotated_tokens", "evictions", "uncached")
+_RATES = ("token_hit_rate", "prefix_hit_rate", "recovery_beyond_prefix", "prefill_joules")
+_QUANTILES = {"ttft_p50_s": ("ttft_s", 0.5), "ttft_p90_s": ("ttft_s", 0.9), "ttft_p99_s": ("ttft_s", 0.99),
+              "queue_p50_s": ("queue_s", 0.5)}
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """One run dir: where it is, its short label, what it replayed, and its raw JSON files."""
+
+    path: Path
+    label: str
+    trace: str
+    model: str
+    gpu: str
+    capacity_bytes: float  # math.inf when the summary says null
+    replicas: int
+    summary: dict[str, Any] = field(repr=False)
+    config: dict[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ReportData:
+    """Everything a report shows.
+
+    ``requests``: all request rows with ``run`` and scenario columns added. ``table``: tidy, one row per
+    (run, policy) sorted by trace, model, gpu, replicas, capacity, policy order. ``capacity_series``: token
+    hit, prefix hit and recovery rates vs capacity for each (trace, model, replicas, policy) replayed at
+    more than one capacity (empty when none). ``warnings``: summary/recomputation disagreements etc.
+    """
+
+    runs: tuple[RunInfo, ...]
+    requests: pl.DataFrame
+    table: pl.DataFrame
+    capacity_series: pl.DataFrame
+    policies: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+    def scenarios(self) -> list[tuple[dict[str, Any], pl.DataFrame]]:
+        """(scenario key dict, its rows of ``table``) in table order."""
+        out = []
+        for key, rows in self.table.group_by(list(SCENARIO), maintain_order=True):
+            out.append((dict(zip(SCENARIO, key, strict=True)), rows))
+        return out
+
+
+# ---- Public API -----------------------------------------------------------------------------------
+
+def load_runs(run_dirs: list[str | Path] | tuple[str | Path, ...]) -> ReportData:
+    """Read and merge run dirs; raise ``ValueError`` naming the dir/file when one is missing or malformed."""
+    if not run_dirs:
+        raise ValueError("no run dirs given")
+    runs, frames, warnings = [], [], []
+    run_dirs, hints = expand_run_dirs(run_dirs)
+    labels = _labels([Path(d) for d in run_dirs], hints)
+    for d, label in zip(run_dirs, labels, strict=True):
+        run, df = _load_one(Path(d), label)
+        runs.append(run)
+        frames.append(df.with_columns(pl.lit(label).alias("run"), *[
+            pl.lit(getattr(run, k)).alias(k) for k in SCENARIO]))
+    requests = pl.concat(frames, how="vertical_relaxed")
+    # order: as listed in the summaries (the --policy order), then any policy only the rows know
+    policies = tuple(dict.fromkeys([p for r in runs for p in r.summary["policies"]]
+                                   + requests["policy"].unique(maintain_order=True).to_list()))
+    table = policy_metrics(requests, by=["run", *SCENARIO])
+    table = _attach_summary(table, runs, warnings)
+    order = {p: i for i, p in enumerate(policies)}
+    table = (table.with_columns(pl.col("policy").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
+             .sort([*SCENARIO, "_o", "run"]).drop("_o"))
+    _warn_duplicates(table, warnings)
+    series = capacity_series(table)
+    series = (series.with_columns(pl.col("policy").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
+              .sort(["trace", "model", "replicas", "_o", "capacity_bytes"]).drop("_o"))
+    return ReportData(tuple(runs), requests, table, series, policies, tuple(warnings))
+
+
+def expand_run_dirs(dirs) -> tuple[list[Path], list[str | None]]:
+    """A dir without summary.json that has run dirs below it (a ``pic sweep`` dir) becomes those run dirs,
+    sorted, labelled by their path below it; hidden (temporary) folders are ignored. Others stay as given."""
+    out, hints = [], []
+    for d in map(Path, dirs):
+        found = [] if (d / "summary.json").is_file() or not d.is_dir() else sorted(
+            p.parent for p in d.rglob("summary.json")
+            if not any(part.startswith(".") for part in p.relative_to(d).parts))
+        out += found or [d]
+        hints += [p.relative_to(d).as_posix() for p in found] or [None]
+    return out, hints
+
+
+def policy_metrics(requests: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """DESIGN.md §8 trace-level metrics per (``by`` + policy) group, vectorized with polars.
+
+    token_hit_rate = Σreused/ΣN; prefix_hit_rate = Σprefix_reused/ΣN; recovery_beyond_prefix =
+    (Σreused − Σprefix_reused)/(ΣN − Σprefix_reused) (NaN when the prefix cache already reuses all);
+    energy_saved_vs_none/_prefix = 1 − ΣJ/ΣJ_baseline (fractions) and joules_saved_* in joules.
+    TTFT/queue quantiles interpolate linearly; ``*_lo``/``*_hi`` columns are the bracketing order stats.
+    """
+    s = {c: pl.col(c).sum() for c in ("prompt_tokens", "reused_tokens", "rotated_tokens", "recomputed_tokens",
+                                      "prefix_reused_tokens", "prefill_joules", "nocache_prefill_joules",
+                                      "prefix_prefill_joules", "evictions", "uncached")}
+    aggs = [pl.len().cast(pl.Int64).alias("requests"), *[e.alias(c) for c, e in s.items()]]
+    for name, (col, q) in _QUANTILES.items():
+        aggs += [pl.col(col).quantile(q, interpolation="linear").alias(name),
+                 pl.col(col).quantile(q, interpolation="lower").alias(f"{name}_lo"),
+                 pl.col(col).quantile(q, interpolation="higher").alias(f"{name}_hi")]
+    g = requests.group_by([*by, "policy"], maintain_order=True).agg(aggs)
+    n, r, p = pl.col("prompt_tokens"), pl.col("reused_tokens"), pl.col("prefix_reused_tokens")
+    j = pl.col("prefill_joules")
+    return g.with_columns(
+        pl.col("uncached").cast(pl.Int64),
+        (r - pl.col("rotated_tokens")).alias("inplace_tokens"),
+        _ratio(r, n).alias("token_hit_rate"),
+        _ratio(p, n).alias("prefix_hit_rate"),
+        _ratio(r - p, n - p).alias("recovery_beyond_prefix"),
+        (1 - _ratio(j, pl.col("nocache_prefill_joules"))).alias("energy_saved_vs_none"),
+        (1 - _ratio(j, pl.col("prefix_prefill_joules"))).alias("energy_saved_vs_prefix"),
+        (pl.col("nocache_prefill_joules") - j).alias("joules_saved_vs_none"),
+        (pl.col("prefix_prefill_joules") - j).alias("joules_saved_vs_prefix"),
+    )
+
+
+def capacity_series(table: pl.DataFrame) -> pl.DataFrame:
+    """Hit rates vs capacity for (trace, model, replicas, policy) groups seen at > 1 capacity."""
+    key = ["trace", "model", "replicas", "policy"]
+    cols = [*key, "capacity_bytes", "token_hit_rate", "prefix_hit_rate", "recovery_beyond_prefix"]
+    t = table.select(cols).unique(subset=[*key, "capacity_bytes"], keep="first", maintain_order=True)
+    multi = t.group_by(key).agg(pl.col("capacity_bytes").n_unique().alias("_n")).filter(pl.col("_n") > 1)
+    return t.join(multi.select(key), on=key, how="semi").sort([*key[:3], "policy", "capacity_bytes"])
+
+
+# ---- Internal helpers -----------------------------------------------------------------------------
+
+def _ratio(a: pl.Expr, b: pl.Expr) -> pl.Expr:
+    return pl.when(b != 0).then(a.cast(pl.Float64) / b.cast(pl.Float64)).otherwise(float("nan"))
+
+
+def _labels(paths: list[Path], hints: list[str | None]) -> list[str]:
+    names = [h or p.resolve().name or str(p) for p, h in zip(paths, hints, strict=True)]
+    out = []
+    for i, n in enumerate(names):
+        out.append(n if names.count(n) == 1 else f"{n}#{names[:i].count(n) + 1}")
+    return out
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        obj = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _load_one(d: Path, label: str) -> tuple[RunInfo, pl.DataFrame]:
+    if not d.is_dir():
+        raise ValueError(f"{d}: not a run dir (no such directory)")
+    missing = [f for f in FILES if not (d / f).is_file()]
+    if missing:
+        raise ValueError(f"{d}: not a complete run dir: missing {', '.join(missing)}")
+    summary, config = _read_json(d / "summary.json"), _read_json(d / "config.json")
+    sp = d / "summary.json"
+    if summary.get("version") != SUMMARY_VERSION:
+        raise ValueError(f"{sp}: version: unsupported {summary.get('version')!r} (expected {SUMMARY_VERSION})")
+    for k in SUMMARY_KEYS:
+        if k not in summary:
+            raise ValueError(f"{sp}: {k}: missing")
+    if not isinstance(summary["policies"], dict):
+        raise ValueError(f"{sp}: policies: expected an object keyed by policy name")
+    cap = summary["capacity_bytes"]
+    if cap is not None and not (isinstance(cap, int | float) and cap > 0):
+        raise ValueError(f"{sp}: capacity_bytes: expected a positive number or null, got {cap!r}")
+    if not (isinstance(summary["replicas"], int) and summary["replicas"] >= 1):
+        raise ValueError(f"{sp}: replicas: expected an integer >= 1, got {summary['replicas']!r}")
+    run = RunInfo(d, label, str(summary["trace"]), str(summary["model"]), str(summary["gpu"]),
+                  math.inf if cap is None else float(cap), int(summary["replicas"]), summary, config)
+    return run, _read_requests(d / "requests.parquet")
+
+
+def _read_requests(path: Path) -> pl.DataFrame:
+    try:
+        df = pl.read_parquet(path)
+    except Exception as e:  # polars raises several kinds on corrupt files
+        raise ValueError(f"{path}: not a readable Parquet file ({type(e).__name__})") from None
+    missing = [c for c in REQUEST_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"{path}: missing columns: {', '.join(missing)}")
+    casts = []
+    for c, dt in REQUEST_COLUMNS.items():
+        if df.schema[c] != dt:
+            ok = (df.schema[c].is_numeric() and dt.is_numeric()) or df.schema[c] == pl.Null
+            if not ok:
+                raise ValueError(f"{path}: {c}: expected {dt}, got {df.schema[c]}")
+            casts.append(pl.col(c).cast(dt, strict=True))
+    try:
+        return df.with_columns(casts).select(list(REQUEST_COLUMNS))
+    except pl.exceptions.PolarsError as e:
+        raise ValueError(f"{path}: cannot cast columns to the run schema: {str(e).splitlines()[0]}") from None
+
+
+def _close(a: float, b: float, rel: float = 1e-6, abs_: float = 1e-9) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return abs(a - b) <= max(abs_, rel * max(abs(a), abs(b)))
+
+
+def _check(name: str, got: Any, row: dict[str, Any]) -> bool:
+    """Does summary value ``got`` agree with the recomputed row?"""
+    if got is None:  # NaN written as null
+        v = row[name]
+        return v is None or (isinstance(v, float) and math.isnan(v))
+    try:
+        got = float(got)
+    except (TypeError, ValueError):
+        return False
+    v = row[name]
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return True  # undefined here (zero denominator): a writer may put 0, 1 or null; nothing to compare
+    if name in _QUANTILES:
+        lo, hi = row[f"{name}_lo"], row[f"{name}_hi"]
+        return lo is not None and lo - 1e-9 <= got <= hi + 1e-9
+    if name.startswith("energy_saved_vs_"):  # fraction or joules: both readings are accepted
+        return _close(got, row[name]) or _close(got, row[name.replace("energy", "joules")])
+    return _close(got, float(row[name]))
+
+
+def _attach_summary(table: pl.DataFrame, runs: list[RunInfo], warnings: list[str]) -> pl.DataFrame:
+    extra: dict[str, list[Any]] = {k: [] for k in SUMMARY_ONLY}
+    by_label = {r.label: r for r in runs}
+    for r in runs:
+        seen = set(table.filter(pl.col("run") == r.label)["policy"].to_list())
+        for p in r.summary["policies"]:
+            if p not in seen:
+                warnings.append(f"{r.path}/summary.json: policy {p!r} has no rows in requests.parquet")
+    for row in table.iter_rows(named=True):
+        run = by_label[row["run"]]
+        sp = run.summary["policies"].get(row["policy"])
+        where = f"{run.path}/summary.json: {row['policy']}"
+        if not isinstance(sp, dict):
+            warnings.append(f"{where}: policy missing from summary; metrics recomputed from requests.parquet")
+            sp = {}
+        for k in SUMMARY_ONLY:
+            v = sp.get(k)
+            extra[k].append(float(v) if isinstance(v, int | float) else float("nan"))
+        for k in (*_COUNTS, *_RATES, *_QUANTILES, "energy_saved_vs_none", "energy_saved_vs_prefix"):
+            if k in sp and not _check(k, sp[k], row):
+                warnings.append(f"{where}: {k}: summary says {sp[k]!r}, requests.parquet gives {row[k]!r}")
+    return table.with_columns(*[pl.Series(k, v, pl.Float64) for k, v in extra.items()])
+
+
+def _warn_duplicates(table: pl.DataFrame, warnings: list[str]) -> None:
+    dup = table.group_by([*SCENARIO, "policy"], maintain_order=True).agg(pl.col("run")).filter(
+        pl.col("run").list.len() > 1)
+    for row in dup.iter_rows(named=True):
+        warnings.append(f"policy {row['policy']!r} on the same trace/model/gpu/replicas/capacity appears in "
+                        f"several runs: {', '.join(row['run'])}; each is shown separately")
+
+
+# ---- Formatting shared by the writers ---------------------------------------------------------------
+
+def fmt_bytes(n: float | None) -> str:
+    """``42.0 GiB``; ``inf`` for unbounded; ``–`` for missing."""
+    if n is None or (isinstance(n, float) and math.isnan(n)):
+        return "–"
+    if math.isinf(n):
+        return "inf"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def fmt_pct(x: float | None) -> str:
+    """``41.3%``; ``–`` for missing/NaN."""
+    if x is None or math.isnan(x):
+        return "–"
+    v = 100 * x
+    return f"{0.0 if abs(v) < 0.05 else v:.1f}%"  # no "-0.0%"
+
+
+def fmt_num(x: float | None, digits: int = 3) -> str:
+    """Compact number (``3.14``, ``1.2e+05``); ``–`` for missing/NaN."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:,.0f}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:.{digits}g}"
+
+
+def policy_labels(rows: pl.DataFrame) -> list[str]:
+    """Policy names of table rows, suffixed `` (run)`` when a policy appears in several runs."""
+    pol, run = rows["policy"].to_list(), rows["run"].to_list()
+    return [p if pol.count(p) == 1 else f"{p} ({r})" for p, r in zip(pol, run, strict=True)]
+
+
+def scenario_title(key: dict[str, Any]) -> str:
+    """One line naming a scenario: trace · model · gpu · capacity · replicas."""
+    r = key["replicas"]
+    return (f"{Path(str(key['trace'])).name} · {key['model']} · {key['gpu']} · capacity "
+            f"{fmt_bytes(key['capacity_bytes'])} · {r} replica{'s' if r != 1 else ''}")

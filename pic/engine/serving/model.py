@@ -1,0 +1,274 @@
+"""ServingModel: N replicas, a router, one cache policy + a shadow exact-prefix cache per replica, and
+the event handlers that drive them through the Simulator.
+
+Policy lifecycle per request (pic/engine/policies/base.py): ``lookup`` + ``admit`` at prefill start
+(``admit`` False -> the request runs uncached with ``Plan.recompute_all``), ``commit`` at prefill
+completion, ``release`` at finish. The shadow cache gets the same calls at the same instants and only
+records what an exact-prefix cache would have reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pic.engine.events import Event, EventKind
+from pic.engine.loop import Simulator
+from pic.engine.plan import NO_CORRECTION, Action, Plan
+from pic.engine.request import Request, Status
+from pic.engine.serving.replica import Phase, Replica
+from pic.engine.serving.router import Router
+
+FINISH, PREFILL_DONE, ARRIVAL, SCHEDULE = (EventKind.FINISH, EventKind.PREFILL_DONE, EventKind.ARRIVAL,
+                                           EventKind.SCHEDULE)
+ROTATED, RECOMPUTE = Action.REUSE_ROTATED, Action.RECOMPUTE
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Requests in arrival order: columns plus ``view(i) -> RequestView`` (built lazily at arrival)."""
+
+    request_ids: np.ndarray     # int64 [R]
+    session_ids: Sequence[str]  # [R]
+    num_prompt: np.ndarray      # int64 [R]
+    num_output: np.ndarray      # int64 [R]
+    arrival_us: np.ndarray      # int64 [R], non-decreasing
+    view: Callable[[int], Any]
+
+    @property
+    def num_requests(self) -> int:
+        return int(self.request_ids.shape[0])
+
+
+class ServingModel:
+    """Builds the Simulator for one policy and runs the workload through it."""
+
+    def __init__(self, workload: Workload, policies: Sequence[Any], shadows: Sequence[Any] | None,
+                 cost: Any, *, token_budget: int = 8192, router: str = "round-robin",
+                 closed_loop: bool = False, progress: Callable[[int, int], None] | None = None) -> None:
+        self.w = workload
+        self.policies = list(policies)
+        self.shadows = list(shadows) if shadows is not None else [None] * len(self.policies)
+        self.cost = cost
+        self.replicas = [Replica(i, cost, token_budget) for i in range(len(self.policies))]
+        self.router = Router(router, self.replicas, self.policies)
+        self.progress = progress
+        n = workload.num_requests
+        self.requests = [Request(i, int(workload.request_ids[i]), workload.session_ids[i],
+                                 int(workload.num_prompt[i]), int(workload.num_output[i]),
+                                 int(workload.arrival_us[i])) for i in range(n)]
+        self._chain, self._next_turn, self._gap = self._arrival_order(closed_loop)
+        self.resident = [0] * len(self.policies)
+        self.peak_resident = 0
+        self.num_finished = 0
+        self._tick = max(1, n // 200)
+        self._memo: dict[Any, Any] = {}
+        self._plans: dict[int, Plan] = {}
+        self.sim = Simulator({FINISH: self._on_finish, PREFILL_DONE: self._on_prefill_done,
+                              ARRIVAL: self._on_arrival, SCHEDULE: self._on_schedule})
+
+    # ---- Public API -------------------------------------------------------------------------------
+    def run(self) -> list[Request]:
+        """Replay every request to completion; returns the Request entities (index = workload row)."""
+        if self._chain.size:
+            first = int(self._chain[0])
+            self.sim.schedule(Event(ARRIVAL, -1, first), int(self.w.arrival_us[first]))
+        self.sim.run()
+        if self.num_finished != len(self.requests):
+            raise RuntimeError(f"simulation ended with {len(self.requests) - self.num_finished} unfinished")
+        return self.requests
+
+    def prefill_cost(self, plan: Plan, num_reused: int = -1) -> Any:
+        """CostModel.prefill, memoized on the plan's shape (``num_reused >= 0`` marks a plain plan of
+        in-place reuse + recompute on HBM, keyed cheaply by its span layout)."""
+        if num_reused >= 0 and len(plan.spans) <= 2:
+            key: Any = (plan.num_tokens, num_reused, plan.spans[0].action)
+        else:
+            key = (plan.num_tokens, plan.spans, plan.correction)
+        pc = self._memo.get(key)
+        if pc is None:
+            pc = self._memo[key] = self.cost.prefill(plan)
+        return pc
+
+    # ---- Event handlers ---------------------------------------------------------------------------
+    def _on_arrival(self, ev: Event, now: int) -> list[tuple[int, Event]]:
+        i = ev.req
+        r = self.requests[i]
+        r.arrival_us = now
+        r.status = Status.WAITING
+        r.view = self.w.view(i)
+        k = self.router.pick(r.view, now)
+        r.replica = k
+        rep = self.replicas[k]
+        rep.queue.append(i)
+        rep.num_outstanding += 1
+        out = []
+        wake = rep.cut(now)
+        if wake is not None:
+            out.append((wake, Event(SCHEDULE, k, -1, rep.version)))
+        nxt = self._chain_after[i]
+        if nxt >= 0:
+            out.append((max(now, self._arrival[nxt]), Event(ARRIVAL, -1, nxt)))
+        return out
+
+    def _on_schedule(self, ev: Event, now: int) -> list[tuple[int, Event]]:
+        rep = self.replicas[ev.target]
+        if ev.version != rep.version:
+            return []
+        out: list[tuple[int, Event]] = []
+        for j in rep.pop_finished():
+            out.extend(self._finish(j, now))
+        if rep.queue:
+            out.extend(self._start_prefill(rep, rep.queue.popleft(), now))
+        elif rep.num_decode:
+            out.append((rep.run_decode(now), Event(SCHEDULE, rep.index, -1, rep.version)))
+        else:
+            rep.go_idle(now)
+        return out
+
+    def _on_prefill_done(self, ev: Event, now: int) -> list[tuple[int, Event]]:
+        r = self.requests[ev.req]
+        r.first_token_us = now
+        r.status = Status.DECODE
+        k = r.replica
+        if r.admitted:
+            self.policies[k].commit(r.view, now)
+            self._note_resident(k)
+        if r.shadow_admitted:
+            self.shadows[k].commit(r.view, now)
+        return self._finish(ev.req, now) if r.num_output_tokens <= 1 else []
+
+    def _on_finish(self, ev: Event, now: int) -> list[tuple[int, Event]]:
+        return self._finish(ev.req, now)
+
+    # ---- Internal helpers -------------------------------------------------------------------------
+    def _start_prefill(self, rep: Replica, i: int, now: int) -> list[tuple[int, Event]]:
+        r = self.requests[i]
+        k, view, n = rep.index, r.view, r.num_prompt_tokens
+        r.start_us = now
+        r.status = Status.PREFILL
+        pol = self.policies[k]
+        ev0 = pol.stats.evictions
+        plan = pol.lookup(view, now)
+        if pol.admit(view, plan, now):
+            r.admitted = True
+            self._note_resident(k)
+        else:
+            plan, r.uncached = self._recompute_all(n), True
+        r.num_evictions = pol.stats.evictions - ev0
+        reused, rotated, needs_extra = _plan_stats(plan)
+        num_recomputed = n - reused + plan.correction.recompute_tokens
+        r.num_reused, r.num_rotated, r.num_recomputed = reused, rotated, num_recomputed
+        pc = self.prefill_cost(plan, reused if not needs_extra else -1)
+        r.prefill_flops, r.prefill_hbm_bytes = pc.flops, pc.hbm_bytes
+        r.cache_read_bytes, r.prefill_joules = pc.cache_read_bytes, pc.joules
+        nocache = pc.joules if reused == 0 and not needs_extra else self._nocache_joules(n)
+        r.nocache_prefill_joules = nocache
+        sh = self.shadows[k]
+        if sh is pol:   # NOTE: shadow identical to the policy (same class + config): same answers, skip
+            r.num_prefix_reused, r.prefix_prefill_joules = reused, pc.joules
+        elif sh is not None:
+            splan = sh.lookup(view, now)
+            if sh.admit(view, splan, now):
+                r.shadow_admitted = True
+            else:
+                splan = self._recompute_all(n)
+            sreused, _, sextra = _plan_stats(splan)
+            r.num_prefix_reused = sreused
+            r.prefix_prefill_joules = self.prefill_cost(splan, sreused if not sextra else -1).joules
+        else:
+            r.prefix_prefill_joules = nocache
+        num_new = max(1, min(n, num_recomputed))
+        extra = 0.0
+        if needs_extra:
+            # rotation / correction / tier-transfer time beyond a plain chunked prefill of num_new tokens
+            extra = max(0.0, pc.time_s - self.cost.step_time(((num_new, n - num_new),), 0, 0))
+        end, finishes = rep.run_prefill(now, n, num_new, extra, i, r.num_output_tokens)
+        out = [(t, Event(FINISH, k, j)) for t, j in finishes]
+        out.append((end, Event(PREFILL_DONE, k, i)))
+        out.append((end, Event(SCHEDULE, k, -1, rep.version)))
+        return out
+
+    def _finish(self, i: int, now: int) -> list[tuple[int, Event]]:
+        r = self.requests[i]
+        k = r.replica
+        if r.admitted:
+            self.policies[k].release(r.view, now)
+        if r.shadow_admitted:
+            self.shadows[k].release(r.view, now)
+        r.finish_us = now
+        r.status = Status.FINISHED
+        r.view = None
+        self.replicas[k].num_outstanding -= 1
+        self.num_finished += 1
+        if self.progress is not None and (self.num_finished % self._tick == 0
+                                          or self.num_finished == len(self.requests)):
+            self.progress(self.num_finished, len(self.requests))
+        j = self._next_turn[i]
+        if j < 0:
+            return []
+        return [(max(now, r.arrival_us + self._gap[i]), Event(ARRIVAL, -1, j))]
+
+    def _nocache_joules(self, n: int) -> float:
+        return self.prefill_cost(self._recompute_all(n), 0).joules
+
+    def _recompute_all(self, n: int) -> Plan:
+        plan = self._plans.get(n)
+        if plan is None:
+            plan = self._plans[n] = Plan.recompute_all(n)
+        return plan
+
+    def _note_resident(self, k: int) -> None:
+        total = self.policies[k].usage().total
+        self.resident[k] = total
+        s = sum(self.resident)
+        if s > self.peak_resident:
+            self.peak_resident = s
+
+    def _arrival_order(self, closed_loop: bool) -> tuple[np.ndarray, list[int], list[int]]:
+        """Open loop: every request chained in arrival order. Closed loop: only each session's first
+        request is chained; later turns are released by the previous turn's finish."""
+        n = self.w.num_requests
+        next_turn = np.full(n, -1, np.int64)
+        gap = np.zeros(n, np.int64)
+        if closed_loop:
+            last: dict[str, int] = {}
+            heads = []
+            for i, s in enumerate(self.w.session_ids):
+                p = last.get(s)
+                if p is None:
+                    heads.append(i)
+                else:
+                    next_turn[p] = i
+                    gap[p] = int(self.w.arrival_us[i]) - int(self.w.arrival_us[p])
+                last[s] = i
+            chain = np.asarray(heads, np.int64)
+        else:
+            chain = np.arange(n, dtype=np.int64)
+        after = np.full(n, -1, np.int64)
+        if chain.size > 1:
+            after[chain[:-1]] = chain[1:]
+        self._chain_after = after.tolist()
+        self._arrival = self.w.arrival_us.astype(np.int64).tolist()
+        return chain, next_turn.tolist(), gap.tolist()
+
+
+def _plan_stats(plan: Plan) -> tuple[int, int, bool]:
+    """(reused tokens, rotated tokens, needs extra time: rotation / correction / non-HBM tier)."""
+    reused = rotated = 0
+    extra = plan.correction != NO_CORRECTION
+    for s in plan.spans:
+        if s.action != RECOMPUTE:
+            reused += s.end - s.start
+            if s.action == ROTATED:
+                rotated += s.end - s.start
+                extra = True
+        if s.tier:
+            extra = True
+    return reused, rotated, extra
+
+
+__all__ = ["ServingModel", "Workload", "Phase"]

@@ -1,0 +1,133 @@
+"""One serving replica's batch state, advanced phase by phase in closed form.
+
+A replica is always in one phase: IDLE, PREFILL (one request's chunked prefill with the decode batch
+riding along; never interrupted), DECODE (decode-only until the earliest decode finish; an arrival cuts
+it at the next step boundary) or WAKE (a SCHEDULE is already pending). The state below describes the
+batch as of the end of the current phase (``busy_until``).
+
+Decode bookkeeping is O(1) per step count: ``steps`` counts scheduler steps; a decoding request that
+joined at step ``s_j`` with prompt ``N_j`` has context ``N_j + 1 + (s - s_j)`` at step ``s``, so the
+batch context is ``ctx_base + num_decode * s`` with ``ctx_base = sum(N_j + 1 - s_j)``. Decoders sit in
+a heap keyed by the step count at which they finish.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from enum import IntEnum
+from typing import Any
+
+from pic.engine.serving.scheduler import decode_steps_covering, decode_time, to_us
+
+
+class Phase(IntEnum):
+    IDLE = 0
+    PREFILL = 1
+    DECODE = 2
+    WAKE = 3
+
+
+class Replica:
+    """Batch state of one replica (its caches live beside it in the ServingModel)."""
+
+    def __init__(self, index: int, cost: Any, token_budget: int) -> None:
+        self.index = index
+        self.cost = cost
+        self.token_budget = token_budget
+        self.queue: deque[int] = deque()
+        self.decoding: list[tuple[int, int, int, int]] = []   # (finish_step, seq, req_idx, ctx_term)
+        self.num_decode = 0
+        self.ctx_base = 0
+        self.steps = 0
+        self.phase = Phase.IDLE
+        self.version = 0
+        self.busy_until = 0
+        self.busy_us = 0
+        self.num_outstanding = 0
+        self._seq = itertools.count()
+        self._decode_phase: tuple[int, int, float, float, int, int] | None = None
+
+    # ---- Public API -------------------------------------------------------------------------------
+    def pop_finished(self) -> list[int]:
+        """Request indices whose last decode step is done (as of ``steps``)."""
+        out = []
+        dec = self.decoding
+        while dec and dec[0][0] <= self.steps:
+            _, _, idx, term = heapq.heappop(dec)
+            self.num_decode -= 1
+            self.ctx_base -= term
+            out.append(idx)
+        return out
+
+    def run_prefill(self, now: int, num_tokens: int, num_new: int, extra_s: float,
+                    req_idx: int, num_output: int) -> tuple[int, list[tuple[int, int]]]:
+        """Start a chunked prefill of ``num_new`` tokens (the last ``num_new`` of ``num_tokens``) at
+        ``now``. Returns (end_us, [(finish_us, req_idx)] of decoders finishing during it). The request
+        joins the decode batch at the end when it has more than one output token."""
+        budget, cost, dec = self.token_budget, self.cost, self.decoding
+        s, nd, base = self.steps, self.num_decode, self.ctx_base
+        num_cached = num_tokens - num_new
+        t, done, finishes = extra_s, 0, []
+        while done < num_new:
+            chunk = min(num_new - done, max(1, budget - nd))
+            t += cost.step_time(((chunk, num_cached + done),), nd, base + nd * s if nd else 0)
+            done += chunk
+            s += 1
+            while dec and dec[0][0] <= s:
+                _, _, idx, term = heapq.heappop(dec)
+                nd -= 1
+                base -= term
+                finishes.append((now + to_us(t), idx))
+        self.steps, self.num_decode, self.ctx_base = s, nd, base
+        if num_output > 1:
+            self._join(req_idx, num_tokens, num_output)
+        end = now + to_us(t)
+        self._set_phase(Phase.PREFILL, now, end)
+        return end, finishes
+
+    def run_decode(self, now: int) -> int:
+        """Start a decode-only phase that lasts until the earliest decode finish; returns its end µs."""
+        n = self.decoding[0][0] - self.steps
+        fixed, per = self.cost.decode_step_coeffs(self.num_decode)
+        ctx = self.ctx_base + self.num_decode * self.steps
+        end = now + to_us(decode_time(fixed, per, self.num_decode, ctx, n))
+        self._decode_phase = (now, self.steps, fixed, per, ctx, n)
+        self.steps += n
+        self._set_phase(Phase.DECODE, now, end)
+        return end
+
+    def cut(self, now: int) -> int | None:
+        """An arrival at ``now``: if a decode-only phase is running, end it at the next step boundary
+        (returns that µs, a new SCHEDULE is owed); if idle, wake now. None = nothing to do."""
+        if self.phase == Phase.IDLE:
+            self._set_phase(Phase.WAKE, now, now)
+            return now
+        if self.phase != Phase.DECODE or now >= self.busy_until:
+            return None
+        start, s0, fixed, per, ctx, n = self._decode_phase
+        m = decode_steps_covering(fixed, per, self.num_decode, ctx, (now - start) / 1e6, n)
+        end = start + to_us(decode_time(fixed, per, self.num_decode, ctx, m))
+        if end >= self.busy_until:
+            return None
+        self.busy_us -= self.busy_until - end
+        self.steps = s0 + m
+        self._set_phase(Phase.WAKE, end, end)
+        return end
+
+    def go_idle(self, now: int) -> None:
+        self._set_phase(Phase.IDLE, now, now)
+
+    # ---- Internal helpers -------------------------------------------------------------------------
+    def _join(self, req_idx: int, num_tokens: int, num_output: int) -> None:
+        term = num_tokens + 1 - self.steps
+        heapq.heappush(self.decoding, (self.steps + num_output - 1, next(self._seq), req_idx, term))
+        self.num_decode += 1
+        self.ctx_base += term
+
+    def _set_phase(self, phase: Phase, start: int, end: int) -> None:
+        self.phase = phase
+        self.version += 1
+        self.busy_us += end - start
+        self.busy_until = end

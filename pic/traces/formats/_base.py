@@ -1,0 +1,275 @@
+"""Shared reader plumbing: streamed lines with line numbers, typed field access, request rows.
+
+Every reader in ``traces.formats`` streams its file through :func:`iter_json_lines` (or a CSV batch
+reader), turns each row into segments added to a shared :class:`~traces.schema.SegmentTable`, and
+appends one request to a shared :class:`Rows`. :meth:`Rows.build` then sorts by arrival, numbers the
+requests 0..R-1 and returns a validated :class:`~traces.schema.Trace`.
+
+Bad rows raise :class:`~traces.schema.TraceError` (``file:line: field: problem``) unless the
+:class:`Rows` was made with ``skip_bad=True``, in which case they are counted by reason and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pic.traces.schema import SegmentTable, Trace, TraceError, requests_frame
+
+#: a single input line longer than this is rejected (it would otherwise sit in memory whole)
+MAX_LINE_BYTES = 16 * 1024 * 1024
+
+Progress = Callable[[int], None]  # called with the number of NEW bytes consumed
+
+
+class SkipRow(Exception):
+    """Raised inside a reader to abandon the current row after it was counted as skipped."""
+
+
+class Rows:
+    """Column lists of request rows from one or more input files, plus skip accounting."""
+
+    def __init__(self, *, skip_bad: bool = False) -> None:
+        self.skip_bad = skip_bad
+        self.skipped: Counter[str] = Counter()
+        self.segments = SegmentTable()
+        self.session_id: list[str] = []
+        self.agent_id: list[str] = []
+        self.arrival_us: list[int] = []
+        self.output_tokens: list[int] = []
+        self.segment_ids: list[list[int]] = []
+        self.num_tokens = 0  # prompt tokens over all kept rows
+        self._texts: TextSegments | None = None
+
+    def text_segments(self, tokenizer) -> TextSegments:
+        """The text -> segment cache shared by every file of this ingest (made on first use)."""
+        if self._texts is None or self._texts.tokenizer is not tokenizer:
+            self._texts = TextSegments(self, tokenizer)
+        return self._texts
+
+    def __len__(self) -> int:
+        return len(self.arrival_us)
+
+    def bad(self, path: str | Path, line: int | None, field: str, message: str) -> SkipRow:
+        """Raise the TraceError for a bad row, or count it and return :class:`SkipRow` to raise."""
+        err = TraceError(str(path), line, field, message)
+        if not self.skip_bad:
+            raise err
+        self.skipped[f"{field}: {message}"] += 1
+        return SkipRow(str(err))
+
+    def add(self, *, session_id: str, agent_id: str, arrival_us: int, output_tokens: int,
+            segment_ids: list[int], num_tokens: int) -> None:
+        """Append one request row (segments already stored in :attr:`segments`)."""
+        self.session_id.append(session_id)
+        self.agent_id.append(agent_id)
+        self.arrival_us.append(int(arrival_us))
+        self.output_tokens.append(int(output_tokens))
+        self.segment_ids.append(segment_ids)
+        self.num_tokens += int(num_tokens)
+
+    def build(self, source: str, meta: dict[str, str] | None = None) -> Trace:
+        """Sort by arrival (stable), shift arrivals to start at 0, number requests 0..R-1, validate."""
+        arrival = np.asarray(self.arrival_us, dtype=np.int64)
+        origin = int(arrival.min()) if arrival.size else 0
+        order = np.argsort(arrival, kind="stable").tolist()
+        df = requests_frame({
+            "request_id": list(range(len(order))),
+            "session_id": [self.session_id[i] for i in order],
+            "agent_id": [self.agent_id[i] for i in order],
+            "arrival_us": (arrival[order] - origin).tolist() if order else [],
+            "output_tokens": [self.output_tokens[i] for i in order],
+            "segment_ids": [self.segment_ids[i] for i in order],
+        })
+        return Trace(self.segments.build(), df, source=source,
+                     meta={"arrival_origin_us": str(origin), **(meta or {})})
+
+
+@dataclass(frozen=True, slots=True)
+class LineProblem:
+    """Stands in for a line that could not be read (over-long or not UTF-8)."""
+
+    field: str
+    message: str
+
+
+def iter_lines(path: Path, progress: Progress | None = None,
+               max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str | LineProblem]]:
+    """Yield ``(line_number, text)`` for every non-blank line, decoded as UTF-8, streamed.
+
+    A line that is not UTF-8, or longer than ``max_line_bytes``, is yielded as a :class:`LineProblem`
+    (the long line is never held whole: it is read in bounded pieces and discarded), so the reader can
+    raise it or count it under skip-bad.
+    """
+    with open(path, "rb") as f:
+        lineno = 0
+        while True:
+            raw = f.readline(max_line_bytes + 1)
+            if not raw:
+                return
+            lineno += 1
+            if progress is not None:
+                progress(len(raw))
+            if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                size = len(raw)
+                while raw and not raw.endswith(b"\n"):  # drain the rest of the long line
+                    raw = f.readline(1 << 20)
+                    size += len(raw)
+                    if progress is not None:
+                        progress(len(raw))
+                yield lineno, LineProblem("line", f"{size} bytes, over the {max_line_bytes}-byte limit")
+                continue
+            if not raw.strip():
+                continue
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                yield lineno, LineProblem("encoding", f"not valid UTF-8 (byte {e.start})")
+
+
+def iter_json_lines(path: Path, rows: Rows, progress: Progress | None = None,
+                    max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line_number, object)`` for each JSONL line; bad lines raise or are skipped via ``rows``."""
+    for lineno, text in iter_lines(path, progress, max_line_bytes):
+        try:
+            if isinstance(text, LineProblem):
+                raise rows.bad(path, lineno, text.field, text.message)
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise rows.bad(path, lineno, "json", f"invalid JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(obj, dict):
+                raise rows.bad(path, lineno, "json", f"expected an object, got {type(obj).__name__}")
+        except SkipRow:
+            continue
+        yield lineno, obj
+
+
+def get_int(obj: dict, key: str, rows: Rows, path: Path, line: int, *, default: int | None = None,
+            minimum: int = 0) -> int:
+    """``obj[key]`` as an int >= ``minimum`` (integral floats accepted); bad/missing -> rows.bad."""
+    if key not in obj or obj[key] is None:
+        if default is not None:
+            return default
+        raise rows.bad(path, line, key, "missing field")
+    v = obj[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise rows.bad(path, line, key, f"expected a number, got {type(v).__name__}")
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise rows.bad(path, line, key, f"not a finite number ({v})")
+        if v != int(v):
+            raise rows.bad(path, line, key, f"expected an integer, got {v}")
+        v = int(v)
+    if v < minimum:
+        raise rows.bad(path, line, key, f"must be >= {minimum}, got {v}")
+    return v
+
+
+def get_time_us(obj: dict, keys: tuple[tuple[str, float], ...], rows: Rows, path: Path, line: int) -> int | None:
+    """First present timestamp among ``(key, scale_to_us)`` pairs, as int µs >= 0; None if absent."""
+    for key, scale in keys:
+        if key in obj and obj[key] is not None:
+            v = obj[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise rows.bad(path, line, key, f"expected a number, got {type(v).__name__}")
+            if not math.isfinite(v):
+                raise rows.bad(path, line, key, f"not a finite number ({v})")
+            if v < 0:
+                raise rows.bad(path, line, key, f"negative timestamp {v}")
+            return int(v) * int(scale) if isinstance(v, int) and scale >= 1 else int(round(v * scale))
+    return None
+
+
+def get_str(obj: dict, key: str, rows: Rows, path: Path, line: int, *, default: str | None = None) -> str:
+    """``obj[key]`` as a string (ints accepted for ids); bad/missing -> rows.bad."""
+    if key not in obj or obj[key] is None:
+        if default is not None:
+            return default
+        raise rows.bad(path, line, key, "missing field")
+    v = obj[key]
+    if isinstance(v, bool) or not isinstance(v, (str, int)):
+        raise rows.bad(path, line, key, f"expected a string, got {type(v).__name__}")
+    return str(v)
+
+
+#: opaque tokens (Mooncake blocks, Azure prompts) are drawn from [0, OPAQUE_VOCAB); a power of two
+OPAQUE_VOCAB = 1 << 17
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer, in place on a uint64 array."""
+    z ^= z >> np.uint64(30)
+    z *= _M1
+    z ^= z >> np.uint64(27)
+    z *= _M2
+    z ^= z >> np.uint64(31)
+    return z
+
+
+def opaque_tokens(keys: np.ndarray, lengths: np.ndarray, salt: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic pseudo-random tokens for opaque segments, vectorized over all of them.
+
+    Token ``j`` of the segment with key ``k`` is ``mix(mix(k ^ salt) + j * golden) mod OPAQUE_VOCAB``
+    (``mix`` = the splitmix64 finalizer, all 64 bits of the key used), so equal keys give equal tokens
+    and a shorter segment of the same key is a prefix of a longer one.
+    Returns ``(tokens int32 [sum(lengths)], offsets int64 [n+1])``.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    with np.errstate(over="ignore"):
+        base = _mix(np.asarray(keys, dtype=np.uint64) ^ np.uint64(salt & 0xFFFFFFFFFFFFFFFF))
+        if lengths.size and (lengths == lengths[0]).all():  # equal lengths: broadcast, no gathers
+            step = np.arange(int(lengths[0]), dtype=np.uint64) * _GOLDEN
+            z = (base[:, None] + step[None, :]).ravel()
+        else:
+            seg = np.repeat(np.arange(lengths.size), lengths)
+            z = np.arange(int(offsets[-1]), dtype=np.uint64)
+            z -= offsets[seg].astype(np.uint64)
+            z *= _GOLDEN
+            z += base[seg]
+        _mix(z)
+    z &= np.uint64(OPAQUE_VOCAB - 1)
+    return z.astype(np.int32), offsets
+
+
+class TextSegments:
+    """Tokenize text segments once: ``text -> (segment id, num tokens)`` cache over a whole ingest.
+
+    Agent prompts repeat the same system text, tool schemas and earlier turns call after call, so only
+    new text reaches the tokenizer. The cache is dropped when it holds more than ``max_chars`` of text.
+    """
+
+    def __init__(self, rows: Rows, tokenizer, max_chars: int = 256 << 20) -> None:
+        self.rows, self.tokenizer, self.max_chars = rows, tokenizer, max_chars
+        self._cache: dict[tuple[str, str], tuple[int, int]] = {}
+        self._chars = 0
+
+    def add(self, text: str, kind: str) -> tuple[int, int] | None:
+        """Store ``text`` as a segment of ``kind``; ``(segment id, num tokens)``, or None if no tokens."""
+        key = (kind, text)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        toks = self.tokenizer.encode(text)
+        out = (self.rows.segments.add(toks, kind), int(toks.size)) if toks.size else None
+        if out is not None:
+            if self._chars + len(text) > self.max_chars:
+                self._cache.clear()
+                self._chars = 0
+            self._cache[key] = out
+            self._chars += len(text)
+        return out
+
+    def count(self, text: str) -> int:
+        """Number of tokens in ``text`` (not stored)."""
+        return int(self.tokenizer.encode(text).size) if text else 0

@@ -1,3 +1,0 @@
-from pic_cli.app import main
-
-main()
