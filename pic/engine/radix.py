@@ -174,6 +174,23 @@ class RadixTree:
             freed += self._remove_leaf(node)
         return freed
 
+    def peek_key(self) -> tuple[int, ...] | None:
+        """Key of the leaf :meth:`evict` would remove next (None when nothing is evictable); drops
+        stale heap entries on the way. Lets a policy merge this tree's eviction order with another
+        store's."""
+        heap = self._heap
+        while heap:
+            k, _, node = heap[0]
+            if not node.is_alive or node.lock_ref > 0 or node.children:
+                heapq.heappop(heap)
+                continue
+            cur = self.key(node)
+            if cur != k:
+                heapq.heapreplace(heap, (cur, next(self._seq), node))
+                continue
+            return k
+        return None
+
     def tokens_of(self, node: RadixNode) -> np.ndarray:
         """The full root-path token sequence ending at ``node`` (tests, debugging)."""
         parts = []

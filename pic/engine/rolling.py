@@ -62,3 +62,11 @@ def window_hashes(tokens: np.ndarray, width: int, h: np.ndarray | None = None) -
         h = prefix_hashes(tokens)
     pw, _ = _powers(width)
     return h[width:] - h[:n - width + 1] * pw[width]
+
+
+def span_hashes(h: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """uint64: the hash of ``tokens[s:s+m]`` for each ``(s, m)`` from ``h`` = :func:`prefix_hashes` of
+    ``tokens`` (same values as :func:`window_hashes` at width ``m``)."""
+    starts, lengths = np.asarray(starts, np.int64), np.asarray(lengths, np.int64)
+    pw, _ = _powers(int(lengths.max()) if lengths.size else 0)
+    return h[starts + lengths] - h[starts] * pw[lengths]

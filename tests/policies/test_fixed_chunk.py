@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from pic.engine import policies
 from pic.engine.plan import Action
@@ -11,6 +12,11 @@ from tests.policies.conftest import BYTES_PER_TOKEN, make_ctx, serve, view
 
 def _policy(verify: bool = False, **opts):
     return policies.build("fixed-chunk", make_ctx(float("inf"), verify=verify), {"chunk_size": "32", **opts})
+
+
+def _grid_only(verify: bool = False, **opts):
+    """LMCache's chunk store alone (no prefix stage): the tests of the grid and the rolling lookup."""
+    return _policy(verify, prefix_stage="false", **opts)
 
 
 def test_shifted_chunk_found_with_delta() -> None:
@@ -25,7 +31,7 @@ def test_shifted_chunk_found_with_delta() -> None:
 
 def test_in_place_chunks_are_plain_reuse() -> None:
     """Chunks at the position they were produced are REUSE (the exact in-place prefix)."""
-    p = _policy()
+    p = _grid_only()
     serve(p, view(0, np.arange(70)), 1)
     plan = p.lookup(view(1, np.r_[np.arange(70), [5] * 30]), 2)
     assert plan.leading_reuse == 64 and plan.num_rotated == 0
@@ -33,7 +39,7 @@ def test_in_place_chunks_are_plain_reuse() -> None:
 
 def test_partial_chunk_not_stored() -> None:
     """Only full grid chunks are stored: 70 tokens with 32-token chunks keep 64."""
-    p = _policy()
+    p = _grid_only()
     serve(p, view(0, np.arange(70)), 1)
     assert p.usage().total == 64 * BYTES_PER_TOKEN
 
@@ -51,7 +57,7 @@ def test_matches_do_not_overlap() -> None:
 
 def test_lru_evicts_oldest_chunk() -> None:
     """Evicting one chunk removes the least recently used one."""
-    p = _policy()
+    p = _grid_only()
     old, new = np.arange(0, 32), np.arange(500, 532)
     serve(p, view(0, old), 1)
     serve(p, view(1, new), 2)
@@ -62,24 +68,34 @@ def test_lru_evicts_oldest_chunk() -> None:
 
 def test_verify_rejects_collision() -> None:
     """Under --verify a hit whose stored tokens differ is a counted collision, not a reuse."""
-    p = _policy(verify=True)
+    p = _grid_only(verify=True)
     serve(p, view(0, np.arange(32)), 1)
     next(iter(p._store.values())).tokens[3] = -1
     assert p.lookup(view(1, np.arange(32)), 2).num_reused == 0
     assert p.stats.collisions == 1
 
 
-def test_equals_brute_force_scan() -> None:
-    """Unbounded, the vectorized lookup equals a per-offset Python scan over stored chunk contents."""
+@pytest.mark.parametrize("prefix_stage", [False, True])
+def test_equals_brute_force_scan(prefix_stage: bool) -> None:
+    """Unbounded, the vectorized lookup equals a brute-force model: the longest prefix of any earlier
+    prompt (prefix stage), then a per-offset Python scan over stored chunk contents from its end."""
     from pic.engine.plan import Plan, Span
     from tests.policies.conftest import request_stream
 
     c = 32
-    p = _policy()
+    p = _policy(prefix_stage=str(prefix_stage))
     stored: dict[bytes, int] = {}                     # chunk content -> first producer position
+    prompts: list[np.ndarray] = []
     num_rotated = 0
     for t, req in enumerate(request_stream(seed=4, num_requests=50)):
         toks, spans, i = req.tokens, [], 0
+        if prefix_stage:
+            for q in prompts:
+                m = min(len(q), len(toks))
+                neq = np.flatnonzero(q[:m] != toks[:m])
+                i = max(i, int(neq[0]) if neq.size else m)
+            if i:
+                spans.append(Span(0, i, Action.REUSE, 0))
         while i + c <= req.num_tokens:
             src = stored.get(toks[i:i + c].tobytes())
             if src is None:
@@ -91,6 +107,7 @@ def test_equals_brute_force_scan() -> None:
         assert p.lookup(req, t) == expected
         num_rotated += expected.num_rotated
         serve(p, req, t)
+        prompts.append(toks)
         for j in range(0, req.num_tokens // c * c, c):
             stored.setdefault(toks[j:j + c].tobytes(), j)
     assert num_rotated > 0
@@ -113,3 +130,79 @@ def test_filters_count_exactly_the_stored_keys() -> None:
     low = np.bincount((keys & np.uint64(_FILTER_MASK)).astype(np.int64), minlength=1 << _FILTER_BITS)
     assert p.stats.evictions > 20 and keys.shape[0] > 0
     assert np.array_equal(p._filter, top) and np.array_equal(p._filter2, low)
+
+
+# ---- exact-prefix stage (LMCache behind the engine's prefix cache) and save_unfull_chunk (#10) ----
+
+def test_prefix_stage_reuses_whole_continued_prompt() -> None:
+    """A prompt continuing an earlier 70-token prompt reuses all 70 tokens in place (the engine's prefix
+    cache serves them), not only the 64 of two whole 32-token chunks."""
+    p = _policy()
+    first = np.arange(1000, 1070)
+    serve(p, view(0, first), 1)
+    plan = p.lookup(view(1, np.r_[first, np.arange(5000, 5030)]), 2)
+    assert plan.leading_reuse == 70 and plan.num_rotated == 0
+
+
+def test_never_below_prefix_on_a_stream() -> None:
+    """Unbounded, fixed-chunk reuses at least what `prefix` reuses on every request of a mixed stream."""
+    from tests.policies.conftest import request_stream
+
+    fc, pre = _policy(), policies.build("prefix", make_ctx(float("inf")))
+    for t, req in enumerate(request_stream(seed=9, num_requests=60)):
+        a, b = fc.lookup(req, t), pre.lookup(req, t)
+        assert a.num_reused >= b.num_reused, f"request {t}: fixed-chunk {a.num_reused} < prefix {b.num_reused}"
+        for pol, plan in ((fc, a), (pre, b)):
+            assert pol.admit(req, plan, t)
+            pol.commit(req, t)
+            pol.release(req, t)
+
+
+def test_rolling_lookup_starts_at_prefix_end() -> None:
+    """After the prefix stage, a shifted chunk is still found by the rolling lookup."""
+    p = _policy()
+    head, doc = np.arange(2000, 2040), np.arange(100, 164)
+    serve(p, view(0, np.r_[head, doc]), 1)                  # chunks: head[0:32], head[32:40]+doc[0:24], ...
+    serve(p, view(1, np.r_[np.arange(7), doc]), 2)          # stores doc's grid chunks at offset 7
+    plan = p.lookup(view(2, np.r_[head, np.arange(9), doc]), 3)
+    assert plan.leading_reuse == 40                          # prefix stage: all of head
+    rot = [s for s in plan.spans if s.action == Action.REUSE_ROTATED]
+    assert rot and all(s.start >= 40 for s in rot)
+
+
+def test_prefix_stage_off_is_grid_only() -> None:
+    """``prefix_stage=false`` is LMCache alone: a continued prompt reuses whole grid chunks only."""
+    p = _policy(prefix_stage="false")
+    first = np.arange(1000, 1070)
+    serve(p, view(0, first), 1)
+    assert p.lookup(view(1, np.r_[first, np.arange(5000, 5030)]), 2).leading_reuse == 64
+
+
+def test_prefix_and_chunks_share_one_capacity() -> None:
+    """The prefix tree and the chunk store are charged against one capacity: 70 prompt tokens in the
+    tree + 64 in two chunks; a cache of 100 tokens evicts to fit the next prompt and stays within it."""
+    p = _policy()
+    serve(p, view(0, np.arange(1000, 1070)), 1)
+    assert p.usage().total == (70 + 64) * BYTES_PER_TOKEN
+    q = policies.build("fixed-chunk", make_ctx(100), {"chunk_size": "32"})
+    for i in range(4):
+        req = view(i, np.arange(3000 + 100 * i, 3050 + 100 * i))
+        plan = q.lookup(req, i)
+        assert q.admit(req, plan, i)
+        q.usage().check()
+        q.commit(req, i)
+        q.release(req, i)
+        q.usage().check()
+    assert q.stats.evictions > 0
+
+
+def test_save_unfull_chunk_stores_and_finds_the_tail() -> None:
+    """With ``save_unfull_chunk`` the partial tail chunk is stored, and found again where a later prompt's
+    uncovered stretch ends with it (here after a new header); off (LMCache's default) it is not."""
+    doc = np.arange(100, 170)                                # 70 tokens: 2 chunks + a 6-token tail
+    for unfull, want in ((True, 70), (False, 64)):
+        p = _policy(save_unfull_chunk=str(unfull), prefix_stage="false")
+        serve(p, view(0, doc), 1)
+        assert p.usage().total == want * BYTES_PER_TOKEN
+        plan = p.lookup(view(1, np.r_[np.arange(9000, 9011), doc]), 2)
+        assert plan.num_reused == want and plan.num_rotated == want

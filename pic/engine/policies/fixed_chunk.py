@@ -1,19 +1,30 @@
-"""``fixed-chunk`` — LMCache CacheBlend-style position-independent baseline over a fixed chunk grid.
+"""``fixed-chunk`` — LMCache (CacheBlend-style) as deployed: behind the serving engine's own prefix cache.
 
-Keeps: the KV of every full ``chunk_size``-token chunk on the fixed grid (``[0, C), [C, 2C), ...``)
-of the request that produced it, one entry per distinct chunk content (the first producer's position
-is remembered as ``source_pos``). A partial tail chunk is never stored.
+Keeps two stores in ONE capacity pool, as a vLLM/SGLang + LMCache deployment does:
 
-Lookup: the new prompt is hashed at EVERY offset with a vectorized rolling hash
-(:func:`engine.rolling.window_hashes`); windows whose hash is a stored key are candidates (two
+* the engine's exact-prefix cache: a token radix tree (:mod:`engine.radix`, the same structure and page
+  size as the ``prefix`` policy) holding the KV of every committed prompt;
+* LMCache's chunk store: the KV of every full ``chunk_size``-token chunk on the fixed grid
+  (``[0, C), [C, 2C), ...``) of the request that produced it, one entry per distinct chunk content (the
+  first producer's position is remembered as ``source_pos``). The partial tail chunk is stored only with
+  ``save_unfull_chunk`` (LMCache's option of that name, default off).
+
+The same content is therefore stored twice (once per store), which is what such a deployment holds.
+
+Lookup: the exact prefix first (the radix tree, token-granular, in place: ``REUSE``), then the rest of the
+prompt from the end of that prefix is hashed at EVERY offset with a vectorized rolling hash
+(:func:`engine.rolling.window_hashes`); windows whose hash is a stored chunk key are candidates (two
 vectorized counting-filter gathers, then a dict check of the few survivors; no Python loop per token).
-Candidates are taken greedily left to right without overlap: ``REUSE`` when the window sits where its chunk was produced (so an
-exact in-place prefix is reused in place), else ``REUSE_ROTATED`` from ``source_pos`` (RoPE keys
-rotated by delta = start - source_pos). Under ``--verify`` the tokens of every hit are compared and
-mismatches counted as ``collisions`` (and not reused).
+Candidates are taken greedily left to right without overlap: ``REUSE`` when the window sits where its chunk
+was produced, else ``REUSE_ROTATED`` from ``source_pos`` (RoPE keys rotated by delta = start -
+source_pos). With ``save_unfull_chunk`` a stored tail chunk is also found where an uncovered stretch of the
+prompt ends with it. Under ``--verify`` the tokens of every chunk hit are compared and mismatches counted
+as ``collisions`` (and not reused); prefix hits compare tokens by construction.
 
-Eviction: unlocked chunks, smallest ``engine.eviction`` key first (lru | lfu | fifo) from a lazy heap.
-Models LMCache + CacheBlend (Yao et al., EuroSys'25) with position-independent chunk keys.
+Eviction: one order over both stores — unlocked radix leaves and unlocked chunks, smallest
+``engine.eviction`` key first (lru | lfu | fifo), each store from its own lazy heap. ``prefix_stage=false``
+drops the radix tree (LMCache alone, the grid only). Models LMCache + CacheBlend (Yao et al., EuroSys'25)
+with position-independent chunk keys; option names map to LMCache's in docs/policies.md.
 """
 
 from __future__ import annotations
@@ -28,7 +39,8 @@ from pic.engine import eviction
 from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
-from pic.engine.rolling import window_hashes
+from pic.engine.radix import RadixNode, RadixTree
+from pic.engine.rolling import prefix_hashes, span_hashes, window_hashes
 
 _FILTER_BITS = 22
 _FILTER_SHIFT = 64 - _FILTER_BITS
@@ -39,20 +51,27 @@ _FILTER_MASK = (1 << _FILTER_BITS) - 1
 class FixedChunkConfig:
     chunk_size: int = field(default=256, metadata={"help": "tokens per chunk of the storage grid; "
                                                            "windows of this size are matched at any offset"})
-    eviction: str = field(default="lru", metadata={"help": "eviction order over unlocked chunks: "
-                                                           "lru | lfu | fifo"})
+    eviction: str = field(default="lru", metadata={"help": "eviction order over unlocked chunks and prefix-"
+                                                           "tree leaves: lru | lfu | fifo"})
+    prefix_stage: bool = field(default=True, metadata={
+        "help": "serve the exact prefix first from the engine's radix prefix cache (as deployed; false: "
+                "LMCache's grid alone)"})
+    prefix_page_size: int = field(default=1, metadata={"help": "tokens per page of the prefix stage's radix tree"})
+    save_unfull_chunk: bool = field(default=False, metadata={
+        "help": "also store each prompt's partial tail chunk (LMCache's save_unfull_chunk; default off)"})
 
     def __post_init__(self) -> None:
-        if self.chunk_size < 1:
-            raise ValueError(f"fixed-chunk.chunk_size must be >= 1, got {self.chunk_size}")
+        if self.chunk_size < 1 or self.prefix_page_size < 1:
+            raise ValueError(f"fixed-chunk.chunk_size and prefix_page_size must be >= 1, got {self.chunk_size}, "
+                             f"{self.prefix_page_size}")
         eviction.key(self.eviction)
 
 
 class _Chunk:
-    __slots__ = ("key", "pos", "tokens", "ref", "last_access_us", "hits", "created_us", "is_alive")
+    __slots__ = ("key", "pos", "tokens", "size", "ref", "last_access_us", "hits", "created_us", "is_alive")
 
-    def __init__(self, key: int, pos: int, tokens: np.ndarray, now_us: int) -> None:
-        self.key, self.pos, self.tokens = key, pos, tokens
+    def __init__(self, key: int, pos: int, size: int, tokens: np.ndarray | None, now_us: int) -> None:
+        self.key, self.pos, self.size, self.tokens = key, pos, size, tokens
         self.ref = 0
         self.last_access_us = self.created_us = now_us
         self.hits = 0
@@ -66,47 +85,167 @@ class FixedChunkCache(CachePolicy):
 
     def __init__(self, ctx: PolicyContext, config: FixedChunkConfig | None = None) -> None:
         super().__init__(ctx, config)
-        self._c = self.config.chunk_size
-        self._key = eviction.key(self.config.eviction)
+        c = self.config
+        self._c = c.chunk_size
+        self._key = eviction.key(c.eviction)
         self._store: dict[int, _Chunk] = {}
-        # NOTE: counting filters over the top and the low bits of stored keys: one vectorized gather
-        # per lookup rejects almost every window, a second one on the survivors nearly all false
+        self._tree = RadixTree(c.prefix_page_size, self._key) if c.prefix_stage else None
+        # NOTE: counting filters over the top and the low bits of stored full-chunk keys: one vectorized
+        # gather per lookup rejects almost every window, a second one on the survivors nearly all false
         # positives; only what passes both is checked against the dict. Filters only prune
         # non-members, so plans do not depend on them.
         self._filter = np.zeros(1 << _FILTER_BITS, np.uint16)
         self._filter2 = np.zeros(1 << _FILTER_BITS, np.uint16)
-        self._num_locked = 0
-        self._reserved = 0                       # chunks reserved by admitted, uncommitted requests
-        self._live: dict[int, tuple[list[_Chunk], int, np.ndarray | None]] = {}
-        self._memo: tuple[np.ndarray, np.ndarray] | None = None   # (tokens, window hashes) of last lookup
+        self._tails: dict[int, int] = {}          # stored partial-chunk length -> how many
+        self._chunk_tokens = 0                    # tokens in the chunk store
+        self._locked_tokens = 0                   # chunk-store tokens with ref > 0
+        self._reserved = 0                        # tokens reserved by admitted, uncommitted requests
+        self._live: dict[int, tuple[list[_Chunk], int, RadixNode | None]] = {}   # held, reserved, node
+        self._pending: dict[int, tuple[int, list[tuple[int, int, _Chunk]]]] = {}  # rid -> lookup's scan
+        self._memo: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None   # tokens, prefix h, windows
         self._heap: list[tuple[tuple[int, ...], int, _Chunk]] = []
         self._seq = itertools.count()
-        cap = ctx.capacity_tokens
-        self._cap_chunks = cap if cap == float("inf") else cap // self._c
+        self._cap = ctx.capacity_tokens
+        self.stats.extra.update(prefix_tokens=0, chunk_tokens=0)
 
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
         self.stats.lookups += 1
-        c, toks = self._c, req.tokens
-        w = self._windows(req)
+        pfx, uses = self._scan(req, now_us)
         # hits as [start, end, source_pos]; abutting hits with equal delta are merged here exactly as
         # Plan.from_spans would merge them (fewer Span objects, same plan)
-        hits: list[list[int]] = []
-        # Leading grid run: while the window at the cursor is a hit it is the first candidate at or
-        # after the cursor, hence the greedy pick, so no filter pass is needed for it.
-        cursor, n_win, store = 0, w.shape[0], self._store
+        hits: list[list[int]] = [[0, pfx, 0]] if pfx else []
+        for a, size, ch in uses:
+            _add_hit(hits, a, a + size, ch.pos)
+        if hits:
+            self.stats.hits += 1
+            self.stats.extra["prefix_tokens"] += pfx
+            self.stats.extra["chunk_tokens"] += sum(size for _, size, _ in uses)
+        self._pending[req.request_id] = (pfx, uses)
+        if len(self._pending) > 4096:       # lookups never followed by admit (probes) must not pile up
+            del self._pending[next(iter(self._pending))]
+        return Plan.from_spans(req.num_tokens, [Span(a, b, Action.REUSE if a == src else Action.REUSE_ROTATED, src)
+                                                for a, b, src in hits])
+
+    def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
+        if req.request_id in self._live:
+            raise ValueError(f"request {req.request_id} admitted twice")
+        got = self._pending.pop(req.request_id, None)
+        pfx, uses = got if got is not None else self._scan(req, None)
+        held: list[_Chunk] = []
+        node = None
+        if pfx + sum(size for _, size, _ in uses) != plan.num_reused:
+            return self._stale(held, node)       # not the plan this cache answered
+        if pfx:
+            num, node = self._tree.match_prefix(req.tokens[:pfx], now_us, split=True, count_hit=False)
+            if num < pfx:                        # the prefix was evicted since lookup
+                return self._stale(held, None)
+            self._tree.inc_lock(node)
+        for _, _, ch in uses:
+            if not ch.is_alive:                  # evicted since lookup
+                return self._stale(held, node)
+            self._ref(ch)
+            held.append(ch)
+        n = req.num_tokens
+        need = 0                                 # tokens the request adds; its stored grid chunks are locked
+        if self._tree is not None:
+            p = self._tree.page_size
+            need = max(0, n // p * p - pfx)
+        seen, new = {id(ch) for ch in held}, set()
+        for _, h, size in self._grid(req):
+            ch = self._store.get(h)
+            if ch is None or ch.size != size:
+                if h not in new:
+                    need += size
+                    new.add(h)
+            elif id(ch) not in seen:
+                self._ref(ch)
+                held.append(ch)
+                seen.add(id(ch))
+        over = self._used() + need - self._cap
+        if over > 0:
+            self._evict_tokens(int(over))
+            if self._used() + need > self._cap:
+                self._unlock(held, node)
+                self.stats.rejected += 1
+                return False
+        self._reserved += need
+        self._live[req.request_id] = (held, need, node)
+        return True
+
+    def commit(self, req: RequestView, now_us: int) -> None:
+        held, need, node = self._live[req.request_id]
+        self._reserved -= need
+        if self._tree is not None:
+            _, leaf = self._tree.insert(req.tokens, now_us)
+            self._tree.inc_lock(leaf)
+            if node is not None:
+                self._tree.dec_lock(node)
+            node = leaf
+        toks, verify, store = req.tokens, self.ctx.verify, self._store
+        seen = {id(ch) for ch in held}
+        new: list[int] = []
+        num_locked = 0
+        for i, h, size in self._grid(req):
+            ch = store.get(h)
+            if ch is None:
+                ch = store[h] = _Chunk(h, i, size, toks[i:i + size].copy() if verify else None, now_us)
+                self._chunk_tokens += size
+                if size == self._c:
+                    new.append(h)
+                else:
+                    self._tails[size] = self._tails.get(size, 0) + 1
+            elif id(ch) in seen or ch.size != size or not self._same(ch, toks[i:i + size]):
+                continue
+            num_locked += size if ch.ref == 0 else 0
+            ch.ref += 1
+            held.append(ch)
+            seen.add(id(ch))
+        self._locked_tokens += num_locked
+        if new:                                 # buckets of distinct keys may repeat: np.add.at
+            keys = np.array(new, np.uint64)
+            np.add.at(self._filter, keys >> np.uint64(_FILTER_SHIFT), 1)
+            np.add.at(self._filter2, (keys & np.uint64(_FILTER_MASK)).astype(np.int64), 1)
+        self._live[req.request_id] = (held, 0, node)
+
+    def release(self, req: RequestView, now_us: int) -> None:
+        held, need, node = self._live.pop(req.request_id)
+        self._reserved -= need
+        self._unlock(held, node)
+
+    def evict(self, num_bytes: int, now_us: int) -> int:
+        bpt = self.ctx.bytes_per_token
+        return self._evict_tokens(-(-int(num_bytes) // bpt)) * bpt
+
+    def usage(self) -> Usage:
+        b, t = self.ctx.bytes_per_token, self._tree
+        tree_ev, tree_pr = (t.evictable_tokens, t.protected_tokens) if t is not None else (0, 0)
+        ev = tree_ev + self._chunk_tokens - self._locked_tokens
+        pr = tree_pr + self._locked_tokens + self._reserved
+        return Usage(ev * b, pr * b, (ev + pr) * b, self.ctx.capacity_bytes)
+
+    # ---- Internal helpers -------------------------------------------------------------------------
+    def _scan(self, req: RequestView, now_us: int | None) -> tuple[int, list[tuple[int, int, _Chunk]]]:
+        """``(prefix length, [(start, size, chunk)])``: the prefix stage's match, then the chunks the
+        rolling lookup takes from its end (greedy, left to right, no overlap). ``now_us`` None: no
+        recency bookkeeping (a re-scan in ``admit``)."""
+        c, toks = self._c, req.tokens
+        _, w = self._hashes(req)
+        pfx = self._tree.match_prefix(toks, now_us, split=False)[0] if self._tree is not None else 0
+        uses: list[tuple[int, int, _Chunk]] = []
+        # Leading run from the prefix end: while the window at the cursor is a hit it is the first
+        # candidate at or after the cursor, hence the greedy pick, so no filter pass is needed for it.
+        cursor, n_win, store = pfx, w.shape[0], self._store
         while cursor < n_win:
             ch = store.get(int(w[cursor]))
-            if ch is None:
+            if ch is None or ch.size != c:
                 break
             if not self._same(ch, toks[cursor:cursor + c]):
                 cursor += 1                # counted once; the scan goes on from the next window
                 break
-            ch.last_access_us = now_us
-            ch.hits += 1
-            _add_hit(hits, cursor, cursor + c, ch.pos)
+            uses.append((cursor, c, ch))
             cursor += c
-        start, cursor = cursor, (hits[-1][1] if hits else 0)
+        start, cursor = cursor, (uses[-1][0] + c if uses else pfx)
         cand = self._candidates(w, start)
         k = 0
         while k < cand.shape[0]:
@@ -116,113 +255,57 @@ class FixedChunkCache(CachePolicy):
                 continue
             k += 1
             ch = store.get(int(w[i]))
-            if ch is None or not self._same(ch, toks[i:i + c]):
+            if ch is None or ch.size != c or not self._same(ch, toks[i:i + c]):
                 continue
-            ch.last_access_us = now_us
-            ch.hits += 1
-            _add_hit(hits, i, i + c, ch.pos)
+            uses.append((i, c, ch))
             cursor = i + c
-        if hits:
-            self.stats.hits += 1
-        return Plan.from_spans(req.num_tokens, [Span(a, b, Action.REUSE if a == src else Action.REUSE_ROTATED, src)
-                                                for a, b, src in hits])
+        if self._tails:
+            uses = self._tail_uses(req, pfx, uses)
+        if now_us is not None:
+            for _, _, ch in uses:
+                ch.last_access_us = now_us
+                ch.hits += 1
+        return pfx, uses
 
-    def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
-        if req.request_id in self._live:
-            raise ValueError(f"request {req.request_id} admitted twice")
-        c = self._c
-        w = self._windows(req)
-        held: list[_Chunk] = []
-        for s in plan.spans:
-            if s.action == Action.RECOMPUTE:
-                continue
-            for j in range(s.start, s.end, c):
-                ch = self._store.get(int(w[j]))
-                if ch is None or ch.pos != (s.source_pos if s.source_pos >= 0 else s.start) + j - s.start:
-                    for h in held:
-                        self._unref(h)
-                    self.stats.rejected += 1
-                    self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
-                    return False
-                self._ref(ch)
-                held.append(ch)
-        need = 0                            # grid chunks the request adds; stored ones are locked
-        seen = {id(ch) for ch in held}
-        for h in set(w[0:c * (req.num_tokens // c):c].tolist()):
-            ch = self._store.get(h)
-            if ch is None:
-                need += 1
-            elif id(ch) not in seen:
-                self._ref(ch)
-                held.append(ch)
-        over = len(self._store) + self._reserved + need - self._cap_chunks
-        if over > 0:
-            self._evict_chunks(int(over))
-            if len(self._store) + self._reserved + need > self._cap_chunks:
-                for h in held:
-                    self._unref(h)
-                self.stats.rejected += 1
-                return False
-        self._reserved += need
-        self._live[req.request_id] = (held, need, w)
-        return True
+    def _tail_uses(self, req: RequestView, pfx: int, uses: list[tuple[int, int, _Chunk]]
+                   ) -> list[tuple[int, int, _Chunk]]:
+        """Add stored partial chunks found where an uncovered stretch ends (before a hit or at N): the
+        longest stored tail length that fits and matches."""
+        h, _ = self._hashes(req)
+        n = req.num_tokens
+        lengths = np.array(sorted(self._tails, reverse=True), np.int64)
+        out, lo = [], pfx
+        for a, size, ch in [*uses, (n, 0, None)]:
+            fit = lengths[lengths <= a - lo]
+            if fit.size:
+                keys = span_hashes(h, a - fit, fit).tolist()       # hashes of toks[a-m:a], m in fit
+                for m, key in zip(fit.tolist(), keys, strict=True):
+                    t = self._store.get(key)
+                    if t is not None and t.size == m and self._same(t, req.tokens[a - m:a]):
+                        out.append((a - m, m, t))
+                        break
+            if ch is not None:
+                out.append((a, size, ch))
+            lo = a + size
+        return out
 
-    def commit(self, req: RequestView, now_us: int) -> None:
-        held, need, w = self._live[req.request_id]
-        self._reserved -= need
-        c, toks, verify, store = self._c, req.tokens, self.ctx.verify, self._store
-        seen = {id(ch) for ch in held}
-        grid = w[0:c * (req.num_tokens // c):c]
-        new: list[int] = []
-        num_locked = 0
-        for i, h in zip(range(0, grid.shape[0] * c, c), grid.tolist(), strict=True):
-            ch = store.get(h)
-            if ch is None:
-                ch = store[h] = _Chunk(h, i, toks[i:i + c].copy() if verify else None, now_us)
-                new.append(h)
-            elif id(ch) in seen or not self._same(ch, toks[i:i + c]):
-                continue
-            num_locked += ch.ref == 0
-            ch.ref += 1
-            held.append(ch)
-            seen.add(id(ch))
-        self._num_locked += num_locked
-        if new:                                 # buckets of distinct keys may repeat: np.add.at
-            keys = np.array(new, np.uint64)
-            np.add.at(self._filter, keys >> np.uint64(_FILTER_SHIFT), 1)
-            np.add.at(self._filter2, (keys & np.uint64(_FILTER_MASK)).astype(np.int64), 1)
-        self._live[req.request_id] = (held, 0, None)
-
-    def release(self, req: RequestView, now_us: int) -> None:
-        held, need, _ = self._live.pop(req.request_id)
-        self._reserved -= need
-        key, seq, push, store = self._key, self._seq, heapq.heappush, self._store
-        heap, num_freed = self._heap, 0
-        for ch in held:                     # _unref inlined: same pushes, same compaction points
-            ch.ref -= 1
-            if ch.ref == 0:
-                num_freed += 1
-                push(heap, (key(ch), next(seq), ch))
-                if len(heap) > 4 * len(store) + 1024:
-                    self._compact_heap()
-                    heap = self._heap
-        self._num_locked -= num_freed
-
-    def evict(self, num_bytes: int, now_us: int) -> int:
-        per = self._c * self.ctx.bytes_per_token
-        return self._evict_chunks(-(-int(num_bytes) // per)) * per
-
-    def usage(self) -> Usage:
-        per = self._c * self.ctx.bytes_per_token
-        n = len(self._store)
-        return Usage((n - self._num_locked) * per, (self._num_locked + self._reserved) * per,
-                     (n + self._reserved) * per, self.ctx.capacity_bytes)
-
-    # ---- Internal helpers -------------------------------------------------------------------------
-    def _windows(self, req: RequestView) -> np.ndarray:
+    def _hashes(self, req: RequestView) -> tuple[np.ndarray, np.ndarray]:
+        """(prefix hashes, chunk-size window hashes) of the request's tokens, memoized on the array."""
         if self._memo is None or self._memo[0] is not req.tokens:
-            self._memo = (req.tokens, window_hashes(req.tokens, self._c))
-        return self._memo[1]
+            h = prefix_hashes(req.tokens)
+            self._memo = (req.tokens, h, window_hashes(req.tokens, self._c, h))
+        return self._memo[1], self._memo[2]
+
+    def _grid(self, req: RequestView) -> list[tuple[int, int, int]]:
+        """``[(start, key, size)]`` of the request's grid chunks in order (the partial tail too with
+        ``save_unfull_chunk``)."""
+        c, n = self._c, req.num_tokens
+        h, w = self._hashes(req)
+        out = list(zip(range(0, n - c + 1, c), w[0:c * (n // c):c].tolist(), itertools.repeat(c)))
+        m = n % c
+        if m and self.config.save_unfull_chunk:
+            out.append((n - m, int(span_hashes(h, [n - m], [m])[0]), m))
+        return out
 
     def _candidates(self, w: np.ndarray, start: int) -> np.ndarray:
         """Sorted offsets ``>= start`` whose window hash passes both filters."""
@@ -240,18 +323,35 @@ class FixedChunkCache(CachePolicy):
         self.stats.collisions += 1
         return False
 
+    def _used(self) -> int:
+        t = self._tree.total_tokens if self._tree is not None else 0
+        return t + self._chunk_tokens + self._reserved
+
+    def _stale(self, held: list[_Chunk], node: RadixNode | None) -> bool:
+        self._unlock(held, node)
+        self.stats.rejected += 1
+        self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
+        return False
+
     def _ref(self, ch: _Chunk) -> None:
         if ch.ref == 0:
-            self._num_locked += 1
+            self._locked_tokens += ch.size
         ch.ref += 1
 
-    def _unref(self, ch: _Chunk) -> None:
-        ch.ref -= 1
-        if ch.ref == 0:
-            self._num_locked -= 1
-            heapq.heappush(self._heap, (self._key(ch), next(self._seq), ch))
-            if len(self._heap) > 4 * len(self._store) + 1024:
-                self._compact_heap()
+    def _unlock(self, held: list[_Chunk], node: RadixNode | None) -> None:
+        key, seq, push, store = self._key, self._seq, heapq.heappush, self._store
+        heap, num_freed = self._heap, 0
+        for ch in held:
+            ch.ref -= 1
+            if ch.ref == 0:
+                num_freed += ch.size
+                push(heap, (key(ch), next(seq), ch))
+                if len(heap) > 4 * len(store) + 1024:
+                    self._compact_heap()
+                    heap = self._heap
+        self._locked_tokens -= num_freed
+        if node is not None:
+            self._tree.dec_lock(node)
 
     def _compact_heap(self) -> None:
         """Drop stale heap entries (one per free live chunk: the last in heap order)."""
@@ -259,27 +359,54 @@ class FixedChunkCache(CachePolicy):
         self._heap = list(live.values())
         heapq.heapify(self._heap)
 
-    def _evict_chunks(self, num_chunks: int) -> int:
-        heap, store, key, seq, pop = self._heap, self._store, self._key, self._seq, heapq.heappop
-        gone: list[int] = []
-        while len(gone) < num_chunks and heap:
-            k, _, ch = pop(heap)
+    def _peek_chunk(self) -> tuple[int, ...] | None:
+        heap = self._heap
+        while heap:
+            k, _, ch = heap[0]
             if not ch.is_alive or ch.ref > 0:
+                heapq.heappop(heap)
                 continue
-            cur = key(ch)
+            cur = self._key(ch)
             if cur != k:
-                heapq.heappush(heap, (cur, next(seq), ch))
+                heapq.heapreplace(heap, (cur, next(self._seq), ch))
                 continue
-            ch.is_alive = False
-            del store[ch.key]
-            gone.append(ch.key)
-        freed = len(gone)
-        if freed:                               # filter counts of the evicted keys, in one go
+            return k
+        return None
+
+    def _evict_tokens(self, num_tokens: int) -> int:
+        """Evict unlocked chunks and radix leaves, smallest key first across both, until ``num_tokens``
+        tokens are freed or nothing is evictable (chunks first on equal keys); tokens freed."""
+        tree, store, freed = self._tree, self._store, 0
+        gone: list[int] = []
+        num_chunks = 0
+        while freed < num_tokens:
+            ck = self._peek_chunk()
+            tk = tree.peek_key() if tree is not None else None
+            if ck is None and tk is None:
+                break
+            if ck is not None and (tk is None or ck <= tk):
+                ch = heapq.heappop(self._heap)[2]
+                ch.is_alive = False
+                del store[ch.key]
+                self._chunk_tokens -= ch.size
+                freed += ch.size
+                num_chunks += 1
+                if ch.size == self._c:
+                    gone.append(ch.key)
+                else:
+                    self._tails[ch.size] -= 1
+                    if not self._tails[ch.size]:
+                        del self._tails[ch.size]
+            else:
+                before = tree.num_evicted
+                freed += tree.evict(1)
+                self.stats.evictions += tree.num_evicted - before
+        if gone:                                # filter counts of the evicted keys, in one go
             keys = np.array(gone, np.uint64)
             np.subtract.at(self._filter, keys >> np.uint64(_FILTER_SHIFT), 1)
             np.subtract.at(self._filter2, (keys & np.uint64(_FILTER_MASK)).astype(np.int64), 1)
-        self.stats.evictions += freed
-        self.stats.evicted_bytes += freed * self._c * self.ctx.bytes_per_token
+        self.stats.evictions += num_chunks
+        self.stats.evicted_bytes += freed * self.ctx.bytes_per_token
         return freed
 
 
