@@ -30,6 +30,8 @@ def command(
         help="Hugging Face tokenizer.json (default: the built-in GPT-2-style tokenizer, no download).")] = None,
     skip_bad: Annotated[bool, typer.Option(
         "--skip-bad", help="Skip malformed rows (counted and reported) instead of stopping at the first.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace an existing OUTPUT that pic did not write (never an input).")] = False,
 ) -> None:
     """Ingest request logs into a canonical trace (segments stored once + requests).
 
@@ -60,7 +62,7 @@ def command(
                     bar.update(task, completed=done, total=total)
 
             result = ingest(list(sources), output, fmt=fmt, tokenizer=tokenizer, skip_bad=skip_bad,
-                            progress=progress)
+                            progress=progress, force=force)
         _print_summary(result)
 
 

@@ -28,6 +28,7 @@ from pic.cli.errors import (
 from pic.engine import policies as registry
 from pic.engine.config import ReplayConfig, parse_size
 from pic.engine.replay import RunResult, check_config, read_trace_file, replay, write_run
+from pic.traces.outputs import check_output
 
 
 def command(
@@ -51,6 +52,9 @@ def command(
         "--verify", help="Compare tokens on every hit and check cache invariants after every event.")] = False,
     limit: LimitOption = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Run directory to write.")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Write into an existing folder pic did not create (only pic's files are written; "
+             "nothing else in it is touched).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print summary.json to stdout.")] = False,
     list_policies: Annotated[bool, typer.Option("--list-policies", help="List policies and options, exit.")]
     = False,
@@ -79,6 +83,7 @@ def command(
             model=model, gpu=gpu, capacity_bytes=parse_size(capacity), replicas=replicas, router=router,
             token_budget=token_budget, closed_loop=closed_loop, seed=seed, verify=verify,
             check_invariants=verify, max_requests=limit)
+        check_output(output, inputs=[trace, model], force=force, kind="run-dir", option="--output")
         check_config(config)                       # every impossible setting fails before any work
         loaded = read_trace_file(trace)
         with Progress(TextColumn("[bold]replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -86,7 +91,7 @@ def command(
             task = bar.add_task("replay", total=None)
             result = replay(loaded, config, progress=lambda done, total: bar.update(task, completed=done,
                                                                                     total=total))
-        write_run(result, output)
+        write_run(result, output, force=force, inputs=(trace,))
         if as_json:
             typer.echo(json.dumps(result.summary, indent=2))
         else:

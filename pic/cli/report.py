@@ -26,6 +26,9 @@ def command(
         "--plots", help="Write the PNG plots into this folder.")] = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print every metric per (run, policy) as JSON on stdout instead of tables.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace existing --html/--md files pic did not write; write PNGs into a --plots "
+             "folder pic did not create (nothing else in it is touched). Never a run dir's files.")] = False,
 ) -> None:
     """Policies side by side: hit rates, recovery beyond prefix, TTFT, prefill energy, resident bytes.
 
@@ -42,7 +45,7 @@ def command(
       pic report runs/mooncake-inf --json | jq '.policies[] | {policy, token_hit_rate}'
     """
     with user_errors():
-        rep = make_report(run_dirs, html_path=html, md_path=md, plots_dir=plots)
+        rep = make_report(run_dirs, html_path=html, md_path=md, plots_dir=plots, force=force)
     if as_json:
         typer.echo(json.dumps(to_json(rep.data), indent=2, allow_nan=False))
     else:

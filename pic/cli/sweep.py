@@ -54,7 +54,9 @@ def command(
     backend: Annotated[str, typer.Option(help="local (worker processes) | ray.")] = "local",
     address: Annotated[str | None, typer.Option(
         help="Ray cluster address (implies --backend ray), e.g. ray://head:10001 or auto.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Redo cells whose run dir is already complete.")] = False,
+    force: Annotated[bool, typer.Option("--force", help=(
+        "Redo cells whose run dir is already complete; write into a folder pic did not create (only pic's "
+        "files are written there, nothing else is touched)."))] = False,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Sweep directory to write.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print sweep.json to stdout.")] = False,
 ) -> None:

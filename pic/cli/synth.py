@@ -14,6 +14,7 @@ from rich.table import Table
 from pic.cli.errors import console, user_errors
 from pic.traces import synth as synth_lib
 from pic.traces.io import write_trace
+from pic.traces.outputs import check_output, is_pic_trace
 
 ScenarioName = enum.Enum("ScenarioName", {n.replace("-", "_"): n for n in synth_lib.SCENARIOS}, type=str)
 
@@ -63,6 +64,8 @@ def command(
     sets: Annotated[list[str] | None, typer.Option(
         "--set", help="Any scenario knob: KNOB=VALUE (repeatable; see --list-knobs).")] = None,
     list_knobs: Annotated[bool, typer.Option("--list-knobs", help="Print the scenario's knobs and exit.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace an existing OUTPUT that pic did not write.")] = False,
 ) -> None:
     """Generate a seeded synthetic agentic trace.
 
@@ -83,6 +86,7 @@ def command(
             return
         if output is None:
             raise ValueError("--output: required (where to write the trace)")
+        check_output(output, force=force, kind="file", own=is_pic_trace, option="--output")
         knobs = {**_range_knobs(header_len, "--header-len", "header"), **_range_knobs(docs, "--docs", "docs"), **_parse_knobs(sets)}
         if rate is not None:
             knobs["rate"] = rate

@@ -171,10 +171,17 @@ def replay(trace: Trace, config: ReplayConfig,
     return RunResult(config, trace.source, requests, {**head, "policies": summary}, resolved)
 
 
-def write_run(result: RunResult, run_dir: str | os.PathLike) -> Path:
-    """Write the run dir atomically: everything goes into a temp folder that is renamed into place."""
+def write_run(result: RunResult, run_dir: str | os.PathLike, *, force: bool = False,
+              inputs: tuple[str | os.PathLike, ...] = ()) -> Path:
+    """Write the run dir: files are built in a temp folder, then moved in (``traces.outputs.atomic_dir``).
+
+    Refused (``OutputError``) when ``run_dir`` is the trace, the model config or a folder holding them
+    (``inputs`` adds more), a file, or a non-empty folder pic did not write (unless ``force``; even then
+    only pic's own files are written there).
+    """
     run_dir = Path(run_dir)
-    with atomic_dir(run_dir) as tmp:
+    inputs = (result.trace, result.config.model, *inputs)
+    with atomic_dir(run_dir, kind="run-dir", force=force, inputs=inputs) as tmp:
         pq.write_table(result.requests.to_arrow(), tmp / "requests.parquet", compression="zstd",
                        compression_level=3, use_dictionary=True, write_statistics=True)
         (tmp / "summary.json").write_text(json.dumps(result.summary, indent=2, default=_json) + "\n")

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from pic.engine.config import ReplayConfig
 from pic.engine.replay import _json, check_config, read_trace_file, replay, write_run
 from pic.engine.specs import model_from_name
-from pic.traces.io import atomic_path
+from pic.traces.outputs import atomic_path, check_output, claim_dir
 from pic.traces.schema import SCHEMA_KEY, Trace
 
 SWEEP_VERSION = 1
@@ -53,7 +53,8 @@ class SweepConfig:
     num_jobs: int | None = field(default=None, metadata=_h("local worker processes (None: os.cpu_count())"))
     backend: str = field(default="local", metadata=_h(f"where cells run: {', '.join(BACKENDS)}"))
     address: str | None = field(default=None, metadata=_h("Ray cluster address (ray backend; None: local Ray)"))
-    force: bool = field(default=False, metadata=_h("redo cells whose run dir already has summary.json"))
+    force: bool = field(default=False, metadata=_h(
+        "redo cells whose run dir already has summary.json; write into folders pic did not create"))
 
     def __post_init__(self) -> None:
         for name in ("traces", "models", "capacities"):
@@ -144,8 +145,8 @@ def check_sweep(config: SweepConfig, out_dir: str | os.PathLike) -> list[CellRes
     Returns the cells with status ``pending`` (to run) or ``skipped`` (run dir complete, same config).
     """
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ValueError(f"{out_dir}: exists and is not a directory")
+    check_output(out_dir, inputs=[*config.traces, *config.models], force=config.force, kind="sweep-dir",
+                 option="--output")
     for t in config.traces:
         _check_trace(Path(t))
     cells = plan_cells(config)
@@ -160,6 +161,8 @@ def check_sweep(config: SweepConfig, out_dir: str | os.PathLike) -> list[CellRes
                 raise ValueError(f"model {cell.model}, capacity {capacity_label(cell.capacity_bytes)}: {e}") from None
             checked.add((cell.model, cell.capacity_bytes))
         run_dir = out_dir / cell.run_dir
+        check_output(run_dir, inputs=[*config.traces, *config.models], force=config.force, kind="run-dir",
+                     option="cell")
         if config.force or not (run_dir / "summary.json").is_file():
             out.append(CellResult(cell, "pending"))
             continue
@@ -191,7 +194,7 @@ def run_sweep(config: SweepConfig, out_dir: str | os.PathLike,
         if progress is not None:
             progress(res, finished, len(results))
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    claim_dir(out_dir, "sweep-dir", ["sweep.json"])
     write_sweep_json(config, out_dir, results)
     for r in [r for r in results if r.status == "skipped"]:
         record(r)
@@ -206,11 +209,11 @@ def run_sweep(config: SweepConfig, out_dir: str | os.PathLike,
     return SweepResult(out_dir, tuple(results), time.perf_counter() - t0)
 
 
-def run_cell(cell: Cell, base: ReplayConfig, out_dir: str) -> CellResult:
+def run_cell(cell: Cell, base: ReplayConfig, out_dir: str, force: bool = False) -> CellResult:
     """Replay one cell and write its run dir (what a local worker runs); errors become a failed result."""
     t0 = time.perf_counter()
     try:
-        write_run(replay(load_trace(cell.trace), cell.config(base)), Path(out_dir) / cell.run_dir)
+        write_run(replay(load_trace(cell.trace), cell.config(base)), Path(out_dir) / cell.run_dir, force=force)
     except Exception as e:  # noqa: BLE001 - any failure is recorded, the sweep goes on
         return CellResult(cell, "failed", f"{type(e).__name__}: {e}", time.perf_counter() - t0)
     return CellResult(cell, "done", None, time.perf_counter() - t0)
@@ -300,12 +303,12 @@ def _run_local(config: SweepConfig, out_dir: Path, todo: list[Cell], record: Cal
     num_jobs = min(config.num_jobs or os.cpu_count() or 1, len(todo))
     if num_jobs == 1:
         for cell in todo:
-            record(run_cell(cell, config.replay, str(out_dir)))
+            record(run_cell(cell, config.replay, str(out_dir), config.force))
         return
     # spawn, not fork: polars' thread pool does not survive a fork
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(num_jobs, mp_context=ctx) as pool:
-        futures = {pool.submit(run_cell, cell, config.replay, str(out_dir)): cell for cell in todo}
+        futures = {pool.submit(run_cell, cell, config.replay, str(out_dir), config.force): cell for cell in todo}
         try:
             for fut in as_completed(futures):
                 try:
@@ -347,7 +350,7 @@ def _run_ray(config: SweepConfig, out_dir: Path, todo: list[Cell], record: Calla
                 t0 = time.perf_counter()
                 try:
                     result, wall = ray.get(ref)
-                    write_run(result, out_dir / cell.run_dir)
+                    write_run(result, out_dir / cell.run_dir, force=config.force)
                 except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
                     record(CellResult(cell, "failed", f"{type(e).__name__}: {e}"))
                     continue

@@ -11,6 +11,7 @@ from pathlib import Path
 from pic.traces.formats._base import Rows
 from pic.traces.formats.detect import READERS, check_format, expand
 from pic.traces.io import write_trace
+from pic.traces.outputs import check_output, is_pic_trace
 from pic.traces.schema import Trace, TraceError
 from pic.traces.tokenizer import Tokenizer, load_tokenizer
 
@@ -42,8 +43,15 @@ def read_sources(sources: list[Path], *, fmt: str = "auto", tokenizer: str | Pat
                  ) -> tuple[Trace, Rows, dict[str, str], int]:
     """Read ``sources`` into an in-memory trace: ``(trace, rows, {file: format}, bytes read)``."""
     check_format(fmt)
+    return read_files(expand([Path(s) for s in sources], fmt), tokenizer=tokenizer, skip_bad=skip_bad,
+                      progress=progress)
+
+
+def read_files(files: list[tuple[Path, str]], *, tokenizer: str | Path | Tokenizer | None = None,
+               skip_bad: bool = False, progress: Callable[[int, int], None] | None = None,
+               ) -> tuple[Trace, Rows, dict[str, str], int]:
+    """:func:`read_sources` of already expanded ``(file, format)`` pairs."""
     tok = load_tokenizer(tokenizer)
-    files = expand([Path(s) for s in sources], fmt)
     total = sum(os.path.getsize(p) for p, _ in files)
     done = 0
 
@@ -68,7 +76,8 @@ def read_sources(sources: list[Path], *, fmt: str = "auto", tokenizer: str | Pat
 
 
 def ingest(sources: list[Path], out: Path, *, fmt: str = "auto", tokenizer: str | Path | Tokenizer | None = None,
-           skip_bad: bool = False, progress: Callable[[int, int], None] | None = None) -> IngestResult:
+           skip_bad: bool = False, progress: Callable[[int, int], None] | None = None,
+           force: bool = False) -> IngestResult:
     """Read ``sources`` (files or directories) in format ``fmt`` and write the trace to ``out``.
 
     ``tokenizer``: None for the built-in one, or a path to a Hugging Face ``tokenizer.json``.
@@ -76,13 +85,16 @@ def ingest(sources: list[Path], out: Path, *, fmt: str = "auto", tokenizer: str 
     ``progress(bytes_done, bytes_total)`` is called as input is consumed.
     Raises :class:`~traces.schema.TraceError` (``file:line: field: problem``) on bad input; the output is
     written to a temporary name and renamed only when complete, so a failure leaves no file behind.
+    ``out`` follows :func:`traces.outputs.check_output` before anything is read: never an input (a log,
+    the tokenizer), and an existing file that is not a pic trace only with ``force``.
     """
     t0 = time.perf_counter()
     out = Path(out)
-    if out.is_dir():
-        raise ValueError(f"{out}: output: is a directory (give a .parquet file name)")
-    trace, rows, formats, nbytes = read_sources(sources, fmt=fmt, tokenizer=tokenizer, skip_bad=skip_bad,
-                                                progress=progress)
+    check_format(fmt)
+    files = expand([Path(s) for s in sources], fmt)
+    inputs = [*sources, *(p for p, _ in files), tokenizer if isinstance(tokenizer, (str, Path)) else None]
+    check_output(out, inputs=inputs, force=force, kind="file", own=is_pic_trace, option="--output")
+    trace, rows, formats, nbytes = read_files(files, tokenizer=tokenizer, skip_bad=skip_bad, progress=progress)
     write_trace(trace, out)
     return IngestResult(trace=trace, out=out, num_requests=trace.num_requests, num_prompt_tokens=rows.num_tokens,
                         skipped=dict(rows.skipped), bytes_read=nbytes, seconds=time.perf_counter() - t0,

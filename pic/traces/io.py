@@ -3,15 +3,13 @@
 Layout (documented in docs/trace-format.md): column ``record`` is ``"segment"`` or ``"request"``.
 Segment rows fill ``segment_id, kind, tokens``; request rows fill ``request_id, session_id, agent_id,
 arrival_us, output_tokens, segment_ids``. Segment rows come first, in their own row groups.
-Writes go to a temporary name in the same folder and are renamed into place only when complete.
+Writes go to a temporary name in the same folder and are renamed into place only when complete
+(``traces.outputs``, re-exported here as ``atomic_path``/``atomic_dir``).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +17,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pic.traces.outputs import atomic_dir, atomic_path  # noqa: F401 - re-exported: the output-safety helpers
 from pic.traces.schema import KINDS, SCHEMA_KEY, SCHEMA_VERSION, Segments, Trace, TraceError
 
 _KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
@@ -36,51 +35,6 @@ ARROW_SCHEMA = pa.schema([
 ])
 SEGMENT_FIELDS = ("segment_id", "kind", "tokens")
 REQUEST_FIELDS = ("request_id", "session_id", "agent_id", "arrival_us", "output_tokens", "segment_ids")
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-@contextmanager
-def atomic_path(path: str | os.PathLike):
-    """Yield a temp path next to ``path``; rename it onto ``path`` only if the block succeeds."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        if Path(tmp).is_file():
-            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual file mode
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-@contextmanager
-def atomic_dir(path: str | os.PathLike):
-    """Yield a temp folder next to ``path``; when the block succeeds it replaces ``path`` whole (an
-    existing folder is moved aside, then removed), else it is removed."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    try:
-        yield tmp
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the usual folder mode
-        old = None
-        if path.exists():
-            old = path.parent / f".{path.name}.old.{os.getpid()}"
-            os.replace(path, old)
-        os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _nulls(n: int, names, exclude) -> dict[str, pa.Array]:

@@ -12,6 +12,7 @@ import pytest
 from pic.engine.config import ReplayConfig, parse_size
 from pic.engine.metrics import REQUEST_SCHEMA
 from pic.engine.replay import check_config, replay, workload_from_trace, write_run
+from pic.traces.outputs import MARKER, OutputError
 from pic.traces.schema import SegmentTable, Trace, requests_frame
 
 
@@ -82,13 +83,21 @@ def test_same_seed_gives_byte_identical_requests_parquet(tmp_path):
     assert (a / "requests.parquet").read_bytes() == (b / "requests.parquet").read_bytes()
 
 
-def test_write_run_replaces_existing_dir(tmp_path):
-    """Rewriting a run dir replaces its contents whole."""
+def test_write_run_rewrites_its_own_files_only(tmp_path):
+    """Rewriting a run dir replaces pic's files; a folder pic did not write needs force, and even then
+    its other files stay (issue #9)."""
     out = tmp_path / "run"
     out.mkdir()
-    (out / "stale.txt").write_text("old")
-    write_run(replay(_trace(num=10), ReplayConfig()), out)
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "requests.parquet", "summary.json"]
+    (out / "mine.txt").write_text("old")
+    with pytest.raises(OutputError, match="not written by pic"):
+        write_run(replay(_trace(num=10), ReplayConfig()), out)
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+    write_run(replay(_trace(num=10), ReplayConfig()), out, force=True)
+    first = (out / "summary.json").read_bytes()
+    write_run(replay(_trace(num=12), ReplayConfig()), out)          # pic's own run dir now: no force needed
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "config.json", "mine.txt", "requests.parquet",
+                                                     "summary.json"]
+    assert (out / "mine.txt").read_text() == "old" and (out / "summary.json").read_bytes() != first
 
 
 @pytest.mark.parametrize("kwargs, match", [

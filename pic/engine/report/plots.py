@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from pic.engine.report.data import ReportData, fmt_bytes, policy_labels, scenario_title
-from pic.traces.io import atomic_path
+from pic.traces.outputs import atomic_dir
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -66,16 +66,14 @@ def render_plots(data: ReportData) -> list[Plot]:
     return out
 
 
-def write_plots(plots: list[Plot], directory: str | Path) -> list[Path]:
-    """Write each plot's PNG into ``directory`` (created; files written atomically). Returns the paths."""
+def write_plots(plots: list[Plot], directory: str | Path, *, force: bool = False) -> list[Path]:
+    """Write each plot's PNG into ``directory`` (``traces.outputs.atomic_dir`` of kind ``plots``: a new
+    folder, or one pic wrote before, or any folder under ``force``; only pic's PNGs are touched)."""
     d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for p in plots:
-        with atomic_path(d / p.name) as tmp:
-            tmp.write_bytes(p.png)
-        paths.append(d / p.name)
-    return paths
+    with atomic_dir(d, kind="plots", force=force, last=()) as tmp:
+        for p in plots:
+            (tmp / p.name).write_bytes(p.png)
+    return [d / p.name for p in plots]
 
 
 # ---- Internal helpers -----------------------------------------------------------------------------
