@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -31,8 +32,10 @@ def example_scripts() -> list[Path]:
 
 def run_example(script: Path) -> str:
     """Run one example as a user would (``python docs/examples/X.py`` from the repo root); its stdout."""
+    # NOTE: this checkout's pic first (a git worktree must not run the editable install's copy)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, str(script.relative_to(REPO))], cwd=REPO, capture_output=True,
-                          text=True, timeout=120, check=False)
+                          text=True, timeout=120, check=False, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{script.name} exited {proc.returncode}:\n{proc.stderr}")
     return proc.stdout
