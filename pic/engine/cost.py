@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pic.engine.hybrid_cost import HybridShape, prefill_hybrid
 from pic.engine.plan import Action, Plan, Tier
 from pic.engine.specs import GpuSpec, ModelSpec
 
@@ -55,6 +56,10 @@ class PrefillCost:
     rotation_flops: float
     rotation_bytes: float         # extra HBM traffic of the RoPE correction (0 when fused MLA)
     transfer_bytes: float = 0.0   # reused KV moved from HOST/DISK tiers
+    attn_layer_s: float = 0.0     # part of time_s spent in attention layers (mixer + their MLP/MoE)
+    recurrent_layer_s: float = 0.0  # part spent in recurrent layers (+ state I/O, compositions, stores)
+    attn_tokens: int = 0          # tokens the attention layers ran
+    recurrent_tokens: int = 0     # tokens the recurrent layers ran (0 for attention-only models)
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -83,17 +88,22 @@ class CostModel:
         self._w_one = m.weight_bytes_read(1)
         self._w_dense = (m._trunk_params(0) + m.lm_head_params) * m.dtype_bytes
         self._w_expert = m.num_moe_layers * m._expert_params() * m.dtype_bytes
+        self._lm_bytes = float(m.lm_head_params * m.dtype_bytes)
         self._decode_memo: dict[int, tuple[float, float]] = {}
         self._comp_f, self._comp_b = m.state_composition_flops(), m.state_composition_bytes()
         self._rot_f = 3.0 * m.rotary_dims_per_token          # per rotated token
         fused = m.attention == "mla" and self.config.fused_rotation
         self._rot_b = 0.0 if fused else 2.0 * m.rope_key_bytes_per_token
+        self._hybrid = HybridShape.of(m) if m.is_hybrid else None   # hybrid pricing: engine.hybrid_cost
 
     # ---- Public API -------------------------------------------------------------------------------
     def prefill(self, plan: Plan) -> PrefillCost:
         """Cost of ``plan`` executed alone: RECOMPUTE spans are prefilled (attending over all tokens before
         them), reused spans cost reading their KV, rotated spans add the RoPE correction, and the Plan's
-        Correction adds quality recompute, state compositions and re-encodes."""
+        Correction adds quality recompute, state compositions and re-encodes. Hybrid models:
+        :func:`pic.engine.hybrid_cost.prefill_hybrid`."""
+        if self._hybrid is not None:
+            return prefill_hybrid(self, plan, PrefillCost)
         m, kvb, corr = self.model, self._kvb, plan.correction
         chunks: list[tuple[int, int]] = []
         num_rot = host_t = disk_t = 0
@@ -129,15 +139,21 @@ class CostModel:
         transfer_s = host_b / self.gpu.host_link_bytes_per_s + disk_b / self.config.disk_bytes_per_s
         extra_s = (self._phase(0.0, rec_b) + self._phase(rot_f, rot_b) + self._phase(comp_f, comp_b)
                    + self._phase(0.0, reenc_b) + transfer_s)
+        t_lin, t_att = self._phase(lin_f, lin_b), self._phase(att_f, att_b)
+        roof = t_lin + t_att + self.config.step_overhead_s
         if self.profile is not None:
             main_s = self.profile.prefill_seconds(num_new, _equivalent_cached(chunks))
         else:
-            main_s = self._phase(lin_f, lin_b) + self._phase(att_f, att_b) + self.config.step_overhead_s
+            main_s = roof
         time_s = main_s + extra_s
+        # attention layers = everything but the LM head's share of the linear phase and the overhead
+        lm = (self._lm_flops / lin_f) if lin_f / self._peak >= lin_b / self._bw else (self._lm_bytes / lin_b)
+        attn_s = (t_lin * (1.0 - lm) + t_att) * (main_s / roof) + self._phase(rot_f, rot_b)
         return PrefillCost(flops=lin_f + att_f + rot_f + comp_f,
                            hbm_bytes=lin_b + att_b + rec_b + rot_b + comp_b + reenc_b,
                            time_s=time_s, joules=time_s * self.busy_watts, cache_read_bytes=cache_read,
-                           rotation_flops=rot_f, rotation_bytes=rot_b, transfer_bytes=host_b + disk_b)
+                           rotation_flops=rot_f, rotation_bytes=rot_b, transfer_bytes=host_b + disk_b,
+                           attn_layer_s=attn_s, attn_tokens=num_new)
 
     def step_time(self, prefill_chunks: Sequence[tuple[int, int]], num_decode: int,
                   decode_context_tokens: int) -> float:

@@ -27,7 +27,9 @@ REQUEST_SCHEMA: dict[str, pl.DataType] = {
     "ttft_s": pl.Float64(), "queue_s": pl.Float64(), "prefill_flops": pl.Float64(),
     "prefill_hbm_bytes": pl.Float64(), "cache_read_bytes": pl.Float64(), "prefill_joules": pl.Float64(),
     "nocache_prefill_joules": pl.Float64(), "prefix_prefill_joules": pl.Float64(), "evictions": pl.Int64(),
-    "uncached": pl.Boolean(),
+    "uncached": pl.Boolean(), "recurrent_tokens": pl.Int64(), "attn_layer_s": pl.Float64(),
+    "recurrent_layer_s": pl.Float64(), "nocache_attn_layer_s": pl.Float64(),
+    "nocache_recurrent_layer_s": pl.Float64(),
 }
 
 _ATTRS = {  # column -> Request attribute
@@ -39,6 +41,9 @@ _ATTRS = {  # column -> Request attribute
     "prefill_hbm_bytes": "prefill_hbm_bytes", "cache_read_bytes": "cache_read_bytes",
     "prefill_joules": "prefill_joules", "nocache_prefill_joules": "nocache_prefill_joules",
     "prefix_prefill_joules": "prefix_prefill_joules", "evictions": "num_evictions", "uncached": "uncached",
+    "recurrent_tokens": "num_recurrent_tokens", "attn_layer_s": "attn_layer_s",
+    "recurrent_layer_s": "recurrent_layer_s", "nocache_attn_layer_s": "nocache_attn_layer_s",
+    "nocache_recurrent_layer_s": "nocache_recurrent_layer_s",
 }
 
 
@@ -59,12 +64,19 @@ def _ratio(num: float, den: float) -> float:
     return float(num / den) if den else 0.0
 
 
+def _saved(work: float, baseline: float) -> float | None:
+    """1 - work / baseline; None (JSON null) when the baseline did no such work (no layers of the kind)."""
+    return 1.0 - work / baseline if baseline else None
+
+
 def summarize(rows: pl.DataFrame, *, peak_resident_bytes: int, evictions: int, collisions: int,
               num_events: int, wall_seconds: float) -> dict[str, Any]:
     """One policy's summary.json entry from its request rows and cache-wide counters."""
     s = {c: float(rows[c].sum()) for c in ("prompt_tokens", "reused_tokens", "rotated_tokens",
                                             "prefix_reused_tokens", "prefill_joules",
-                                            "nocache_prefill_joules", "prefix_prefill_joules")}
+                                            "nocache_prefill_joules", "prefix_prefill_joules", "recurrent_tokens",
+                                            "attn_layer_s", "recurrent_layer_s", "nocache_attn_layer_s",
+                                            "nocache_recurrent_layer_s")}
     ttft = rows["ttft_s"].to_numpy()
     queue = rows["queue_s"].to_numpy()
     def pct(a: np.ndarray, q: float) -> float:
@@ -85,6 +97,9 @@ def summarize(rows: pl.DataFrame, *, peak_resident_bytes: int, evictions: int, c
         "prefill_joules": s["prefill_joules"],
         "energy_saved_vs_none": 1.0 - _ratio(s["prefill_joules"], s["nocache_prefill_joules"]),
         "energy_saved_vs_prefix": 1.0 - _ratio(s["prefill_joules"], s["prefix_prefill_joules"]),
+        "recurrent_tokens": int(s["recurrent_tokens"]),
+        "attn_layer_saved_vs_none": _saved(s["attn_layer_s"], s["nocache_attn_layer_s"]),
+        "recurrent_layer_saved_vs_none": _saved(s["recurrent_layer_s"], s["nocache_recurrent_layer_s"]),
         "peak_resident_bytes": int(peak_resident_bytes),
         "evictions": int(evictions),
         "collisions": int(collisions),

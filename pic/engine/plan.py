@@ -65,14 +65,28 @@ class Span:
 
 @dataclass(frozen=True, slots=True)
 class Correction:
-    """Work beyond the spans: quality recompute, recurrent-state composition, re-encoding (tokens)."""
+    """Work beyond the spans (token counts unless named otherwise).
 
-    recompute_tokens: int = 0       # reused tokens whose KV is recomputed anyway (CacheBlend-style)
-    state_compositions: int = 0     # dense recurrent-state compositions (LinearKV exact mode)
-    reencode_tokens: int = 0        # tokens re-encoded into another precision tier (RDR)
+    ``recompute_tokens``: reused tokens whose KV is recomputed anyway (CacheBlend/EPIC quality recompute).
+    ``probe_tokens``: tokens run through the layers up to the first attention layer's K/V to choose them
+    (CacheBlend's selection pass). ``state_loads``: cached recurrent states read to start the recurrent
+    layers (LinearKV S_init); > 0 means the recurrent layers run only the recomputed tokens, from that state,
+    instead of every token after the first non-prefix reuse. ``state_compositions``: dense state
+    compositions building S_init (LinearKV exact mode). ``state_store_tokens``: new tokens whose
+    zero-start chunk end states are made for the cache (one extra recurrent scan). ``reencode_tokens``:
+    tokens re-encoded into another precision tier (RDR).
+    """
+
+    recompute_tokens: int = 0
+    state_compositions: int = 0
+    reencode_tokens: int = 0
+    state_loads: int = 0
+    probe_tokens: int = 0
+    state_store_tokens: int = 0
 
     def __post_init__(self) -> None:
-        if min(self.recompute_tokens, self.state_compositions, self.reencode_tokens) < 0:
+        if min(self.recompute_tokens, self.state_compositions, self.reencode_tokens, self.state_loads,
+               self.probe_tokens, self.state_store_tokens) < 0:
             raise ValueError("negative correction")
 
 

@@ -22,6 +22,8 @@ class Request:
         "num_reused", "num_rotated", "num_recomputed", "num_prefix_reused",
         "prefill_flops", "prefill_hbm_bytes", "cache_read_bytes", "prefill_joules",
         "nocache_prefill_joules", "prefix_prefill_joules", "num_evictions", "uncached",
+        "num_recurrent_tokens", "attn_layer_s", "recurrent_layer_s", "nocache_attn_layer_s",
+        "nocache_recurrent_layer_s",
         "view", "admitted", "shadow_admitted",
     )
 
@@ -41,6 +43,9 @@ class Request:
         self.prefill_joules = self.nocache_prefill_joules = self.prefix_prefill_joules = 0.0
         self.num_evictions = 0
         self.uncached = False
+        self.num_recurrent_tokens = 0   # tokens the recurrent layers of a hybrid model ran
+        self.attn_layer_s = self.recurrent_layer_s = 0.0   # prefill time by layer kind (plan priced alone)
+        self.nocache_attn_layer_s = self.nocache_recurrent_layer_s = 0.0
         self.view = None            # RequestView while in flight (dropped at finish)
         self.admitted = False       # main policy admitted it (commit/release owed)
         self.shadow_admitted = False

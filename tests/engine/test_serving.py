@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
+from pic.engine.cost import PrefillCost
 from pic.engine.plan import Plan
 from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
 from pic.engine.serving import ServingModel, Workload
@@ -33,8 +32,9 @@ class FakeCost:
     def prefill(self, plan):
         n = max(1, plan.num_recomputed)
         t = self.step_time(((n, plan.num_tokens - n),), 0, 0)
-        return SimpleNamespace(flops=2.0 * n, hbm_bytes=1.0 * plan.num_tokens, time_s=t, joules=t * self.w,
-                               cache_read_bytes=float(plan.num_reused), rotation_flops=0.0, rotation_bytes=0.0)
+        return PrefillCost(flops=2.0 * n, hbm_bytes=1.0 * plan.num_tokens, time_s=t, joules=t * self.w,
+                           cache_read_bytes=float(plan.num_reused), rotation_flops=0.0, rotation_bytes=0.0,
+                           attn_layer_s=t, attn_tokens=n)
 
 
 class BrutePrefix(CachePolicy):

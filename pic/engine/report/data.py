@@ -29,8 +29,13 @@ SUMMARY_KEYS = ("trace", "model", "gpu", "capacity_bytes", "replicas", "policies
 SCENARIO = ("trace", "model", "gpu", "replicas", "capacity_bytes")
 #: metrics that only summary.json knows
 SUMMARY_ONLY = ("peak_resident_bytes", "collisions", "sim_seconds", "wall_seconds")
+#: per-layer-kind sums (hybrid models); run dirs written before they existed read them as missing
+_LAYER_SUMS = ("recurrent_tokens", "attn_layer_s", "recurrent_layer_s", "nocache_attn_layer_s",
+               "nocache_recurrent_layer_s")
+OPTIONAL_COLUMNS = frozenset(_LAYER_SUMS)
 _COUNTS = ("requests", "prompt_tokens", "reused_tokens", "rotated_tokens", "evictions", "uncached")
-_RATES = ("token_hit_rate", "prefix_hit_rate", "recovery_beyond_prefix", "prefill_joules")
+_RATES = ("token_hit_rate", "prefix_hit_rate", "recovery_beyond_prefix", "prefill_joules",
+          "attn_layer_saved_vs_none", "recurrent_layer_saved_vs_none")
 _QUANTILES = {"ttft_p50_s": ("ttft_s", 0.5), "ttft_p90_s": ("ttft_s", 0.9), "ttft_p99_s": ("ttft_s", 0.99),
               "queue_p50_s": ("queue_s", 0.5)}
 
@@ -126,9 +131,10 @@ def policy_metrics(requests: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     energy_saved_vs_none/_prefix = 1 − ΣJ/ΣJ_baseline (fractions) and joules_saved_* in joules.
     TTFT/queue quantiles interpolate linearly; ``*_lo``/``*_hi`` columns are the bracketing order stats.
     """
+    requests = _with_optional(requests)
     s = {c: pl.col(c).sum() for c in ("prompt_tokens", "reused_tokens", "rotated_tokens", "recomputed_tokens",
                                       "prefix_reused_tokens", "prefill_joules", "nocache_prefill_joules",
-                                      "prefix_prefill_joules", "evictions", "uncached")}
+                                      "prefix_prefill_joules", "evictions", "uncached", *_LAYER_SUMS)}
     aggs = [pl.len().cast(pl.Int64).alias("requests"), *[e.alias(c) for c, e in s.items()]]
     for name, (col, q) in _QUANTILES.items():
         aggs += [pl.col(col).quantile(q, interpolation="linear").alias(name),
@@ -147,6 +153,9 @@ def policy_metrics(requests: pl.DataFrame, by: list[str]) -> pl.DataFrame:
         (1 - _ratio(j, pl.col("prefix_prefill_joules"))).alias("energy_saved_vs_prefix"),
         (pl.col("nocache_prefill_joules") - j).alias("joules_saved_vs_none"),
         (pl.col("prefix_prefill_joules") - j).alias("joules_saved_vs_prefix"),
+        (1 - _ratio(pl.col("attn_layer_s"), pl.col("nocache_attn_layer_s"))).alias("attn_layer_saved_vs_none"),
+        (1 - _ratio(pl.col("recurrent_layer_s"), pl.col("nocache_recurrent_layer_s")))
+        .alias("recurrent_layer_saved_vs_none"),
     )
 
 
@@ -160,6 +169,12 @@ def capacity_series(table: pl.DataFrame) -> pl.DataFrame:
 
 
 # ---- Internal helpers -----------------------------------------------------------------------------
+
+def _with_optional(df: pl.DataFrame) -> pl.DataFrame:
+    """Add the optional columns a frame lacks, as nulls (run dirs from before they existed)."""
+    return df.with_columns([pl.lit(None, REQUEST_COLUMNS[c]).alias(c) for c in sorted(OPTIONAL_COLUMNS)
+                            if c not in df.columns])
+
 
 def _ratio(a: pl.Expr, b: pl.Expr) -> pl.Expr:
     return pl.when(b != 0).then(a.cast(pl.Float64) / b.cast(pl.Float64)).otherwise(float("nan"))
@@ -213,9 +228,10 @@ def _read_requests(path: Path) -> pl.DataFrame:
         df = pl.read_parquet(path)
     except Exception as e:  # polars raises several kinds on corrupt files
         raise ValueError(f"{path}: not a readable Parquet file ({type(e).__name__})") from None
-    missing = [c for c in REQUEST_COLUMNS if c not in df.columns]
+    missing = [c for c in REQUEST_COLUMNS if c not in df.columns and c not in OPTIONAL_COLUMNS]
     if missing:
         raise ValueError(f"{path}: missing columns: {', '.join(missing)}")
+    df = _with_optional(df)
     casts = []
     for c, dt in REQUEST_COLUMNS.items():
         if df.schema[c] != dt:

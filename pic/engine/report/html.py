@@ -60,6 +60,8 @@ TABLE_METRICS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("prefill_joules", "prefill energy", fmt_joules),
     ("energy_saved_vs_none", "energy saved vs no cache", fmt_pct),
     ("energy_saved_vs_prefix", "energy saved vs prefix", fmt_pct),
+    ("attn_layer_saved_vs_none", "attention layers: time/energy saved vs no cache", fmt_pct),
+    ("recurrent_layer_saved_vs_none", "recurrent layers: time/energy saved vs no cache", fmt_pct),
     ("peak_resident_bytes", "peak resident KV", fmt_bytes),
     ("evictions", "evictions", fmt_num),
     ("uncached", "uncached requests", fmt_num),
@@ -73,6 +75,10 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("TTFT pXX", "percentile of time to first token (arrival → first output token), linear interpolation."),
     ("energy saved vs no cache / vs prefix", "1 − Σ prefill joules / Σ prefill joules of the same requests "
      "with no cache / with the shadow prefix cache."),
+    ("attention / recurrent layers saved", "1 − Σ prefill time spent in that kind of layer / the same with no "
+     "cache (each request's plan priced alone; energy follows time). Recurrent: hybrid models only (Gated "
+     "DeltaNet, Mamba-2); reuse that is not an exact prefix saves nothing there unless the policy starts the "
+     "recurrent state itself (linearkv)."),
     ("peak resident KV", "largest KV bytes resident in the policy's cache during the replay (from summary.json)."),
 )
 

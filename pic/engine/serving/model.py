@@ -67,6 +67,7 @@ class ServingModel:
         self._tick = max(1, n // 200)
         self._memo: dict[Any, Any] = {}
         self._plans: dict[int, Plan] = {}
+        self._hybrid = bool(getattr(getattr(cost, "model", None), "is_hybrid", False))
         self.sim = Simulator({FINISH: self._on_finish, PREFILL_DONE: self._on_prefill_done,
                               ARRIVAL: self._on_arrival, SCHEDULE: self._on_schedule})
 
@@ -160,13 +161,19 @@ class ServingModel:
             plan, r.uncached = self._recompute_all(n), True
         r.num_evictions = pol.stats.evictions - ev0
         reused, rotated, needs_extra = _plan_stats(plan)
+        # NOTE: hybrid models: reuse after a non-prefix point still runs the recurrent layers (engine.hybrid_cost)
+        needs_extra = needs_extra or (self._hybrid and reused > plan.leading_reuse)
         num_recomputed = n - reused + plan.correction.recompute_tokens
         r.num_reused, r.num_rotated, r.num_recomputed = reused, rotated, num_recomputed
         pc = self.prefill_cost(plan, reused if not needs_extra else -1)
         r.prefill_flops, r.prefill_hbm_bytes = pc.flops, pc.hbm_bytes
         r.cache_read_bytes, r.prefill_joules = pc.cache_read_bytes, pc.joules
-        nocache = pc.joules if reused == 0 and not needs_extra else self._nocache_joules(n)
+        nc = pc if reused == 0 and not needs_extra else self.prefill_cost(self._recompute_all(n), 0)
+        nocache = nc.joules
         r.nocache_prefill_joules = nocache
+        r.num_recurrent_tokens, r.attn_layer_s, r.recurrent_layer_s = (pc.recurrent_tokens, pc.attn_layer_s,
+                                                                       pc.recurrent_layer_s)
+        r.nocache_attn_layer_s, r.nocache_recurrent_layer_s = nc.attn_layer_s, nc.recurrent_layer_s
         sh = self.shadows[k]
         if sh is pol:   # NOTE: shadow identical to the policy (same class + config): same answers, skip
             r.num_prefix_reused, r.prefix_prefill_joules = reused, pc.joules
@@ -211,9 +218,6 @@ class ServingModel:
         if j < 0:
             return []
         return [(max(now, r.arrival_us + self._gap[i]), Event(ARRIVAL, -1, j))]
-
-    def _nocache_joules(self, n: int) -> float:
-        return self.prefill_cost(self._recompute_all(n), 0).joules
 
     def _recompute_all(self, n: int) -> Plan:
         plan = self._plans.get(n)

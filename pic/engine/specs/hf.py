@@ -2,7 +2,7 @@
 
 Understood families: DeepSeek-V2/V3 and Kimi/Moonlight (MLA, ``kv_lora_rank``), Llama/Qwen2/Mistral/Mixtral
 (GQA), Qwen3-Next (``layer_types`` linear_attention -> Gated DeltaNet), Granite-4.0-H (``layer_types`` mamba ->
-Mamba-2). Multimodal configs with a ``text_config`` are read from it. Errors name the file and the field.
+Mamba-2), OLMo-Hybrid (``olmo_hybrid``: Gated DeltaNet, 3:1 by default). Multimodal configs with a ``text_config`` are read from it. Errors name the file and the field.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ class _Fields:
 
 def _layer_kinds(path: Path, cfg: dict[str, Any], num_layers: int) -> tuple[str, ...]:
     types = cfg.get("layer_types") or cfg.get("layers_block_type")
-    if types is None and cfg.get("model_type") == "qwen3_next":
-        interval = int(cfg.get("full_attention_interval", 4))
+    if types is None and cfg.get("model_type") in ("qwen3_next", "olmo_hybrid"):
+        interval = int(cfg.get("full_attention_interval", 4))   # OLMo-Hybrid: layers i % 4 == 3 attend
         types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(num_layers)]
     if types is None:
         return ()
@@ -69,6 +69,18 @@ def _layer_kinds(path: Path, cfg: dict[str, Any], num_layers: int) -> tuple[str,
             raise ValueError(f"{path}: layer_types[{i}]: unknown layer type {t!r} (known: {sorted(_KIND_MAP)})")
         kinds.append(_KIND_MAP[t])
     return () if all(k == "attn" for k in kinds) else tuple(kinds)
+
+
+def _gdn_shapes(cfg: dict[str, Any], f: _Fields, hidden: int, heads: int) -> dict[str, int]:
+    """Gated DeltaNet shapes; OLMo-Hybrid configs may leave them to its defaults (heads = attention heads,
+    dk = 0.75 hidden / heads, dv = 2 dk: transformers ``OlmoHybridConfig``)."""
+    olmo = cfg.get("model_type") == "olmo_hybrid"
+    nk = f.int("linear_num_key_heads", default=heads if olmo else None)
+    nv = f.int("linear_num_value_heads", default=heads if olmo else None)
+    dk = f.int("linear_key_head_dim", default=int(0.75 * hidden / max(nk, 1)) if olmo else None)
+    dv = f.int("linear_value_head_dim", default=2 * dk if olmo else None)
+    return {"gdn_num_key_heads": nk, "gdn_num_value_heads": nv, "gdn_key_head_dim": dk, "gdn_value_head_dim": dv,
+            "conv_kernel": f.int("linear_conv_kernel_dim", default=4)}
 
 
 def _name_for(path: Path) -> str:
@@ -121,12 +133,13 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
     if "mamba2" in kinds:
         rec.update(mamba_num_heads=f.int("mamba_n_heads"), mamba_head_dim=f.int("mamba_d_head"),
                    mamba_state_dim=f.int("mamba_d_state"), mamba_num_groups=f.int("mamba_n_groups", default=1),
-                   conv_kernel=f.int("mamba_d_conv", default=4))
+                   conv_kernel=f.int("mamba_d_conv", default=4), mamba_chunk_size=f.int("mamba_chunk_size", default=256))
     if "gdn" in kinds:
-        rec.update(gdn_num_key_heads=f.int("linear_num_key_heads"), gdn_num_value_heads=f.int("linear_num_value_heads"),
-                   gdn_key_head_dim=f.int("linear_key_head_dim"), gdn_value_head_dim=f.int("linear_value_head_dim"),
-                   conv_kernel=f.int("linear_conv_kernel_dim", default=4))
+        rec.update(_gdn_shapes(cfg, f, hidden, heads))
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    ssm_dtype = cfg.get("mamba_ssm_dtype")
+    if kinds and isinstance(ssm_dtype, str) and ssm_dtype in _DTYPES:
+        rec["state_dtype_bytes"] = _DTYPES[ssm_dtype]
     try:
         return ModelSpec(name=name or _name_for(path), num_layers=num_layers, hidden_size=hidden, num_heads=heads,
                          layer_kinds=kinds, vocab_size=f.int("vocab_size", default=0),

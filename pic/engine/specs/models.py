@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pic.engine.specs import hybrid
+
 LAYER_KINDS = ("attn", "mamba2", "gdn")
 ATTENTIONS = ("mla", "gqa")
 
@@ -50,6 +52,7 @@ class ModelSpec:
     mamba_head_dim: int = field(default=0, metadata=_h("Mamba-2 head dim (d_inner = heads * head_dim)"))
     mamba_state_dim: int = field(default=0, metadata=_h("Mamba-2 SSM state size d_state"))
     mamba_num_groups: int = field(default=1, metadata=_h("Mamba-2 B/C groups"))
+    mamba_chunk_size: int = field(default=256, metadata=_h("Mamba-2 SSD chunk length of the prefill kernel"))
     gdn_num_key_heads: int = field(default=0, metadata=_h("Gated DeltaNet key heads"))
     gdn_num_value_heads: int = field(default=0, metadata=_h("Gated DeltaNet value heads"))
     gdn_key_head_dim: int = field(default=0, metadata=_h("Gated DeltaNet key head dim"))
@@ -92,6 +95,8 @@ class ModelSpec:
         if "mamba2" in self.layer_kinds and min(self.mamba_num_heads, self.mamba_head_dim, self.mamba_state_dim,
                                                 self.mamba_num_groups) <= 0:
             raise bad("mamba2 layers need mamba_num_heads, mamba_head_dim, mamba_state_dim, mamba_num_groups > 0")
+        if "mamba2" in self.layer_kinds and (self.mamba_chunk_size <= 0 or self.mamba_num_heads % self.mamba_num_groups):
+            raise bad("mamba2 layers need mamba_chunk_size > 0 and mamba_num_heads a multiple of mamba_num_groups")
         if "gdn" in self.layer_kinds and min(self.gdn_num_key_heads, self.gdn_num_value_heads,
                                              self.gdn_key_head_dim, self.gdn_value_head_dim) <= 0:
             raise bad("gdn layers need gdn_num_key_heads/value_heads/key_head_dim/value_head_dim > 0")
@@ -246,10 +251,8 @@ class ModelSpec:
 
     # ---- FLOPs -----------------------------------------------------------------------------------
     def _recurrent_flops_per_token(self) -> float:
-        """Scan work beyond the projections: ~6 FLOPs per state element per token."""
-        m = self.count("mamba2") * 6 * self._mamba_inner() * self.mamba_state_dim
-        g = self.count("gdn") * 6 * self.gdn_num_value_heads * self.gdn_key_head_dim * self.gdn_value_head_dim
-        return float(m + g)
+        """Chunked scan work beyond the projections (engine.specs.hybrid.scan_flops_per_token)."""
+        return hybrid.scan_flops_per_token(self) if self.is_hybrid else 0.0
 
     def linear_flops(self, num_tokens: int) -> float:
         """Projection/MLP/scan FLOPs of ``num_tokens`` tokens through the decoder layers (no LM head)."""
@@ -301,19 +304,19 @@ class ModelSpec:
 
     # ---- Recurrent-state composition (LinearKV exact mode) ---------------------------------------
     def state_composition_flops(self) -> float:
-        """FLOPs of composing two chunk states over all recurrent layers (GDN: dense dk x dk transition
-        operators, 2dk^3 + 2dk^2 dv per value head; Mamba-2: scalar decay per head)."""
-        dk, dv = self.gdn_key_head_dim, self.gdn_value_head_dim
-        g = self.count("gdn") * self.gdn_num_value_heads * (2.0 * dk ** 3 + 2.0 * dk * dk * dv)
-        m = self.count("mamba2") * 2.0 * self._mamba_inner() * self.mamba_state_dim
-        return g + m
+        """FLOPs of one composition ``S <- T_c S + Z_c`` over all recurrent layers (GDN: dense dk x dk
+        operator times the dk x dv state per value head; Mamba-2: a scalar decay per head)."""
+        return hybrid.composition_flops(self)
 
     def state_composition_bytes(self) -> float:
-        """HBM bytes of one composition: read two (operator, state) pairs, write one."""
-        dk, dv = self.gdn_key_head_dim, self.gdn_value_head_dim
-        g = self.count("gdn") * self.gdn_num_value_heads * 3.0 * (dk * dk + dk * dv)
-        m = self.count("mamba2") * 3.0 * (self._mamba_inner() * self.mamba_state_dim + self.mamba_num_heads)
-        return (g + m) * self.state_dtype_bytes
+        """HBM bytes of one composition: the chunk's transition operator and zero-start state."""
+        return hybrid.composition_bytes(self)
+
+    @property
+    def operator_bytes(self) -> int:
+        """One chunk's transition operators over all recurrent layers (GDN dk x dk per value head,
+        Mamba-2 one scalar per head): what exact composition stores beside each chunk's state."""
+        return hybrid.operator_bytes(self)
 
     # ---- Export ----------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -322,6 +325,6 @@ class ModelSpec:
         d["layer_kinds"] = list(self.layer_kinds)
         d.update(num_attn_layers=self.num_attn_layers, num_recurrent_layers=self.num_recurrent_layers,
                  kv_bytes_per_token=self.kv_bytes_per_token, rope_key_bytes_per_token=self.rope_key_bytes_per_token,
-                 state_bytes=self.state_bytes, active_params=self.active_params, total_params=self.total_params,
+                 state_bytes=self.state_bytes, operator_bytes=self.operator_bytes, active_params=self.active_params, total_params=self.total_params,
                  active_param_bytes=self.active_param_bytes)
         return d

@@ -10,6 +10,7 @@ _DEEPSEEK_MLA = {"attention": "mla", "head_dim": 192, "kv_lora_rank": 512, "qk_r
 
 def _presets() -> dict[str, ModelSpec]:
     qwen3_next_kinds = ("gdn", "gdn", "gdn", "attn") * 12
+    olmo_hybrid_kinds = ("gdn", "gdn", "gdn", "attn") * 8
     granite_kinds = tuple("attn" if i in (5, 15, 25, 35) else "mamba2" for i in range(40))
     specs = [
         ModelSpec(name="deepseek-v2-lite", num_layers=27, hidden_size=2048, num_heads=16, num_kv_heads=16,
@@ -40,6 +41,10 @@ def _presets() -> dict[str, ModelSpec]:
                   moe_intermediate_size=768, num_experts=72, num_experts_active=10, num_shared_experts=1,
                   shared_expert_intermediate_size=1536, vocab_size=100352, mamba_num_heads=128,
                   mamba_head_dim=64, mamba_state_dim=128, mamba_num_groups=1),
+        ModelSpec(name="olmo-hybrid-7b", num_layers=32, hidden_size=3840, num_heads=30, num_kv_heads=30,
+                  attention="gqa", head_dim=128, layer_kinds=olmo_hybrid_kinds, intermediate_size=11008,
+                  vocab_size=100352, gdn_num_key_heads=30, gdn_num_value_heads=30, gdn_key_head_dim=96,
+                  gdn_value_head_dim=192),
     ]
     return {s.name: s for s in specs}
 
@@ -53,4 +58,5 @@ ALIASES = {
     "kimi-moonlight-16b": "moonlight-16b",
     "qwen3-next": "qwen3-next-80b-a3b",
     "granite-4-h-small": "granite-4.0-h-small",
+    "olmo-hybrid": "olmo-hybrid-7b",
 }
