@@ -15,8 +15,10 @@ never on where the previous chunk was cut, so an edit before a region cannot mov
   tokens (keep the last of a cluster), if it lies within ``min_chunk`` after a hard boundary, or if
   ``b < min_chunk``;
 * hard boundaries (S2 marker edges) always cut;
-* max size: a gap longer than ``max_chunk`` between two cuts is split into equal pieces
-  (``ceil(gap / max_chunk)`` of them, each in ``[max_chunk / 2, max_chunk]``).
+* max size: a gap longer than ``max_chunk`` between two cuts is split into ``max_chunk`` pieces anchored
+  at the gap's start, the last two sharing the remainder evenly (each piece in ``[max_chunk / 2,
+  max_chunk]``), so a gap that grows at its end (a low-entropy run one repetition longer) keeps its
+  earlier cuts.
 
 Chunk sizes are therefore in ``[min_chunk, max_chunk]`` except the last chunk of a prompt and chunks that
 touch a hard boundary placed closer than ``min_chunk`` to another. The candidate probability ``p`` is solved
@@ -183,14 +185,22 @@ def chunk(tokens: np.ndarray, cfg: CDCConfig | None = None, hard_boundaries: np.
     big = gaps > cfg.max_chunk
     if not big.any():
         return b
-    # split each long gap into ceil(gap / max) equal pieces (vectorized over the long gaps)
-    pieces = -(-gaps[big] // cfg.max_chunk)
-    starts = np.repeat(b[:-1][big], pieces - 1)
-    lens = np.repeat(gaps[big], pieces - 1)
-    cnt = np.repeat(pieces, pieces - 1)
-    j = np.arange(starts.size) - np.repeat(np.cumsum(pieces - 1) - (pieces - 1), pieces - 1) + 1
-    extra = starts + (j * lens) // cnt
-    return np.union1d(b, extra).astype(np.int64)
+    return np.union1d(b, _forced_cuts(b[:-1][big], gaps[big], cfg.max_chunk)).astype(np.int64)
+
+
+def _forced_cuts(starts: np.ndarray, gaps: np.ndarray, mx: int) -> np.ndarray:
+    """Cuts splitting each gap ``[s, s + g)`` (``g > mx``) into pieces of ``mx`` tokens anchored at ``s``;
+    when the remainder ``r = g mod mx`` is nonzero, the last two pieces share ``mx + r`` evenly (both in
+    ``[mx / 2, mx]``). Anchored at the gap's content-defined start, a gap that grows at its end (one more
+    repetition of a low-entropy run, the next turn's continuation) keeps all but its last two cuts."""
+    full, rem = gaps // mx, gaps % mx
+    num = full - (rem == 0)                          # cuts per gap
+    owner = np.repeat(np.arange(gaps.size), num)
+    k = np.arange(owner.size) - np.repeat(np.cumsum(num) - num, num) + 1    # 1..num within a gap
+    cut = starts[owner] + k * mx
+    last = (k == num) & (rem[owner] > 0)             # the cut between the last two pieces
+    cut[last] = starts[owner][last] + (k[last] - 1) * mx + (mx + rem[owner][last]) // 2
+    return cut
 
 
 def fingerprints(tokens: np.ndarray, bounds: np.ndarray) -> np.ndarray:

@@ -62,7 +62,7 @@ def test_min_max_respected_and_average_near_target():
 
 
 def test_max_split_on_constant_content():
-    """A stream without candidates is cut into equal pieces no longer than max_chunk."""
+    """A stream without candidates is cut into pieces of max_chunk (the last two sharing the rest)."""
     cfg = CDCConfig(avg_chunk=256, min_chunk=64, max_chunk=1000)
     b = chunk(np.full(5000, 7, np.int32), cfg)
     d = np.diff(b)
@@ -143,3 +143,28 @@ def test_edit_before_region_keeps_region_cuts(prefix, region, at, ins, delete, u
             return
         stable_from = int(first[0])
     assert np.array_equal(ca[ca >= stable_from], cb[cb >= stable_from])
+
+
+def _low_entropy(reps: int) -> np.ndarray:
+    """Random text around one 23-token sentence repeated ``reps`` times (no content cut inside)."""
+    rng = np.random.default_rng(42)
+    sentence = rng.integers(0, 50_000, 23, dtype=np.int32)
+    return np.concatenate([rng.integers(0, 50_000, 600, dtype=np.int32), np.tile(sentence, reps)])
+
+
+def test_forced_cuts_do_not_flap_when_a_run_grows():
+    """Forced (max-size) cuts inside a long low-entropy run are anchored where the run's gap starts:
+    one more repetition of the sentence (the next turn's prompt) moves no earlier cut (#10)."""
+    cfg = CDCConfig(avg_chunk=256, min_chunk=64, max_chunk=1024)
+    a, b = chunk(_low_entropy(300), cfg), chunk(_low_entropy(301), cfg)
+    assert np.diff(a).max() <= 1024 and np.diff(b).max() <= 1024
+    same = np.intersect1d(a, b)
+    assert same.size >= a.size - 2, f"{a.size - same.size} of {a.size} cuts moved"
+
+
+def test_forced_pieces_stay_within_min_and_max():
+    """Left-anchored forced pieces keep every chunk but the prompt's last in [min_chunk, max_chunk]."""
+    cfg = CDCConfig(avg_chunk=256, min_chunk=64, max_chunk=1000)
+    for n in (2001, 2020, 2999, 3000, 3063, 3064, 3065):
+        d = np.diff(chunk(np.full(n, 7, np.int32), cfg))
+        assert d.max() <= 1000 and d.min() >= 64, (n, d)

@@ -88,7 +88,8 @@ def drive(name: str, capacity: float, seed: int, num_requests: int = 45,
 def _check_locked(policy: CachePolicy, name: str, live: dict[int, tuple[RequestView, Plan]],
                   now: int) -> None:
     """Locked KV survives eviction: on a copy, evict everything evictable; every live request must
-    still find at least what its admitted plan reused."""
+    still hold what its admitted plan reused (``CachePolicy.holds``) or, where the policy does not say,
+    still find at least as much with a fresh lookup."""
     if not live or now % 4:
         return
     most = max(plan.num_reused for _, plan in live.values()) * policy.ctx.bytes_per_token
@@ -97,6 +98,10 @@ def _check_locked(policy: CachePolicy, name: str, live: dict[int, tuple[RequestV
     probe.evict(10**15, now)
     _check(probe, f"{name} evict-all")
     for req, plan in live.values():
+        held = probe.holds(req)
+        if held is not None:
+            assert held, f"{name}: request {req.request_id} lost locked KV"
+            continue
         again = probe.lookup(req, now)
         assert again.num_reused >= plan.num_reused, \
             f"{name}: request {req.request_id} lost locked KV ({again.num_reused} < {plan.num_reused})"

@@ -146,6 +146,14 @@ class CachePolicy(ABC):
     @abstractmethod
     def usage(self) -> Usage: ...
 
+    def holds(self, req: RequestView) -> bool | None:
+        """Whether every KV span admitted request ``req``'s plan reuses is still resident (locked KV is
+        never evicted). ``None``: the policy does not track it per request; the contract test then
+        checks that a fresh lookup still finds at least as much. A policy that locks exactly the
+        tokens a plan reuses may leave them unreachable by new lookups while the request runs (the
+        chunk that indexed them lost another part); it answers here instead."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         """Resolved config for config.json."""
         from dataclasses import asdict, is_dataclass

@@ -38,7 +38,7 @@ from pic.engine import cdc, eviction
 from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
-from pic.engine.policies.irminsul_store import ChunkStore, Entry
+from pic.engine.policies.irminsul_store import Chunk, ChunkStore, Extent
 from pic.traces.markers import BOUNDARY_MARKER, find_markers
 from pic.traces.schema import KIND_CODE
 
@@ -97,98 +97,138 @@ class Irminsul(CachePolicy):
         super().__init__(ctx, config)
         c = self.config
         self._cdc, self._marker, self._key = c.cdc, c.marker, eviction.key(c.eviction)
-        self._store = ChunkStore(self._key, c.s1_window)    # chunks, chunk trie, S1 windows, accounting
+        self._store = ChunkStore(self._key, c.s1_window, ctx.bytes_per_token)
         self._entries = self._store.entries
-        self._pending: dict[int, tuple[list[int], list[int], list[int]]] = {}   # rid -> bounds, fps, used
-        self._admitted: dict[int, tuple[list[int], list[int], list[int]]] = {}  # rid -> bounds, fps, new
-        self._locks: dict[int, list[int]] = {}
+        self._pending: dict[int, tuple[list[int], list[int], list[_Use]]] = {}   # rid -> lookup's analysis
+        self._live: dict[int, tuple[list[Extent], list[Chunk]]] = {}    # rid -> locked extents, new chunks
         self.stats.extra.update(prefix_tokens=0, chunk_lookups=0, chunk_hits=0, extended_tokens=0, window_lookups=0,
-                                window_hits=0, clipped_tokens=0, rotated_tokens=0)
+                                window_hits=0, clipped_tokens=0, rotated_tokens=0, partly_stored=0,
+                                unstored_tokens=0)
 
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
         self.stats.lookups += 1
-        bounds, fps, spans, used = self._analyze(req)
-        for fp in used:
-            e = self._entries[fp]
-            e.last_access_us = now_us
-            e.hits += 1
-        plan = Plan.from_spans(req.num_tokens, spans)
+        bounds, fps, uses = self._analyze(req)
+        hits: list[list[int]] = []            # [start, end, source]: abutting pieces of equal delta merged
+        for t, e, x, lo in uses:
+            x.last_access_us = now_us
+            x.hits += 1
+            src = x.base_pos + lo
+            if hits and hits[-1][1] == t and t - src == hits[-1][0] - hits[-1][2]:
+                hits[-1][1] = e
+            else:
+                hits.append([t, e, src])
+        plan = Plan.from_spans(req.num_tokens, [Span(a, b, Action.REUSE if a == src else Action.REUSE_ROTATED, src)
+                                                for a, b, src in hits])
         if plan.num_reused:
             self.stats.hits += 1
             self.stats.extra["rotated_tokens"] += plan.num_rotated
-        self._pending[req.request_id] = (bounds, fps, used)
+        self._pending[req.request_id] = (bounds, fps, uses)
         if len(self._pending) > 4096:       # lookups never followed by admit (probes) must not pile up
             del self._pending[next(iter(self._pending))]
         return plan
 
     def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
         rid = req.request_id
+        if rid in self._live:
+            raise ValueError(f"request {rid} admitted twice")
         got = self._pending.pop(rid, None)
         if got is None:
-            bounds, fps, _, used = self._analyze(req)
+            bounds, fps, uses = self._analyze(req)
         else:
-            bounds, fps, used = got
-        if any(fp not in self._entries for fp in used):   # evicted since lookup: the plan is stale
-            self.stats.rejected += 1
-            return False
-        for fp in used:
-            self._store.lock(self._entries[fp])
-        new: dict[int, tuple[int, int]] = {}
+            bounds, fps, uses = got
+        st = self._store
+        if sum(b - a for a, b, _, _ in uses) != plan.num_reused:
+            return self._stale([])            # not the plan this cache answered
+        locked: list[Extent] = []
+        views: list[tuple[int, int, list[Extent]]] = []    # target range of each use -> its locked extents
+        for a, b, x, lo in uses:
+            got_x = st.lock_range(x, lo, lo + b - a)
+            if not got_x:                     # evicted since lookup: the plan is stale
+                return self._stale(locked)
+            locked += got_x
+            views.append((a, b, got_x))
+        new: dict[int, int] = {}              # fp -> chunk index, first occurrence, in prompt order
         for k, fp in enumerate(fps):
             if fp not in self._entries and fp not in new:
-                new[fp] = (bounds[k], bounds[k + 1])
-        need = sum(b - a for a, b in new.values()) * self.ctx.bytes_per_token
-        st = self._store
-        over = st.evictable + st.protected + need - self.ctx.capacity_bytes
-        if over > 0 and self.evict(int(over), now_us) < over:
-            for fp in used:
-                st.unlock(self._entries[fp])
-            self.stats.rejected += 1
-            return False
-        toks = req.tokens
-        for fp, (a, b) in new.items():      # new KV: protected until release
-            st.add(fp, np.array(toks[a:b], dtype=np.int32), a, rid, (b - a) * self.ctx.bytes_per_token, now_us)
-        self._locks[rid] = used + list(new)
-        self._admitted[rid] = (bounds, fps, list(new))
+                new[fp] = k
+        gaps = {k: _gaps(views, bounds[k], bounds[k + 1]) for k in new.values()}
+        need = sum(b - a for g in gaps.values() for a, b in g)
+        bpt = self.ctx.bytes_per_token
+        room = self.ctx.capacity_bytes - st.evictable - st.protected
+        if need * bpt > room:
+            self.evict(int(need * bpt - room), now_us)
+            room = self.ctx.capacity_bytes - st.evictable - st.protected
+        toks, chunks, full = req.tokens, [], True
+        for fp, k in new.items():
+            cost = sum(b - a for a, b in gaps[k]) * bpt
+            if cost > room or (cost and not full):
+                full = False
+                self.stats.extra["unstored_tokens"] += cost // bpt
+                continue
+            room -= cost
+            a, b = bounds[k], bounds[k + 1]
+            own = [st.new_extent(np.array(toks[g0:g1], dtype=np.int32), g0, now_us) for g0, g1 in gaps[k]]
+            chunks.append(st.register(fp, np.array(toks[a:b], dtype=np.int32), _pieces(views, own, gaps[k], a, b),
+                                      rid, own))
+        self.stats.extra["partly_stored"] += not full
+        self._live[rid] = (locked, chunks)
+        self._pending[rid] = (bounds, fps, [])       # the layout, for commit
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:
-        bounds, fps, new = self._admitted.pop(req.request_id, ([], [], []))
-        for fp in new:
-            self._store.make_ready(self._entries[fp], now_us, self.config.s1)
+        bounds, fps, _ = self._pending.pop(req.request_id, ([], [], []))
+        for c in self._live.get(req.request_id, ([], []))[1]:
+            self._store.make_ready(c, now_us, self.config.s1)
         if fps:
             self._store.add_prompt(req.tokens, bounds, fps, now_us, 4 * self.ctx.capacity_tokens + 2**20)
 
     def release(self, req: RequestView, now_us: int) -> None:
-        self._admitted.pop(req.request_id, None)
-        for fp in self._locks.pop(req.request_id, []):
-            e = self._entries.get(fp)
-            if e is None:
-                continue
-            self._store.unlock(e)
-            if e.refs == 0 and not e.ready:   # released without commit: its KV never materialized
-                self._store.drop(e)
+        self._pending.pop(req.request_id, None)
+        locked, chunks = self._live.pop(req.request_id, ([], []))
+        st = self._store
+        for x in locked:
+            st.unlock(x)
+        for c in chunks:
+            alive = self._entries.get(c.fp) is c
+            if alive and not c.ready:          # released without commit: its KV never materialized
+                st.drop(c)
+            for x in c.own:
+                st.unlock(x)
 
     def evict(self, num_bytes: int, now_us: int) -> int:
         return self._store.evict(num_bytes, self.stats)
+
+    def holds(self, req: RequestView) -> bool | None:
+        """Every extent the request locked (the tokens its plan reuses, its own new KV) is resident."""
+        live = self._live.get(req.request_id)
+        if live is None:
+            return None
+        return all(self._store.live(x, 0, x.size) is not None for x in live[0] + [y for c in live[1] for y in c.own])
 
     def usage(self) -> Usage:
         st = self._store
         return Usage(st.evictable, st.protected, st.evictable + st.protected, self.ctx.capacity_bytes)
 
     # ---- Internal helpers -------------------------------------------------------------------------
-    def _analyze(self, req: RequestView):
-        """``(bounds, fingerprints, spans, used)``: the prompt's CDC layout, the reuse spans, and the
-        fingerprints of the entries they read (distinct, in first-use order)."""
+    def _stale(self, locked: list[Extent]) -> bool:
+        for x in locked:
+            self._store.unlock(x)
+        self.stats.rejected += 1
+        self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
+        return False
+
+    def _analyze(self, req: RequestView) -> tuple[list[int], list[int], list[_Use]]:
+        """``(bounds, fingerprints, uses)``: the prompt's CDC layout and, for each reused target range,
+        ``(start, end, extent, offset in the extent)`` in prompt order (the source position is
+        ``extent.base_pos + offset``)."""
         toks = req.tokens
         bounds = cdc.chunk(toks, self._cdc, self._hard(req) if self.config.s2 else None)
         bl, fl = bounds.tolist(), cdc.fingerprints(toks, bounds).tolist()
-        spans: list[Span] = []
-        used: list[int] = []
+        uses: list[_Use] = []
         ex = self.stats.extra
         n, k = toks.shape[0], 0
-        pos = self._prefix(toks, spans, used)
+        pos = self._prefix(toks, uses)
         ex["prefix_tokens"] += pos
         while pos < n:
             while bl[k + 1] <= pos:
@@ -204,18 +244,19 @@ class Irminsul(CachePolicy):
                 self._store.longest(toks[pos:pos + self.config.max_chunk])
             if t_len > (b - pos if e is not None else self.config.min_match - 1):
                 ex["extended_tokens"] += t_len - (b - pos if e is not None else 0)
-                self._span(spans, used, t_e, pos, pos + t_len, 0)
+                self._span(uses, t_e, pos, pos + t_len, 0)
                 pos += t_len
             elif e is not None:
-                self._span(spans, used, e, pos, b, pos - a)
+                self._span(uses, e, pos, b, pos - a)
                 pos = b
             else:
                 if self.config.s1:
-                    self._s1(toks, pos, b, spans, used)
+                    self._s1(toks, pos, b, uses)
                 pos = b
-        return bl, fl, spans, list(dict.fromkeys(used))
+        uses.sort(key=lambda u: u[0])        # S1 adds end-aligned windows after start-aligned ones
+        return bl, fl, uses
 
-    def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Entry | None:
+    def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Chunk | None:
         e = self._entries.get(fp)
         if e is None or not e.ready:
             return None
@@ -228,19 +269,22 @@ class Irminsul(CachePolicy):
             return None
         return e
 
-    def _span(self, spans: list[Span], used: list[int], e: Entry, a: int, b: int, off: int) -> None:
-        """Reuse ``e``'s KV from offset ``off`` for target ``[a, b)`` (first-chunk clip at position 0)."""
-        src = e.base_pos + off
-        if a == 0 and src != 0:
+    def _span(self, uses: list[_Use], c: Chunk, a: int, b: int, off: int) -> None:
+        """Reuse chunk ``c``'s KV from offset ``off`` for target ``[a, b)``, piece by piece (first-chunk
+        clip at position 0)."""
+        pieces = self._store.pieces(c, off, off + b - a)
+        if a == 0 and pieces[0][0].base_pos + pieces[0][1] != 0:
             clip = min(self.config.sink_tokens, b)
             self.stats.extra["clipped_tokens"] += clip
-            a, src = clip, src + clip
-            if a >= b:
+            if clip >= b:
                 return
-        spans.append(Span(a, b, Action.REUSE if src == a else Action.REUSE_ROTATED, src))
-        used.append(e.fp)
+            a, off = clip, off + clip
+            pieces = self._store.pieces(c, off, off + b - a)
+        for x, lo, hi, cpos in pieces:
+            t = a + cpos - off
+            uses.append((t, t + hi - lo, x, lo))
 
-    def _prefix(self, toks: np.ndarray, spans: list[Span], used: list[int]) -> int:
+    def _prefix(self, toks: np.ndarray, uses: list[_Use]) -> int:
         """Exact prefix from the prompt index, served by the resident chunks of the committed prompt
         that covers most of it (:meth:`ChunkStore.best_layout`); its length."""
         best, best_len = self._store.best_layout(toks)
@@ -258,10 +302,10 @@ class Irminsul(CachePolicy):
                 if not np.array_equal(e.tokens[:b - a], toks[a:b]):
                     self.stats.collisions += 1
                     return a
-            self._span(spans, used, e, a, b, 0)
+            self._span(uses, e, a, b, 0)
         return best_len
 
-    def _s1(self, toks: np.ndarray, lo: int, hi: int, spans, used) -> None:
+    def _s1(self, toks: np.ndarray, lo: int, hi: int, uses: list[_Use]) -> None:
         """Look ``[lo, hi)`` up as start-aligned, then end-aligned fixed windows."""
         w = self.config.s1_window
         num = (hi - lo) // w
@@ -287,7 +331,7 @@ class Irminsul(CachePolicy):
                     continue
             ex["window_hits"] += 1
             covered.append((s, s + w))
-            self._span(spans, used, e, s, s + w, off)
+            self._span(uses, e, s, s + w, off)
 
     def _hard(self, req: RequestView) -> np.ndarray:
         m = self._marker.shape[0]
@@ -296,3 +340,37 @@ class Irminsul(CachePolicy):
         sb = req.segment_bounds
         return np.concatenate([starts, starts + m, sb[idx], sb[idx + 1]]).astype(np.int64)
 
+
+_Use = tuple[int, int, Extent, int]   # target start, target end, extent, offset in the extent
+
+
+def _gaps(views: list[tuple[int, int, list[Extent]]], a: int, b: int) -> list[tuple[int, int]]:
+    """The recomputed runs of target ``[a, b)``: what no reused range covers."""
+    out, pos = [], a
+    for s, e, _ in views:
+        if e <= a or s >= b:
+            continue
+        if s > pos:
+            out.append((pos, s))
+        pos = max(pos, e)
+    if pos < b:
+        out.append((pos, b))
+    return out
+
+
+def _pieces(views: list[tuple[int, int, list[Extent]]], own: list[Extent], gaps: list[tuple[int, int]],
+            a: int, b: int) -> list[list]:
+    """Pieces ``[extent, offset, length]`` of target ``[a, b)``: views into the locked extents of the
+    reused ranges, and the chunk's own new extents over its recomputed runs, in token order."""
+    parts: list[tuple[int, list]] = [(g0, [x, 0, g1 - g0]) for x, (g0, g1) in zip(own, gaps, strict=True)]
+    for s, e, xs in views:
+        if e <= a or s >= b:
+            continue
+        t = s
+        for x in xs:                       # the locked extents tile [s, e) in order
+            lo, hi = max(t, a), min(t + x.size, b)
+            if lo < hi:
+                parts.append((lo, [x, lo - t, hi - lo]))
+            t += x.size
+    parts.sort(key=lambda p: p[0])
+    return [p for _, p in parts]

@@ -1,18 +1,24 @@
-"""Chunk store of the ``irminsul`` policy: the registry of resident chunks and its two indexes.
+"""Chunk store of the ``irminsul`` policy: KV extents, the chunk registry over them, and its indexes.
 
-* registry ``fingerprint -> Entry`` (tokens, length, base position, owner request, resident bytes,
-  lock refs, recency), with evictable/protected byte accounting and key-ordered eviction of unlocked
-  entries (``lru``/``lfu``/... from :mod:`engine.eviction`) through a lazy heap;
-* prompt index: a radix tree over committed prompts (tokens only, no KV) whose nodes carry each
-  prompt's chunk layout, for the exact-prefix stage;
-* chunk trie: a radix tree over the ready chunks' tokens (:mod:`engine.radix`, one root path per
-  chunk, an index only: KV lives in the chunks), answering "the longest stored chunk whose beginning
-  equals these tokens";
-* S1 window index ``window fingerprint -> (entry fingerprint, offset)``: every ready chunk registers
-  its start- and end-aligned ``s1_window``-token windows as views into its KV.
+* extents: the physical KV, one per run of tokens a request recomputed inside one of its new chunks
+  (tokens, the position the KV was produced at, bytes, lock refs, recency). Bytes are counted here and
+  only here: a token's KV is stored once. An extent can be split where a lock starts or ends, so a plan
+  locks exactly the tokens it reuses;
+* registry ``fingerprint -> Chunk``: a content-defined chunk is a list of pieces ``(extent, offset,
+  length)`` — its own recomputed extents and views into the extents of the chunks it reused — so a chunk
+  whose tokens were mostly reused from elsewhere indexes that existing KV under its own boundaries
+  instead of storing it again;
+* prompt index: a radix tree over committed prompts (tokens only, no KV) whose nodes carry each prompt's
+  chunk layout, for the exact-prefix stage;
+* chunk trie: a radix tree over the ready chunks' tokens (:mod:`engine.radix`, an index only) answering
+  "the longest stored chunk whose beginning equals these tokens";
+* S1 window index ``window fingerprint -> (chunk fingerprint, offset)``: every ready chunk registers its
+  start- and end-aligned ``s1_window``-token windows as views into its KV.
 
-Dropping an entry removes its trie path and its windows with it. The policy
-(:mod:`engine.policies.irminsul`) decides what to look up, lock and add.
+Eviction takes unlocked extents, smallest key first (``lru``/``lfu``/``fifo`` of :mod:`engine.eviction`)
+from a lazy heap. A chunk that lost an extent is dropped from every index; an extent no chunk uses any
+more is unreachable and freed with it. The policy (:mod:`engine.policies.irminsul`) decides what to look
+up, lock and add.
 """
 
 from __future__ import annotations
@@ -31,55 +37,192 @@ from pic.engine.radix import RadixNode, RadixTree
 _LAYOUTS = 16  # committed-prompt layouts tried for the exact prefix
 
 
-class Entry:
-    """One resident chunk; ``node``: its end node in the chunk trie (None until committed)."""
+class Extent:
+    """Stored KV of ``tokens`` produced at ``base_pos``; ``users``: fingerprints of chunks that read it;
+    ``parts``: after a split, ``(left, right, at)`` (the extent itself is then dead)."""
 
-    __slots__ = ("fp", "tokens", "base_pos", "owner", "nbytes", "refs", "last_access_us", "hits",
-                 "created_us", "ready", "windows", "node")
+    __slots__ = ("tokens", "base_pos", "nbytes", "refs", "last_access_us", "hits", "created_us", "alive",
+                 "users", "parts")
 
-    def __init__(self, fp: int, tokens: np.ndarray, base_pos: int, owner: int, nbytes: int, now: int):
-        self.fp, self.tokens, self.base_pos, self.owner, self.nbytes = fp, tokens, base_pos, owner, nbytes
+    def __init__(self, tokens: np.ndarray, base_pos: int, nbytes: int, now: int) -> None:
+        self.tokens, self.base_pos, self.nbytes = tokens, base_pos, nbytes
         self.refs, self.last_access_us, self.hits, self.created_us = 0, now, 0, now
+        self.alive = True
+        self.users: set[int] = set()
+        self.parts: tuple[Extent, Extent, int] | None = None
+
+    @property
+    def size(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+class Chunk:
+    """One registry entry: a content-defined chunk as pieces ``[extent, offset, length]`` in token order;
+    ``node``: its end node in the chunk trie (None until ready)."""
+
+    __slots__ = ("fp", "tokens", "pieces", "owner", "ready", "windows", "node", "own")
+
+    def __init__(self, fp: int, tokens: np.ndarray, pieces: list[list[Any]], owner: int,
+                 own: list[Extent]) -> None:
+        self.fp, self.tokens, self.pieces, self.owner, self.own = fp, tokens, pieces, owner, own
         self.ready = False
         self.windows: list[int] = []
         self.node: RadixNode | None = None
 
 
 class ChunkStore:
-    """Resident chunks by fingerprint, their trie and S1 window index, and byte accounting.
+    """Extents, the chunk registry over them with its trie and S1 window index, and byte accounting.
 
     ``key`` orders eviction (smallest first); ``s1_window`` is the S1 window size in tokens."""
 
-    def __init__(self, key: Callable[[Any], tuple[int, ...]], s1_window: int) -> None:
-        self.key, self.s1_window = key, s1_window
-        self.entries: dict[int, Entry] = {}
-        self.windows: dict[int, tuple[int, int]] = {}       # window fp -> (entry fp, offset)
+    def __init__(self, key: Callable[[Any], tuple[int, ...]], s1_window: int, bytes_per_token: int) -> None:
+        self.key, self.s1_window, self.bpt = key, s1_window, bytes_per_token
+        self.entries: dict[int, Chunk] = {}
+        self.windows: dict[int, tuple[int, int]] = {}       # window fp -> (chunk fp, offset)
         self.trie = RadixTree()                             # index of ready chunks' tokens
         self.prompts = RadixTree()                          # index of committed prompts -> chunk layout
         self.evictable = self.protected = 0
-        self._heap: list[tuple[tuple[int, ...], int, int]] = []
+        self.num_extents = 0
+        self._heap: list[tuple[tuple[int, ...], int, Extent]] = []
         self._seq = itertools.count()
 
-    # ---- Public API -------------------------------------------------------------------------------
-    def add(self, fp: int, tokens: np.ndarray, base_pos: int, owner: int, nbytes: int, now_us: int) -> Entry:
-        """A new, not yet ready entry, locked once (its KV is protected until the owner releases it)."""
-        e = Entry(fp, tokens, base_pos, owner, nbytes, now_us)
-        self.entries[fp] = e
-        e.refs = 1
-        self.protected += e.nbytes
-        return e
+    # ---- Public API: extents --------------------------------------------------------------------
+    def new_extent(self, tokens: np.ndarray, base_pos: int, now_us: int) -> Extent:
+        """New KV produced now: locked once (protected until its producer releases it)."""
+        x = Extent(tokens, base_pos, int(tokens.shape[0]) * self.bpt, now_us)
+        x.refs = 1
+        self.protected += x.nbytes
+        self.num_extents += 1
+        return x
 
-    def make_ready(self, e: Entry, now_us: int, windows: bool) -> None:
-        """The entry's KV exists: index its tokens in the trie (and its S1 windows when ``windows``)."""
-        e.ready = True
+    def live(self, x: Extent, lo: int, hi: int) -> list[tuple[Extent, int, int]] | None:
+        """The live extents now holding ``x``'s tokens ``[lo, hi)`` (``x`` may have been split since), as
+        ``(extent, lo, hi)``; None when any of it was freed."""
+        if x.parts is None:
+            return [(x, lo, hi)] if x.alive else None
+        left, right, at = x.parts
+        out: list[tuple[Extent, int, int]] = []
+        for y, a, b in ((left, lo, min(hi, at)), (right, max(lo, at) - at, hi - at)):
+            if a < b:
+                got = self.live(y, a, b)
+                if got is None:
+                    return None
+                out += got
+        return out
+
+    def lock_range(self, x: Extent, lo: int, hi: int) -> list[Extent]:
+        """Lock exactly tokens ``[lo, hi)`` of ``x`` (splitting it where the range starts or ends); the
+        locked extents, or ``[]`` when some of the range is gone."""
+        parts = self.live(x, lo, hi)
+        if parts is None:
+            return []
+        out = []
+        for e, a, b in parts:
+            if a > 0:
+                e = self._split(e, a)[1]
+                b -= a
+            if b < e.size:
+                e = self._split(e, b)[0]
+            self.lock(e)
+            out.append(e)
+        return out
+
+    def lock(self, x: Extent) -> None:
+        if x.refs == 0:
+            self.evictable -= x.nbytes
+            self.protected += x.nbytes
+        x.refs += 1
+
+    def unlock(self, x: Extent) -> None:
+        """Undo one :meth:`lock` (of ``x`` or, after a split, of every part of it)."""
+        if x.parts is not None:
+            self.unlock(x.parts[0])
+            self.unlock(x.parts[1])
+            return
+        x.refs -= 1
+        if x.refs:
+            return
+        self.protected -= x.nbytes
+        self.evictable += x.nbytes
+        if not x.users:                   # nothing indexes it any more: unreachable
+            self._free(x)
+            return
+        heapq.heappush(self._heap, (self.key(x), next(self._seq), x))
+        if len(self._heap) > 4 * self.num_extents + 1024:     # drop stale entries, one per free extent
+            live = {id(e): (k, s, e) for k, s, e in self._heap if e.alive and e.refs == 0 and e.parts is None}
+            self._heap = list(live.values())
+            heapq.heapify(self._heap)
+
+    def evict(self, num_bytes: int, stats: PolicyStats) -> int:
+        """Free unlocked extents, smallest key first (with the chunks that read them and whatever only
+        those chunks held), until ``num_bytes`` are freed; bytes freed."""
+        freed, heap = 0, self._heap
+        while freed < num_bytes and heap:
+            k, _, x = heapq.heappop(heap)
+            if not x.alive or x.refs > 0 or x.parts is not None:
+                continue
+            cur = self.key(x)
+            if cur != k:
+                heapq.heappush(heap, (cur, next(self._seq), x))
+                continue
+            before = self.evictable
+            stats.evictions += 1
+            for fp in list(x.users):
+                self.drop(self.entries[fp])
+            if x.alive:
+                self._free(x)
+            freed += before - self.evictable
+        stats.evicted_bytes += freed
+        return freed
+
+    # ---- Public API: chunks -----------------------------------------------------------------------
+    def register(self, fp: int, tokens: np.ndarray, pieces: list[list[Any]], owner: int,
+                 own: list[Extent]) -> Chunk:
+        """A new, not yet ready chunk over ``pieces`` (``own``: its freshly computed extents)."""
+        c = Chunk(fp, tokens, pieces, owner, own)
+        self.entries[fp] = c
+        for x, _, _ in pieces:
+            x.users.add(fp)
+        return c
+
+    def make_ready(self, c: Chunk, now_us: int, windows: bool) -> None:
+        """The chunk's KV exists: index its tokens in the trie (and its S1 windows when ``windows``)."""
+        c.ready = True
         if windows:
-            self._add_windows(e)
-        _, node = self.trie.insert(e.tokens, now_us)
-        node.value = e.fp
+            self._add_windows(c)
+        _, node = self.trie.insert(c.tokens, now_us)
+        node.value = c.fp
         self.trie.inc_lock(node)           # live chunks are locked in the index; dead ones get purged
-        e.node = node
+        c.node = node
 
-    def longest(self, toks: np.ndarray) -> tuple[int, Entry | None]:
+    def pieces(self, c: Chunk, off: int, end: int) -> list[tuple[Extent, int, int, int]]:
+        """``(extent, ext_lo, ext_hi, chunk_pos)`` covering the chunk's tokens ``[off, end)``."""
+        out, pos = [], 0
+        for x, xo, n in c.pieces:
+            if pos + n > off and pos < end:
+                a, b = max(off, pos), min(end, pos + n)
+                out.append((x, xo + a - pos, xo + b - pos, a))
+            pos += n
+            if pos >= end:
+                break
+        return out
+
+    def drop(self, c: Chunk) -> None:
+        """Remove a chunk from every index; free the extents nothing reads any more."""
+        del self.entries[c.fp]
+        if c.node is not None:
+            c.node.value = None
+            self.trie.dec_lock(c.node)
+            self.trie.evict(self.trie.evictable_tokens)
+        for wfp in c.windows:
+            if self.windows.get(wfp, (None,))[0] == c.fp:
+                del self.windows[wfp]
+        for x in {id(x): x for x, _, _ in c.pieces}.values():
+            x.users.discard(c.fp)
+            if x.refs == 0 and x.alive:
+                self._trim(x)
+
+    def longest(self, toks: np.ndarray) -> tuple[int, Chunk | None]:
         """Longest leading run of ``toks`` that equals the beginning of a stored chunk (trie walk)."""
         num, node = self.trie.match_prefix(toks, None, split=True)
         if num == 0:
@@ -92,13 +235,13 @@ class ChunkStore:
             stack.extend(reversed(list(nd.children.values())))
         return 0, None
 
-    def window(self, toks: np.ndarray) -> tuple[Entry, int] | None:
-        """The ready entry and offset holding the S1 window ``toks`` (by fingerprint), if any."""
+    def window(self, toks: np.ndarray) -> tuple[Chunk, int] | None:
+        """The ready chunk and offset holding the S1 window ``toks`` (by fingerprint), if any."""
         ref = self.windows.get(cdc.fingerprint(toks))
-        e = self.entries.get(ref[0]) if ref is not None else None
-        if e is None or not e.ready:
+        c = self.entries.get(ref[0]) if ref is not None else None
+        if c is None or not c.ready:
             return None
-        return e, ref[1]
+        return c, ref[1]
 
     def add_prompt(self, tokens: np.ndarray, bounds: list[int], fps: list[int], now_us: int,
                    cap_tokens: float) -> None:
@@ -127,68 +270,84 @@ class ChunkStore:
             skip, depth, node = node, depth - node.key.shape[0], node.parent
         return best, best_len
 
-    def lock(self, e: Entry) -> None:
-        if e.refs == 0:
-            self.evictable -= e.nbytes
-            self.protected += e.nbytes
-        e.refs += 1
-
-    def unlock(self, e: Entry) -> None:
-        e.refs -= 1
-        if e.refs == 0:
-            self.protected -= e.nbytes
-            self.evictable += e.nbytes
-            heapq.heappush(self._heap, (self.key(e), next(self._seq), e.fp))
-            if len(self._heap) > 4 * len(self.entries) + 1024:
-                self._heap = [(self.key(x), next(self._seq), x.fp) for x in self.entries.values()
-                              if x.refs == 0]
-                heapq.heapify(self._heap)
-
-    def evict(self, num_bytes: int, stats: PolicyStats) -> int:
-        """Drop unlocked entries, smallest key first, until ``num_bytes`` are freed; bytes freed."""
-        freed, heap = 0, self._heap
-        while freed < num_bytes and heap:
-            k, _, fp = heapq.heappop(heap)
-            e = self.entries.get(fp)
-            if e is None or e.refs > 0:
-                continue
-            cur = self.key(e)
-            if cur != k:
-                heapq.heappush(heap, (cur, next(self._seq), fp))
-                continue
-            freed += e.nbytes
-            stats.evictions += 1
-            stats.evicted_bytes += e.nbytes
-            self.drop(e)
-        return freed
-
-    def drop(self, e: Entry) -> None:
-        """Remove an unlocked entry with its trie path and windows."""
-        del self.entries[e.fp]
-        self.evictable -= e.nbytes
-        if e.node is not None:
-            e.node.value = None
-            self.trie.dec_lock(e.node)
-            self.trie.evict(self.trie.evictable_tokens)
-        for wfp in e.windows:
-            if self.windows.get(wfp, (None,))[0] == e.fp:
-                del self.windows[wfp]
+    def stored_runs(self) -> list[np.ndarray]:
+        """Token arrays of every live extent (what is physically stored)."""
+        seen: dict[int, Extent] = {}
+        for c in self.entries.values():
+            for x, _, _ in c.pieces:
+                seen.setdefault(id(x), x)
+        return [x.tokens for x in seen.values()]
 
     # ---- Internal helpers -------------------------------------------------------------------------
+    def _split(self, x: Extent, at: int) -> tuple[Extent, Extent]:
+        """Cut live extent ``x`` after ``at`` tokens into two extents with its locks and recency."""
+        left = Extent(x.tokens[:at], x.base_pos, at * self.bpt, x.created_us)
+        right = Extent(x.tokens[at:], x.base_pos + at, x.nbytes - at * self.bpt, x.created_us)
+        for y in (left, right):
+            y.refs, y.last_access_us, y.hits = x.refs, x.last_access_us, x.hits
+        x.alive, x.parts = False, (left, right, at)
+        self.num_extents += 1
+        for fp in x.users:
+            c = self.entries[fp]
+            pieces = []
+            for e, eo, n in c.pieces:
+                if e is not x:
+                    pieces.append([e, eo, n])
+                    continue
+                if eo < at:
+                    k = min(n, at - eo)
+                    pieces.append([left, eo, k])
+                    left.users.add(fp)
+                    eo, n = at, n - k
+                if n > 0:
+                    pieces.append([right, eo - at, n])
+                    right.users.add(fp)
+            c.pieces = pieces
+            c.own = [y for e in c.own for y in ((left, right) if e is x else (e,))]
+        if x.refs == 0:
+            for y in (left, right):
+                if y.users:
+                    heapq.heappush(self._heap, (self.key(y), next(self._seq), y))
+                else:
+                    self._free(y)
+        return left, right
+
+    def _trim(self, x: Extent) -> None:
+        """Free the parts of unlocked ``x`` that no chunk reads any more (all of it when none does)."""
+        if not x.users:
+            self._free(x)
+            return
+        cover = sorted((eo, eo + n) for fp in x.users for e, eo, n in self.entries[fp].pieces if e is x)
+        cuts, end = set(), 0
+        for a, b in cover:
+            if a > end:
+                cuts.update((end, a))
+            end = max(end, b)
+        if end < x.size:
+            cuts.add(end)
+        cuts.discard(0)
+        for at in sorted(cuts, reverse=True):          # _split frees a part that has no user
+            x = self._split(x, at)[0]
+
+    def _free(self, x: Extent) -> None:
+        x.alive = False
+        self.evictable -= x.nbytes
+        self.num_extents -= 1
+
     def _served(self, bounds: list[int], fps: list[int], num: int) -> int:
         for j, fp in enumerate(fps):
             if bounds[j] >= num:
                 break
-            e = self.entries.get(fp)
-            if e is None or not e.ready:
+            c = self.entries.get(fp)
+            if c is None or not c.ready:
                 return bounds[j]
         return num
 
-    def _add_windows(self, e: Entry) -> None:
-        w, n = self.s1_window, e.tokens.shape[0]
+    def _add_windows(self, c: Chunk) -> None:
+        w, n = self.s1_window, c.tokens.shape[0]
         offs = set(range(0, n - w + 1, w)) | set(range(n - w, -1, -w))
         for off in sorted(offs):
-            wfp = cdc.fingerprint(e.tokens[off:off + w])
+            wfp = cdc.fingerprint(c.tokens[off:off + w])
             if wfp not in self.windows:
-                self.windows[wfp] = (e.fp, off)
-                e.windows.append(wfp)
+                self.windows[wfp] = (c.fp, off)
+                c.windows.append(wfp)
