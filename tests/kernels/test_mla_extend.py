@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
-import torch
+
+GPU_EXTRA = "kernel tests need the gpu extra: pip install -e '.[gpu]'"
+torch = pytest.importorskip("torch", reason=GPU_EXTRA)
+pytest.importorskip("triton", reason=GPU_EXTRA)
 
 from pic.kernels._testing import assert_close, dot_tol, random_delta, random_paged_cache
 from pic.kernels.mla_decode import mla_decode

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
-import torch
+
+GPU_EXTRA = "kernel tests need the gpu extra: pip install -e '.[gpu]'"
+torch = pytest.importorskip("torch", reason=GPU_EXTRA)
+pytest.importorskip("triton", reason=GPU_EXTRA)
 
 from pic.kernels.paged_cache import (
     LatentCacheConfig,

@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
+
+GPU_EXTRA = "kernel tests need the gpu extra: pip install -e '.[gpu]'"
+torch = pytest.importorskip("torch", reason=GPU_EXTRA)
+pytest.importorskip("triton", reason=GPU_EXTRA)
 
 from pic.kernels._testing import assert_close
 from pic.kernels.rope import RopeConfig, rope, rope_inv_freq, rope_reference, yarn_mscale

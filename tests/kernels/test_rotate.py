@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-import torch
+import pytest
+
+GPU_EXTRA = "kernel tests need the gpu extra: pip install -e '.[gpu]'"
+torch = pytest.importorskip("torch", reason=GPU_EXTRA)
+pytest.importorskip("triton", reason=GPU_EXTRA)
 
 from pic.kernels._testing import assert_close, random_delta, random_paged_cache
 from pic.kernels.paged_cache import gather_tokens, rotation_positions
