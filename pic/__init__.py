@@ -17,13 +17,19 @@ from typing import Any
 
 __version__ = "0.2.0"
 
-#: public name -> (module, attribute), imported lazily
+#: public name -> (module, attribute), imported lazily (docs/python-api.md documents each)
 _LAZY = {
     "read_trace": ("pic.engine.replay", "read_trace_file"),
+    "write_trace": ("pic.traces.io", "write_trace"),
+    "ingest": ("pic.traces.ingest", "ingest"),
+    "synth": ("pic.traces.synth", "synth"),
+    "trace_stats": ("pic.traces.stats", "trace_stats"),
     "replay": ("pic.engine.replay", "replay"),
     "write_run": ("pic.engine.replay", "write_run"),
     "ReplayConfig": ("pic.engine.config", "ReplayConfig"),
     "RunResult": ("pic.engine.replay", "RunResult"),
+    "load_runs": ("pic.engine.report", "load_runs"),
+    "make_report": ("pic.engine.report", "make_report"),
 }
 
 __all__ = ["__version__", *_LAZY]

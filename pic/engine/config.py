@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 ROUTERS = ("round-robin", "least-loaded", "cache-aware")
+#: metrics a goodput SLO may bound (vLLM --goodput keys)
+SLO_KEYS = ("ttft", "tpot", "e2el")
 
 
 def coerce_option(value: Any, typ: Any, key: str) -> Any:
@@ -69,6 +71,15 @@ class ReplayConfig:
     max_requests: int | None = field(default=None, metadata=_h("replay only the first N requests (by arrival)"))
     shadow_policy: str = field(default="prefix", metadata=_h("baseline cache run in lockstep beside each policy"))
     cost: dict[str, Any] = field(default_factory=dict, metadata=_h("CostConfig field overrides"))
+    time_scale: float = field(default=1.0, metadata=_h(
+        "multiply every arrival time by this (0.5 = the same traffic twice as fast; Vidur time_scale_factor)"))
+    rate: float | None = field(default=None, metadata=_h(
+        "re-time arrivals to this mean rate, requests/s, keeping their pattern; inf = all at t=0 "
+        "(vLLM --request-rate inf); None = as recorded"))
+    percentiles: tuple[float, ...] = field(default=(50.0, 90.0, 99.0), metadata=_h(
+        "percentiles reported for TTFT / TPOT / ITL / E2EL (vLLM --metric-percentiles)"))
+    slo: dict[str, float] = field(default_factory=dict, metadata=_h(
+        "goodput SLO in seconds: {ttft, tpot, e2el} -> bound (vLLM --goodput); {} = no goodput"))
 
     def __post_init__(self) -> None:
         if not self.policies:
@@ -85,6 +96,20 @@ class ReplayConfig:
             raise ValueError(f"token_budget: must be >= 1, got {self.token_budget}")
         if self.max_requests is not None and self.max_requests < 1:
             raise ValueError(f"max_requests: must be >= 1, got {self.max_requests}")
+        if not (math.isfinite(self.time_scale) and self.time_scale > 0):
+            raise ValueError(f"time_scale: must be a finite number > 0, got {self.time_scale}")
+        if self.rate is not None:
+            if not self.rate > 0 or math.isnan(self.rate):
+                raise ValueError(f"rate: must be > 0 requests/s (or inf), got {self.rate}")
+            if self.time_scale != 1.0:
+                raise ValueError("rate and time_scale: give one of them (both re-time the arrivals)")
+        if not self.percentiles or any(not 0 < q < 100 for q in self.percentiles):
+            raise ValueError(f"percentiles: each must be in (0, 100), got {', '.join(map(str, self.percentiles))}")
+        for k, v in self.slo.items():
+            if k not in SLO_KEYS:
+                raise ValueError(f"slo: unknown metric {k!r}; known: {', '.join(SLO_KEYS)}")
+            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+                raise ValueError(f"slo.{k}: must be a finite duration > 0 seconds, got {v!r}")
         extra = sorted(set(self.policy_options) - set(self.policies) - {self.shadow_policy})
         if extra:
             raise ValueError(f"policy_options: options given for policy not replayed: {', '.join(extra)}")
@@ -94,6 +119,9 @@ class ReplayConfig:
         d = asdict(self)
         d["policies"] = list(self.policies)
         d["capacity_bytes"] = None if math.isinf(self.capacity_bytes) else self.capacity_bytes
+        d["percentiles"] = list(self.percentiles)
+        if self.rate is not None and math.isinf(self.rate):
+            d["rate"] = "inf"
         return d
 
 
@@ -118,3 +146,79 @@ def parse_size(text: str) -> float:
     if not value > 0 or math.isnan(value):
         raise ValueError(f"size {text!r}: must be > 0")
     return float(value)
+
+
+_DURATION_UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0}
+
+
+def parse_duration(text: str, default_unit: str = "ms") -> float:
+    """``"500ms"`` -> 0.5, ``"2s"`` -> 2.0, ``"250"`` -> 0.25 (``default_unit``, ms as in vLLM's --goodput);
+    units us/µs, ms, s, min. Raises ``ValueError`` unless finite and > 0."""
+    s = str(text).strip().lower()
+    for unit in sorted(_DURATION_UNITS, key=len, reverse=True):
+        if s.endswith(unit):
+            num, mult = s[: -len(unit)].strip(), _DURATION_UNITS[unit]
+            break
+    else:
+        num, mult = s, _DURATION_UNITS[default_unit]
+    try:
+        value = float(num) * mult
+    except ValueError:
+        raise ValueError(f"duration {text!r}: expected a number with us/ms/s/min (plain numbers are {default_unit})") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"duration {text!r}: must be finite and > 0")
+    return value
+
+
+def parse_slo(text: str | dict[str, Any] | None) -> dict[str, float]:
+    """``"ttft=500ms,tpot=50ms"`` (or ``ttft:500``, vLLM style; plain numbers are ms) -> seconds by metric.
+    A dict (from a config file) maps metric -> seconds (a number) or a duration string."""
+    if text is None or text == "":
+        return {}
+    items = list(text.items()) if isinstance(text, dict) else [
+        tuple(p.replace(":", "=", 1).split("=", 1)) if ("=" in p or ":" in p) else (p, "")
+        for p in str(text).replace(" ", ",").split(",") if p.strip()]
+    out: dict[str, float] = {}
+    for item in items:
+        key, value = str(item[0]).strip().lower(), item[1] if len(item) > 1 else ""
+        if key not in SLO_KEYS:
+            raise ValueError(f"slo {key!r}: expected METRIC=DURATION with METRIC one of {', '.join(SLO_KEYS)}")
+        if value == "":
+            raise ValueError(f"slo {key}: missing duration (e.g. {key}=500ms)")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = float(value)   # a number in a config file is seconds (what config.json records)
+        else:
+            out[key] = parse_duration(str(value))
+    return out
+
+
+def parse_percentiles(text: str | list | tuple) -> tuple[float, ...]:
+    """``"50,90,99.9"`` -> (50.0, 90.0, 99.9); each in (0, 100), duplicates dropped, sorted."""
+    parts = text if isinstance(text, list | tuple) else str(text).replace(" ", ",").split(",")
+    out = []
+    for p in parts:
+        if str(p).strip() == "":
+            continue
+        try:
+            q = float(str(p).strip().rstrip("%").lstrip("pP"))
+        except ValueError:
+            raise ValueError(f"percentiles: {p!r} is not a number") from None
+        if not 0 < q < 100:
+            raise ValueError(f"percentiles: {q:g} is outside (0, 100)")
+        out.append(q)
+    if not out:
+        raise ValueError("percentiles: at least one is needed")
+    return tuple(sorted(set(out)))
+
+
+def parse_rate(text: str | float | None) -> float | None:
+    """``"4"`` -> 4.0 requests/s; ``"inf"`` -> inf (all arrivals at t=0); None/"" -> None (as recorded)."""
+    if text is None or text == "":
+        return None
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"rate {text!r}: expected requests/s (a number > 0) or inf") from None
+    if not value > 0 or math.isnan(value):
+        raise ValueError(f"rate {text!r}: must be > 0 requests/s (or inf)")
+    return value

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from pic.engine.latency import request_latencies
 from pic.engine.request import Request
 
 #: summary.json format version: written by engine.replay, checked by engine.report
@@ -24,13 +25,17 @@ REQUEST_SCHEMA: dict[str, pl.DataType] = {
     "arrival_us": pl.Int64(), "start_us": pl.Int64(), "first_token_us": pl.Int64(), "finish_us": pl.Int64(),
     "prompt_tokens": pl.Int64(), "reused_tokens": pl.Int64(), "rotated_tokens": pl.Int64(),
     "recomputed_tokens": pl.Int64(), "prefix_reused_tokens": pl.Int64(), "output_tokens": pl.Int32(),
-    "ttft_s": pl.Float64(), "queue_s": pl.Float64(), "prefill_flops": pl.Float64(),
+    "ttft_s": pl.Float64(), "queue_s": pl.Float64(), "e2el_s": pl.Float64(), "tpot_s": pl.Float64(),
+    "prefill_flops": pl.Float64(),
     "prefill_hbm_bytes": pl.Float64(), "cache_read_bytes": pl.Float64(), "prefill_joules": pl.Float64(),
     "nocache_prefill_joules": pl.Float64(), "prefix_prefill_joules": pl.Float64(), "evictions": pl.Int64(),
     "uncached": pl.Boolean(), "recurrent_tokens": pl.Int64(), "attn_layer_s": pl.Float64(),
     "recurrent_layer_s": pl.Float64(), "nocache_attn_layer_s": pl.Float64(),
     "nocache_recurrent_layer_s": pl.Float64(),
 }
+
+#: columns computed from the timestamps (e2el_s, tpot_s: engine.latency.request_latencies)
+_DERIVED = ("ttft_s", "queue_s", "e2el_s", "tpot_s")
 
 _ATTRS = {  # column -> Request attribute
     "request_id": "request_id", "session_id": "session_id", "replica": "replica", "arrival_us": "arrival_us",
@@ -52,11 +57,11 @@ def request_frame(policy: str, requests: Sequence[Request]) -> pl.DataFrame:
     cols: dict[str, Any] = {"policy": [policy] * len(requests)}
     values = list(zip(*map(attrgetter(*_ATTRS.values()), requests), strict=False)) or [[] for _ in _ATTRS]
     cols.update(zip(_ATTRS, values, strict=False))
-    df = pl.DataFrame(cols, schema={k: v for k, v in REQUEST_SCHEMA.items() if k not in ("ttft_s", "queue_s")})
-    df = df.with_columns(
+    df = pl.DataFrame(cols, schema={k: v for k, v in REQUEST_SCHEMA.items() if k not in _DERIVED})
+    df = request_latencies(df.with_columns(
         ttft_s=(pl.col("first_token_us") - pl.col("arrival_us")).cast(pl.Float64) / 1e6,
         queue_s=(pl.col("start_us") - pl.col("arrival_us")).cast(pl.Float64) / 1e6,
-    )
+    ))
     return df.select(list(REQUEST_SCHEMA)).sort("request_id")
 
 

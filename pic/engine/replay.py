@@ -23,8 +23,10 @@ import pyarrow.parquet as pq
 from pic.engine import policies as registry
 from pic.engine.config import ReplayConfig, coerce_overrides
 from pic.engine.cost import CostConfig, CostModel
+from pic.engine.latency import serving_summary
 from pic.engine.metrics import SUMMARY_VERSION, request_frame, summarize
 from pic.engine.policies.base import PolicyContext, RequestView
+from pic.engine.sanity import fit_warnings, resident_warnings, saturation_warning
 from pic.engine.serving import ServingModel, Workload
 from pic.engine.specs import gpu_from_name, model_from_name
 from pic.traces.io import atomic_dir
@@ -52,6 +54,27 @@ def read_trace_file(path: str | os.PathLike) -> Trace:
         return read_trace(path)
     from pic.traces.ingest import read_sources
     return read_sources([Path(path)])[0]
+
+
+def retime(arrival_us: np.ndarray, time_scale: float = 1.0, rate: float | None = None) -> tuple[np.ndarray, float]:
+    """Sorted arrivals re-timed about the first one: ``time_scale`` multiplies every gap; ``rate`` (requests/s)
+    rescales them so that (n − 1) / span equals it, the pattern kept; ``inf`` puts every arrival at the first.
+    Returns (new int64 µs arrivals, the factor applied). Raises ValueError when a rate cannot be reached."""
+    a = np.asarray(arrival_us, dtype=np.int64)
+    if rate is None and time_scale == 1.0:
+        return a, 1.0
+    if a.size == 0:
+        return a, time_scale
+    origin, rel = int(a[0]), a - a[0]
+    if rate is not None and math.isinf(rate):
+        return np.full_like(a, origin), 0.0
+    if rate is not None:
+        span = int(rel[-1])
+        if a.size < 2 or span <= 0:
+            raise ValueError(f"rate: the {a.size} request(s) all arrive at one instant; there is no pattern to "
+                             "re-time to a rate (use --rate inf, or a trace with arrival times)")
+        time_scale = (a.size - 1) / (span / 1e6) / rate
+    return origin + np.rint(rel * time_scale).astype(np.int64), time_scale
 
 
 def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Workload:
@@ -131,8 +154,11 @@ def replay(trace: Trace, config: ReplayConfig,
     """Replay ``trace`` once per policy in ``config.policies`` (same seed, same workload)."""
     model, gpu, cost, _ = check_config(config)
     work = workload_from_trace(trace, config.max_requests)
+    arrivals, time_factor = retime(work.arrival_us, config.time_scale, config.rate)
+    work = dataclasses.replace(work, arrival_us=arrivals)
     total = work.num_requests * len(config.policies)
     frames, summary, described = [], {}, {}
+    warnings = fit_warnings(model, gpu, config.capacity_bytes)
     ctx = PolicyContext(config.capacity_bytes, model.kv_bytes_per_token, model, config.seed, config.verify)
     for p, name in enumerate(config.policies):
         pols = [registry.build(name, ctx, config.policy_options.get(name)) for _ in range(config.replicas)]
@@ -160,15 +186,23 @@ def replay(trace: Trace, config: ReplayConfig,
         span = summary[name]["sim_seconds"] * config.replicas
         summary[name]["busy_seconds"] = busy
         summary[name]["gpu_joules"] = cost.energy(busy, max(span - busy, 0.0))
+        summary[name].update(serving_summary(rows, [seg for rep in sm.replicas for seg in rep.itl],
+                                             percentiles=config.percentiles, slo=config.slo))
+        sat = saturation_warning(name, summary[name], config.replicas)
+        if sat is not None:
+            warnings.append(sat)
         described[name] = {"config": pols[0].describe(), "stats": _stats(pols)}
+    warnings += resident_warnings(model, gpu, config.capacity_bytes, config.replicas,
+                                  {n: s["peak_resident_bytes"] for n, s in summary.items()})
     requests = pl.concat(frames).sort(["policy", "request_id"])
     cap = None if math.isinf(config.capacity_bytes) else config.capacity_bytes
     head = {"version": SUMMARY_VERSION, "trace": trace.source, "model": model.name, "gpu": gpu.name,
             "capacity_bytes": cap, "replicas": config.replicas}
     resolved = {**head, "replay": config.to_dict(), "policies": described,
                 "shadow": {"policy": config.shadow_policy, "config": shadows[0].describe()},
-                "cost": cost.to_dict(), "num_requests": work.num_requests}
-    return RunResult(config, trace.source, requests, {**head, "policies": summary}, resolved)
+                "cost": cost.to_dict(), "num_requests": work.num_requests, "arrival_time_factor": time_factor}
+    return RunResult(config, trace.source, requests, {**head, "policies": summary, "warnings": warnings},
+                     resolved)
 
 
 def write_run(result: RunResult, run_dir: str | os.PathLike, *, force: bool = False,

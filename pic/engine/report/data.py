@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from pic.engine.latency import request_latencies
 from pic.engine.metrics import REQUEST_SCHEMA, SUMMARY_VERSION
 
 FILES = ("requests.parquet", "summary.json", "config.json")
@@ -27,17 +28,23 @@ REQUEST_COLUMNS: dict[str, pl.DataType] = REQUEST_SCHEMA
 SUMMARY_KEYS = ("trace", "model", "gpu", "capacity_bytes", "replicas", "policies")
 #: scenario = everything but the policy; one row of the tidy table per (scenario, policy)
 SCENARIO = ("trace", "model", "gpu", "replicas", "capacity_bytes")
-#: metrics that only summary.json knows
-SUMMARY_ONLY = ("peak_resident_bytes", "collisions", "sim_seconds", "wall_seconds")
+#: metrics that only summary.json knows (ITL needs the replay's step series; goodput its SLO)
+SUMMARY_ONLY = ("peak_resident_bytes", "collisions", "sim_seconds", "wall_seconds", "itl_mean_s",
+                "itl_median_s", "itl_p99_s", "goodput_rps", "slo_attainment")
 #: per-layer-kind sums (hybrid models); run dirs written before they existed read them as missing
 _LAYER_SUMS = ("recurrent_tokens", "attn_layer_s", "recurrent_layer_s", "nocache_attn_layer_s",
                "nocache_recurrent_layer_s")
 OPTIONAL_COLUMNS = frozenset(_LAYER_SUMS)
+#: requests.parquet columns derived from its timestamps (absent in run dirs from before they existed)
+_DERIVED = ("e2el_s", "tpot_s")
 _COUNTS = ("requests", "prompt_tokens", "reused_tokens", "rotated_tokens", "evictions", "uncached")
 _RATES = ("token_hit_rate", "prefix_hit_rate", "recovery_beyond_prefix", "prefill_joules",
           "attn_layer_saved_vs_none", "recurrent_layer_saved_vs_none")
 _QUANTILES = {"ttft_p50_s": ("ttft_s", 0.5), "ttft_p90_s": ("ttft_s", 0.9), "ttft_p99_s": ("ttft_s", 0.99),
-              "queue_p50_s": ("queue_s", 0.5)}
+              "queue_p50_s": ("queue_s", 0.5),
+              "tpot_p50_s": ("tpot_s", 0.5), "tpot_p99_s": ("tpot_s", 0.99),
+              "e2el_p50_s": ("e2el_s", 0.5), "e2el_p99_s": ("e2el_s", 0.99)}
+_MEANS = {"ttft_mean_s": "ttft_s", "tpot_mean_s": "tpot_s", "e2el_mean_s": "e2el_s"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +69,9 @@ class ReportData:
     ``requests``: all request rows with ``run`` and scenario columns added. ``table``: tidy, one row per
     (run, policy) sorted by trace, model, gpu, replicas, capacity, policy order. ``capacity_series``: token
     hit, prefix hit and recovery rates vs capacity for each (trace, model, replicas, policy) replayed at
-    more than one capacity (empty when none). ``warnings``: summary/recomputation disagreements etc.
+    more than one capacity (empty when none). ``warnings``: summary/recomputation disagreements and the
+    replays' own warnings (saturation, does not fit). ``notes``: what the report could not show, and why.
+    ``runs`` are ordered like the table (capacity numerically).
     """
 
     runs: tuple[RunInfo, ...]
@@ -71,6 +80,7 @@ class ReportData:
     capacity_series: pl.DataFrame
     policies: tuple[str, ...]
     warnings: tuple[str, ...]
+    notes: tuple[str, ...] = ()
 
     def scenarios(self) -> list[tuple[dict[str, Any], pl.DataFrame]]:
         """(scenario key dict, its rows of ``table``) in table order."""
@@ -103,11 +113,20 @@ def load_runs(run_dirs: list[str | Path] | tuple[str | Path, ...]) -> ReportData
     order = {p: i for i, p in enumerate(policies)}
     table = (table.with_columns(pl.col("policy").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
              .sort([*SCENARIO, "_o", "run"]).drop("_o"))
+    from pic.engine.report.headline import with_speedup  # NOTE: headline formats with this module's helpers
+
+    table = with_speedup(table, ["run", *SCENARIO])
     _warn_duplicates(table, warnings)
+    for r in runs:
+        for w in r.summary.get("warnings") or []:
+            if isinstance(w, dict) and "message" in w:
+                warnings.append(f"{r.label}: {w['message']}")
     series = capacity_series(table)
     series = (series.with_columns(pl.col("policy").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
               .sort(["trace", "model", "replicas", "_o", "capacity_bytes"]).drop("_o"))
-    return ReportData(tuple(runs), requests, table, series, policies, tuple(warnings))
+    runs.sort(key=lambda r: (r.trace, r.model, r.gpu, r.replicas, r.capacity_bytes, r.label))
+    return ReportData(tuple(runs), requests, table, series, policies, tuple(warnings),
+                      tuple(_capacity_notes(runs, series)))
 
 
 def expand_run_dirs(dirs) -> tuple[list[Path], list[str | None]]:
@@ -136,11 +155,21 @@ def policy_metrics(requests: pl.DataFrame, by: list[str]) -> pl.DataFrame:
                                       "prefix_reused_tokens", "prefill_joules", "nocache_prefill_joules",
                                       "prefix_prefill_joules", "evictions", "uncached", *_LAYER_SUMS)}
     aggs = [pl.len().cast(pl.Int64).alias("requests"), *[e.alias(c) for c, e in s.items()]]
+    have = set(requests.columns)
     for name, (col, q) in _QUANTILES.items():
-        aggs += [pl.col(col).quantile(q, interpolation="linear").alias(name),
-                 pl.col(col).quantile(q, interpolation="lower").alias(f"{name}_lo"),
-                 pl.col(col).quantile(q, interpolation="higher").alias(f"{name}_hi")]
+        if col in have:   # latency columns are optional here (hand-made frames in tests, older run dirs)
+            aggs += [pl.col(col).quantile(q, interpolation="linear").alias(name),
+                     pl.col(col).quantile(q, interpolation="lower").alias(f"{name}_lo"),
+                     pl.col(col).quantile(q, interpolation="higher").alias(f"{name}_hi")]
+    aggs += [pl.col(col).mean().alias(name) for name, col in _MEANS.items() if col in have]
+    timed = {"finish_us", "arrival_us", "output_tokens"} <= have
+    if timed:
+        aggs += [((pl.col("finish_us").max() - pl.col("arrival_us").min()).cast(pl.Float64) / 1e6).alias("duration_s"),
+                 pl.col("output_tokens").cast(pl.Int64).clip(lower_bound=1).sum().alias("generated_tokens")]
     g = requests.group_by([*by, "policy"], maintain_order=True).agg(aggs)
+    if timed:
+        g = g.with_columns(_ratio(pl.col("requests"), pl.col("duration_s")).alias("request_throughput_rps"),
+                           _ratio(pl.col("generated_tokens"), pl.col("duration_s")).alias("output_throughput_tps"))
     n, r, p = pl.col("prompt_tokens"), pl.col("reused_tokens"), pl.col("prefix_reused_tokens")
     j = pl.col("prefill_joules")
     return g.with_columns(
@@ -228,6 +257,12 @@ def _read_requests(path: Path) -> pl.DataFrame:
         df = pl.read_parquet(path)
     except Exception as e:  # polars raises several kinds on corrupt files
         raise ValueError(f"{path}: not a readable Parquet file ({type(e).__name__})") from None
+    if any(c not in df.columns for c in _DERIVED) and {"finish_us", "first_token_us", "arrival_us",
+                                                        "output_tokens"} <= set(df.columns):
+        try:
+            df = request_latencies(df.drop([c for c in _DERIVED if c in df.columns]))
+        except pl.exceptions.PolarsError as e:
+            raise ValueError(f"{path}: cannot derive e2el_s/tpot_s: {str(e).splitlines()[0]}") from None
     missing = [c for c in REQUEST_COLUMNS if c not in df.columns and c not in OPTIONAL_COLUMNS]
     if missing:
         raise ValueError(f"{path}: missing columns: {', '.join(missing)}")
@@ -289,10 +324,21 @@ def _attach_summary(table: pl.DataFrame, runs: list[RunInfo], warnings: list[str
         for k in SUMMARY_ONLY:
             v = sp.get(k)
             extra[k].append(float(v) if isinstance(v, int | float) else float("nan"))
-        for k in (*_COUNTS, *_RATES, *_QUANTILES, "energy_saved_vs_none", "energy_saved_vs_prefix"):
+        for k in (*_COUNTS, *_RATES, *_QUANTILES, *_MEANS, "energy_saved_vs_none", "energy_saved_vs_prefix"):
             if k in sp and not _check(k, sp[k], row):
                 warnings.append(f"{where}: {k}: summary says {sp[k]!r}, requests.parquet gives {row[k]!r}")
     return table.with_columns(*[pl.Series(k, v, pl.Float64) for k, v in extra.items()])
+
+
+def _capacity_notes(runs: list[RunInfo], series: pl.DataFrame) -> list[str]:
+    """Why there is no hit-rate-vs-capacity plot although several capacities were replayed."""
+    caps = {r.capacity_bytes for r in runs}
+    if not series.is_empty() or len(caps) < 2:
+        return []
+    differ = [k for k in ("trace", "model", "replicas") if len({getattr(r, k) for r in runs}) > 1]
+    what = "; ".join(f"{k}: {' vs '.join(dict.fromkeys(str(getattr(r, k)) for r in runs))}" for k in differ)
+    return [f"no hit-rate-vs-capacity plot: the runs at different capacities also differ in {what}. A curve "
+            "needs the same trace, model and replicas replayed at two or more capacities."]
 
 
 def _warn_duplicates(table: pl.DataFrame, warnings: list[str]) -> None:
@@ -340,7 +386,8 @@ def policy_labels(rows: pl.DataFrame) -> list[str]:
 
 
 def scenario_title(key: dict[str, Any]) -> str:
-    """One line naming a scenario: trace · model · gpu · capacity · replicas."""
+    """One line naming a scenario: trace · model · gpu · capacity per replica · replicas."""
     r = key["replicas"]
+    cap = fmt_bytes(key["capacity_bytes"])
     return (f"{Path(str(key['trace'])).name} · {key['model']} · {key['gpu']} · capacity "
-            f"{fmt_bytes(key['capacity_bytes'])} · {r} replica{'s' if r != 1 else ''}")
+            f"{'unbounded' if cap == 'inf' else cap}{' per replica' if r != 1 else ''} · {r} replica{'s' if r != 1 else ''}")

@@ -1,8 +1,10 @@
-"""Report documents: one self-contained HTML file, a Markdown file, a JSON dict, and :func:`make_report`.
+"""Report documents: one self-contained HTML file, a JSON dict, and :func:`make_report` (Markdown: markdown.py).
 
-The HTML has inline CSS and its PNGs embedded as ``data:image/png;base64`` URIs: no external asset,
-so it can be mailed or attached to an issue as is. Tables put policies side by side, one table per
-scenario (trace, model, gpu, replicas, capacity).
+The HTML opens with the answer — one headline per scenario, then the hit-rate-vs-capacity plot — and a
+table of contents; then the policy comparison, the serving-benchmark table, per-scenario plots, the runs
+and the metric definitions. Inline CSS, PNGs embedded as ``data:image/png;base64`` URIs: no external
+asset, so it can be mailed or attached to an issue as is. Every table puts policies side by side, one table
+per scenario (trace, model, gpu, replicas, capacity).
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import html
 import json
 import math
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
@@ -22,65 +23,25 @@ from pic.engine.report.data import (
     ReportData,
     expand_run_dirs,
     fmt_bytes,
-    fmt_num,
-    fmt_pct,
     load_runs,
     policy_labels,
     scenario_title,
 )
-from pic.engine.report.plots import Plot, render_plots, write_plots
+from pic.engine.report.headline import headlines
+from pic.engine.report.markdown import render_markdown
+from pic.engine.report.plots import CAPACITY_PLOT, Plot, render_plots, write_plots
+from pic.engine.report.tables import (
+    DEFINITIONS,
+    TABLE_METRICS,
+    comparison_rows,
+    fmt_joules,
+    fmt_seconds,
+    latency_rows,
+)
 from pic.traces.outputs import atomic_path, check_distinct, check_output, is_pic_report
 
-
-def fmt_seconds(x: float | None) -> str:
-    """``850 ms`` / ``1.23 s`` / ``–``."""
-    if x is None or math.isnan(x):
-        return "–"
-    return f"{x * 1e3:.3g} ms" if abs(x) < 1 else f"{x:.3g} s"
-
-
-def fmt_joules(x: float | None) -> str:
-    """``12.3 J`` / ``4.56 kJ`` / ``–``."""
-    if x is None or math.isnan(x):
-        return "–"
-    return f"{x:.3g} J" if abs(x) < 1e3 else (f"{x / 1e3:.3g} kJ" if abs(x) < 1e6 else f"{x / 1e6:.3g} MJ")
-
-
-#: (column of ReportData.table, row label, formatter) — the order of rows in every comparison table
-TABLE_METRICS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
-    ("requests", "requests", fmt_num),
-    ("prompt_tokens", "prompt tokens", fmt_num),
-    ("token_hit_rate", "token hit rate", fmt_pct),
-    ("prefix_hit_rate", "prefix hit rate (shadow)", fmt_pct),
-    ("recovery_beyond_prefix", "recovery beyond prefix", fmt_pct),
-    ("ttft_p50_s", "TTFT p50", fmt_seconds),
-    ("ttft_p90_s", "TTFT p90", fmt_seconds),
-    ("ttft_p99_s", "TTFT p99", fmt_seconds),
-    ("queue_p50_s", "queueing p50", fmt_seconds),
-    ("prefill_joules", "prefill energy", fmt_joules),
-    ("energy_saved_vs_none", "energy saved vs no cache", fmt_pct),
-    ("energy_saved_vs_prefix", "energy saved vs prefix", fmt_pct),
-    ("attn_layer_saved_vs_none", "attention layers: time/energy saved vs no cache", fmt_pct),
-    ("recurrent_layer_saved_vs_none", "recurrent layers: time/energy saved vs no cache", fmt_pct),
-    ("peak_resident_bytes", "peak resident KV", fmt_bytes),
-    ("evictions", "evictions", fmt_num),
-    ("uncached", "uncached requests", fmt_num),
-)
-
-DEFINITIONS: tuple[tuple[str, str], ...] = (
-    ("token hit rate", "Σ reused tokens / Σ prompt tokens N (in place + rotated reuse)."),
-    ("prefix hit rate", "the same for the shadow exact-prefix cache of equal capacity run beside each policy."),
-    ("recovery beyond prefix", "(Σ reused − Σ prefix_reused) / (Σ N − Σ prefix_reused): the share of what "
-     "an exact-prefix cache misses that the policy recovers (negative when it reuses less than prefix)."),
-    ("TTFT pXX", "percentile of time to first token (arrival → first output token), linear interpolation."),
-    ("energy saved vs no cache / vs prefix", "1 − Σ prefill joules / Σ prefill joules of the same requests "
-     "with no cache / with the shadow prefix cache."),
-    ("attention / recurrent layers saved", "1 − Σ prefill time spent in that kind of layer / the same with no "
-     "cache (each request's plan priced alone; energy follows time). Recurrent: hybrid models only (Gated "
-     "DeltaNet, Mamba-2); reuse that is not an exact prefix saves nothing there unless the policy starts the "
-     "recurrent state itself (linearkv)."),
-    ("peak resident KV", "largest KV bytes resident in the policy's cache during the replay (from summary.json)."),
-)
+__all__ = ["TABLE_METRICS", "Report", "check_report_outputs", "comparison_rows", "fmt_joules", "fmt_seconds",
+           "make_report", "render_html", "to_json"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +76,7 @@ def make_report(run_dirs, *, html_path: str | Path | None = None, md_path: str |
         written.append(_write_text(html_path, render_html(data, plots)))
     if md_path:
         # PNG links only when the plots were written to disk (--plots); --html alone embeds them
-        links = [(p.title, Path(os.path.relpath(pp, Path(md_path).resolve().parent)).as_posix())
+        links = [(p.title, Path(os.path.relpath(pp, Path(md_path).resolve().parent)).as_posix(), p.name)
                  for p, pp in zip(plots, [x.resolve() for x in png_paths], strict=True)] if png_paths else []
         written.append(_write_text(md_path, render_markdown(data, links)))
     return Report(data, tuple(plots), tuple(written))
@@ -134,96 +95,103 @@ def check_report_outputs(run_dirs, *, html_path=None, md_path=None, plots_dir=No
         check_output(plots_dir, inputs=inputs, force=force, kind="plots", option="--plots")
 
 
-def comparison_rows(rows) -> tuple[list[str], list[tuple[str, list[str]]]]:
-    """(column headers, [(metric label, formatted values...)]) for one scenario's table rows."""
-    return policy_labels(rows), [(label, [f(v) for v in rows[col].to_list()]) for col, label, f in TABLE_METRICS]
-
-
 def render_html(data: ReportData, plots: list[Plot]) -> str:
     """The whole report as one HTML string (inline CSS, base64 PNGs, no external references)."""
     e = html.escape
+    scenarios = data.scenarios()
+    capacity = [p for p in plots if p.name == CAPACITY_PLOT]
+    per_scenario = [p for p in plots if p.name != CAPACITY_PLOT]
+    toc = [("headline", "The answer")]
+    toc += [("warnings", "Warnings")] if data.warnings else []
+    toc += [("capacity", "Hit rate vs capacity")] if capacity or data.notes else []
+    toc += [("comparison", "Policy comparison"), ("latency", "Latency and throughput")]
+    toc += [("plots", "Plots")] if per_scenario else []
+    toc += [("runs", "Runs"), ("definitions", "Metric definitions")]
     parts = [f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
              '<meta name="generator" content="pic report"><title>pic report</title>'
              f"<style>{_CSS}</style></head><body>",
              f"<h1>pic report</h1><p class='sub'>{len(data.runs)} run dir(s), policies: "
-             f"{e(', '.join(data.policies))}</p>"]
+             f"{e(', '.join(data.policies))}</p>",
+             "<section id='headline' class='headline'><h2>The answer</h2>"]
+    lines = headlines(data)
+    if lines:
+        parts.append("<ul>" + "".join(f"<li><b class='hl'>{e(text)}</b><br><span class='sub'>{e(title)}</span></li>"
+                                      for title, text in lines) + "</ul>")
+    else:
+        parts.append("<p>No caching policy beyond exact prefix was replayed: nothing to compare.</p>")
+    parts.append("</section><nav class='toc'><b>Contents:</b> "
+                 + " · ".join(f"<a href='#{a}'>{e(t)}</a>" for a, t in toc) + "</nav>")
     if data.warnings:
-        parts.append("<div class='warn'><b>Warnings</b><ul>" + "".join(f"<li>{e(w)}</li>" for w in data.warnings)
-                     + "</ul></div>")
-    parts.append("<h2>Runs</h2><table><tr><th>run</th><th>trace</th><th>model</th><th>gpu</th><th>capacity</th>"
-                 "<th>replicas</th><th>policies</th></tr>")
-    for r in data.runs:
-        parts.append(f"<tr><td>{e(r.label)}</td><td>{e(r.trace)}</td><td>{e(r.model)}</td><td>{e(r.gpu)}</td>"
-                     f"<td>{fmt_bytes(r.capacity_bytes)}</td><td>{r.replicas}</td>"
-                     f"<td>{e(', '.join(r.summary['policies']))}</td></tr>")
-    parts.append("</table>")
-    for r in data.runs:
-        parts.append(f"<details><summary>config.json of {e(r.label)} ({e(str(r.path))})</summary><pre>"
-                     f"{e(json.dumps(r.config, indent=2, sort_keys=True, default=str))}</pre></details>")
-    parts.append("<h2>Policy comparison</h2>")
-    scenarios = data.scenarios()
+        parts.append("<section id='warnings' class='warn'><b>Warnings</b><ul>"
+                     + "".join(f"<li>{e(w)}</li>" for w in data.warnings) + "</ul></section>")
+    if capacity or data.notes:
+        parts.append("<section id='capacity'><h2>Hit rate vs capacity</h2>")
+        parts += [f"<p class='note'>{e(n)}</p>" for n in data.notes]
+        parts += [_figure(p) for p in capacity]
+        parts.append("</section>")
+    parts.append("<section id='comparison'><h2>Policy comparison</h2>")
     if len(scenarios) > 1:
         parts.append(_overview(scenarios))
     for key, rows in scenarios:
-        heads, body = comparison_rows(rows)
-        parts.append(f"<h3>{e(scenario_title(key))}</h3><table class='cmp'><tr><th></th>"
-                     + "".join(f"<th>{e(h)}</th>" for h in heads) + "</tr>")
-        parts += [f"<tr><td class='m'>{e(label)}</td>" + "".join(f"<td>{e(v)}</td>" for v in vals) + "</tr>"
-                  for label, vals in body]
-        parts.append("</table>")
-    if plots:
-        parts.append("<h2>Plots</h2>")
-    for group, members in groupby(plots, key=lambda p: p.group):
-        parts.append((f"<h3>{e(group)}</h3>" if group else "") + "<div class='plots'>")
-        for p in members:
-            b64 = base64.b64encode(p.png).decode("ascii")
-            parts.append(f"<figure><img alt='{e(p.title)}' src='data:image/png;base64,{b64}'>"
-                         f"<figcaption><b>{e(p.title)}.</b> {e(p.caption)}</figcaption></figure>")
-        parts.append("</div>")
-    parts.append("<h2>Metric definitions</h2><dl class='defs'>"
+        parts.append(_table(scenario_title(key), *comparison_rows(rows)))
+    parts.append("</section><section id='latency'><h2>Latency and throughput</h2><p class='sub'>As vLLM's "
+                 "benchmark_serving reports them (simulated; definitions below).</p>")
+    for key, rows in scenarios:
+        parts.append(_table(scenario_title(key), *latency_rows(rows)))
+    parts.append("</section>")
+    if per_scenario:
+        parts.append("<section id='plots'><h2>Plots</h2>")
+        for group, members in groupby(per_scenario, key=lambda p: p.group):
+            parts.append((f"<h3>{e(group)}</h3>" if group else "") + "<div class='plots'>"
+                         + "".join(_figure(p) for p in members) + "</div>")
+        parts.append("</section>")
+    parts.append(_runs(data))
+    parts.append("<section id='definitions'><h2>Metric definitions</h2><dl class='defs'>"
                  + "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in DEFINITIONS)
                  + "</dl><p class='sub'>Metrics are recomputed from requests.parquet (DESIGN.md §8); peak resident"
-                 " KV comes from summary.json.</p></body></html>\n")
+                 " KV, ITL and goodput come from summary.json.</p></section></body></html>\n")
     return "\n".join(parts)
 
 
-def render_markdown(data: ReportData, plot_links: list[tuple[str, str]] | None = None) -> str:
-    """The comparison tables (and links to written PNGs) as Markdown."""
-    out = ["<!-- generated by pic report -->", "# pic report", "", f"Runs: {', '.join(f'`{r.path}`' for r in data.runs)}", ""]
-    for key, rows in data.scenarios():
-        heads, body = comparison_rows(rows)
-        out += [f"## {scenario_title(key)}", "", "| metric | " + " | ".join(heads) + " |",
-                "|---|" + "---:|" * len(heads)]
-        out += [f"| {label} | " + " | ".join(vals) + " |" for label, vals in body]
-        out.append("")
-    if plot_links:
-        out += ["## Plots", ""] + [f"![{t}]({p})" for t, p in plot_links] + [""]
-    if data.warnings:
-        out += ["## Warnings", ""] + [f"- {w}" for w in data.warnings] + [""]
-    out += ["## Definitions", ""] + [f"- **{k}**: {v}" for k, v in DEFINITIONS]
-    return "\n".join(out) + "\n"
-
-
 def to_json(data: ReportData) -> dict[str, Any]:
-    """JSON-safe dict: runs, one row per (run, policy) with every metric, capacity series, warnings.
-    NaN becomes null and infinite capacity becomes null (as in summary.json)."""
+    """JSON-safe dict: headlines, runs, one row per (run, policy) with every metric, capacity series,
+    warnings and notes. NaN becomes null and infinite capacity becomes null (as in summary.json)."""
     def clean(v):
         return None if isinstance(v, float) and not math.isfinite(v) else v
     drop = [c for c in data.table.columns if c.endswith(("_lo", "_hi"))]
     return {
+        "headlines": [{"scenario": t, "headline": h} for t, h in headlines(data)],
         "runs": [{"run": r.label, "path": str(r.path), "trace": r.trace, "model": r.model, "gpu": r.gpu,
                   "capacity_bytes": clean(r.capacity_bytes), "replicas": r.replicas} for r in data.runs],
         "policies": [{k: clean(v) for k, v in row.items()} for row in data.table.drop(drop).iter_rows(named=True)],
         "capacity_series": [{k: clean(v) for k, v in row.items()}
                             for row in data.capacity_series.iter_rows(named=True)],
         "warnings": list(data.warnings),
+        "notes": list(data.notes),
     }
 
 
 # ---- Internal helpers -----------------------------------------------------------------------------
 
-_OVERVIEW = ("token_hit_rate", "prefix_hit_rate", "recovery_beyond_prefix", "ttft_p50_s", "ttft_p99_s",
-             "energy_saved_vs_prefix", "peak_resident_bytes")
+_OVERVIEW = ("token_hit_rate", "prefix_hit_rate", "recovery_beyond_prefix", "ttft_p50_s", "ttft_speedup",
+             "ttft_p99_s", "energy_saved_vs_prefix", "peak_resident_bytes")
+
+
+def _figure(p: Plot) -> str:
+    e = html.escape
+    b64 = base64.b64encode(p.png).decode("ascii")
+    return (f"<figure id='fig-{e(p.name.removesuffix('.png'))}'><img alt='{e(p.title)}' "
+            f"src='data:image/png;base64,{b64}'><figcaption><b>{e(p.title)}.</b> {e(p.caption)} "
+            f"<span class='file'>{e(p.name)}</span></figcaption></figure>")
+
+
+def _table(title: str, heads: list[str], body: list[tuple[str, list[str]]]) -> str:
+    e = html.escape
+    out = [f"<h3>{e(title)}</h3><table class='cmp'><tr><th></th>" + "".join(f"<th>{e(h)}</th>" for h in heads)
+           + "</tr>"]
+    out += [f"<tr><td class='m'>{e(label)}</td>" + "".join(f"<td>{e(v)}</td>" for v in vals) + "</tr>"
+            for label, vals in body]
+    return "".join(out) + "</table>"
 
 
 def _overview(scenarios) -> str:
@@ -236,8 +204,23 @@ def _overview(scenarios) -> str:
         for i, (label, row) in enumerate(zip(policy_labels(rows), rows.iter_rows(named=True), strict=True)):
             head = f"<td rowspan='{rows.height}'>{e(scenario_title(key))}</td>" if i == 0 else ""
             out.append(f"<tr>{head}<td class='p'>{e(label)}</td>"
-                       + "".join(f"<td>{e(fmt[c][1](row[c]))}</td>" for c in _OVERVIEW) + "</tr>")
+                       + "".join(f"<td>{e(fmt[c][1](row.get(c)))}</td>" for c in _OVERVIEW) + "</tr>")
     return "".join(out) + "</table>"
+
+
+def _runs(data: ReportData) -> str:
+    e = html.escape
+    out = ["<section id='runs'><h2>Runs</h2><table><tr><th>run</th><th>trace</th><th>model</th><th>gpu</th>"
+           "<th>capacity per replica</th><th>replicas</th><th>policies</th></tr>"]
+    for r in data.runs:
+        out.append(f"<tr><td>{e(r.label)}</td><td>{e(r.trace)}</td><td>{e(r.model)}</td><td>{e(r.gpu)}</td>"
+                   f"<td>{fmt_bytes(r.capacity_bytes)}</td><td>{r.replicas}</td>"
+                   f"<td>{e(', '.join(r.summary['policies']))}</td></tr>")
+    out.append("</table>")
+    for r in data.runs:
+        out.append(f"<details><summary>config.json of {e(r.label)} ({e(str(r.path))})</summary><pre>"
+                   f"{e(json.dumps(r.config, indent=2, sort_keys=True, default=str))}</pre></details>")
+    return "".join(out) + "</section>"
 
 
 def _write_text(path: str | Path, text: str) -> Path:
@@ -251,12 +234,19 @@ body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;max-wid
 padding:0 16px;color:#222}
 h1{margin-bottom:0}h2{border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}h3{font-size:15px}
 .sub{color:#666;margin-top:4px}
+.headline{background:#eef6ee;border:1px solid #b9dcb9;border-radius:6px;padding:4px 16px 8px;margin-top:16px}
+.headline h2{border:0;margin:8px 0 4px;font-size:16px}.headline ul{margin:4px 0;padding-left:18px}
+.headline li{margin:6px 0}b.hl{font-size:15px}
+nav.toc{margin:12px 0}
+.note{background:#f3f6fb;border-left:3px solid #8aa9d6;padding:6px 10px}
 table{border-collapse:collapse;margin:8px 0 16px;font-variant-numeric:tabular-nums}
-th,td{border:1px solid #ddd;padding:4px 10px;text-align:right}th{background:#f4f6f8}
+th,td{border:1px solid #ddd;padding:4px 10px;text-align:right}th{background:#f4f6f8}td{white-space:nowrap}
 td:first-child,th:first-child{text-align:left}td.m{color:#444;white-space:nowrap}
-.warn{background:#fff8e1;border:1px solid #f0d98a;padding:8px 12px;border-radius:4px}
+.warn{background:#fff8e1;border:1px solid #f0d98a;padding:8px 12px;border-radius:4px;margin-top:12px}
 .plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:8px 20px}
-td[rowspan]{text-align:left;vertical-align:top;max-width:260px}td.p{text-align:left;white-space:nowrap}figure{margin:8px 0}img{max-width:100%;border:1px solid #eee}figcaption{color:#555;font-size:13px}
+td[rowspan]{text-align:left;vertical-align:top;max-width:260px;white-space:normal}td.p{text-align:left;white-space:nowrap}
+figure{margin:8px 0}img{max-width:100%;border:1px solid #eee}figcaption{color:#555;font-size:13px}
+.file{color:#999;font-family:monospace;font-size:12px}
 pre{background:#f7f7f7;padding:8px;overflow:auto;font-size:12px}
 dl.defs dt{font-weight:600;margin-top:6px}dl.defs dd{margin-left:16px;color:#444}
 """

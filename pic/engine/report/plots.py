@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +30,8 @@ _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 _DASHES = ("-", "--", "-.", (0, (5, 1, 1, 1, 1, 1)))
 _DPI = 110
 _GIB = 2.0**30
+#: file name of the hit-rate-vs-capacity figure (the report shows it first)
+CAPACITY_PLOT = "hit_rate_vs_capacity.png"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +48,29 @@ class Plot:
 
 # ---- Public API -----------------------------------------------------------------------------------
 
+def scenario_slug(key: dict, varying: list[str]) -> str:
+    """File-name part naming a scenario by what differs between the report's scenarios, e.g.
+    ``rag_cap-8GiB_2rep`` (empty when there is one scenario)."""
+    from pic.engine.sweep import capacity_label  # NOTE: lazy; sweep pulls in process pools
+
+    parts = []
+    for k in varying:
+        v = key[k]
+        if k == "trace":
+            parts.append(Path(str(v)).stem)
+        elif k == "capacity_bytes":
+            parts.append(f"cap-{capacity_label(v)}")
+        elif k == "replicas":
+            parts.append(f"{v}rep")
+        else:
+            parts.append(str(v))
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", "_".join(parts)).strip("-")
+
+
 def render_plots(data: ReportData) -> list[Plot]:
-    """All report figures, in display order (names are stable: ``ttft_cdf.png`` or ``ttft_cdf_2.png``...)."""
+    """All report figures, in display order: ``hit_rate_vs_capacity.png`` (when capacities were compared),
+    then per scenario ``ttft_cdf``, ``hit_rates``, ``tokens_by_action`` — suffixed by what distinguishes the
+    scenario (``ttft_cdf_cap-8GiB.png``) when there are several."""
     # colour and dash per policy, the same in every figure; dashes keep coinciding curves visible
     color = {p: {"color": _COLORS[i % len(_COLORS)], "ls": _DASHES[i % len(_DASHES)]}
              for i, p in enumerate(data.policies)}
@@ -54,8 +78,14 @@ def render_plots(data: ReportData) -> list[Plot]:
     out: list[Plot] = []
     if not data.capacity_series.is_empty():
         out.append(_capacity_plot(data.capacity_series, color))
-    for i, (key, rows) in enumerate(scenarios, start=1):
-        sfx = "" if len(scenarios) == 1 else f"_{i}"
+    keys = [key for key, _ in scenarios]
+    varying = [k for k in ("trace", "model", "gpu", "capacity_bytes", "replicas")
+               if len({str(key[k]) for key in keys}) > 1]
+    seen: dict[str, int] = {}
+    for key, rows in scenarios:
+        slug = scenario_slug(key, varying)
+        seen[slug] = seen.get(slug, 0) + 1
+        sfx = (f"_{slug}" if slug else "") + (f"-{seen[slug]}" if seen[slug] > 1 else "")
         title = scenario_title(key)
         req = data.requests.filter(pl.col("run").is_in(rows["run"].unique().to_list()), *[
             pl.col(k) == v for k, v in key.items()])
@@ -99,14 +129,14 @@ def _ttft_cdf(req: pl.DataFrame, rows: pl.DataFrame, color, name: str, title: st
         if t.size == 0:
             continue
         y = np.arange(1, t.size + 1) / t.size
-        ax.plot(np.maximum(t, 1e-6), y, drawstyle="steps-post", lw=1.6, label=label, **color.get(pol, {}))
+        ax.plot(np.maximum(t, 1e-6) * 1e3, y, drawstyle="steps-post", lw=1.6, label=label, **color.get(pol, {}))
     for q in (0.5, 0.99):
         ax.axhline(q, color="#999", lw=0.7, ls=":")
         ax.annotate(f"p{round(q * 100)}", (1.0, q), xycoords=("axes fraction", "data"), fontsize=8,
                     color="#666", ha="right", va="bottom")
     ax.set_xscale("log")
     ax.set_ylim(0, 1.005)
-    ax.set_xlabel("time to first token (s, log scale)")
+    ax.set_xlabel("time to first token (ms, log scale)")
     ax.set_ylabel("fraction of requests")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(loc="lower right", fontsize=8, frameon=False, bbox_to_anchor=(1.0, 0.08))
@@ -188,8 +218,9 @@ def _capacity_plot(series: pl.DataFrame, color) -> Plot:
         ax.set_xlabel("cache capacity")
         ax.set_ylabel("token hit rate (%)")
         ax.set_ylim(bottom=0)
-        ax.set_title(f"{Path(str(trace)).name} · {model} · {replicas} replica(s)", fontsize=9)
+        ax.set_title(f"{Path(str(trace)).name} · {model} · {replicas} replica{'s' if replicas != 1 else ''}"
+                     + (" (capacity per replica)" if replicas != 1 else ""), fontsize=9)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, frameon=False, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    return Plot("hit_rate_vs_capacity.png", "Hit rate vs capacity", "Token hit rate of each policy at each "
+    return Plot(CAPACITY_PLOT, "Hit rate vs capacity", "Token hit rate of each policy at each "
                 "cache capacity (dotted grey: the shadow exact-prefix cache).", _png(fig))

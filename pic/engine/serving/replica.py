@@ -9,6 +9,11 @@ Decode bookkeeping is O(1) per step count: ``steps`` counts scheduler steps; a d
 joined at step ``s_j`` with prompt ``N_j`` has context ``N_j + 1 + (s - s_j)`` at step ``s``, so the
 batch context is ``ctx_base + num_decode * s`` with ``ctx_base = sum(N_j + 1 - s_j)``. Decoders sit in
 a heap keyed by the step count at which they finish.
+
+Inter-token latencies come from the same closed form, without a per-token event: every step emits one
+token per decoding request, so the ITL of each of the ``B`` decoders in a step is that step's duration.
+A decode-only phase of ``n`` steps is an arithmetic series ``d0 + Δ·j`` (``Δ = per_token·B``), one prefill
+chunk step is one value; each is recorded as one segment ``(d0, Δ, n, B)`` in :attr:`Replica.itl`.
 """
 
 from __future__ import annotations
@@ -48,6 +53,9 @@ class Replica:
         self.num_outstanding = 0
         self._seq = itertools.count()
         self._decode_phase: tuple[int, int, float, float, int, int] | None = None
+        #: ITL segments (first step s, step increment s, number of steps, decoders per step), in order
+        self.itl: list[list[float]] = []
+        self._itl_decode = -1   # index in itl of the running decode phase's segment (a cut shortens it)
 
     # ---- Public API -------------------------------------------------------------------------------
     def pop_finished(self) -> list[int]:
@@ -70,9 +78,18 @@ class Replica:
         s, nd, base = self.steps, self.num_decode, self.ctx_base
         num_cached = num_tokens - num_new
         t, done, finishes = extra_s, 0, []
+        itl = self.itl
         while done < num_new:
             chunk = min(num_new - done, max(1, budget - nd))
-            t += cost.step_time(((chunk, num_cached + done),), nd, base + nd * s if nd else 0)
+            dt = cost.step_time(((chunk, num_cached + done),), nd, base + nd * s if nd else 0)
+            if nd:   # every decoder gets one token at the end of this step: ITL = the step (+ extra_s first)
+                d = dt + (extra_s if done == 0 else 0.0)
+                last = itl[-1] if itl else None
+                if last is not None and last[1] == 0.0 and last[0] == d and last[3] == nd:
+                    last[2] += 1
+                else:
+                    itl.append([d, 0.0, 1, nd])
+            t += dt
             done += chunk
             s += 1
             while dec and dec[0][0] <= s:
@@ -94,6 +111,8 @@ class Replica:
         ctx = self.ctx_base + self.num_decode * self.steps
         end = now + to_us(decode_time(fixed, per, self.num_decode, ctx, n))
         self._decode_phase = (now, self.steps, fixed, per, ctx, n)
+        self._itl_decode = len(self.itl)
+        self.itl.append([fixed + per * ctx, per * self.num_decode, n, self.num_decode])
         self.steps += n
         self._set_phase(Phase.DECODE, now, end)
         return end
@@ -113,6 +132,11 @@ class Replica:
             return None
         self.busy_us -= self.busy_until - end
         self.steps = s0 + m
+        seg = self.itl[self._itl_decode]
+        if m:
+            seg[2] = m
+        else:
+            del self.itl[self._itl_decode]
         self._set_phase(Phase.WAKE, end, end)
         return end
 

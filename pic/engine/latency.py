@@ -1,0 +1,136 @@
+"""Serving-benchmark metrics as vLLM's ``benchmark_serving`` reports them (definitions in docs/metrics.md).
+
+Per request: TTFT (arrival → first token), E2EL (arrival → last token), TPOT = (E2EL − TTFT)/(output − 1)
+for requests with more than one output token. ITL pools every inter-token gap of every request; the
+simulator never makes a per-token event, so ITLs come as weighted arithmetic series (one per decode phase
+or prefill step, ``Replica.itl``) and their mean, std and percentiles are computed from the series in
+closed form (percentiles by bisection on the count function). Throughput and goodput divide by the
+replay's duration (first arrival → last finish). Times are seconds here; tables show milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+#: latency metrics with per-request values (in requests.parquet) and the pooled ITL
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+#: metrics a goodput SLO may bound (vLLM --goodput keys), all in seconds
+SLO_METRICS = ("ttft", "tpot", "e2el")
+
+
+def pct_key(q: float) -> str:
+    """``99`` -> ``p99``; ``99.9`` -> ``p99.9`` (the percentile part of a summary key)."""
+    return f"p{q:g}"
+
+
+def stat_keys(metric: str, percentiles: Sequence[float]) -> list[str]:
+    """Summary keys of one metric: ``{metric}_mean_s``, ``_median_s``, ``_std_s``, ``_p{q}_s``..."""
+    return [f"{metric}_{s}_s" for s in ("mean", "median", "std", *(pct_key(q) for q in percentiles))]
+
+
+def describe(values: np.ndarray, metric: str, percentiles: Sequence[float]) -> dict[str, float | None]:
+    """mean / median / std (population, as numpy) / linear-interpolated percentiles; None when empty."""
+    keys = stat_keys(metric, percentiles)
+    if values.size == 0:
+        return dict.fromkeys(keys)
+    stats = [float(values.mean()), float(np.percentile(values, 50)), float(values.std()),
+             *(float(np.percentile(values, q)) for q in percentiles)]
+    return dict(zip(keys, stats, strict=True))
+
+
+def describe_series(segments: Iterable[Sequence[float]], metric: str,
+                    percentiles: Sequence[float]) -> dict[str, float | None]:
+    """:func:`describe` of the multiset in which segment ``(d0, step, n, w)`` holds the ``n`` values
+    ``d0 + step*j`` (j = 0..n-1), each ``w`` times — without materializing it."""
+    seg = np.asarray([s for s in segments if s[2] > 0 and s[3] > 0], dtype=np.float64).reshape(-1, 4)
+    keys = stat_keys(metric, percentiles)
+    if seg.shape[0] == 0:
+        return dict.fromkeys(keys)
+    d0, step, n, w = seg.T
+    total = float((w * n).sum())
+    s1 = n * (n - 1) / 2                       # sum of j
+    s2 = (n - 1) * n * (2 * n - 1) / 6         # sum of j^2
+    mean = float((w * (n * d0 + step * s1)).sum() / total)
+    a = d0 - mean                              # NOTE: centred first, so the variance does not cancel
+    var = float((w * (n * a * a + 2 * a * step * s1 + step * step * s2)).sum() / total)
+    lo, hi = float(d0.min()), float((d0 + step * (n - 1)).max())
+
+    def count_le(x: float) -> float:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            k = np.where(step > 0, np.floor((x - d0) / np.where(step > 0, step, 1.0)) + 1,
+                         np.where(x >= d0, n, 0))
+        return float((w * np.clip(k, 0, n)).sum())
+
+    def order_stat(k: float) -> float:
+        """The k-th smallest value (0-based): the smallest x with count_le(x) > k."""
+        a_, b_ = lo, hi
+        if count_le(a_) > k:
+            return a_
+        for _ in range(200):
+            mid = (a_ + b_) / 2
+            if mid <= a_ or mid >= b_:
+                break
+            if count_le(mid) > k:
+                b_ = mid
+            else:
+                a_ = mid
+        return b_
+
+    def percentile(q: float) -> float:
+        h = (total - 1) * q / 100          # numpy's "linear" method
+        f = math.floor(h)
+        x0 = order_stat(f)
+        return x0 if h == f else x0 + (h - f) * (order_stat(f + 1) - x0)
+
+    stats = [mean, percentile(50), math.sqrt(max(var, 0.0)), *(percentile(q) for q in percentiles)]
+    return dict(zip(keys, stats, strict=True))
+
+
+def request_latencies(rows: pl.DataFrame) -> pl.DataFrame:
+    """``e2el_s`` and ``tpot_s`` (null when output ≤ 1 token) from a request frame's µs timestamps."""
+    out = pl.col("output_tokens").cast(pl.Int64)
+    return rows.with_columns(
+        e2el_s=(pl.col("finish_us") - pl.col("arrival_us")).cast(pl.Float64) / 1e6,
+        tpot_s=pl.when(out > 1).then((pl.col("finish_us") - pl.col("first_token_us")).cast(pl.Float64)
+                                     / 1e6 / (out - 1).cast(pl.Float64)).otherwise(None),
+    )
+
+
+def serving_summary(rows: pl.DataFrame, itl_segments: Iterable[Sequence[float]], *,
+                    percentiles: Sequence[float], slo: dict[str, float]) -> dict[str, Any]:
+    """One policy's serving metrics: latency statistics, throughput and goodput (keys in docs/metrics.md).
+
+    ``rows`` has the requests.parquet columns (``ttft_s``, ``e2el_s``, ``tpot_s`` included); ``slo`` maps
+    ``ttft``/``tpot``/``e2el`` to seconds (a request is good when it meets every bound given; TPOT of a
+    one-token request counts as 0, as in vLLM).
+    """
+    n = rows.height
+    span = (int(rows["finish_us"].max()) - int(rows["arrival_us"].min())) / 1e6 if n else 0.0
+    prompt = int(rows["prompt_tokens"].sum()) if n else 0
+    generated = int(rows["output_tokens"].cast(pl.Int64).clip(lower_bound=1).sum()) if n else 0
+
+    def per_s(x: float) -> float | None:
+        return x / span if span > 0 else None
+
+    prefill = (rows["first_token_us"] - rows["start_us"]).cast(pl.Float64).to_numpy() / 1e6
+    out: dict[str, Any] = {"duration_s": span, "generated_tokens": generated,
+                           "prefill_p50_s": float(np.percentile(prefill, 50)) if n else None,
+                           "request_throughput_rps": per_s(n),
+                           "output_throughput_tps": per_s(generated),
+                           "total_token_throughput_tps": per_s(prompt + generated)}
+    for m in ("ttft", "tpot", "e2el"):
+        out.update(describe(rows[f"{m}_s"].drop_nulls().to_numpy(), m, percentiles))
+    out.update(describe_series(itl_segments, "itl", percentiles))
+    if slo:
+        good = pl.lit(True)
+        for m, bound in slo.items():
+            good = good & (pl.col(f"{m}_s").fill_null(0.0) <= bound)
+        num_good = int(rows.select(good.sum()).item()) if n else 0
+        out.update(slo={k: float(v) for k, v in slo.items()}, good_requests=num_good,
+                   slo_attainment=num_good / n if n else None, goodput_rps=per_s(num_good))
+    return out

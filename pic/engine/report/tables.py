@@ -1,0 +1,135 @@
+"""What the report tables show, in which order and units (shared by HTML, Markdown and the terminal).
+
+Times are milliseconds everywhere; capacities are per replica, peak resident KV is summed over replicas
+(each label says so); percentages never print as ``-0.0%``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import polars as pl
+
+from pic.engine.report.data import fmt_bytes, fmt_num, fmt_pct, policy_labels
+
+
+def _missing(x: Any) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def fmt_ms(x: float | None) -> str:
+    """Seconds shown as ``0.83 ms`` / ``14.9 ms`` / ``1,234 ms``; ``–`` for missing."""
+    if _missing(x):
+        return "–"
+    v = x * 1e3
+    return f"{v:,.0f} ms" if abs(v) >= 100 else (f"{v:.1f} ms" if abs(v) >= 10 else f"{v:.2f} ms")
+
+
+def fmt_seconds(x: float | None) -> str:
+    """Kept for callers of the old name: the same as :func:`fmt_ms`."""
+    return fmt_ms(x)
+
+
+def fmt_joules(x: float | None) -> str:
+    """``12.3 J`` / ``4.56 kJ`` / ``–``."""
+    if _missing(x):
+        return "–"
+    return f"{x:.3g} J" if abs(x) < 1e3 else (f"{x / 1e3:.3g} kJ" if abs(x) < 1e6 else f"{x / 1e6:.3g} MJ")
+
+
+def fmt_speedup(x: float | None) -> str:
+    """``5.62×``; ``–`` when there is no exact-prefix policy to compare with."""
+    return "–" if _missing(x) else f"{x:.2f}×"
+
+
+def fmt_rate(unit: str) -> Callable[[float | None], str]:
+    def f(x: float | None) -> str:
+        return "–" if _missing(x) else f"{x:,.3g} {unit}" if abs(x) < 1000 else f"{x:,.0f} {unit}"
+    return f
+
+
+#: (column of ReportData.table, row label, formatter) — the rows of every policy comparison table
+TABLE_METRICS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("requests", "requests", fmt_num),
+    ("prompt_tokens", "prompt tokens", fmt_num),
+    ("token_hit_rate", "token hit rate", fmt_pct),
+    ("prefix_hit_rate", "prefix hit rate (shadow)", fmt_pct),
+    ("recovery_beyond_prefix", "recovery beyond prefix", fmt_pct),
+    ("ttft_p50_s", "TTFT p50", fmt_ms),
+    ("ttft_p99_s", "TTFT p99", fmt_ms),
+    ("ttft_speedup", "TTFT p50 speed-up vs best prefix", fmt_speedup),
+    ("queue_p50_s", "queueing p50", fmt_ms),
+    ("prefill_joules", "prefill energy", fmt_joules),
+    ("energy_saved_vs_none", "energy saved vs no cache", fmt_pct),
+    ("energy_saved_vs_prefix", "energy saved vs prefix (shadow)", fmt_pct),
+    ("attn_layer_saved_vs_none", "attention layers: time/energy saved vs no cache", fmt_pct),
+    ("recurrent_layer_saved_vs_none", "recurrent layers: time/energy saved vs no cache", fmt_pct),
+    ("peak_resident_bytes", "peak resident KV (all replicas)", fmt_bytes),
+    ("evictions", "evictions", fmt_num),
+    ("uncached", "uncached requests", fmt_num),
+)
+
+#: (label, [columns], formatter): the serving-benchmark table, one "mean / p50 / p99" cell per policy
+LATENCY_METRICS: tuple[tuple[str, tuple[str, ...], Callable[[Any], str]], ...] = (
+    ("TTFT mean / p50 / p99", ("ttft_mean_s", "ttft_p50_s", "ttft_p99_s"), fmt_ms),
+    ("TPOT mean / p50 / p99", ("tpot_mean_s", "tpot_p50_s", "tpot_p99_s"), fmt_ms),
+    ("ITL mean / p50 / p99", ("itl_mean_s", "itl_median_s", "itl_p99_s"), fmt_ms),
+    ("E2E latency mean / p50 / p99", ("e2el_mean_s", "e2el_p50_s", "e2el_p99_s"), fmt_ms),
+    ("request throughput", ("request_throughput_rps",), fmt_rate("req/s")),
+    ("output token throughput", ("output_throughput_tps",), fmt_rate("tok/s")),
+    ("goodput (requests meeting the SLO)", ("goodput_rps", "slo_attainment"), None),
+)
+
+DEFINITIONS: tuple[tuple[str, str], ...] = (
+    ("token hit rate", "Σ reused tokens / Σ prompt tokens N (in place + rotated reuse)."),
+    ("prefix hit rate (shadow)", "the same for the shadow exact-prefix cache of equal capacity run beside each "
+     "policy."),
+    ("recovery beyond prefix", "(Σ reused − Σ prefix_reused) / (Σ N − Σ prefix_reused): the share of what "
+     "an exact-prefix cache misses that the policy recovers (negative when it reuses less than prefix)."),
+    ("best prefix cache", "the replayed exact-prefix policy (prefix, block-hash) with the highest token hit "
+     "rate in the same scenario; without one, the headline compares with the shadow prefix cache."),
+    ("TTFT p50 speed-up", "TTFT p50 of the best prefix cache / TTFT p50 of the policy (2.00× = half the time)."),
+    ("TTFT / TPOT / ITL / E2E latency", "as vLLM's benchmark_serving: time to first token; time per output "
+     "token after the first = (E2E − TTFT)/(output − 1); every gap between two output tokens, pooled; "
+     "arrival → last token. Percentiles interpolate linearly (numpy)."),
+    ("throughput, goodput", "requests (or generated tokens) / replay duration (first arrival → last finish); "
+     "goodput counts only requests meeting every --slo bound."),
+    ("energy saved vs no cache / vs prefix", "1 − Σ prefill joules / Σ prefill joules of the same requests "
+     "with no cache / with the shadow prefix cache."),
+    ("attention / recurrent layers saved", "1 − Σ prefill time spent in that kind of layer / the same with no "
+     "cache (each request's plan priced alone; energy follows time). Recurrent: hybrid models only (Gated "
+     "DeltaNet, Mamba-2); reuse that is not an exact prefix saves nothing there unless the policy starts the "
+     "recurrent state itself (linearkv)."),
+    ("peak resident KV", "largest KV bytes resident in the policy's caches during the replay, summed over "
+     "replicas (capacity is per replica)."),
+)
+
+
+def comparison_rows(rows: pl.DataFrame) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """(column headers, [(metric label, formatted values...)]) for one scenario's table rows."""
+    return policy_labels(rows), [(label, [f(v) for v in _col(rows, col)]) for col, label, f in TABLE_METRICS]
+
+
+def latency_rows(rows: pl.DataFrame) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """The serving-benchmark table for one scenario (goodput only when some run set an SLO)."""
+    body = []
+    for label, cols, f in LATENCY_METRICS:
+        vals = [_col(rows, c) for c in cols]
+        if f is None:   # goodput: "0.51 req/s (73.0%)"
+            if all(_missing(v) for v in vals[0]):
+                continue
+            cells = [("–" if _missing(g) else f"{g:,.3g} req/s ({fmt_pct(a)})") for g, a in zip(*vals, strict=True)]
+        else:   # "16.7 / 14.9 / 44.8 ms": one unit per cell
+            cells = []
+            for per in zip(*vals, strict=True):
+                parts = [f(v) for v in per]
+                unit = next((p.rsplit(" ", 1)[1] for p in parts if " " in p), "")
+                cells.append(" / ".join(p.removesuffix(f" {unit}") for p in parts) + (f" {unit}" if unit else ""))
+        body.append((label, cells))
+    return policy_labels(rows), body
+
+
+def _col(rows: pl.DataFrame, col: str) -> list[Any]:
+    return rows[col].to_list() if col in rows.columns else [None] * rows.height
