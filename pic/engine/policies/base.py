@@ -120,6 +120,9 @@ class CachePolicy(ABC):
 
     name: ClassVar[str] = ""
     Config: ClassVar[type] = type(None)
+    #: False for an upper bound that ignores the capacity (``oracle``): it stores no KV, ``usage()`` is
+    #: zero, nothing is evicted or refused; the contract test skips the capacity checks for it
+    bounded: ClassVar[bool] = True
 
     def __init__(self, ctx: PolicyContext, config: Any = None) -> None:
         self.ctx = ctx

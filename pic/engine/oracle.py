@@ -1,0 +1,182 @@
+"""The any-position reuse oracle: how many prompt tokens an ideal cache could take from earlier requests.
+
+Definition (docs/metrics.md): with infinite capacity, a prompt token is reusable when it lies in a run of
+at least ``min_match`` tokens (default 64) that appeared anywhere in an earlier request of the trace, at
+any position (arrival order; content repeated inside one prompt does not count). The oracle's reuse of a
+request is the number of such tokens: the union of its ``min_match``-token windows that occurred before.
+
+Algorithm: every request's windows are hashed with the vectorized polynomial rolling hash
+(:func:`engine.rolling.window_hashes`, O(1) per window) and looked up in a :class:`WindowIndex`, a log-
+structured set of sorted ``uint64`` arrays (``searchsorted`` per level; levels merge like a binary
+counter, so an insert is amortized O(log n)); covered positions come from one running maximum. No Python
+loop per token. Equal windows always hash equal; a false hit needs a 64-bit collision (~n/2^64 per
+lookup), and ``verify`` in :class:`WindowIndex` callers compares tokens where they keep them.
+
+:func:`trace_oracle` gives the per-request reuse of a whole trace, :func:`cached_oracle` memoizes it by
+the trace's content digest (:func:`trace_digest`) and ``min_match`` in this process and, only when the user
+sets ``PIC_CACHE_DIR``, on disk in ``$PIC_CACHE_DIR/oracle/``. :func:`duplicate_tokens` applies the same
+coverage to what a cache stores: the stored tokens whose content is stored elsewhere too.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from pic.engine.rolling import window_hashes
+
+#: bump when the oracle's definition or hashing changes (part of the cache key)
+ORACLE_VERSION = 1
+DEFAULT_MIN_MATCH = 64
+CACHE_ENV = "PIC_CACHE_DIR"
+
+_MEMO: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+
+
+class WindowIndex:
+    """Set of uint64 window hashes, each with an int64 value (the source position where it was first
+    added), as levels of sorted arrays merged when a newer level grows to the size of an older one."""
+
+    def __init__(self) -> None:
+        self._levels: list[tuple[np.ndarray, np.ndarray]] = []   # (sorted keys, values), largest first
+
+    def __len__(self) -> int:
+        return sum(k.shape[0] for k, _ in self._levels)
+
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(found, value)`` for each key (value -1 where not found)."""
+        found = np.zeros(keys.shape[0], bool)
+        value = np.full(keys.shape[0], -1, np.int64)
+        for lk, lv in self._levels:
+            pos = np.searchsorted(lk, keys)
+            np.minimum(pos, lk.shape[0] - 1, out=pos)
+            hit = (lk[pos] == keys) & ~found
+            value[hit] = lv[pos[hit]]
+            found |= hit
+        return found, value
+
+    def add(self, keys: np.ndarray, values: np.ndarray) -> None:
+        """Insert keys not yet present (the first of duplicates within ``keys`` wins)."""
+        if keys.shape[0] == 0:
+            return
+        order = np.argsort(keys, kind="stable")
+        k, v = keys[order], values[order]
+        first = np.ones(k.shape[0], bool)
+        first[1:] = k[1:] != k[:-1]
+        k, v = k[first], v[first]
+        levels = self._levels
+        while levels and levels[-1][0].shape[0] <= 2 * k.shape[0]:
+            ok, ov = levels.pop()
+            k, v = np.concatenate([ok, k]), np.concatenate([ov, v])
+            order = np.argsort(k, kind="stable")     # two sorted runs: timsort merges them in O(n)
+            k, v = k[order], v[order]
+        levels.append((k, v))
+
+
+def covered(hit: np.ndarray, num_tokens: int, width: int) -> np.ndarray:
+    """bool [num_tokens]: positions inside at least one window ``[j, j + width)`` with ``hit[j]``."""
+    out = np.zeros(num_tokens, bool)
+    if not hit.shape[0]:
+        return out
+    reach = np.maximum.accumulate(np.where(hit, np.arange(hit.shape[0]) + width, 0))
+    last = np.minimum(np.arange(num_tokens), hit.shape[0] - 1)
+    return reach[last] > np.arange(num_tokens)
+
+
+def trace_oracle(prompts: Iterable[np.ndarray], min_match: int = DEFAULT_MIN_MATCH) -> np.ndarray:
+    """int64 [R]: the oracle's reused tokens of each prompt, in the order given (arrival order)."""
+    index, out = WindowIndex(), []
+    for toks in prompts:
+        w = window_hashes(toks, min_match)
+        if not w.shape[0]:
+            out.append(0)
+            continue
+        hit, _ = index.lookup(w)
+        out.append(int(covered(hit, toks.shape[0], min_match).sum()))
+        new = np.flatnonzero(~hit)
+        index.add(w[new], new)
+    return np.asarray(out, np.int64)
+
+
+def trace_digest(trace) -> str:
+    """16-hex content digest of a trace's requests in arrival order: segment ids (content hashes) and
+    their grouping into prompts. Same prompts in the same order -> same digest."""
+    req = trace.requests
+    arrival = req["arrival_us"].to_numpy().astype(np.int64)
+    order = np.lexsort((req["request_id"].to_numpy(), arrival))
+    offs, idx = trace._csr
+    lens = np.diff(offs)[order]
+    starts = np.repeat(offs[:-1][order] - (np.cumsum(lens) - lens), lens)     # segment rows, request order
+    ids = trace.segments.ids[idx[starts + np.arange(starts.shape[0])]]
+    h = xxhash.xxh64(f"pic-oracle/{ORACLE_VERSION}".encode())
+    h.update(np.ascontiguousarray(lens, "<i8").tobytes())
+    h.update(np.ascontiguousarray(ids, "<u8").tobytes())
+    return h.hexdigest()
+
+
+def cached_oracle(trace, prompts: Sequence[np.ndarray] | None = None, *, request_ids: np.ndarray,
+                  min_match: int = DEFAULT_MIN_MATCH) -> np.ndarray:
+    """Per-request oracle reuse of ``trace`` aligned with ``request_ids`` (the workload's arrival order),
+    computed once per (trace content, min_match): memoized in this process and, when ``PIC_CACHE_DIR`` is
+    set, in ``$PIC_CACHE_DIR/oracle/<digest>-m<min_match>.npz``. ``prompts``: the prompts in the same
+    order (a callable-free sequence; only read when nothing is cached)."""
+    key = (trace_digest(trace), int(min_match))
+    got = _MEMO.get(key)
+    path = _cache_path(*key)
+    if got is None and path is not None and path.is_file():
+        try:
+            with np.load(path) as z:
+                got = (z["request_ids"], z["reused"])
+        except (OSError, ValueError, KeyError):
+            got = None                     # unreadable cache file: recompute (and rewrite it)
+    if got is None:
+        if prompts is None:
+            raise ValueError("oracle: no cached result and no prompts to compute it from")
+        got = (np.asarray(request_ids, np.int64), trace_oracle(prompts, min_match))
+        if path is not None:
+            _write_cache(path, got)
+    _MEMO[key] = got
+    rid, reused = got
+    if rid.shape[0] < len(request_ids) or not np.array_equal(rid[:len(request_ids)], request_ids):
+        pos = {int(r): i for i, r in enumerate(rid.tolist())}
+        return np.asarray([reused[pos[int(r)]] for r in request_ids], np.int64)
+    return reused[:len(request_ids)]
+
+
+def duplicate_tokens(runs: Iterable[tuple[np.ndarray, int]], min_match: int = DEFAULT_MIN_MATCH) -> int:
+    """Stored tokens whose content is stored elsewhere too: over ``runs`` of ``(tokens, context)`` (the
+    first ``context`` tokens are only context, e.g. a radix edge's parent path), the counted tokens covered
+    by a ``min_match`` window that occurs in an earlier run."""
+    index, num = WindowIndex(), 0
+    for toks, ctx in runs:
+        w = window_hashes(toks, min_match)
+        if not w.shape[0]:
+            continue
+        hit, _ = index.lookup(w)
+        num += int(covered(hit, toks.shape[0], min_match)[ctx:].sum())
+        new = np.flatnonzero(~hit)
+        new = new[new + min_match > ctx]       # windows that touch this run's own tokens
+        index.add(w[new], new)
+    return num
+
+
+# ---- Internal helpers -----------------------------------------------------------------------------
+def _cache_path(digest: str, min_match: int) -> Path | None:
+    root = os.environ.get(CACHE_ENV)
+    if not root:
+        return None
+    return Path(root) / "oracle" / f"{digest}-m{min_match}.npz"
+
+
+def _write_cache(path: Path, got: tuple[np.ndarray, np.ndarray]) -> None:
+    from pic.traces.outputs import atomic_path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            np.savez(f, request_ids=got[0], reused=got[1])
+    except OSError:
+        pass                               # a cache that cannot be written is only a cache

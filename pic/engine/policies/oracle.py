@@ -1,0 +1,149 @@
+"""``oracle`` — the upper bound: infinite capacity, any run of >= ``min_match`` tokens seen before, at any
+position.
+
+Keeps: every ``min_match``-token window of every committed prompt in a :class:`engine.oracle.WindowIndex`
+(hash -> the position it was first committed at), regardless of the capacity: it is a bound, not a
+cache (``bounded = False``; ``usage()`` reports no bytes, and nothing is ever evicted or refused).
+
+Lookup: the prompt's windows are hashed (vectorized rolling hash) and looked up at once; windows found
+form chains of consecutive windows with one delta (target - source), and the prompt is covered left to
+right by the chain reaching farthest (``REUSE`` in place, ``REUSE_ROTATED`` elsewhere). Every token in a
+hit window is reused; nothing else is. Under ``--verify`` each chain's tokens are compared with the
+committed prompt it came from (collisions counted and not reused). No eviction.
+
+The trace-level oracle of every report (``oracle_share``, :func:`engine.oracle.trace_oracle`) counts runs
+seen in any *earlier request*; this policy, driven by the serving model, counts runs of prompts
+*committed* before the lookup, per replica, so on one replica it reuses at most what the trace-level
+oracle does (requests in flight at the same time cannot share).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pic.engine.oracle import DEFAULT_MIN_MATCH, WindowIndex
+from pic.engine.plan import Action, Plan, Span
+from pic.engine.policies import register
+from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
+from pic.engine.rolling import window_hashes
+
+
+@dataclass(frozen=True, slots=True)
+class OracleConfig:
+    min_match: int = field(default=DEFAULT_MIN_MATCH, metadata={
+        "help": "shortest run reused (tokens); also the oracle behind every report's oracle_share"})
+
+    def __post_init__(self) -> None:
+        if self.min_match < 1:
+            raise ValueError(f"oracle.min_match must be >= 1, got {self.min_match}")
+
+
+@register
+class OracleCache(CachePolicy):
+    name = "oracle"
+    Config = OracleConfig
+    bounded = False
+
+    def __init__(self, ctx: PolicyContext, config: OracleConfig | None = None) -> None:
+        super().__init__(ctx, config)
+        self._m = self.config.min_match
+        self._index = WindowIndex()
+        self._prompts: list[np.ndarray] = []       # committed prompts (for --verify), by ordinal
+        self._origin = WindowIndex()               # window hash -> committed prompt ordinal (verify only)
+        self._num_tokens = 0
+        self.stats.extra.update(indexed_windows=0)
+
+    # ---- Public API -------------------------------------------------------------------------------
+    def lookup(self, req: RequestView, now_us: int) -> Plan:
+        self.stats.lookups += 1
+        toks, m = req.tokens, self._m
+        w = window_hashes(toks, m)
+        spans: list[Span] = []
+        if w.shape[0] and len(self._index):
+            hit, src = self._index.lookup(w)
+            for a, b, delta, first, last in _cover(hit, src, m):
+                if self.ctx.verify and not self._verified(toks, w, first, last, delta):
+                    continue
+                spans.append(Span(a, b, Action.REUSE if delta == 0 else Action.REUSE_ROTATED, a - delta))
+        if spans:
+            self.stats.hits += 1
+        return Plan.from_spans(req.num_tokens, spans)
+
+    def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
+        return True
+
+    def commit(self, req: RequestView, now_us: int) -> None:
+        toks = req.tokens
+        w = window_hashes(toks, self._m)
+        if not w.shape[0]:
+            return
+        hit, _ = self._index.lookup(w)
+        new = np.flatnonzero(~hit)
+        self._index.add(w[new], new)
+        if self.ctx.verify:
+            self._origin.add(w[new], np.full(new.shape[0], len(self._prompts), np.int64))
+            self._prompts.append(toks)
+        self._num_tokens += toks.shape[0]
+        self.stats.extra["indexed_windows"] = len(self._index)
+
+    def release(self, req: RequestView, now_us: int) -> None:
+        pass
+
+    def evict(self, num_bytes: int, now_us: int) -> int:
+        return 0
+
+    def usage(self) -> Usage:
+        return Usage(0, 0, 0, self.ctx.capacity_bytes)
+
+    def holds(self, req: RequestView) -> bool | None:
+        return True                               # nothing is ever evicted
+
+    # ---- Internal helpers -------------------------------------------------------------------------
+    def _verified(self, toks: np.ndarray, w: np.ndarray, first: int, last: int, delta: int) -> bool:
+        """Compare the chain of windows ``first..last`` (stride ``min_match``, plus the last) with the
+        committed prompt each window was first seen in, at its position minus ``delta``."""
+        m = self._m
+        ks = np.unique(np.r_[np.arange(first, last + 1, m), last])
+        found, origin = self._origin.lookup(w[ks])
+        self.stats.verified_hits += 1
+        for k, f, o in zip(ks.tolist(), found.tolist(), origin.tolist(), strict=True):
+            s = k - delta
+            if not f or not np.array_equal(self._prompts[o][s:s + m], toks[k:k + m]):
+                self.stats.collisions += 1
+                return False
+        return True
+
+
+def _cover(hit: np.ndarray, src: np.ndarray, m: int) -> list[tuple[int, int, int, int, int]]:
+    """``[(start, end, delta, first, last)]``: the positions covered by hit windows, split into runs of one
+    delta (target - source) taken greedily from the chain of consecutive equal-delta windows reaching
+    farthest; ``first``/``last``: that chain's first and last window."""
+    idx = np.flatnonzero(hit)
+    if not idx.shape[0]:
+        return []
+    delta = idx - src[idx]
+    brk = np.flatnonzero((np.diff(idx) != 1) | (np.diff(delta) != 0)) + 1
+    firsts = idx[np.r_[0, brk]].tolist()
+    lasts = idx[np.r_[brk - 1, idx.shape[0] - 1]].tolist()
+    deltas = delta[np.r_[0, brk]].tolist()
+    out: list[tuple[int, int, int, int, int]] = []
+    pos, i, n = 0, 0, len(firsts)
+    while i < n:
+        if lasts[i] + m <= pos:
+            i += 1
+            continue
+        pos = max(pos, firsts[i])
+        best, j = i, i + 1
+        while j < n and firsts[j] <= pos:
+            if lasts[j] > lasts[best]:
+                best = j
+            j += 1
+        end = lasts[best] + m
+        out.append((pos, end, deltas[best], firsts[best], lasts[best]))
+        pos, i = end, j
+    return out
+
+
+__all__ = ["OracleCache", "OracleConfig"]
