@@ -43,6 +43,8 @@ COMMANDS = {
     "report": "report",
     "sweep": "sweep",
     "models": "models",
+    "execute": "execute",
+    "calibrate": "calibrate",
 }
 
 for _name, _mod in COMMANDS.items():

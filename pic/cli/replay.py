@@ -55,6 +55,14 @@ def command(
     force: Annotated[bool, typer.Option(
         "--force", help="Write into an existing folder pic did not create (only pic's files are written; "
              "nothing else in it is touched).")] = False,
+    profile: Annotated[str | None, typer.Option(
+        help="Calibration profile from `pic calibrate` (path, or a bundled name such as h200-deepseek-v2-lite) "
+             "replacing the roofline's efficiency factors.")] = None,
+    execute: Annotated[bool, typer.Option(
+        "--execute", help="Also run a sample of one policy's Plans on the GPU (as `pic execute --gpu`) and add "
+             "measurements.parquet to RUN_DIR.")] = False,
+    execute_requests: Annotated[int, typer.Option(
+        min=1, help="Requests sampled for --execute (the policy: irminsul if replayed, else the first).")] = 16,
     as_json: Annotated[bool, typer.Option("--json", help="Print summary.json to stdout.")] = False,
     list_policies: Annotated[bool, typer.Option("--list-policies", help="List policies and options, exit.")]
     = False,
@@ -82,9 +90,13 @@ def command(
             policies=split_list(policy), policy_options=options, cost=cost,
             model=model, gpu=gpu, capacity_bytes=parse_size(capacity), replicas=replicas, router=router,
             token_budget=token_budget, closed_loop=closed_loop, seed=seed, verify=verify,
-            check_invariants=verify, max_requests=limit)
+            check_invariants=verify, max_requests=limit, profile=profile)
         check_output(output, inputs=[trace, model], force=force, kind="run-dir", option="--output")
         check_config(config)                       # every impossible setting fails before any work
+        gpu_ctx = None
+        if execute:
+            from pic.cli.execute import _open_gpu
+            gpu_ctx = _open_gpu(True)              # no GPU / NVML / Triton backend: one line, before any work
         loaded = read_trace_file(trace)
         with Progress(TextColumn("[bold]replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=err_console, transient=True) as bar:
@@ -92,6 +104,9 @@ def command(
             result = replay(loaded, config, progress=lambda done, total: bar.update(task, completed=done,
                                                                                     total=total))
         write_run(result, output, force=force, inputs=(trace,))
+        if gpu_ctx is not None:
+            from pic.cli.execute import execute_into_run_dir
+            execute_into_run_dir(loaded, config, output, gpu_ctx, execute_requests, seed)
         if as_json:
             typer.echo(json.dumps(result.summary, indent=2))
         else:

@@ -16,7 +16,8 @@ from pic.engine.report import Report, comparison_rows, make_report, scenario_tit
 def command(
     run_dirs: Annotated[list[Path], typer.Argument(
         help="Run dirs written by `pic replay -o` (several: merged; different policies, capacities, traces), "
-             "or a `pic sweep -o` dir (every run dir below it).",
+             "a `pic sweep -o` dir (every run dir below it), or a `pic execute -o` folder (measured beside "
+             "predicted).",
         show_default=False)],
     *,
     html: Annotated[Path | None, typer.Option(
@@ -43,13 +44,32 @@ def command(
       pic report runs/cap-10g runs/cap-40g runs/cap-inf --html sweep.html --md sweep.md
 
       pic report runs/mooncake-inf --json | jq '.policies[] | {policy, token_hit_rate}'
+
+      pic report runs/ev-exec   (a `pic execute` folder: measured TTFT / joules beside the cost model's)
     """
     with user_errors():
-        rep = make_report(run_dirs, html_path=html, md_path=md, plots_dir=plots, force=force)
+        from pic.engine.measurements import has_measurements, read_measurements
+
+        measured = [(d, *read_measurements(d)) for d in run_dirs if has_measurements(d)]
+        replays = [d for d in run_dirs if not has_measurements(d) or (d / "requests.parquet").exists()]
+        if not replays and (html or md or plots):
+            raise ValueError("--html/--md/--plots: need at least one replay run dir (measured-only folders "
+                             "are shown in the terminal and in --json)")
+        rep = make_report(replays, html_path=html, md_path=md, plots_dir=plots, force=force) if replays else None
     if as_json:
-        typer.echo(json.dumps(to_json(rep.data), indent=2, allow_nan=False))
+        doc = to_json(rep.data) if rep is not None else {}
+        if measured:
+            doc["measured"] = {str(d): s for d, _, s in measured}
+        typer.echo(json.dumps(doc, indent=2, default=str))
     else:
-        _print_tables(rep)
+        if rep is not None:
+            _print_tables(rep)
+        from pic.cli.execute import print_comparison
+
+        for d, rows, s in measured:
+            print_comparison(rows, s, d)
+    if rep is None:
+        return
     for w in rep.data.warnings:
         err_console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
     out = err_console if as_json else console

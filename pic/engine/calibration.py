@@ -144,9 +144,25 @@ def _rows(path: Path, cfg: dict[str, Any], key: str) -> tuple[tuple[int, int, fl
     return tuple(out)
 
 
+#: profiles shipped with pic (measured with ``pic calibrate --gpu``; see docs/bench-execute.md)
+BUNDLED_DIR = Path(__file__).resolve().parent / "profiles"
+
+
+def bundled_profiles() -> dict[str, Path]:
+    """Name -> file of the profiles shipped with pic (``h200-deepseek-v2-lite``, ...)."""
+    return {p.stem: p for p in sorted(BUNDLED_DIR.glob("*.json"))}
+
+
 def load_profile(path: str | Path) -> CalibrationProfile:
-    """Read and validate a profile; errors name the file and the field (``file: decode[3]: ...``)."""
+    """Read and validate a profile (a JSON path, or the name of a bundled profile); errors name the file
+    and the field (``file: decode[3]: ...``)."""
+    bundled = bundled_profiles()
+    if str(path) in bundled and not Path(path).exists():
+        path = bundled[str(path)]
     path = Path(path)
+    if not path.exists() and path.suffix != ".json":
+        raise ValueError(f"profile {str(path)!r}: no such file, and not a bundled profile "
+                         f"({', '.join(bundled) or 'none'})")
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
@@ -170,7 +186,7 @@ def load_profile(path: str | Path) -> CalibrationProfile:
 
 def write_profile(profile: CalibrationProfile, path: str | Path) -> None:
     """Write ``profile`` as JSON atomically (temp name, then rename)."""
-    from pic.traces.io import atomic_path
+    from pic.traces.outputs import atomic_path
 
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(profile.to_dict(), indent=1) + "\n", encoding="utf-8")

@@ -80,6 +80,8 @@ class ReplayConfig:
         "percentiles reported for TTFT / TPOT / ITL / E2EL (vLLM --metric-percentiles)"))
     slo: dict[str, float] = field(default_factory=dict, metadata=_h(
         "goodput SLO in seconds: {ttft, tpot, e2el} -> bound (vLLM --goodput); {} = no goodput"))
+    profile: str | None = field(default=None, metadata=_h(
+        "calibration profile (`pic calibrate` JSON path or a bundled name) replacing the roofline factors"))
 
     def __post_init__(self) -> None:
         if not self.policies:

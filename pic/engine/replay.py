@@ -133,7 +133,11 @@ def check_config(config: ReplayConfig) -> tuple[Any, Any, CostModel, dict[str, A
     """Resolve model/GPU/cost/policy configs; every impossible setting raises before any work."""
     model = model_from_name(config.model)
     gpu = gpu_from_name(config.gpu)
-    cost = CostModel(model, gpu, cost_config(config.cost))
+    profile = None
+    if config.profile:
+        from pic.engine.calibration import load_profile
+        profile = load_profile(config.profile)
+    cost = CostModel(model, gpu, cost_config(config.cost), profile=profile)
     if config.capacity_bytes < model.kv_bytes_per_token:
         raise ValueError(f"capacity: {config.capacity_bytes:.0f} B is below one token of {model.name} KV "
                          f"({model.kv_bytes_per_token} B)")

@@ -1,0 +1,127 @@
+"""``calibrate``: measured prefill/extend and decode step times of the built model over a grid, as the
+calibration profile the cost model reads (``pic.engine.calibration``).
+
+Prefill point (n, c): one sequence of n new tokens after c cached tokens (extend over the cache; c = 0 is a
+plain prefill). Decode point (B, C): B sequences of C/B cached tokens each generate one token (split-KV
+decode kernel). Each point is one forward through every built layer, embedding to logits, timed as the
+median of CUDA-graph replays, and scaled to the model's full depth when only ``--layers`` were built.
+Board power: the idle floor and a sustained prefill, metered on NVML's energy counter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from pic.engine.calibration import CalibrationProfile
+from pic.kernels.energy import EnergyMeter
+from pic.kernels.executor.device import Runner, median, to_device
+from pic.kernels.executor.layout import HostBatch
+from pic.kernels.model import Model
+
+QUICK_NEW = (1, 64, 512, 2048)
+QUICK_CACHED = (0, 4096)
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationGrid:
+    """Grid of measured points (token counts; cached counts are rounded up to whole pages)."""
+
+    new_tokens: tuple[int, ...] = field(default=(1, 32, 128, 512, 2048, 8192))
+    cached_tokens: tuple[int, ...] = field(default=(0, 4096, 16384, 32768))
+    decode_seqs: tuple[int, ...] = field(default=(1, 8, 32, 64))
+    decode_context: tuple[int, ...] = field(default=(1024, 4096))   # per sequence
+    repeats: int = 5
+
+    def __post_init__(self) -> None:
+        for name in ("new_tokens", "decode_seqs", "decode_context"):
+            if not getattr(self, name) or min(getattr(self, name)) < 1:
+                raise ValueError(f"calibration grid: {name} needs values >= 1")
+        if not self.cached_tokens or min(self.cached_tokens) < 0:
+            raise ValueError("calibration grid: cached_tokens needs values >= 0")
+        if len(set(self.decode_context)) < 2:
+            raise ValueError("calibration grid: decode_context needs >= 2 distinct values (a line per batch)")
+
+    def max_pages(self, page: int) -> int:
+        pre = -(-(max(self.cached_tokens) + max(self.new_tokens)) // page)
+        dec = max(self.decode_seqs) * (-(-(max(self.decode_context) + 1) // page))
+        return max(pre, dec)
+
+
+def calibrate(model: Model, gpu: str, model_name: str, grid: CalibrationGrid | None = None, page: int = 64,
+              meter: EnergyMeter | None = None, energy_seconds: float = 2.0,
+              progress: Callable[[int, int, str], None] | None = None) -> tuple[CalibrationProfile, dict]:
+    """Measure the grid; returns (profile, details) where details holds every point's samples."""
+    grid = grid or CalibrationGrid()
+    spec, dev = model.spec, model.device
+    num_pages = grid.max_pages(page)
+    cache = model.alloc_cache(num_pages, page)
+    cache.normal_(0.0, 1.0)                          # any finite latents: times do not depend on values
+    pool = torch.cuda.graph_pool_handle() if dev.type == "cuda" else None
+    gen = np.random.default_rng(0)
+    points = [("prefill", n, c) for c in grid.cached_tokens for n in grid.new_tokens] + \
+             [("decode", b, ctx) for b in grid.decode_seqs for ctx in grid.decode_context]
+    prefill, decode, details = [], [], []
+    scale = spec.depth_scale
+    busy_hb = None
+    for k, (kind, x, y) in enumerate(points):
+        if progress is not None:
+            progress(k, len(points), f"{kind} {x} x {y}")
+        hb = _prefill_batch(x, y, page, spec.vocab_size, gen) if kind == "prefill" else \
+            _decode_batch(x, y, page, spec.vocab_size, gen)
+        b = to_device(hb, spec, dev)
+        run = Runner(lambda b=b: model.forward(b, cache), dev, graphs=dev.type == "cuda", pool=pool)
+        times = run.time(grid.repeats, warmup=1)
+        del run
+        s = median(times) * scale
+        details.append({"kind": kind, "x": x, "y": y, "seconds": s, "samples": [t * scale for t in times]})
+        if kind == "prefill":
+            prefill.append((x, y, s))
+            if busy_hb is None or (x, y) == (2048, 4096):
+                busy_hb = hb
+        else:
+            decode.append((x, x * y, s))
+    if progress is not None:
+        progress(len(points), len(points), "power")
+    idle_w, busy_w = _power(model, cache, busy_hb, meter, energy_seconds, pool)
+    profile = CalibrationProfile(gpu=gpu, model=model_name, prefill=tuple(prefill), decode=tuple(decode),
+                                 watts_busy=busy_w, watts_idle=idle_w, source="<calibrate>")
+    return profile, {"points": details, "layers_built": spec.num_layers, "full_layers": spec.full_layers,
+                     "page_size": page, "idle_watts": idle_w, "busy_watts": busy_w}
+
+
+def _power(model: Model, cache: torch.Tensor, hb: HostBatch, meter: EnergyMeter | None, seconds: float,
+           pool: object) -> tuple[float, float]:
+    if meter is None:
+        from pic.engine.specs import gpu_from_name
+        g = gpu_from_name("h200")
+        return g.idle_watts, g.busy_watts
+    idle = meter.idle_watts(1.0)
+    b = to_device(hb, model.spec, model.device)
+    run = Runner(lambda: model.forward(b, cache), model.device, graphs=model.device.type == "cuda", pool=pool)
+    m = meter.measure(run, seconds)
+    return idle, m.watts
+
+
+def _prefill_batch(n: int, c: int, page: int, vocab: int, gen: np.random.Generator) -> HostBatch:
+    c = -(-c // page) * page
+    total = c + n
+    pages = np.arange(-(-total // page), dtype=np.int32)
+    pos = np.arange(c, total)
+    return HostBatch(token_ids=gen.integers(0, vocab, n).astype(np.int64), positions=pos.astype(np.int32),
+                     dst_rows=pos.astype(np.int64), block_table=pages[None, :],
+                     block_delta=np.zeros((1, pages.shape[0]), np.int32), seq_lens=np.array([total], np.int32),
+                     cu_q=np.array([0, n], np.int32), logit_rows=np.array([n - 1], np.int64))
+
+
+def _decode_batch(b: int, ctx: int, page: int, vocab: int, gen: np.random.Generator) -> HostBatch:
+    per = -(-(ctx + 1) // page)
+    bt = np.arange(b * per, dtype=np.int32).reshape(b, per)
+    dst = bt[:, ctx // page].astype(np.int64) * page + ctx % page
+    return HostBatch(token_ids=gen.integers(0, vocab, b).astype(np.int64), positions=np.full(b, ctx, np.int32),
+                     dst_rows=dst, block_table=bt, block_delta=np.zeros_like(bt),
+                     seq_lens=np.full(b, ctx + 1, np.int32), cu_q=np.arange(b + 1, dtype=np.int32),
+                     logit_rows=np.arange(b, dtype=np.int64), decode=True)
