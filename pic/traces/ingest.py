@@ -16,7 +16,7 @@ from pic.traces.schema import Trace, TraceError
 from pic.traces.tokenizer import Tokenizer, load_tokenizer
 
 #: formats whose rows carry text (the tokenizer is used); the others carry token ids or lengths only
-TEXT_FORMATS = frozenset({"openai-chat", "lmcache-agent"})
+TEXT_FORMATS = frozenset({"openai-chat", "lmcache-agent", "sharegpt"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,12 @@ from pic.traces.schema import TraceError
 MC = '{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}'
 LM = '{"timestamp": 1, "input": "hello", "output": "x", "session_id": "s"}'
 AZ = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+BG = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+SG_TURNS = [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]
+
+
+def _sharegpt(*convs) -> str:
+    return json.dumps(list(convs), indent=1) + "\n"
 
 
 def _line(obj) -> str:
@@ -75,6 +81,42 @@ CASES = [
     ("azure-zero-context", "az.csv", AZ + "2023-11-16 18:17:03,0,1\n", "auto", r"2: ContextTokens: must be >= 1, got 0"),
     ("azure-nan-time", "az.csv", AZ + "nan,5,1\n", "auto", r"2: TIMESTAMP: not a finite number"),
     ("azure-short-row", "az.csv", AZ + "2023-11-16 18:17:03,5\n", "auto", r"2: row: expected 3 columns, got 2"),
+    ("sharegpt-truncated", "sg.json", _sharegpt({"id": "a", "conversations": SG_TURNS})[:-8], "auto",
+     r"\d+: json: invalid JSON .*; the rest of the array cannot be read"),
+    ("sharegpt-not-array", "sg.json", '{"id": "a", "conversations": 5}\n', "sharegpt",
+     r"1: conversations: expected a list, got int"),
+    ("sharegpt-missing-conversations", "sg.json", _sharegpt({"id": "a", "conversations": SG_TURNS}, {"id": "b"}),
+     "sharegpt", r"15: conversations: missing field"),
+    ("sharegpt-unknown-speaker", "sg.json", _sharegpt({"id": "a", "conversations": [
+        {"from": "wizard", "value": "x"}]}), "auto", r"2: conversations\[0\]\.from: unknown speaker 'wizard'"),
+    ("sharegpt-missing-speaker", "sg.jsonl", json.dumps({"conversations": [{"value": "x"}]}) + "\n", "auto",
+     r"1: conversations\[0\]\.from: missing field"),
+    ("sharegpt-value-type", "sg.json", _sharegpt({"id": "a", "conversations": [
+        {"from": "human", "value": ["x"]}, {"from": "gpt", "value": "y"}]}), "auto",
+     r"2: conversations\[0\]\.value: expected a string, got list"),
+    ("sharegpt-element-type", "sg.json", '[{"id": "a", "conversations": []},\n 7]\n', "sharegpt",
+     r"2: json: expected a conversation object, got int"),
+    ("sharegpt-id-type", "sg.json", _sharegpt({"id": [1], "conversations": SG_TURNS}), "auto",
+     r"2: id: expected a string, got list"),
+    ("sharegpt-trailing-text", "sg.json", '[{"conversations": []}] x\n', "sharegpt",
+     r"1: json: unexpected text after the array"),
+    ("sharegpt-no-assistant", "sg.json", _sharegpt({"id": "a", "conversations": [{"from": "human", "value": "x"}]}),
+     "auto", r" requests: no valid requests in the input \(1 bad rows skipped\)"),
+    ("burstgpt-missing-column", "bg.csv", "Timestamp,Model,Request tokens\n5,GPT-4,10\n", "burstgpt",
+     r"1: Response tokens: missing column"),
+    ("burstgpt-bad-int", "bg.csv", BG + "5,GPT-4,many,1,1,API log\n", "auto",
+     r"2: Request tokens: expected an integer, got 'many'"),
+    ("burstgpt-zero-request", "bg.csv", BG + "5,GPT-4,0,1,1,API log\n", "auto",
+     r"2: Request tokens: must be >= 1, got 0"),
+    ("burstgpt-negative-response", "bg.csv", BG + "5,GPT-4,10,-1,9,API log\n", "auto",
+     r"2: Response tokens: must be >= 0, got -1"),
+    ("burstgpt-bad-time", "bg.csv", BG + "soon,GPT-4,10,1,11,API log\n", "auto",
+     r"2: Timestamp: expected seconds, got 'soon'"),
+    ("burstgpt-negative-time", "bg.csv", BG + "-3,GPT-4,10,1,11,API log\n", "auto",
+     r"2: Timestamp: negative timestamp -3"),
+    ("burstgpt-nan-time", "bg.csv", BG + "nan,GPT-4,10,1,11,API log\n", "auto",
+     r"2: Timestamp: not a finite number \(nan\)"),
+    ("burstgpt-short-row", "bg.csv", BG + "5,GPT-4,10\n", "auto", r"2: row: expected 6 columns, got 3"),
 ]
 
 

@@ -1,8 +1,11 @@
 """Format registry, ``--format auto`` sniffing, and expansion of directory arguments.
 
 A file's format is read from its first non-blank line: a CSV header with ``TIMESTAMP, ContextTokens,
-GeneratedTokens`` is ``azure``; a JSON object with ``hash_ids`` is ``mooncake``, with ``messages`` is
-``openai-chat``, with a text ``input`` is ``lmcache-agent``, with ``tokens``/``segments`` is ``tokens``.
+GeneratedTokens`` is ``azure``, with ``Timestamp, Model, Request tokens, Response tokens`` is ``burstgpt``;
+a JSON object with ``hash_ids`` is ``mooncake``, with ``messages`` is ``openai-chat``, with
+``conversations`` is ``sharegpt``, with a text ``input`` is ``lmcache-agent``, with ``tokens``/``segments``
+is ``tokens``. A file that opens a JSON array (``[``) with ``"conversations"`` in its first 64 KiB is
+``sharegpt`` (its first line may be the whole file).
 A directory stands for the data files directly inside it (``*.jsonl, *.ndjson, *.json, *.csv``, sorted
 by name, empty files skipped); all must have the same format.
 """
@@ -13,12 +16,13 @@ import json
 from pathlib import Path
 from types import ModuleType
 
-from pic.traces.formats import azure, lmcache_agent, mooncake, openai_chat, tokens
+from pic.traces.formats import azure, burstgpt, lmcache_agent, mooncake, openai_chat, sharegpt, tokens
 from pic.traces.formats._base import MAX_LINE_BYTES
 from pic.traces.schema import TraceError
 
 #: format name -> reader module (each has NAME, read(path, rows, *, tokenizer, progress))
-READERS: dict[str, ModuleType] = {m.NAME: m for m in (openai_chat, lmcache_agent, mooncake, azure, tokens)}
+READERS: dict[str, ModuleType] = {m.NAME: m for m in (openai_chat, lmcache_agent, mooncake, azure, tokens,
+                                                       sharegpt, burstgpt)}
 FORMATS: tuple[str, ...] = ("auto", *READERS)
 DATA_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv")
 
@@ -34,6 +38,8 @@ def sniff_line(text: str) -> str | None:
     """The format a first line belongs to, or None."""
     if azure.sniff(text):
         return azure.NAME
+    if burstgpt.sniff(text):
+        return burstgpt.NAME
     try:
         obj = json.loads(text)
     except ValueError:
@@ -44,6 +50,8 @@ def sniff_line(text: str) -> str | None:
         return mooncake.NAME
     if "messages" in obj or (isinstance(obj.get("body"), dict) and "messages" in obj["body"]):
         return openai_chat.NAME
+    if sharegpt.sniff(obj):
+        return sharegpt.NAME
     if isinstance(obj.get("input"), str):
         return lmcache_agent.NAME
     if "tokens" in obj or "segments" in obj:
@@ -68,7 +76,15 @@ def first_line(path: Path) -> tuple[int, str] | None:
 
 def sniff(path: Path) -> str:
     """Detect the format of one file; raise TraceError when it is empty or unrecognised."""
-    return _sniff_first(path, first_line(path))
+    return _sniff_array(path) or _sniff_first(path, first_line(path))
+
+
+def _sniff_array(path: Path) -> str | None:
+    """``sharegpt`` for a JSON array of conversations (checked on the first 64 KiB, before any line is read:
+    such a file may be one line of any length); None for anything else."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    return sharegpt.NAME if sharegpt.sniff_head(head) else None
 
 
 def _sniff_first(path: Path, found: tuple[int, str] | None) -> str:
@@ -93,11 +109,12 @@ def expand(sources: list[Path], fmt: str = "auto") -> list[tuple[Path, str]]:
         if src.is_dir():
             files = sorted(p for p in src.iterdir()
                            if p.is_file() and p.suffix.lower() in DATA_SUFFIXES and not p.name.startswith("."))
-            firsts = [(p, first_line(p)) for p in files]
-            firsts = [(p, line) for p, line in firsts if line is not None]
+            arrays = {p: _sniff_array(p) for p in files}
+            firsts = [(p, None if arrays[p] else first_line(p)) for p in files]
+            firsts = [(p, line) for p, line in firsts if line is not None or arrays[p]]
             if not firsts:
                 raise TraceError(str(src), None, "directory", f"no non-empty {'/'.join(DATA_SUFFIXES)} files")
-            found = [(p, fmt if fmt != "auto" else _sniff_first(p, line)) for p, line in firsts]
+            found = [(p, fmt if fmt != "auto" else arrays[p] or _sniff_first(p, line)) for p, line in firsts]
             kinds = sorted({f for _, f in found})
             if len(kinds) > 1:
                 examples = ", ".join(f"{next(p.name for p, g in found if g == k)} is {k}" for k in kinds)
