@@ -26,6 +26,7 @@ from pic.engine.cost import CostConfig, CostModel
 from pic.engine.latency import serving_summary
 from pic.engine.metrics import SUMMARY_VERSION, request_frame, summarize
 from pic.engine.policies.base import PolicyContext, RequestView
+from pic.engine.runconfig import provenance
 from pic.engine.sanity import fit_warnings, resident_warnings, saturation_warning
 from pic.engine.serving import ServingModel, Workload
 from pic.engine.specs import gpu_from_name, model_from_name
@@ -153,9 +154,12 @@ def check_config(config: ReplayConfig) -> tuple[Any, Any, CostModel, dict[str, A
     return model, gpu, cost, resolved
 
 
-def replay(trace: Trace, config: ReplayConfig,
-           progress: Callable[[int, int], None] | None = None) -> RunResult:
-    """Replay ``trace`` once per policy in ``config.policies`` (same seed, same workload)."""
+def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], None] | None = None, *,
+           command: str | None = None) -> RunResult:
+    """Replay ``trace`` once per policy in ``config.policies`` (same seed, same workload).
+
+    ``command``: the command line that asked for it, recorded in config.json with the pic version and the
+    trace's path and content digest (``engine.runconfig.provenance``)."""
     model, gpu, cost, _ = check_config(config)
     work = workload_from_trace(trace, config.max_requests)
     arrivals, time_factor = retime(work.arrival_us, config.time_scale, config.rate)
@@ -202,7 +206,8 @@ def replay(trace: Trace, config: ReplayConfig,
     cap = None if math.isinf(config.capacity_bytes) else config.capacity_bytes
     head = {"version": SUMMARY_VERSION, "trace": trace.source, "model": model.name, "gpu": gpu.name,
             "capacity_bytes": cap, "replicas": config.replicas}
-    resolved = {**head, "replay": config.to_dict(), "policies": described,
+    path = trace.source if Path(trace.source).exists() else None
+    resolved = {**head, **provenance(trace, path, command), "replay": config.to_dict(), "policies": described,
                 "shadow": {"policy": config.shadow_policy, "config": shadows[0].describe()},
                 "cost": cost.to_dict(), "num_requests": work.num_requests, "arrival_time_factor": time_factor}
     return RunResult(config, trace.source, requests, {**head, "policies": summary, "warnings": warnings},

@@ -1,0 +1,236 @@
+"""Reproducible runs: replay settings from a config file (TOML, YAML, or a run's own ``config.json``) with
+command-line overrides on top, and the provenance every run records (pic version, trace content digest,
+the exact command). ``pic replay --config RUN/config.json -o RUN2`` replays RUN again, byte for byte.
+
+A user config file uses the command-line names (``policy``, ``capacity``, ``limit``, ``set``, dashes or
+underscores) or the ``ReplayConfig`` field names; ``config.json`` is recognised by its ``replay`` section.
+Precedence: defaults < file < options given on the command line (policy options and cost factors merge
+key by key). Unknown keys fail before any work, naming the file and suggesting the closest key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pic.engine.config import (
+    ReplayConfig,
+    coerce_overrides,
+    parse_percentiles,
+    parse_rate,
+    parse_size,
+    parse_slo,
+)
+
+CONFIG_SUFFIXES = {".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".json": "json"}
+#: command-line spellings accepted in files -> ReplayConfig field
+ALIASES = {"policy": "policies", "capacity": "capacity_bytes", "limit": "max_requests", "set": "set",
+           "sets": "set", "shadow": "shadow_policy"}
+#: keys a file may hold besides ReplayConfig fields (where the trace is; provenance of a config.json)
+FILE_KEYS = ("trace",)
+#: keys of a ``pic sweep`` config besides the replay settings
+SWEEP_KEYS = ("traces", "models", "capacities", "jobs", "backend", "address", "force")
+
+
+# ---- Public API -----------------------------------------------------------------------------------
+
+def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
+    """The mapping in a ``.toml``, ``.yaml``/``.yml`` or ``.json`` file; ``ValueError`` naming file and line."""
+    p = Path(path)
+    kind = CONFIG_SUFFIXES.get(p.suffix.lower())
+    if kind is None:
+        raise ValueError(f"{p}: config file must end in {', '.join(CONFIG_SUFFIXES)}")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{p}: not valid UTF-8 (byte {e.start})") from None
+    if kind == "toml":
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib
+        try:
+            obj = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{p}: invalid TOML: {e}") from None
+    elif kind == "yaml":
+        import yaml
+
+        try:
+            obj = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f":{mark.line + 1}" if mark is not None else ""
+            raise ValueError(f"{p}{where}: invalid YAML: {getattr(e, 'problem', None) or e}") from None
+    else:
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}:{e.lineno}: invalid JSON: {e.msg}") from None
+    if obj is None:
+        obj = {}
+    if not isinstance(obj, dict):
+        raise ValueError(f"{p}: expected a mapping of settings, got {type(obj).__name__}")
+    return obj
+
+
+def file_settings(raw: dict[str, Any], source: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(ReplayConfig values, extras)`` from a parsed config file. Extras: ``trace`` (path or None) and,
+    for a run's config.json, ``trace_sha256`` (the content digest the run recorded)."""
+    if isinstance(raw.get("replay"), dict):                 # a run's config.json
+        values = dict(raw["replay"])
+        given, absolute = raw.get("trace"), raw.get("trace_path")
+        # the path as the run was given it (so summary.json names it alike), else the absolute one
+        trace = given if given and Path(given).exists() else (absolute or given)
+        return normalize(values, source), {"trace": trace, "trace_sha256": raw.get("trace_sha256")}
+    values = {}
+    extras: dict[str, Any] = {"trace": None, "trace_sha256": None}
+    for key, v in raw.items():
+        k = str(key).replace("-", "_")
+        if k in FILE_KEYS:
+            extras[k] = None if v is None else str(v)
+        else:
+            values[k] = v
+    return normalize(values, source), extras
+
+
+def normalize(values: dict[str, Any], source: str) -> dict[str, Any]:
+    """File or command-line values (any spelling, text or typed) -> ReplayConfig keyword arguments.
+
+    Raises ``ValueError`` prefixed with ``source`` for an unknown key or a value of the wrong type."""
+    fields = {f.name for f in dataclasses.fields(ReplayConfig)}
+    out: dict[str, Any] = {}
+    for key, v in values.items():
+        k = ALIASES.get(str(key).replace("-", "_"), str(key).replace("-", "_"))
+        if k == "set":
+            for scope, opts in _sets(v, source).items():
+                target = out.setdefault("cost", {}) if scope == "cost" else out.setdefault(
+                    "policy_options", {}).setdefault(scope, {})
+                target.update(opts)
+            continue
+        if k not in fields:
+            known = sorted(fields | set(ALIASES) | set(FILE_KEYS))
+            close = difflib.get_close_matches(k, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"{source}: unknown setting {key!r}{hint}")
+        try:
+            out[k] = _value(k, v)
+        except ValueError as e:
+            raise ValueError(f"{source}: {e}") from None
+        if k in ("policy_options", "cost") and not isinstance(out[k], dict):
+            raise ValueError(f"{source}: {k}: expected a table of options")
+    return out
+
+
+def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """``top`` over ``base``; ``policy_options`` (per policy) and ``cost`` merge key by key."""
+    out = {**base, **top}
+    if "cost" in base and "cost" in top:
+        out["cost"] = {**base["cost"], **top["cost"]}
+    if "policy_options" in base and "policy_options" in top:
+        po = {p: dict(o) for p, o in base["policy_options"].items()}
+        for p, o in top["policy_options"].items():
+            po.setdefault(p, {}).update(o)
+        out["policy_options"] = po
+    return out
+
+
+def replay_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> ReplayConfig:
+    """The ReplayConfig of defaults < ``file_values`` < ``overrides`` (both already :func:`normalize`\\ d)."""
+    values = merge(file_values, overrides)
+    return ReplayConfig(**values)
+
+
+def trace_sha256(trace: Any) -> str:
+    """sha256 of everything in a trace that a replay reads: segment tokens, kinds and ids, and per request
+    its id, session, agent, arrival, output tokens and segment ids (not the Parquet encoding)."""
+    h = hashlib.sha256(b"pic-trace-content/1")
+    seg = trace.segments
+    for arr, dt in ((seg.ids, "<u8"), (seg.kinds, "u1"), (seg.offsets, "<i8"), (seg.tokens, "<i4")):
+        h.update(np.ascontiguousarray(arr, dt).tobytes())
+    req = trace.requests.sort("request_id")
+    for col, dt in (("request_id", "<i8"), ("arrival_us", "<i8"), ("output_tokens", "<i8")):
+        h.update(np.ascontiguousarray(req[col].to_numpy(), dt).tobytes())
+    lists = req["segment_ids"]
+    h.update(np.ascontiguousarray(lists.list.len().to_numpy(), "<i8").tobytes())
+    h.update(np.ascontiguousarray(lists.explode().to_numpy(), "<u8").tobytes())
+    for col in ("session_id", "agent_id"):
+        h.update("\x00".join(req[col].to_list()).encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def provenance(trace: Any, trace_path: str | os.PathLike | None = None, command: str | None = None) -> dict[str, Any]:
+    """What config.json records so a run can be reproduced and checked: pic version, the trace's path
+    (absolute) and content digest, and the exact command line (None from the Python API)."""
+    from pic import __version__
+
+    return {"pic_version": __version__,
+            "trace_path": str(Path(trace_path).resolve()) if trace_path is not None else None,
+            "trace_sha256": trace_sha256(trace), "command": command}
+
+
+# ---- Internal helpers -----------------------------------------------------------------------------
+
+def _value(k: str, v: Any) -> Any:
+    if k == "policies":
+        items = v.split(",") if isinstance(v, str) else v
+        if not isinstance(items, list | tuple) or not all(isinstance(x, str) for x in items):
+            raise ValueError("policy: expected a comma-separated string or a list of names")
+        return tuple(x.strip() for x in items if x.strip())
+    if k == "capacity_bytes":
+        if v is None:
+            return math.inf
+        if isinstance(v, bool):
+            raise ValueError(f"capacity: expected a size such as 8GiB, got {v!r}")
+        return parse_size(str(v)) if isinstance(v, str) else parse_size(repr(float(v)))
+    if k == "rate":
+        return parse_rate(v)
+    if k == "percentiles":
+        return parse_percentiles(v if isinstance(v, str) else list(v))
+    if k == "slo":
+        return parse_slo(v)
+    if k in ("policy_options", "cost"):
+        if not isinstance(v, dict):
+            raise ValueError(f"{k}: expected a table of options, got {type(v).__name__}")
+        if k == "policy_options":
+            bad = [p for p, o in v.items() if not isinstance(o, dict)]
+            if bad:
+                raise ValueError(f"policy_options.{bad[0]}: expected a table of options")
+            return {str(p): {str(kk).replace("-", "_"): vv for kk, vv in o.items()} for p, o in v.items()}
+        return {str(kk).replace("-", "_"): vv for kk, vv in v.items()}
+    return coerce_overrides(ReplayConfig, {k: v}, "")[k]
+
+
+def _sets(v: Any, source: str) -> dict[str, dict[str, Any]]:
+    """``set`` in a file: a list of ``POLICY.KEY=VALUE`` strings, or a table ``{policy: {key: value}}`` /
+    ``{"policy.key": value}``."""
+    out: dict[str, dict[str, Any]] = {}
+    if isinstance(v, str):
+        v = [v]
+    if isinstance(v, list | tuple):
+        for item in v:
+            if not isinstance(item, str) or "=" not in item or "." not in item.split("=", 1)[0]:
+                raise ValueError(f"{source}: set: expected POLICY.KEY=VALUE, got {item!r}")
+            key, value = item.split("=", 1)
+            scope, name = key.split(".", 1)
+            out.setdefault(scope.strip(), {})[name.strip().replace("-", "_")] = value.strip()
+        return out
+    if not isinstance(v, dict):
+        raise ValueError(f"{source}: set: expected a table or a list of POLICY.KEY=VALUE")
+    for key, value in v.items():
+        if isinstance(value, dict):
+            out.setdefault(str(key), {}).update({str(k).replace("-", "_"): x for k, x in value.items()})
+        elif "." in str(key):
+            scope, name = str(key).split(".", 1)
+            out.setdefault(scope, {})[name.replace("-", "_")] = value
+        else:
+            raise ValueError(f"{source}: set.{key}: expected POLICY.KEY = VALUE or a table per policy")
+    return out
