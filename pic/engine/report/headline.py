@@ -3,7 +3,8 @@
 The *best prefix cache* of a scenario is the replayed exact-prefix policy (``prefix``, ``block-hash``) with
 the highest token hit rate (DESIGN.md §8); when none was replayed, the shadow exact-prefix cache that runs
 beside every policy stands in (it gives reuse and energy, not TTFT). The *featured* policy is ``irminsul``
-when replayed, else the non-prefix caching policy with the highest token hit rate.
+when replayed, else the non-prefix caching policy with the highest token hit rate; upper bounds that no
+deployment reaches (``oracle``: infinite capacity) are never featured.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ def featured(rows: pl.DataFrame) -> dict[str, Any] | None:
     """``irminsul``'s row, else the best-reusing non-prefix caching policy's row (None if there is none)."""
     pic = rows.filter(pl.col("policy") == FEATURED)
     if pic.is_empty():
-        pic = rows.filter(~pl.col("policy").is_in([*EXACT_PREFIX, "none"])).sort(
-            "token_hit_rate", descending=True, nulls_last=True)
+        skip = [*EXACT_PREFIX, "none", *(p for p in rows["policy"].unique().to_list() if _is_bound(p))]
+        pic = rows.filter(~pl.col("policy").is_in(skip)).sort("token_hit_rate", descending=True, nulls_last=True)
     return None if pic.is_empty() else pic.row(0, named=True)
 
 
@@ -87,6 +88,16 @@ def headlines(data: Any) -> list[tuple[str, str]]:
         if line is not None:
             out.append((scenario_title(key), line))
     return out
+
+
+def _is_bound(name: str) -> bool:
+    """True for a registered policy that is an upper bound (``bounded = False``), not a cache to deploy."""
+    from pic.engine import policies as registry
+
+    try:
+        return not getattr(registry.get(name), "bounded", True)
+    except ValueError:   # a policy this pic does not know (an older or newer run dir)
+        return False
 
 
 def _ratio(a: float | None, b: float | None) -> float:

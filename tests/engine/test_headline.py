@@ -1,0 +1,59 @@
+"""The answer at a glance: headline sentence, best prefix cache, TTFT speed-up, signs."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from pic.engine.report.headline import best_prefix, featured, headline, signed_pct, with_speedup
+
+
+def _rows(*policies):
+    base = {"prefill_joules": 100.0, "energy_saved_vs_prefix": 0.0, "prefix_hit_rate": 0.10}
+    data = [{**base, "policy": p, "token_hit_rate": h, "ttft_p50_s": t, "prefill_joules": j,
+             "energy_saved_vs_prefix": e} for p, h, t, j, e in policies]
+    return pl.DataFrame(data)
+
+
+ROWS = _rows(("prefix", 0.10, 0.080, 100.0, 0.0), ("block-hash", 0.12, 0.078, 98.0, 0.02),
+             ("fixed-chunk", 0.70, 0.030, 40.0, 0.6), ("irminsul", 0.85, 0.020, 25.0, 0.75))
+
+
+def test_headline_compares_irminsul_with_the_best_prefix_cache():
+    """X% vs Y% for the best of prefix/block-hash; TTFT p50 and prefill energy as signed changes."""
+    assert best_prefix(ROWS)["policy"] == "block-hash"
+    assert headline(ROWS) == ("irminsul reuses 85.0% of prompt tokens vs 12.0% for the best prefix cache "
+                              "(block-hash); TTFT p50 \u221274.4% (20.0 ms vs 78.0 ms); prefill energy \u221274.5%")
+
+
+def test_speedup_column_per_scenario():
+    """TTFT speed-up = best prefix TTFT p50 / the policy's, within each group only."""
+    t = pl.concat([ROWS.with_columns(run=pl.lit("a")), ROWS.with_columns(run=pl.lit("b"), ttft_p50_s=pl.col(
+        "ttft_p50_s") * 2)])
+    out = with_speedup(t, ["run"])
+    got = dict(zip(out["policy"] + "@" + out["run"], out["ttft_speedup"], strict=True))
+    assert got["irminsul@a"] == pytest.approx(0.078 / 0.020) and got["irminsul@b"] == pytest.approx(0.078 / 0.020)
+    assert got["block-hash@a"] == pytest.approx(1.0)
+    assert with_speedup(ROWS.filter(pl.col("policy") == "irminsul").with_columns(run=pl.lit("x")),
+                        ["run"])["ttft_speedup"].to_list() == [None]
+
+
+def test_without_a_replayed_prefix_policy_the_shadow_stands_in():
+    """No prefix/block-hash in the run: reuse and energy vs the shadow cache, and no TTFT claim."""
+    line = headline(ROWS.filter(pl.col("policy").is_in(["fixed-chunk", "irminsul"])))
+    assert line.startswith("irminsul reuses 85.0% of prompt tokens vs 10.0% for the shadow prefix cache")
+    assert "prefill energy \u221275.0%" in line and "TTFT" in line and "replay prefix too" in line
+
+
+def test_featured_falls_back_to_the_best_caching_policy_and_never_the_oracle():
+    """Without irminsul the best non-prefix policy is featured; the oracle (an upper bound) never is."""
+    rows = pl.concat([ROWS.filter(pl.col("policy") != "irminsul"), _rows(("oracle", 0.99, 0.01, 5.0, 0.95))])
+    assert featured(rows)["policy"] == "fixed-chunk"
+    assert featured(ROWS.filter(pl.col("policy").is_in(["prefix", "block-hash"]))) is None
+    assert headline(ROWS.filter(pl.col("policy") == "prefix")) is None
+
+
+@pytest.mark.parametrize(("x", "want"), [(-0.0004, "±0.0%"), (0.0004, "±0.0%"), (-0.5, "\u221250.0%"),
+                                         (0.031, "+3.1%"), (float("nan"), "–"), (None, "–")])
+def test_signed_pct_never_prints_minus_zero(x, want):
+    assert signed_pct(x) == want
