@@ -69,4 +69,4 @@ __all__ = ["CachePolicy", "PolicyContext", "PolicyStats", "RequestView", "Usage"
            "register", "names", "get", "build", "make_config", "option_help"]
 
 # ---- registrations (one line per policy module; each registers its class with @register) ---------
-from pic.engine.policies import block_hash, fixed_chunk, irminsul, none, oracle, prefix  # noqa: E402,F401,I001
+from pic.engine.policies import block_hash, fixed_chunk, irminsul, linearkv, none, oracle, prefix  # noqa: E402,F401,I001

@@ -334,11 +334,17 @@ class Irminsul(CachePolicy):
             self._span(uses, e, s, s + w, off)
 
     def _hard(self, req: RequestView) -> np.ndarray:
-        m = self._marker.shape[0]
-        starts = find_markers(req.tokens, self._marker)
-        idx = np.flatnonzero(req.segment_kinds == _MARKER_KIND)
-        sb = req.segment_bounds
-        return np.concatenate([starts, starts + m, sb[idx], sb[idx + 1]]).astype(np.int64)
+        return marker_boundaries(req, self._marker)
+
+
+def marker_boundaries(req: RequestView, marker: np.ndarray) -> np.ndarray:
+    """S2 hard chunk boundaries: both edges of every occurrence of ``marker`` and of every ``marker``
+    segment (int64, unsorted; ``cdc.chunk`` cleans them)."""
+    m = marker.shape[0]
+    starts = find_markers(req.tokens, marker)
+    idx = np.flatnonzero(req.segment_kinds == _MARKER_KIND)
+    sb = req.segment_bounds
+    return np.concatenate([starts, starts + m, sb[idx], sb[idx + 1]]).astype(np.int64)
 
 
 _Use = tuple[int, int, Extent, int]   # target start, target end, extent, offset in the extent

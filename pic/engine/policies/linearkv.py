@@ -1,0 +1,255 @@
+"""``linearkv`` — position-independent caching for hybrid models (attention + Gated DeltaNet / Mamba-2).
+
+An attention layer's cached KV of a chunk can be reused at another position (RoPE rotated); a recurrent
+layer has no per-token cache, only a state that summarises everything before it. LinearKV (issue #13,
+DESIGN.md §5) reuses whole content-defined chunks and starts the recurrent layers from one state built
+from the matched chunks' cached states:
+
+* chunks: the CDC chunker of ``irminsul`` (:mod:`engine.cdc`, Gear hash, xxh64 fingerprints, S2 markers as
+  hard cuts); chunks are kept whole in :mod:`engine.policies.linearkv_store` and a chunk is reused whole
+  when its fingerprint is resident (``REUSE`` at its base position, ``REUSE_ROTATED``
+  elsewhere), since a recurrent state exists only at a chunk's end;
+* each cached chunk stores its KV, its zero-start end state ``Z`` (state after the chunk's tokens from a
+  zero state, all recurrent layers, conv window included) and, for ``compose=exact``, its transition
+  operator ``T`` (``S_end = T S_start + Z``; GDN: dk x dk per value head, Mamba-2: a scalar per head).
+  Those bytes count against capacity (:attr:`ModelSpec.state_bytes`, :attr:`ModelSpec.operator_bytes`);
+* ``S_init = f(states of the K matched chunks)``: ``single-block`` (default) loads the last matched chunk's
+  ``Z``; ``exact`` folds all K in context order, ``S <- T_c S + Z_c`` (K dense compositions);
+* a selector (:mod:`engine.policies.selectors`: ``epic`` first tokens of each chunk, ``cacheblend`` highest
+  KV deviation after a priced selection pass) picks the recompute set U, ``round(r x reused)`` tokens of
+  the chunks that moved (an in-place run of chunks from position 0 is an exact prefix and keeps its KV);
+  U's attention KV is overwritten and the recurrent state advances from S_init through U and the new
+  tokens in context order;
+* a request's new chunks get their zero-start states made (one more recurrent scan of their tokens).
+
+The Plan carries it (``Correction``: recompute_tokens, probe_tokens, state_loads, state_compositions,
+state_store_tokens) and the cost model prices it (:mod:`engine.hybrid_cost`). On an attention-only model
+there are no states and the policy is CDC chunk reuse with CacheBlend/EPIC-style recompute. Eviction: whole
+unlocked chunks (KV + state together) in key order (``lru``/``lfu``/``fifo``). Details: docs/linearkv.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pic.engine import cdc, eviction
+from pic.engine.plan import Action, Correction, Plan, Span
+from pic.engine.policies import register, selectors
+from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
+from pic.engine.policies.irminsul import marker_boundaries
+from pic.engine.policies.linearkv_store import Entry, Store
+from pic.traces.markers import BOUNDARY_MARKER
+
+COMPOSE = ("single-block", "exact")
+
+
+@dataclass(frozen=True, slots=True)
+class LinearKVConfig:
+    avg_chunk: int = field(default=256, metadata={"help": "expected CDC chunk size (tokens); every chunk "
+                                                          "also stores a recurrent state, so larger is leaner"})
+    min_chunk: int = field(default=64, metadata={"help": "minimum CDC chunk size (tokens)"})
+    max_chunk: int = field(default=2048, metadata={"help": "maximum CDC chunk size (tokens)"})
+    gear_seed: int = field(default=0, metadata={"help": "seed of the Gear hash table"})
+    s2: bool = field(default=True, metadata={"help": "S2: boundary markers are hard chunk boundaries"})
+    marker_tokens: str = field(default="", metadata={
+        "help": "S2 marker as comma-separated token ids (empty: the built-in 64-token marker)"})
+    compose: str = field(default="single-block", metadata={
+        "help": "S_init of the recurrent layers: single-block (last matched chunk's zero-start state) | exact "
+                "(fold all matched chunks with their stored transition operators)"})
+    selector: str = field(default="epic", metadata={
+        "help": "recompute selector: epic (first tokens of each chunk) | cacheblend (highest KV deviation, "
+                "needs a priced selection pass)"})
+    recompute_ratio: float = field(default=0.2, metadata={
+        "help": "r: share of the reused tokens recomputed anyway (the set U), in [0, 1]"})
+    eviction: str = field(default="lru", metadata={"help": "eviction order: lru | lfu | fifo"})
+
+    def __post_init__(self) -> None:
+        self.cdc  # noqa: B018 - validates the chunk sizes
+        eviction.key(self.eviction)
+        selectors.get(self.selector)
+        if self.compose not in COMPOSE:
+            raise ValueError(f"compose must be one of {', '.join(COMPOSE)}, got {self.compose!r}")
+        if not 0.0 <= self.recompute_ratio <= 1.0:
+            raise ValueError(f"recompute_ratio must be in [0, 1], got {self.recompute_ratio}")
+        if self.marker_tokens:
+            try:
+                [int(x) for x in self.marker_tokens.split(",")]
+            except ValueError:
+                raise ValueError(f"marker_tokens: expected comma-separated ints, got {self.marker_tokens!r}") \
+                    from None
+
+    @property
+    def cdc(self) -> cdc.CDCConfig:
+        return cdc.CDCConfig(self.avg_chunk, self.min_chunk, self.max_chunk, self.gear_seed)
+
+    @property
+    def marker(self) -> np.ndarray:
+        if not self.marker_tokens:
+            return BOUNDARY_MARKER
+        return np.array([int(x) for x in self.marker_tokens.split(",")], dtype=np.int32)
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """One prompt's chunks: bounds, fingerprints, which are hits (entry fp), and what to add."""
+
+    bounds: list[int]
+    fps: list[int]
+    hits: list[int]                  # chunk indices reused
+    used: list[int]                  # distinct entry fingerprints read, first-use order
+    new: dict[int, tuple[int, int]]  # fingerprint -> [a, b) of chunks to store
+
+
+@register
+class LinearKV(CachePolicy):
+    name = "linearkv"
+    Config = LinearKVConfig
+
+    def __init__(self, ctx: PolicyContext, config: LinearKVConfig | None = None) -> None:
+        super().__init__(ctx, config)
+        c = self.config
+        self._cdc, self._marker = c.cdc, c.marker
+        self._selector = selectors.get(c.selector)
+        self._store = Store(eviction.key(c.eviction))
+        self._entries = self._store.entries
+        m = ctx.model
+        hybrid = m is not None and getattr(m, "is_hybrid", False)
+        scale = ctx.bytes_per_token / m.kv_bytes_per_token if hybrid else 0.0
+        self._hybrid = hybrid
+        # NOTE: state bytes in the context's byte unit (replay: the model's own bytes per KV token)
+        self._state_b = int(round(m.state_bytes * scale)) if hybrid else 0
+        self._op_b = int(round(m.operator_bytes * scale)) if hybrid and c.compose == "exact" else 0
+        self._pending: dict[int, _Layout] = {}
+        self._admitted: dict[int, list[int]] = {}
+        self._locks: dict[int, list[int]] = {}
+        self.stats.extra.update(chunk_lookups=0, chunk_hits=0, rotated_tokens=0, recompute_tokens=0,
+                                probe_tokens=0, state_loads=0, state_compositions=0, state_store_tokens=0,
+                                stored_chunks=0)
+
+    # ---- Public API -------------------------------------------------------------------------------
+    def lookup(self, req: RequestView, now_us: int) -> Plan:
+        self.stats.lookups += 1
+        lay = self._analyze(req)
+        for fp in lay.used:
+            e = self._entries[fp]
+            e.last_access_us = now_us
+            e.hits += 1
+        plan = self._plan(req, lay)
+        ex = self.stats.extra
+        if plan.num_reused:
+            self.stats.hits += 1
+            ex["rotated_tokens"] += plan.num_rotated
+        c = plan.correction
+        ex["recompute_tokens"] += c.recompute_tokens
+        ex["probe_tokens"] += c.probe_tokens
+        ex["state_loads"] += c.state_loads
+        ex["state_compositions"] += c.state_compositions
+        self._pending[req.request_id] = lay
+        if len(self._pending) > 4096:       # lookups never followed by admit (probes) must not pile up
+            del self._pending[next(iter(self._pending))]
+        return plan
+
+    def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
+        rid = req.request_id
+        lay = self._pending.pop(rid, None) or self._analyze(req)
+        if any(fp not in self._entries for fp in lay.used):   # evicted since lookup: the plan is stale
+            self.stats.rejected += 1
+            return False
+        st = self._store
+        for fp in lay.used:
+            st.lock(self._entries[fp])
+        need = sum(self._entry_bytes(b - a) for a, b in lay.new.values())
+        over = st.evictable + st.protected + need - self.ctx.capacity_bytes
+        if over > 0 and self.evict(int(over), now_us) < over:
+            for fp in lay.used:
+                st.unlock(self._entries[fp])
+            self.stats.rejected += 1
+            return False
+        toks = req.tokens
+        for fp, (a, b) in lay.new.items():   # new chunks: protected until release
+            st.add(fp, np.array(toks[a:b], dtype=np.int32), a, self._entry_bytes(b - a), now_us)
+        self.stats.extra["stored_chunks"] += len(lay.new)
+        self.stats.extra["state_store_tokens"] += sum(b - a for a, b in lay.new.values()) if self._hybrid else 0
+        self._locks[rid] = lay.used + list(lay.new)
+        self._admitted[rid] = list(lay.new)
+        return True
+
+    def commit(self, req: RequestView, now_us: int) -> None:
+        for fp in self._admitted.pop(req.request_id, []):
+            self._entries[fp].ready = True
+
+    def release(self, req: RequestView, now_us: int) -> None:
+        self._admitted.pop(req.request_id, None)
+        for fp in self._locks.pop(req.request_id, []):
+            e = self._entries.get(fp)
+            if e is None:
+                continue
+            self._store.unlock(e)
+            if e.refs == 0 and not e.ready:   # released without commit: its KV never materialized
+                self._store.drop(e)
+
+    def evict(self, num_bytes: int, now_us: int) -> int:
+        return self._store.evict(num_bytes, self.stats)
+
+    def usage(self) -> Usage:
+        st = self._store
+        return Usage(st.evictable, st.protected, st.evictable + st.protected, self.ctx.capacity_bytes)
+
+    # ---- Internal helpers -------------------------------------------------------------------------
+    def _entry_bytes(self, num_tokens: int) -> int:
+        """A chunk's KV plus its zero-start end state (and its transition operator when composing)."""
+        return num_tokens * self.ctx.bytes_per_token + self._state_b + self._op_b
+
+    def _analyze(self, req: RequestView) -> _Layout:
+        toks = req.tokens
+        hard = marker_boundaries(req, self._marker) if self.config.s2 else None
+        bounds = cdc.chunk(toks, self._cdc, hard)
+        bl, fl = bounds.tolist(), cdc.fingerprints(toks, bounds).tolist()
+        hits: list[int] = []
+        new: dict[int, tuple[int, int]] = {}
+        for k, fp in enumerate(fl):
+            a, b = bl[k], bl[k + 1]
+            if self._get(fp, toks, a, b) is not None:
+                hits.append(k)
+            elif fp not in self._entries and fp not in new:
+                new[fp] = (a, b)
+        self.stats.extra["chunk_lookups"] += len(fl)
+        self.stats.extra["chunk_hits"] += len(hits)
+        used = list(dict.fromkeys(fl[k] for k in hits))
+        return _Layout(bl, fl, hits, used, new)
+
+    def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Entry | None:
+        e = self._entries.get(fp)
+        if e is None or not e.ready or e.tokens.shape[0] != b - a:
+            return None
+        if self.ctx.verify:
+            self.stats.verified_hits += 1
+            if not np.array_equal(e.tokens, toks[a:b]):
+                self.stats.collisions += 1
+                return None
+        return e
+
+    def _plan(self, req: RequestView, lay: _Layout) -> Plan:
+        n, bl = req.num_tokens, lay.bounds
+        spans = []
+        for k in lay.hits:
+            a, b = bl[k], bl[k + 1]
+            src = self._entries[lay.fps[k]].base_pos
+            spans.append(Span(a, b, Action.REUSE if src == a else Action.REUSE_ROTATED, src))
+        store = sum(b - a for a, b in lay.new.values()) if self._hybrid else 0
+        if not spans:
+            return Plan(n, (Span(0, n, Action.RECOMPUTE),), Correction(state_store_tokens=store))
+        # an in-place run of chunks from position 0 is an exact prefix: its KV needs no quality recompute
+        lead = 0
+        while lead < len(lay.hits) and lay.hits[lead] == lead and spans[lead].action == Action.REUSE:
+            lead += 1
+        chunks = np.array([[bl[k], bl[k + 1]] for k in lay.hits[lead:]], dtype=np.int64).reshape(-1, 2)
+        sel = self._selector.select(chunks, self.config.recompute_ratio)
+        k = len(lay.hits)
+        exact = self.config.compose == "exact"
+        corr = Correction(recompute_tokens=sel.num_tokens, probe_tokens=sel.probe_tokens,
+                          state_loads=(k if exact else 1) if self._hybrid else 0,
+                          state_compositions=k if exact and self._hybrid else 0, state_store_tokens=store)
+        return Plan.from_spans(n, spans, corr)

@@ -1,0 +1,87 @@
+"""Chunk registry of the ``linearkv`` policy: whole chunks, each with its KV and its recurrent state(s).
+
+``fingerprint -> Entry`` (tokens, base position, resident bytes = KV + zero-start end state [+ transition
+operator], lock refs, recency), evictable/protected byte accounting, and eviction of unlocked entries in
+key order (:mod:`engine.eviction`) through a lazy heap. Unlike irminsul's extent store, a chunk here is
+stored and dropped whole: a recurrent state exists only at a chunk's end, so part of a chunk is of no use.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pic.engine.policies.base import PolicyStats
+
+
+class Entry:
+    """One resident chunk (``ready`` once the producing request's prefill committed)."""
+
+    __slots__ = ("fp", "tokens", "base_pos", "nbytes", "refs", "last_access_us", "hits", "created_us", "ready")
+
+    def __init__(self, fp: int, tokens: np.ndarray, base_pos: int, nbytes: int, now: int) -> None:
+        self.fp, self.tokens, self.base_pos, self.nbytes = fp, tokens, base_pos, nbytes
+        self.refs, self.last_access_us, self.hits, self.created_us, self.ready = 0, now, 0, now, False
+
+
+class Store:
+    """Entries by fingerprint with byte accounting; ``key`` orders eviction (smallest first)."""
+
+    def __init__(self, key: Callable[[Any], tuple[int, ...]]) -> None:
+        self.key = key
+        self.entries: dict[int, Entry] = {}
+        self.evictable = self.protected = 0
+        self._heap: list[tuple[tuple[int, ...], int, int]] = []
+        self._seq = itertools.count()
+
+    def add(self, fp: int, tokens: np.ndarray, base_pos: int, nbytes: int, now_us: int) -> Entry:
+        """A new, not yet ready entry, locked once (protected until its producer releases it)."""
+        e = Entry(fp, tokens, base_pos, nbytes, now_us)
+        self.entries[fp] = e
+        e.refs = 1
+        self.protected += nbytes
+        return e
+
+    def lock(self, e: Entry) -> None:
+        if e.refs == 0:
+            self.evictable -= e.nbytes
+            self.protected += e.nbytes
+        e.refs += 1
+
+    def unlock(self, e: Entry) -> None:
+        e.refs -= 1
+        if e.refs:
+            return
+        self.protected -= e.nbytes
+        self.evictable += e.nbytes
+        heapq.heappush(self._heap, (self.key(e), next(self._seq), e.fp))
+        if len(self._heap) > 4 * len(self.entries) + 1024:   # drop stale heap items now and then
+            self._heap = [(self.key(x), next(self._seq), x.fp) for x in self.entries.values() if x.refs == 0]
+            heapq.heapify(self._heap)
+
+    def evict(self, num_bytes: int, stats: PolicyStats) -> int:
+        """Drop unlocked entries, smallest key first, until ``num_bytes`` are freed; bytes freed."""
+        freed, heap = 0, self._heap
+        while freed < num_bytes and heap:
+            k, _, fp = heapq.heappop(heap)
+            e = self.entries.get(fp)
+            if e is None or e.refs > 0:
+                continue
+            cur = self.key(e)
+            if cur != k:                  # touched since it was pushed: re-queue at its current key
+                heapq.heappush(heap, (cur, next(self._seq), fp))
+                continue
+            freed += e.nbytes
+            stats.evictions += 1
+            stats.evicted_bytes += e.nbytes
+            self.drop(e)
+        return freed
+
+    def drop(self, e: Entry) -> None:
+        """Remove an unlocked entry."""
+        del self.entries[e.fp]
+        self.evictable -= e.nbytes

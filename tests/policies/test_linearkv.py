@@ -1,0 +1,147 @@
+"""linearkv: whole-chunk reuse with recurrent-state initialisation, recompute selectors, state bytes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pic.engine import policies
+from pic.engine.cost import CostModel
+from pic.engine.plan import Action
+from pic.engine.policies import PolicyContext, RequestView, selectors
+from pic.engine.specs import GPUS, MODELS
+from tests.policies import test_contract
+from tests.policies.conftest import serve
+
+QNEXT, OLMO, V2L = MODELS["qwen3-next-80b-a3b"], MODELS["olmo-hybrid-7b"], MODELS["deepseek-v2-lite"]
+RNG = np.random.default_rng(13)
+DOC_A, DOC_B, DOC_C = (RNG.integers(0, 40_000, n, dtype=np.int32) for n in (3000, 2500, 2000))
+
+
+def _req(rid: int, *parts) -> RequestView:
+    return RequestView.from_tokens(rid, np.concatenate(parts))
+
+
+def _policy(model=QNEXT, capacity=math.inf, **opts):
+    ctx = PolicyContext(capacity, model.kv_bytes_per_token, model=model)
+    return policies.build("linearkv", ctx, {"avg_chunk": 256, "min_chunk": 32, "max_chunk": 1024, **opts})
+
+
+def _shifted(pol) -> tuple:
+    """Serve A+B+C+q0, then look up hdr+C+A+q2 (documents shifted and reordered)."""
+    serve(pol, _req(0, DOC_A, DOC_B, DOC_C, np.arange(40, dtype=np.int32)), 0)
+    req = _req(1, np.arange(77, dtype=np.int32) + 50_000, DOC_C, DOC_A, np.arange(40, dtype=np.int32) + 60_000)
+    return req, pol.lookup(req, 10)
+
+
+@pytest.mark.parametrize("compose", ["single-block", "exact"])
+def test_shifted_documents_reuse_whole_chunks_with_a_state(compose):
+    """Reordered documents come back as rotated whole chunks; S_init is one state (single-block) or a fold
+    of every matched chunk (exact); r of the reused tokens are recomputed."""
+    pol = _policy(compose=compose)
+    req, plan = _shifted(pol)
+    # whole chunks only: the chunk straddling each document edge differs, the rest comes back
+    assert plan.num_rotated > 0.7 * (len(DOC_A) + len(DOC_C))
+    reused_chunks = [s for s in plan.spans if s.action != Action.RECOMPUTE]
+    assert all(s.action == Action.REUSE_ROTATED for s in reused_chunks)
+    c = plan.correction
+    k = pol.stats.extra["chunk_hits"]
+    assert k >= 10
+    assert c.recompute_tokens == round(0.2 * plan.num_reused)
+    assert (c.state_loads, c.state_compositions) == ((1, 0) if compose == "single-block" else (k, k))
+    assert c.probe_tokens == 0 and c.state_store_tokens == req.num_tokens - plan.num_reused
+
+
+def test_cacheblend_selection_pass_is_in_the_plan():
+    """The CacheBlend selector needs a pass over the reused tokens: probe_tokens = reused."""
+    _, plan = _shifted(_policy(selector="cacheblend", recompute_ratio=0.1))
+    assert plan.correction.probe_tokens == plan.num_reused
+    assert plan.correction.recompute_tokens == round(0.1 * plan.num_reused)
+
+
+@pytest.mark.parametrize("compose,ops", [("single-block", False), ("exact", True)])
+def test_states_and_operators_count_against_capacity(compose, ops):
+    """Each stored chunk holds its KV, its end state and (exact) its transition operator."""
+    pol = _policy(compose=compose)
+    serve(pol, _req(0, DOC_A), 0)
+    n = pol.stats.extra["stored_chunks"]
+    per = QNEXT.state_bytes + (QNEXT.operator_bytes if ops else 0)
+    assert pol.usage().total == len(DOC_A) * QNEXT.kv_bytes_per_token + n * per
+    assert pol.usage().total > 5 * len(DOC_A) * QNEXT.kv_bytes_per_token   # states dwarf 256-token chunks
+
+
+def test_capacity_for_kv_only_does_not_fit_states():
+    """A cache sized for the KV alone cannot hold the states: the request runs uncached."""
+    pol = _policy(capacity=len(DOC_A) * QNEXT.kv_bytes_per_token * 1.5)
+    req = _req(0, DOC_A)
+    assert not pol.admit(req, pol.lookup(req, 0), 0)
+    assert pol.usage().total == 0
+
+
+def test_attention_only_model_has_no_state_work():
+    """On an attention-only model there is nothing to load, compose or store."""
+    _, plan = _shifted(_policy(model=V2L, compose="exact"))
+    c = plan.correction
+    assert plan.num_rotated > 0 and c.recompute_tokens > 0
+    assert c.state_loads == c.state_compositions == c.state_store_tokens == 0
+
+
+def test_cost_runs_recurrent_layers_on_recomputed_tokens_only():
+    """Priced on OLMo-Hybrid, the linearkv plan runs both layer kinds on the recomputed tokens and costs far
+    less than irminsul's plan of the same request, which must rerun the recurrent layers."""
+    cm = CostModel(OLMO, GPUS["h200"])
+    req, plan = _shifted(_policy(model=OLMO))
+    c = cm.prefill(plan)
+    assert c.recurrent_tokens == c.attn_tokens == plan.num_recomputed
+    irm = policies.build("irminsul", PolicyContext(math.inf, OLMO.kv_bytes_per_token, model=OLMO))
+    serve(irm, _req(0, DOC_A, DOC_B, DOC_C, np.arange(40, dtype=np.int32)), 0)
+    ci = cm.prefill(irm.lookup(req, 10))
+    assert ci.recurrent_tokens == req.num_tokens
+    assert c.time_s < 0.6 * ci.time_s
+
+
+def test_epic_takes_leading_tokens_of_each_chunk():
+    """EPIC's U: the first tokens of every reused chunk, in proportion to its length, exactly the budget."""
+    ch = np.array([[0, 100], [300, 350], [400, 1000]], dtype=np.int64)
+    sel = selectors.get("epic").select(ch, 0.1)
+    assert sel.num_tokens == 75 and sel.positions.size == 75
+    assert set(sel.positions[:10]) == set(range(10)) and 300 in sel.positions and 400 in sel.positions
+    assert np.all(np.diff(sel.positions) > 0)
+
+
+def test_cacheblend_takes_highest_scores():
+    """Given deviation scores, CacheBlend's U is the top-scoring reused positions."""
+    ch = np.array([[10, 20], [40, 45]], dtype=np.int64)
+    scores = np.zeros(15)
+    scores[[3, 12]] = [5.0, 9.0]
+    sel = selectors.get("cacheblend").select(ch, 2 / 15, scores)
+    assert sel.positions.tolist() == [13, 42] and sel.probe_tokens == 15
+    with pytest.raises(ValueError):
+        selectors.get("cacheblend").select(ch, 0.5, np.zeros(3))
+
+
+def test_bad_options_fail_before_work():
+    """Unknown compose/selector and an out-of-range ratio are refused by the config."""
+    for bad in ({"compose": "approx"}, {"selector": "random"}, {"recompute_ratio": 1.5}):
+        with pytest.raises(ValueError):
+            policies.make_config("linearkv", bad)
+
+
+@pytest.mark.parametrize("opts", [{"compose": "exact"}, {"selector": "cacheblend", "recompute_ratio": 0.4}],
+                         ids=["exact", "cacheblend"])
+@pytest.mark.parametrize("capacity", [20_000, math.inf], ids=["bounded", "inf"])
+def test_contract_on_a_hybrid_model(monkeypatch, opts, capacity):
+    """The policy contract (usage invariant, locked data kept, no false hit) with state bytes in play."""
+    def ctx(cap, verify=False, seed=0):
+        c = math.inf if math.isinf(cap) else cap * 3
+        return PolicyContext(c, 3, model=OLMO, seed=seed, verify=verify)
+
+    build = policies.build
+    monkeypatch.setattr(test_contract, "make_ctx", ctx)
+    monkeypatch.setattr(test_contract.policies, "build",
+                        lambda name, c, o=None: build(name, c, {**opts, "avg_chunk": 128, "min_chunk": 32}))
+    plans, pol = test_contract.drive("linearkv", capacity, seed=4)
+    assert any(p.correction.state_loads for p in plans)
+    assert pol.stats.extra["stored_chunks"] > 0
