@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from pic.engine import policies
+from pic.engine import policies, selectors
 from pic.engine.cost import CostModel
 from pic.engine.plan import Action
-from pic.engine.policies import PolicyContext, RequestView, selectors
+from pic.engine.policies import PolicyContext, RequestView
 from pic.engine.specs import GPUS, MODELS
 from tests.policies import test_contract
 from tests.policies.conftest import serve

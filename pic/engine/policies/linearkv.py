@@ -15,7 +15,7 @@ from the matched chunks' cached states:
   Those bytes count against capacity (:attr:`ModelSpec.state_bytes`, :attr:`ModelSpec.operator_bytes`);
 * ``S_init = f(states of the K matched chunks)``: ``single-block`` (default) loads the last matched chunk's
   ``Z``; ``exact`` folds all K in context order, ``S <- T_c S + Z_c`` (K dense compositions);
-* a selector (:mod:`engine.policies.selectors`: ``epic`` first tokens of each chunk, ``cacheblend`` highest
+* a selector (:mod:`engine.selectors`: ``epic`` first tokens of each chunk, ``cacheblend`` highest
   KV deviation after a priced selection pass) picks the recompute set U, ``round(r x reused)`` tokens of
   the chunks that moved (an in-place run of chunks from position 0 is an exact prefix and keeps its KV);
   U's attention KV is overwritten and the recurrent state advances from S_init through U and the new
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pic.engine import cdc, eviction
+from pic.engine import cdc, eviction, selectors
 from pic.engine.plan import Action, Correction, Plan, Span
-from pic.engine.policies import register, selectors
+from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
 from pic.engine.policies.irminsul import marker_boundaries
 from pic.engine.policies.linearkv_store import Entry, Store

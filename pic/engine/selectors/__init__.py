@@ -8,9 +8,9 @@ know without a model pass, and how many tokens a selection pass must run first (
 
 from __future__ import annotations
 
-from pic.engine.policies.selectors.base import Selection, Selector, budget
-from pic.engine.policies.selectors.cacheblend import CacheBlend
-from pic.engine.policies.selectors.epic import Epic
+from pic.engine.selectors.base import Selection, Selector, budget
+from pic.engine.selectors.cacheblend import CacheBlend
+from pic.engine.selectors.epic import Epic
 
 SELECTORS: dict[str, type[Selector]] = {s.name: s for s in (Epic, CacheBlend)}
 

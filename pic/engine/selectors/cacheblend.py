@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pic.engine.policies.selectors.base import Selection, Selector, budget, positions_of
+from pic.engine.selectors.base import Selection, Selector, budget, positions_of
 
 
 class CacheBlend(Selector):

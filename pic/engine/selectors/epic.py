@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pic.engine.policies.selectors.base import Selection, Selector, budget
+from pic.engine.selectors.base import Selection, Selector, budget
 
 
 class Epic(Selector):
