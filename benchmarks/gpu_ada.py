@@ -1,0 +1,300 @@
+"""ADA on the GPU: bf16 correctness vs float64 references, quality per tier, decode throughput vs the
+dense bf16 kernel of the same structure and torch SDPA, HBM GB/s against the copy ceiling.
+
+Usage (device machine, repo root): ``PYTHONUNBUFFERED=1 PYTHONPATH=. python benchmarks/gpu_ada.py [--quick]
+[--smoke]``. Every section runs in its own try/except; results go to $OUT/gpu_ada.json (or ./out).
+Shapes: Llama-3.1-8B attention (32 query heads, 8 KV heads × 128), page 64, batch 8, 8K/32K/128K tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_mla import graph_median  # noqa: E402
+
+from pic.engine.angle_codes import TIERS, logit_error  # noqa: E402
+from pic.kernels._testing import rel_rms  # noqa: E402
+from pic.kernels.ada import (  # noqa: E402
+    ada_decode,
+    allocate,
+    decode_attention_reference,
+    dense_attention_reference,
+    dense_decode,
+    store,
+)
+from pic.kernels.ada import kernel as ada_kernel  # noqa: E402
+
+H_KV, GROUP, D, PAGE = 8, 4, 128, 64
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPE = torch.bfloat16 if DEV == "cuda" else torch.float16   # the interpreter's bf16 dot is wrong
+BATCH = 8
+LOG2E = 1.4426950408889634
+RES: dict = {"checks": [], "quality": [], "decode": [], "configs": [], "encode": [], "errors": []}
+T0 = time.time()
+
+
+def sync() -> None:
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
+
+
+def section(fn):
+    def run(*a, **k):
+        try:
+            return fn(*a, **k)
+        except Exception:  # noqa: BLE001 - report and go on to the next section
+            tb = traceback.format_exc()
+            RES["errors"].append({"section": fn.__name__, "traceback": tb})
+            print(tb, flush=True)
+    return run
+
+
+def keys(B: int, T: int, kind: str, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    k = torch.randn(B, T, H_KV, D, device=DEV, generator=g)
+    if kind == "outlier":   # heavy channels + a shared offset (the shape real RoPE'd keys have)
+        k[..., :4] *= 12.0
+        k += 2.0 * torch.randn(D, device=DEV, generator=g)
+    v = torch.randn(B, T, H_KV, D, device=DEV, generator=g)
+    return k.to(DTYPE), v.to(DTYPE)
+
+
+@section
+def ceiling() -> float:
+    x = torch.empty(2 ** 29 if DEV == "cuda" else 2 ** 20, dtype=DTYPE, device=DEV).normal_()
+    y = torch.empty_like(x)
+    ms = timed(lambda: y.copy_(x), reps=20, burst=1)
+    bw = 2 * x.numel() * 2 / ms * 1e3
+    RES["copy_TBps"] = bw / 1e12
+    log(f"copy ceiling {bw / 1e12:.2f} TB/s")
+    return bw
+
+
+@section
+def correctness(lens: list[int]) -> None:
+    """bf16 kernels vs the float64 reference over the cache as stored (NaN-poisoned outputs)."""
+    g = torch.Generator(device=DEV).manual_seed(1)
+    T = max(lens)
+    k, v = keys(3, T, "gauss", g)
+    q = torch.randn(3, H_KV * GROUP, D, device=DEV, generator=g).to(DTYPE)
+    mixed = torch.tensor(TIERS)[torch.randint(4, (3, H_KV, -(-T // PAGE)), generator=torch.Generator().manual_seed(2))]
+    for name, bits in [*((f"b{b}", b) for b in TIERS), ("mixed", mixed), ("dense", 0)]:
+        cache = store(allocate(lens, H_KV, PAGE, D, DTYPE, bits, DEV, shuffle=7), k, v)
+        out = torch.full_like(q, float("nan"))
+        lg = torch.full((3, H_KV * GROUP, T), float("nan"), device=DEV)
+        (dense_decode if name == "dense" else ada_decode)(q, cache, out=out, logits=lg)
+        ref, ref_lg = decode_attention_reference(q, cache, return_logits=True)
+        m = torch.isfinite(ref_lg)
+        e_out, e_lg = rel_rms(ref, out), rel_rms(ref_lg[m], lg.cpu()[m] / LOG2E)
+        ok = e_out <= 1e-2 and e_lg <= 1e-2
+        RES["checks"].append({"name": name, "out_rel": e_out, "logit_rel": e_lg, "ok": ok})
+        log(f"  {'ok ' if ok else 'BAD'} decode {name}: out {e_out:.2e}, logits {e_lg:.2e} (limit 1e-2)")
+    exact = dense_attention_reference(q, k, v, lens)
+    RES["checks"].append({"name": "dense vs exact", "out_rel": rel_rms(exact, out), "ok": rel_rms(exact, out) < 1e-2})
+
+
+@section
+def quality(T: int) -> None:
+    """Per tier: logit error vs exact fp32 q·k and vs the model ε(b); output error vs exact attention."""
+    g = torch.Generator(device=DEV).manual_seed(3)
+    B = 2
+    for kind in ("gauss", "outlier"):
+        k, v = keys(B, T, kind, g)
+        q = torch.randn(B, H_KV * GROUP, D, device=DEV, generator=g).to(DTYPE)
+        kf, qf = k.float(), q.float()
+        exact_lg = torch.einsum("bhgd,bthd->bhgt", qf.view(B, H_KV, GROUP, D), kf).reshape(B, -1, T) / math.sqrt(D)
+        scale = (qf.view(B, H_KV, GROUP, D).norm(dim=-1)[..., None] * kf.norm(dim=-1).permute(0, 2, 1)[:, :, None]
+                 ).reshape(B, -1, T) / D   # ‖q‖ r / √D, times the 1/√D softmax scale
+        exact = dense_attention_reference(q, k, v, [T] * B, dtype=torch.float32)
+        for bits in (0, *TIERS):
+            cache = store(allocate([T] * B, H_KV, PAGE, D, DTYPE, bits, DEV), k, v)
+            lg = torch.full((B, H_KV * GROUP, T), float("nan"), device=DEV)
+            out = (dense_decode if bits == 0 else ada_decode)(q, cache, logits=lg)
+            lg = lg / LOG2E
+            row = {"keys": kind, "tier": bits or "dense-bf16",
+                   "logit_rel": rel_rms(exact_lg, lg), "logit_err_per_qr": float(((lg - exact_lg) / scale).pow(2).mean().sqrt()),
+                   "model_eps": logit_error(D, bits) if bits else None, "out_rel_vs_exact": rel_rms(exact, out),
+                   "bytes_per_token_head": cache.resident_bytes() / (B * T * H_KV)}
+            RES["quality"].append(row)
+            log(f"  quality {kind:7s} tier {row['tier']!s:10s} logit rel {row['logit_rel']:.2e}  "
+                f"per ‖q‖r {row['logit_err_per_qr']:.2e} (model {row['model_eps'] or 0:.2e})  "
+                f"out vs exact {row['out_rel_vs_exact']:.2e}  {row['bytes_per_token_head']:.1f} B/token/head")
+            del cache
+
+
+def timed(fn, reps: int = 15, burst: int = 10) -> float:
+    """CUDA: median ms of a graph replay (groups of ``burst``); CPU dry run: one call's wall ms."""
+    if DEV == "cuda":
+        return graph_median(fn, reps=reps, burst=burst)
+    t = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t) * 1e3
+
+
+def _time_kernel(fn, q, cache, cfg, burst=10):
+    B, HQ = q.shape[:2]
+    out = torch.empty_like(q)
+    # workspace sized for the largest split count the heuristic can pick (64)
+    ws = (torch.empty(B, HQ, 64, D, device=DEV), torch.empty(B, HQ, 64, device=DEV))
+    return timed(lambda: fn(q, cache, config=cfg, out=out, workspace=ws), burst=burst)
+
+
+def _compiled(name: str) -> dict:
+    k = ada_kernel.LAUNCHED.get(name)
+    try:
+        return {"regs": k.n_regs, "spills": k.n_spills, "shared": k.metadata.shared}
+    except Exception:  # noqa: BLE001 - attribute names differ between Triton versions
+        return {}
+
+
+@section
+def tune(T: int, quick: bool) -> dict:
+    """A few tile configs of each kernel at one context; the best is used for the throughput table."""
+    g = torch.Generator(device=DEV).manual_seed(4)
+    B = BATCH
+    k, v = keys(B, T, "gauss", g)
+    q = torch.randn(B, H_KV * GROUP, D, device=DEV, generator=g).to(DTYPE)
+    cands = [{"BLOCK_N": bn, "num_warps": w, "num_stages": st, "ctas_per_sm": c}
+             for bn, w, st, c in ((32, 4, 2, 2), (64, 4, 2, 2), (64, 8, 2, 1), (32, 4, 3, 2), (64, 4, 3, 2), (16, 4, 2, 4))]
+    if quick:
+        cands = cands[:3]
+    best = {}
+    for name, bits, fn in (("dense", 0, dense_decode), ("ada-b4", 4, ada_decode)):
+        cache = store(allocate([T] * B, H_KV, PAGE, D, DTYPE, bits, DEV, shuffle=1), k, v)
+        times = []
+        for cfg in cands:
+            try:
+                ms = _time_kernel(fn, q, cache, cfg)
+            except Exception as e:  # noqa: BLE001 - a config that does not compile is skipped
+                log(f"  config {cfg} failed for {name}: {str(e).splitlines()[0][:200]}")
+                continue
+            times.append((ms, cfg))
+            RES["configs"].append({"kernel": name, "T": T, **cfg, "ms": ms,
+                                   **_compiled("dense" if bits == 0 else "ada")})
+            log(f"  config {name} {cfg}: {ms * 1e3:.1f} us")
+        best[name] = min(times, key=lambda t: t[0])[1]
+        del cache
+    RES["best_config"] = best
+    return best
+
+
+def sdpa_time(B: int, T: int, k: torch.Tensor, v: torch.Tensor, q: torch.Tensor) -> float | None:
+    kk, vv = k.permute(0, 2, 1, 3).contiguous(), v.permute(0, 2, 1, 3).contiguous()
+    qq = q[:, :, None, :]
+    f = torch.nn.functional.scaled_dot_product_attention
+    try:
+        return timed(lambda: f(qq, kk, vv, enable_gqa=True))
+    except Exception as e:  # noqa: BLE001
+        log(f"  sdpa failed: {str(e).splitlines()[0][:200]}")
+        return None
+
+
+@section
+def throughput(contexts: list[int], best: dict | None, bw: float | None) -> None:
+    """Decode step time of dense bf16 / ADA tiers / SDPA at batch 8; GB/s and bytes per token."""
+    B = BATCH
+    best = best or {}
+    for T in contexts:
+        g = torch.Generator(device=DEV).manual_seed(T)
+        k, v = keys(B, T, "gauss", g)
+        q = torch.randn(B, H_KV * GROUP, D, device=DEV, generator=g).to(DTYPE)
+        base = None
+        for bits in (0, *TIERS):
+            name = "dense" if bits == 0 else f"ada-b{bits}"
+            try:
+                cache = store(allocate([T] * B, H_KV, PAGE, D, DTYPE, bits, DEV, shuffle=T), k, v)
+                nbytes = cache.resident_bytes()
+                cfg = best.get("dense" if bits == 0 else "ada-b4")
+                ms = _time_kernel(dense_decode if bits == 0 else ada_decode, q, cache, cfg)
+                del cache
+            except Exception:  # noqa: BLE001
+                RES["errors"].append({"section": f"throughput {name} T={T}", "traceback": traceback.format_exc()})
+                log(traceback.format_exc())
+                continue
+            base = ms if bits == 0 else base
+            row = {"T": T, "B": B, "kernel": name, "ms": ms, "bytes": nbytes, "GBps": nbytes / ms / 1e6,
+                   "frac_copy": (nbytes / ms * 1e3 / bw) if bw else None,
+                   "bytes_per_token_per_layer": nbytes / B, "bytes_per_token_32_layers": 32 * nbytes / B,
+                   "speedup_vs_dense": (base / ms) if base else None}
+            RES["decode"].append(row)
+            log(f"  T={T:6d} {name:8s} {ms * 1e3:8.1f} us  {row['GBps']:7.0f} GB/s "
+                f"({(row['frac_copy'] or 0) * 100:4.0f}% of copy)  x{row['speedup_vs_dense'] or 0:.2f} vs dense")
+        ms = sdpa_time(B, T, k, v, q)
+        if ms:
+            nbytes = 2 * B * T * H_KV * D * 2
+            RES["decode"].append({"T": T, "B": B, "kernel": "torch-sdpa", "ms": ms, "bytes": nbytes,
+                                  "GBps": nbytes / ms / 1e6, "frac_copy": (nbytes / ms * 1e3 / bw) if bw else None,
+                                  "speedup_vs_dense": (base / ms) if base else None})
+            log(f"  T={T:6d} torch-sdpa {ms * 1e3:8.1f} us")
+        del k, v
+        if DEV == "cuda":
+            torch.cuda.empty_cache()
+
+
+@section
+def encode_speed(T: int) -> None:
+    g = torch.Generator(device=DEV).manual_seed(5)
+    k, v = keys(BATCH, T, "gauss", g)
+    for bits in TIERS:
+        cache = allocate([T] * BATCH, H_KV, PAGE, D, DTYPE, bits, DEV)
+        sync()
+        t = time.perf_counter()
+        store(cache, k, v)
+        sync()
+        s = time.perf_counter() - t
+        RES["encode"].append({"tier": bits, "rows": BATCH * T * H_KV, "seconds_incl_host_indexing": s})
+        log(f"  encode tier {bits}: {BATCH * T * H_KV / s / 1e6:.1f} M key rows/s (incl. host-side indexing)")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="fewer configs, contexts 8K and 32K only")
+    ap.add_argument("--smoke", action="store_true", help="correctness + one small timing only")
+    ap.add_argument("--cpu-dry-run", action="store_true",
+                    help="no GPU: tiny shapes under TRITON_INTERPRET=1, to check the script itself")
+    args = ap.parse_args()
+    global BATCH
+    if args.cpu_dry_run:
+        BATCH = 2
+    out_dir = os.environ.get("OUT", "out")
+    os.makedirs(out_dir, exist_ok=True)
+    RES["device"] = torch.cuda.get_device_name() if DEV == "cuda" else "cpu (interpreter dry run)"
+    RES["torch"], RES["triton"] = torch.__version__, __import__("triton").__version__
+    log(f"{RES['device']} torch {RES['torch']} triton {RES['triton']}")
+    bw = ceiling()
+    correctness([1, 70, 200] if args.cpu_dry_run else [1, 700, 2000])
+    if args.cpu_dry_run:
+        quality(128)
+        best = tune(256, quick=True)
+        throughput([256], best, bw)
+        encode_speed(128)
+    elif args.smoke:
+        best = tune(8192, quick=True)
+        throughput([8192], best, bw)
+    else:
+        quality(4096)
+        best = tune(32768, args.quick)
+        throughput([8192, 32768] if args.quick else [8192, 32768, 131072], best, bw)
+        encode_speed(8192)
+    RES["seconds"] = time.time() - T0
+    with open(os.path.join(out_dir, "gpu_ada.json"), "w") as f:
+        json.dump(RES, f, indent=1, default=str)
+    bad = [c for c in RES["checks"] if not c.get("ok", True)]
+    log(f"done: {len(RES['checks']) - len(bad)}/{len(RES['checks'])} checks ok, {len(RES['errors'])} section errors")
+    return 1 if bad or RES["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""ADA kernels vs the float references: encode codes (packed layout read back on the host), decode
+attention and its logits over coded pages of every tier (also mixed in one sequence), GQA groups,
+split counts, the dense decode of the same structure, and the error model against measurement
+(fp16/fp32 under the CPU interpreter; bf16 runs on the GPU in benchmarks/gpu_ada.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pic.engine.angle_codes import TIERS, logit_error
+from pic.kernels._testing import assert_close, rel_rms
+from pic.kernels.ada import (
+    ada_decode,
+    allocate,
+    decode_attention_reference,
+    dense_attention_reference,
+    dense_decode,
+    encode_reference,
+    store,
+)
+from pic.kernels.ada.reference import unpack_page
+
+LOG2E = 1.4426950408889634
+
+
+def _inputs(lens, H, G, D, dtype, seed, outliers=False):
+    g = torch.Generator().manual_seed(seed)
+    T = max(lens)
+    k = torch.randn(len(lens), T, H, D, generator=g)
+    if outliers:   # a few heavy channels and a shared offset, as real keys have
+        k[..., :4] *= 12.0
+        k += 2.0 * torch.randn(D, generator=g)
+    v = torch.randn(len(lens), T, H, D, generator=g)
+    q = torch.randn(len(lens), H * G, D, generator=g)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+def _check_decode(q, cache, device, tol, splits):
+    """Kernel output and logits vs the reference over the cache as stored."""
+    T = int(cache.seq_lens.max())
+    logits = torch.empty(q.shape[0], q.shape[1], T, dtype=torch.float32, device=device)
+    dense = bool((cache.page_bits == 0).all())
+    out = (dense_decode if dense else ada_decode)(q, cache, num_splits=splits, logits=logits)
+    ref, ref_lg = decode_attention_reference(q, cache, return_logits=True)
+    assert_close("ada decode", ref, out, tol)
+    m = torch.isfinite(ref_lg)
+    assert_close("ada logits", ref_lg[m], logits.cpu()[m] / LOG2E, tol)
+    return out
+
+
+@pytest.mark.parametrize("bits", TIERS, ids=[f"b{b}" for b in TIERS])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+def test_encode_codes_match_reference(bits, dtype, device):
+    """Packed codes read back from the pages equal the reference codes (bar angle/threshold ties), the
+    radius matches, and the values are copied bit for bit."""
+    q, k, v = _inputs([70, 33], 2, 1, 64, dtype, seed=bits)
+    cache = store(allocate([70, 33], 2, 32, 64, dtype, bits, device), k.to(device), v.to(device))
+    for b, n in ((0, 70), (1, 33)):
+        for h in range(2):
+            for j in range(-(-n // 32)):
+                rows = min(32, n - 32 * j)
+                got_bits, (r, tc, rc), vals = unpack_page(cache, int(cache.block_table[b, h, j]), rows)
+                assert got_bits == bits
+                kk = k[b, 32 * j:32 * j + rows, h]
+                r_ref, tc_ref, rc_ref = encode_reference(kk.float(), bits)
+                assert (tc != tc_ref).float().mean() <= 0.01 and (tc - tc_ref).abs().max() <= 1
+                assert (rc != rc_ref).float().mean() <= 0.01 and (rc - rc_ref).abs().max() <= 1
+                if torch.equal(tc, tc_ref) and torch.equal(rc, rc_ref):
+                    assert_close("radius", r_ref, r, 1e-5)
+                assert torch.equal(vals, v[b, 32 * j:32 * j + rows, h].cpu())
+
+
+CASES = [
+    pytest.param([63, 1], 2, 4, 64, id="B2-T63-H2-G4-D64"),
+    pytest.param([97, 40, 5], 1, 5, 64, id="B3-T97-H1-G5-D64"),
+    pytest.param([130], 2, 1, 128, id="B1-T130-H2-G1-D128"),
+]
+
+
+@pytest.mark.parametrize("lens,H,G,D", CASES)
+@pytest.mark.parametrize("bits", TIERS, ids=[f"b{b}" for b in TIERS])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+def test_decode_matches_reference(lens, H, G, D, bits, dtype, device):
+    """Output and logits equal the float64 reference computed from the stored codes."""
+    q, k, v = _inputs(lens, H, G, D, dtype, seed=sum(lens) + bits)
+    cache = store(allocate(lens, H, 32, D, dtype, bits, device), k.to(device), v.to(device))
+    tol = 1e-5 if dtype == torch.float32 and device == "cpu" else 3e-3
+    _check_decode(q.to(device), cache, device, tol, splits=2)
+
+
+@pytest.mark.parametrize("splits", [1, 3, 16], ids=["S1", "S3", "S16"])
+def test_mixed_tier_pages_one_launch(splits, device):
+    """Pages of all four tiers mixed within each sequence decode in one launch; any split count agrees."""
+    lens, H, G, D = [150, 77], 2, 4, 64
+    q, k, v = _inputs(lens, H, G, D, torch.float32, seed=splits)
+    g = torch.Generator().manual_seed(99)
+    bits = torch.tensor(TIERS)[torch.randint(4, (2, H, 5), generator=g)]
+    cache = store(allocate(lens, H, 32, D, torch.float32, bits, device), k.to(device), v.to(device))
+    assert len(torch.unique(bits[cache.used_pages()])) == 4
+    _check_decode(q.to(device), cache, device, 1e-5 if device == "cpu" else 3e-3, splits)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+def test_dense_decode_is_exact_attention(dtype, device):
+    """The dense kernel of the same structure equals exact attention over the original keys."""
+    lens = [90, 17]
+    q, k, v = _inputs(lens, 2, 4, 64, dtype, seed=5)
+    cache = store(allocate(lens, 2, 32, 64, dtype, 0, device), k.to(device), v.to(device))
+    out = _check_decode(q.to(device), cache, device, 1e-5 if dtype == torch.float32 and device == "cpu" else 3e-3, 2)
+    assert_close("dense vs exact", dense_attention_reference(q, k, v, lens), out,
+                 1e-5 if dtype == torch.float32 and device == "cpu" else 3e-3)
+
+
+def test_decode_refuses_wrong_page_kind(device):
+    """ada_decode refuses dense pages and dense_decode coded ones."""
+    q, k, v = _inputs([40], 1, 2, 64, torch.float32, seed=1)
+    coded = store(allocate([40], 1, 32, 64, torch.float32, 4, device), k.to(device), v.to(device))
+    with pytest.raises(ValueError, match="dense"):
+        dense_decode(q.to(device), coded)
+
+
+@pytest.mark.parametrize("bits", TIERS, ids=[f"b{b}" for b in TIERS])
+def test_error_model_predicts_logit_error(bits):
+    """ε(b) of pic.engine.angle_codes predicts the measured relative logit error on random keys (±15 %),
+    and heavy-tailed keys (outlier channels) see the same relative error (the rotation spreads them)."""
+    g = torch.Generator().manual_seed(bits)
+    for outliers in (False, True):
+        k = torch.randn(3000, 128, generator=g, dtype=torch.float64)
+        if outliers:
+            k[:, :4] *= 20.0
+        q = torch.randn(64, 128, generator=g, dtype=torch.float64)
+        from pic.kernels.ada import decode_reference
+        kt = decode_reference(*encode_reference(k, bits), bits)
+        rel = ((q @ kt.T - q @ k.T).norm() / (q.norm(dim=1, keepdim=True) * k.norm(dim=1) / math.sqrt(128)).norm())
+        assert abs(float(rel) / logit_error(128, bits) - 1) < 0.15, (bits, outliers, float(rel))
+
+
+def test_decode_output_error_shrinks_with_tier(device):
+    """Attention output vs exact attention: error falls monotonically from tier 2 to tier 8."""
+    lens = [120]
+    q, k, v = _inputs(lens, 1, 4, 64, torch.float32, seed=3)
+    exact = dense_attention_reference(q, k, v, lens)
+    errs = []
+    for bits in (2, 3, 4, 8):
+        cache = store(allocate(lens, 1, 32, 64, torch.float32, bits, device), k.to(device), v.to(device))
+        errs.append(rel_rms(exact, ada_decode(q.to(device), cache)))
+    assert errs == sorted(errs, reverse=True) and errs[-1] < 0.03, errs
