@@ -69,7 +69,7 @@ class CostModel:
     """Turns Plans and batch steps into time/bytes/energy for one (model, GPU) pair."""
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, config: CostConfig | None = None,
-                 profile: CalibrationProfile | None = None) -> None:
+                 profile: CalibrationProfile | None = None, kv_read_bytes: float | None = None) -> None:
         self.model, self.gpu = model, gpu
         self.config = config if config is not None else CostConfig()
         self.profile = profile
@@ -81,6 +81,8 @@ class CostModel:
         # NOTE: per-model constants hoisted out of the hot path (replay calls this per event)
         m = model
         self._kvb = float(m.kv_bytes_per_token)
+        # bytes attention reads per cached token: dense, or fewer for compressed KV (rdr / ADA codes)
+        self._kv_read = self._kvb if kv_read_bytes is None else float(kv_read_bytes)
         self._dec_attn = m.decode_attention_flops_per_context_token()
         self._lin_per_token = m.linear_flops(1)
         self._lm_flops = 2.0 * m.lm_head_params
@@ -173,7 +175,7 @@ class CostModel:
         lin_f = self._lin_per_token * num_tokens + self._lm_flops * (len(chunks) + num_decode)
         lin_b = self._weights(num_tokens) + num_tokens * kvb
         att_f = sum(m.attention_flops(n, c) for n, c in chunks) + decode_context_tokens * self._dec_attn
-        att_b = (sum(n + c for n, c in chunks) + decode_context_tokens) * kvb
+        att_b = sum(n + c for n, c in chunks) * kvb + decode_context_tokens * self._kv_read
         rec_b = 2.0 * (len(chunks) + num_decode) * self._state
         return (self._phase(lin_f, lin_b) + self._phase(att_f, att_b) + self._phase(0.0, rec_b)
                 + self.config.step_overhead_s)
@@ -192,10 +194,25 @@ class CostModel:
             lin_b = self._weights(num_decode) + num_decode * self._kvb
             fixed = (self._phase(lin_f, lin_b) + self._phase(0.0, 2.0 * num_decode * self._state)
                      + self.config.step_overhead_s)
-            out = (fixed, max(self._dec_attn / self._peak, self._kvb / self._bw))
+            out = (fixed, max(self._dec_attn / self._peak, self._kv_read / self._bw))
         if len(self._decode_memo) < 65536:
             self._decode_memo[num_decode] = out
         return out
+
+    def with_kv_read_bytes(self, kv_read_bytes: float) -> CostModel:
+        """This cost model with attention reading ``kv_read_bytes`` per cached decode-context token
+        (compressed KV: the ``rdr`` charge); prefill stays dense (new tokens are encoded after it)."""
+        return CostModel(self.model, self.gpu, self.config, self.profile, kv_read_bytes)
+
+    def decode_hbm_bytes(self, num_decode: int, context_tokens: int) -> float:
+        """HBM bytes of one decode step of ``num_decode`` sequences over ``context_tokens`` cached tokens:
+        weights (MoE experts touched by the batch), the new tokens' KV written, every cached token's
+        KV read (``kv_read_bytes`` each) and recurrent state read + written. Per generated token:
+        divide by ``num_decode``."""
+        if num_decode <= 0:
+            return 0.0
+        return (self._weights(num_decode) + num_decode * self._kvb + context_tokens * self._kv_read
+                + 2.0 * num_decode * self._state)
 
     @property
     def busy_watts(self) -> float:
@@ -212,6 +229,7 @@ class CostModel:
     def to_dict(self) -> dict[str, Any]:
         """Resolved cost setup for config.json."""
         return {"model": self.model.to_dict(), "gpu": self.gpu.to_dict(), "config": asdict(self.config),
+                "kv_read_bytes_per_token": self._kv_read,
                 "profile": None if self.profile is None else self.profile.source,
                 "busy_watts": self.busy_watts, "idle_watts": self.idle_watts}
 

@@ -177,7 +177,9 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
                        for _ in range(config.replicas)]
         base = p * work.num_requests
         tick = None if progress is None else (lambda done, _n, base=base: progress(base + done, total))
-        sm = ServingModel(work, pols, shadows, cost, token_budget=config.token_budget, router=config.router,
+        kv_bpt = getattr(pols[0], "kv_bytes_per_token", model.kv_bytes_per_token)   # compressed KV (rdr)
+        pcost = cost if kv_bpt == model.kv_bytes_per_token else cost.with_kv_read_bytes(kv_bpt)
+        sm = ServingModel(work, pols, shadows, pcost, token_budget=config.token_budget, router=config.router,
                           closed_loop=config.closed_loop, progress=tick)
         if config.check_invariants or config.verify:
             sm.sim.observers.append(_invariant_observer(name, pols, shadows))
@@ -199,6 +201,11 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
         sat = saturation_warning(name, summary[name], config.replicas)
         if sat is not None:
             warnings.append(sat)
+        summary[name]["kv_bytes_per_token"] = kv_bpt
+        summary[name]["capacity_tokens"] = None if math.isinf(config.capacity_bytes) else \
+            int(config.capacity_bytes // kv_bpt)
+        if hasattr(pols[0], "merged_summary"):
+            summary[name].update(pols[0].merged_summary(pols))
         described[name] = {"config": pols[0].describe(), "stats": _stats(pols)}
     warnings += resident_warnings(model, gpu, config.capacity_bytes, config.replicas,
                                   {n: s["peak_resident_bytes"] for n, s in summary.items()})

@@ -1,6 +1,10 @@
 """Policy registry: one name -> policy class. Duplicate names raise; unknown names raise with the list.
 
 Adding a policy = one module in this folder with ``@register`` on its class + one import line below.
+
+Composition: a policy class with ``is_wrapper = True`` (``rdr``) wraps a reuse policy named in its
+Config's ``over`` field; ``"BASE+WRAPPER"`` (e.g. ``irminsul+rdr``) is that wrapper over BASE, and its
+options are the union of both Configs' fields (the wrapper's own first).
 """
 
 from __future__ import annotations
@@ -30,16 +34,50 @@ def names() -> list[str]:
 
 
 def get(name: str) -> type[CachePolicy]:
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown policy {name!r}; registered: {', '.join(names())}")
-    return _REGISTRY[name]
+    """The class of policy ``name``; for ``BASE+WRAPPER`` the wrapper's class (both checked)."""
+    base, wrapper = split_name(name)
+    cls = _get_one(base)
+    if wrapper is None:
+        return cls
+    if _is_wrapper(cls):
+        raise ValueError(f"policy {name!r}: {base!r} is a wrapper; it goes after '+' (e.g. prefix+{base})")
+    wcls = _get_one(wrapper)
+    if not _is_wrapper(wcls):
+        wrappers = [n for n in names() if _is_wrapper(_REGISTRY[n])]
+        raise ValueError(f"policy {name!r}: {wrapper!r} does not compose over another policy; "
+                         f"composable: {', '.join(wrappers) or '(none)'}")
+    return wcls
+
+
+def split_name(name: str) -> tuple[str, str | None]:
+    """``"irminsul+rdr"`` -> ``("irminsul", "rdr")``; ``"prefix"`` -> ``("prefix", None)``."""
+    parts = [p.strip() for p in str(name).split("+")]
+    if len(parts) > 2 or not all(parts):
+        raise ValueError(f"policy {name!r}: expected NAME or NAME+WRAPPER (one wrapper)")
+    return parts[0], (parts[1] if len(parts) == 2 else None)
 
 
 def make_config(name: str, overrides: dict[str, Any] | None = None) -> Any:
-    """Build policy ``name``'s Config from ``{field: value}`` (strings are coerced). Unknown keys raise."""
-    cls = get(name)
-    cfg_cls = cls.Config
+    """Build policy ``name``'s Config from ``{field: value}`` (strings are coerced). Unknown keys raise.
+
+    ``BASE+WRAPPER``: keys that are fields of the wrapper's Config configure it, the rest configure
+    BASE (the wrapper's Config gets ``over=BASE`` and ``over_config`` = BASE's resolved Config)."""
+    base, wrapper = split_name(name)
     overrides = dict(overrides or {})
+    cls = get(name)
+    if wrapper is not None:
+        own = {f.name for f in dataclasses.fields(cls.Config)} - {"over", "over_config"}
+        theirs = set(option_help(base))
+        unknown = sorted(set(overrides) - own - theirs)
+        if unknown:
+            raise ValueError(f"unknown option(s) for policy {name!r}: {', '.join(unknown)}; known: "
+                             f"{', '.join(sorted(own))} ({wrapper}), {', '.join(sorted(theirs)) or '(none)'} ({base})")
+        mine = {k: v for k, v in overrides.items() if k in own}
+        base_cfg = make_config(base, {k: v for k, v in overrides.items() if k not in own})
+        return cls.Config(**coerce_overrides(cls.Config, mine, name), over=base, over_config=base_cfg)
+    cfg_cls = cls.Config
+    if _is_wrapper(cls) and "over_config" in overrides:
+        raise ValueError(f"policy {name!r}: over_config is set by the registry, not an option")
     if not dataclasses.is_dataclass(cfg_cls):
         if overrides:
             raise ValueError(f"policy {name!r} takes no options")
@@ -58,15 +96,31 @@ def build(name: str, ctx: PolicyContext, overrides: dict[str, Any] | None = None
 
 
 def option_help(name: str) -> dict[str, str]:
-    """``{field: help}`` of a policy's Config (for --help and ``pic replay --list-policies``)."""
+    """``{field: help}`` of a policy's Config (for --help and ``pic replay --list-policies``); for
+    ``BASE+WRAPPER`` the wrapper's options then BASE's."""
+    base, wrapper = split_name(name)
     cfg_cls = get(name).Config
     if not dataclasses.is_dataclass(cfg_cls):
         return {}
-    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cfg_cls)}
+    out = {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cfg_cls) if f.name != "over_config"}
+    if wrapper is not None:
+        out.pop("over", None)
+        out.update({k: v for k, v in option_help(base).items() if k not in out})
+    return out
+
+
+def _get_one(name: str) -> type[CachePolicy]:
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown policy {name!r}; registered: {', '.join(names())}")
+    return _REGISTRY[name]
+
+
+def _is_wrapper(cls: type) -> bool:
+    return bool(getattr(cls, "is_wrapper", False))
 
 
 __all__ = ["CachePolicy", "PolicyContext", "PolicyStats", "RequestView", "Usage",
-           "register", "names", "get", "build", "make_config", "option_help"]
+           "register", "names", "get", "split_name", "build", "make_config", "option_help"]
 
 # ---- registrations (one line per policy module; each registers its class with @register) ---------
-from pic.engine.policies import block_hash, fixed_chunk, irminsul, linearkv, none, oracle, prefix  # noqa: E402,F401,I001
+from pic.engine.policies import block_hash, fixed_chunk, irminsul, linearkv, none, oracle, prefix, rdr  # noqa: E402,F401,I001

@@ -30,7 +30,8 @@ SUMMARY_KEYS = ("trace", "model", "gpu", "capacity_bytes", "replicas", "policies
 SCENARIO = ("trace", "model", "gpu", "replicas", "capacity_bytes")
 #: metrics that only summary.json knows (ITL needs the replay's step series; goodput its SLO)
 SUMMARY_ONLY = ("peak_resident_bytes", "collisions", "sim_seconds", "wall_seconds", "itl_mean_s",
-                "itl_median_s", "itl_p99_s", "goodput_rps", "slo_attainment")
+                "itl_median_s", "itl_p99_s", "goodput_rps", "slo_attainment", "kv_bytes_per_token",
+                "capacity_tokens", "rdr_distortion")
 #: per-layer-kind sums (hybrid models); run dirs written before they existed read them as missing
 _LAYER_SUMS = ("recurrent_tokens", "attn_layer_s", "recurrent_layer_s", "nocache_attn_layer_s",
                "nocache_recurrent_layer_s")

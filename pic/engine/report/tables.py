@@ -67,6 +67,10 @@ TABLE_METRICS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("attn_layer_saved_vs_none", "attention layers: time/energy saved vs no cache", fmt_pct),
     ("recurrent_layer_saved_vs_none", "recurrent layers: time/energy saved vs no cache", fmt_pct),
     ("peak_resident_bytes", "peak resident KV (all replicas)", fmt_bytes),
+    ("kv_bytes_per_token", "KV bytes/token", fmt_bytes),
+    ("capacity_tokens", "capacity (tokens per replica)", fmt_num),
+    ("tpot_p50_s", "decode step p50 (TPOT)", fmt_ms),
+    ("rdr_distortion", "KV distortion (rdr)", fmt_num),
     ("evictions", "evictions", fmt_num),
     ("uncached", "uncached requests", fmt_num),
 )
@@ -83,6 +87,10 @@ LATENCY_METRICS: tuple[tuple[str, tuple[str, ...], Callable[[Any], str]], ...] =
 )
 
 DEFINITIONS: tuple[tuple[str, str], ...] = (
+    ("KV bytes/token", "bytes one cached token occupies and decode attention reads: dense KV, or the rdr "
+     "charge (compressed KV, docs/policies.md)."),
+    ("capacity (tokens per replica)", "cache capacity / KV bytes per token (blank when unbounded)."),
+    ("KV distortion (rdr)", "Σ w·ε(b)² / Σ w over the KV states rdr allocated: 0 = lossless, 1 = all evicted."),
     ("token hit rate", "Σ reused tokens / Σ prompt tokens N (in place + rotated reuse)."),
     ("prefix hit rate (shadow)", "the same for the shadow exact-prefix cache of equal capacity run beside each "
      "policy."),
