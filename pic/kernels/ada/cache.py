@@ -106,6 +106,7 @@ class AdaCache:
     head_dim: int
     dtype: torch.dtype
     seed: int = 0
+    host_lens: tuple[int, ...] = ()   # seq_lens on the host (launchers never sync on the device copy)
 
     @property
     def esize(self) -> int:
@@ -124,9 +125,16 @@ class AdaCache:
         used = self.used_pages()
         return int(sum(sizes[int(b)] for b in self.page_bits[used].tolist()))
 
+    def page_kinds(self) -> tuple[bool, bool]:
+        """(any dense page, any coded page) among the used pages (host-side, memoized)."""
+        if not hasattr(self, "_kinds"):
+            used = self.page_bits[self.used_pages()]
+            self._kinds = (bool((used == DENSE).any()), bool((used != DENSE).any()))
+        return self._kinds
+
     def used_pages(self) -> torch.Tensor:
         """Boolean [B, H, max_pages] of block-table entries that hold tokens."""
-        pages = -(-self.seq_lens.cpu().long() // self.page_size)
+        pages = -(-torch.tensor(self.host_lens, dtype=torch.long) // self.page_size)
         j = torch.arange(self.page_bits.shape[2])
         return (j[None, None, :] < pages[:, None, None]).expand_as(self.page_bits)
 
@@ -176,7 +184,7 @@ def allocate(seq_lens: list[int], num_heads: int, page_size: int, head_dim: int,
         arena[p0 + HEADER:p0 + HEADER + 4 * page_size].view(torch.float32).fill_(float("nan"))
     arena[p0 + v_off:p0 + v_off + page_size * head_dim * esize].view(dtype).fill_(float("nan"))
     return AdaCache(arena, bt.to(device), torch.tensor(seq_lens, dtype=torch.int32, device=device),
-                    page_bits, page_size, head_dim, dtype, seed)
+                    page_bits, page_size, head_dim, dtype, seed, tuple(int(n) for n in seq_lens))
 
 
 def destinations(cache: AdaCache, b: int, h: int, n: int, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

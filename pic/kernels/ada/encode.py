@@ -128,7 +128,7 @@ def store(cache: AdaCache, k: torch.Tensor, v: torch.Tensor) -> AdaCache:
     B, T, H, D = k.shape
     assert v.shape == k.shape and D == cache.head_dim and cache.block_table.shape[:2] == (B, H)
     dev = cache.arena.device
-    lens = cache.seq_lens.cpu().tolist()
+    lens = list(cache.host_lens)
     bt = cache.block_table.cpu().long()
     # every (b, h, n) token: flat source row in k.reshape(-1, D), page unit and row
     b_i, n_i, h_i = [], [], []
@@ -148,11 +148,12 @@ def store(cache: AdaCache, k: torch.Tensor, v: torch.Tensor) -> AdaCache:
         if b == DENSE:
             val, esize = cache.views()[2], cache.esize
             v_off = page_layout(DENSE, cache.page_size, D, esize)[0] // esize
-            idx = torch.nonzero(sel).flatten()
-            for c0 in range(0, idx.numel(), 1 << 16):   # bounded index tensors
-                part = idx[c0:c0 + (1 << 16)]
-                base = ((units[part] * (UNIT // esize) + rows[part] * D)[:, None] + torch.arange(D)[None, :]).to(dev)
-                rows_src = src[part].to(dev)
+            d = torch.arange(D, device=dev)
+            base_all = (units[sel] * (UNIT // esize) + rows[sel] * D).to(dev)
+            src_all = src[sel].to(dev)
+            for c0 in range(0, base_all.numel(), 1 << 20):   # bounded index tensors
+                base = base_all[c0:c0 + (1 << 20), None] + d[None, :]
+                rows_src = src_all[c0:c0 + (1 << 20)]
                 val[base + HEADER // esize] = k2[rows_src].to(cache.dtype)
                 val[base + v_off] = v2[rows_src]
         else:

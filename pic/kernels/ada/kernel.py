@@ -68,9 +68,15 @@ def ada_decode_kernel(
     bt_row = BLOCK_TABLE + b * stride_bt_b + h * stride_bt_h
     last_j = (tl.maximum(end, 1) - 1) // PAGE
     unit = tl.load(bt_row + start // PAGE).to(tl.int64)
+    bits = 0
+    if not DENSE:
+        bits = tl.load(A_I32 + unit * UNIT_I32)
     for n1 in range(start, end, BLOCK_N):
-        # prefetch the next tile's page so its latency overlaps this tile
+        # prefetch the next tile's page (and its header) so their latency overlaps this tile
         unit_nx = tl.load(bt_row + tl.minimum((n1 + BLOCK_N) // PAGE, last_j)).to(tl.int64)
+        bits_nx = bits
+        if not DENSE:
+            bits_nx = tl.load(A_I32 + unit_nx * UNIT_I32)
         offs_n = n1 + offs_j
         mask_n = offs_n < end
         rows = n1 % PAGE + offs_j
@@ -80,8 +86,7 @@ def ada_decode_kernel(
             s = tl.dot(q_s, tl.trans(k)) * qk_scale
             v_off = dense_v_off
         else:
-            base = unit * UNIT_I32
-            bits = tl.load(A_I32 + base)                 # page header: the page's tier
+            base = unit * UNIT_I32                       # bits: the page header (the page's tier)
             n_words = tl.load(TAB + bits * TAB_W)
             pair_bits = tl.load(TAB + bits * TAB_W + 1)
             cpw = tl.load(TAB + bits * TAB_W + 2)
@@ -118,6 +123,7 @@ def ada_decode_kernel(
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
         m_i = m_new
         unit = unit_nx
+        bits = bits_nx
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     lse = tl.where(l_i > 0, m_i + tl.log2(l_safe), float("-inf"))
@@ -144,13 +150,13 @@ def _decode(q: torch.Tensor, cache: AdaCache, dense: bool, sm_scale: float | Non
     assert cache.block_table.dtype == torch.int32 and cache.block_table.stride(2) == 1
     assert q.dtype == cache.dtype, "query and cache dtypes differ"
     group = HQ // H
-    used = cache.page_bits[cache.used_pages()]
-    if dense != bool((used == DENSE).all()) or (not dense and bool((used == DENSE).any())):
+    any_dense, any_coded = cache.page_kinds()
+    if (dense and any_coded) or (not dense and any_dense):
         raise ValueError("dense_decode needs dense pages only, ada_decode coded pages only")
     cfg = {**default_config(dense, max_seq_len, B), **(config or {})}
     if cache.page_size % cfg["BLOCK_N"]:
         cfg["BLOCK_N"] = math.gcd(cfg["BLOCK_N"], cache.page_size)
-    max_len = int(cache.seq_lens.max()) if max_seq_len is None else max_seq_len
+    max_len = max(cache.host_lens) if max_seq_len is None else max_seq_len
     S = num_splits or pick_num_splits(B, max_len, H, cfg["BLOCK_N"], num_sms(q.device), cfg["ctas_per_sm"])
     per_split = triton.cdiv(triton.cdiv(max_len, S), cfg["BLOCK_N"]) * cfg["BLOCK_N"]
     S = triton.cdiv(max_len, per_split)
