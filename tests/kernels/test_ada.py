@@ -80,9 +80,11 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("lens,H,G,D", CASES)
-@pytest.mark.parametrize("bits", TIERS, ids=[f"b{b}" for b in TIERS])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+DECODE = [pytest.param(*c.values, b, torch.float32, id=f"fp32-b{b}-{c.id}") for c in CASES for b in TIERS] + \
+    [pytest.param(*CASES[0].values, b, torch.float16, id=f"fp16-b{b}-{CASES[0].id}") for b in TIERS]
+
+
+@pytest.mark.parametrize("lens,H,G,D,bits,dtype", DECODE)
 def test_decode_matches_reference(lens, H, G, D, bits, dtype, device):
     """Output and logits equal the float64 reference computed from the stored codes."""
     q, k, v = _inputs(lens, H, G, D, dtype, seed=sum(lens) + bits)

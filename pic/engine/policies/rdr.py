@@ -92,8 +92,11 @@ class RateDistortionRetention(CachePolicy):
         super().__init__(ctx, config)
         from pic.engine import policies as registry
         cfg = self.config
-        if getattr(registry.get(cfg.over), "is_wrapper", False):
+        over = registry.get(cfg.over)
+        if getattr(over, "is_wrapper", False):
             raise ValueError(f"rdr: over={cfg.over!r} is itself a wrapper")
+        if not over.bounded:
+            raise ValueError(f"rdr: over={cfg.over!r} is an upper bound that stores no KV; nothing to compress")
         self.opts, self.num_layers, self.num_heads = _unit_options(ctx.model, cfg.tier_bits)
         self.charge_frac = min(cfg.budget, float(self.opts.frac[self.opts.best]))
         self.kv_bytes_per_token = max(1, math.ceil(ctx.bytes_per_token * self.charge_frac))
@@ -144,6 +147,9 @@ class RateDistortionRetention(CachePolicy):
 
     def usage(self) -> Usage:
         return self.inner.usage()
+
+    def holds(self, req: RequestView) -> bool | None:
+        return self.inner.holds(req)
 
     def describe(self) -> dict[str, Any]:
         d = dataclasses.asdict(self.config)
