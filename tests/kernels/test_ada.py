@@ -8,11 +8,14 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
-from pic.engine.angle_codes import TIERS, logit_error
-from pic.kernels._testing import assert_close, rel_rms
-from pic.kernels.ada import (
+GPU_EXTRA = "kernel tests need the gpu extra: pip install -e '.[gpu]'"
+torch = pytest.importorskip("torch", reason=GPU_EXTRA)
+pytest.importorskip("triton", reason=GPU_EXTRA)
+
+from pic.engine.angle_codes import TIERS, logit_error  # noqa: E402
+from pic.kernels._testing import assert_close, rel_rms  # noqa: E402
+from pic.kernels.ada import (  # noqa: E402
     ada_decode,
     allocate,
     decode_attention_reference,
@@ -21,7 +24,7 @@ from pic.kernels.ada import (
     encode_reference,
     store,
 )
-from pic.kernels.ada.reference import unpack_page
+from pic.kernels.ada.reference import unpack_page  # noqa: E402
 
 LOG2E = 1.4426950408889634
 
