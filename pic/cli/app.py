@@ -1,13 +1,89 @@
-"""`pic` command-line entry point: a Typer app with one thin command per module."""
+"""`pic` command-line entry point: a Typer app with one thin command per module, behind one guard.
+
+The guard (:class:`GuardedGroup`) makes sure nothing reaches the user as a traceback: library errors
+(``ValueError``, ``OSError``) and usage errors print one line; Ctrl-C, SIGTERM and SIGHUP unwind (every
+temp file is removed) and exit 130 / 143 / 129; anything unexpected prints one line with
+"re-run with `--debug` for the traceback". ``pic --debug CMD ...`` (or ``PIC_DEBUG=1``) shows it.
+"""
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
+
+from pic.cli import errors
+
+# typer >= 0.22 vendors click (typer._click); older ones use click itself: find the classes either way
+_MRO = {c.__name__: c for c in typer.BadParameter.__mro__}
+ClickException, UsageError = _MRO["ClickException"], _MRO["UsageError"]
+
+
+class GuardedGroup(TyperGroup):
+    """The root command group: every exception becomes one line on stderr and an exit code."""
+
+    def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        _DEBUG[0] = errors.debug_enabled()
+        with errors.termination_signals():
+            try:
+                rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
+                                  standalone_mode=False, **extra)
+            except typer.Abort:
+                errors.print_error("aborted", None)
+                rv = 1
+            except ClickException as e:
+                if e.format_message().strip():   # (empty after `pic` alone printed its help)
+                    errors.print_error(_usage_line(e))
+                rv = e.exit_code
+            except (KeyboardInterrupt, errors.Terminated) as e:
+                message, rv = errors.describe(e)
+                errors.print_error(message, None)
+            except BrokenPipeError:
+                _quiet_stdout()
+                rv = 1
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (ClickException, typer.Exit, typer.Abort, BrokenPipeError,
+                KeyboardInterrupt, errors.Terminated):
+            raise
+        except Exception as e:  # noqa: BLE001 - the one place every other error is turned into a line
+            if _DEBUG[0]:
+                raise
+            errors.fail(e)
+
+
+_DEBUG = [False]
+
+
+def _usage_line(e: Any) -> str:
+    message = " ".join(e.format_message().split())
+    if isinstance(e, UsageError) and getattr(e, "ctx", None) is not None:
+        return f"{message} (see `{e.ctx.command_path} --help`)"
+    return message
+
+
+def _quiet_stdout() -> None:
+    """stdout was closed under us (``pic ... | head``): drop what is left unwritten."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
 
 app = typer.Typer(
     name="pic",
+    cls=GuardedGroup,
     help="How much prefill position-independent KV caching saves on your traffic, and what it costs.",
     no_args_is_help=True,
     add_completion=False,
@@ -27,11 +103,14 @@ def _version(value: bool) -> None:
 def _root(
     show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                       help="Print the version and exit."),
+    debug: bool = typer.Option(False, "--debug", help="Show the traceback of an unexpected error."),
 ) -> None:
     """How much prefill position-independent KV caching saves on your traffic, and what it costs.
 
     Typical flow: pic synth / pic ingest -> pic inspect -> pic replay -> pic report.
     """
+    if debug:
+        _DEBUG[0] = True
 
 
 #: command name -> module in pic.cli that defines ``command``

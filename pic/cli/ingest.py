@@ -30,6 +30,9 @@ def command(
         help="Hugging Face tokenizer.json (default: the built-in GPT-2-style tokenizer, no download).")] = None,
     skip_bad: Annotated[bool, typer.Option(
         "--skip-bad", help="Skip malformed rows (counted and reported) instead of stopping at the first.")] = False,
+    fail_empty: Annotated[bool, typer.Option(
+        "--fail-empty", help="Stop at a prompt with no text instead of skipping it (skipped and counted by "
+             "default: real logs hold image-only turns with the image stripped).")] = False,
     force: Annotated[bool, typer.Option(
         "--force", help="Replace an existing OUTPUT that pic did not write (never an input).")] = False,
 ) -> None:
@@ -62,7 +65,7 @@ def command(
                     bar.update(task, completed=done, total=total)
 
             result = ingest(list(sources), output, fmt=fmt, tokenizer=tokenizer, skip_bad=skip_bad,
-                            progress=progress, force=force)
+                            progress=progress, force=force, skip_empty=not fail_empty)
         _print_summary(result)
 
 
@@ -79,9 +82,11 @@ def _print_summary(r: IngestResult) -> None:
     table.add_row("tokenizer", r.tokenizer)
     mb = r.bytes_read / 1e6
     table.add_row("input read", f"{mb:,.1f} MB in {r.seconds:.2f} s ({mb / max(r.seconds, 1e-9):,.1f} MB/s)")
-    table.add_row("skipped rows", f"{r.num_skipped:,}")
+    table.add_row("skipped rows (bad / empty prompt)", f"{r.num_skipped:,} / {r.num_empty:,}")
     console.print(table)
+    if r.num_empty:
+        console.print(f"skipped {r.num_empty:,} rows with empty prompts")
     if r.skipped:
-        console.print(f"skipped {r.num_skipped:,} bad row(s):", highlight=False)
+        console.print(f"skipped {r.num_skipped:,} bad row(s):")
         for reason, n in sorted(r.skipped.items(), key=lambda kv: -kv[1]):
-            console.print(f"  {n:>8,}  {reason}", highlight=False, markup=False)
+            console.print(f"  {n:>8,}  {reason}")

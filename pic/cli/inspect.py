@@ -53,4 +53,9 @@ def _print_table(path: Path, s: dict) -> None:
                   f"{s['duration_s']:,.1f} s / " + (f"{rate:,.2f} req/s" if rate is not None else "all at t=0"))
     for kind, v in s["segments_by_kind"].items():
         table.add_row(f"  {kind} segments / tokens", f"{v['segments']:,} / {v['tokens']:,}")
+    meta = s.get("meta", {})
+    for key, label in (("empty_prompts_skipped", "rows with empty prompts skipped at ingest"),
+                       ("bad_rows_skipped", "bad rows skipped at ingest (--skip-bad)")):
+        if key in meta:
+            table.add_row(label, meta[key])
     console.print(table)

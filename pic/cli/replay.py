@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -17,12 +16,14 @@ from pic.cli.errors import (
     LimitOption,
     ReplicasOption,
     RouterOption,
+    SafeConsole,
     SeedOption,
     TokenBudgetOption,
     console,
     err_console,
     parse_sets,
     split_list,
+    styled,
     user_errors,
 )
 from pic.engine import policies as registry
@@ -144,9 +145,9 @@ def _print_table(result: RunResult, out: Path) -> None:
                       f"{p['recovery_beyond_prefix']:.1%}", f"{p['ttft_p50_s']:.3f}", f"{p['ttft_p99_s']:.3f}",
                       f"{p['energy_saved_vs_none']:.1%}", f"{p['energy_saved_vs_prefix']:+.1%}",
                       f"{p['peak_resident_bytes'] / 2**30:,.2f}", f"{p['evictions']:,}", f"{p['wall_seconds']:.2f}")
-    Console(width=max(console.width, 170)).print(table)
+    SafeConsole(width=max(console.width, 170)).print(table)
     if result.config.verify:
         lines = [f"{name}: {p['collisions']} hash collision(s)" for name, p in s["policies"].items()]
         bad = any(p["collisions"] for p in s["policies"].values())
-        console.print(("[bold red]" if bad else "[green]") + "--verify: every hit compared token by token; "
-                      + "; ".join(lines), highlight=False)
+        console.print(styled(("--verify: every hit compared token by token; " + "; ".join(lines),
+                               "bold red" if bad else "green")))

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from pic.cli.errors import console, err_console, user_errors
+from pic.cli.errors import console, err_console, print_warning, user_errors
 from pic.engine.report import Report, comparison_rows, make_report, scenario_title, to_json
 
 
@@ -71,7 +71,7 @@ def command(
     if rep is None:
         return
     for w in rep.data.warnings:
-        err_console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+        print_warning(w)
     out = err_console if as_json else console
     if plots:
         out.print(f"wrote {sum(p.suffix == '.png' for p in rep.written)} plots to {plots}", highlight=False)

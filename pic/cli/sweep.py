@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -21,6 +20,7 @@ from pic.cli.errors import (
     console,
     err_console,
     parse_sets,
+    print_error,
     split_list,
     user_errors,
 )
@@ -85,7 +85,7 @@ def command(
             capacities=tuple(parse_size(c) for c in split_list(capacity)), replay=base, num_jobs=jobs,
             backend="ray" if address else backend, address=address, force=force)
         with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TextColumn("{task.description}"), console=err_console, transient=True) as bar:
+                      TextColumn("{task.description}", markup=False), console=err_console, transient=True) as bar:
             task = bar.add_task("", total=None)
 
             def tick(res: CellResult, done: int, total: int) -> None:
@@ -98,11 +98,10 @@ def command(
         _print_grid(result)
     for r in result.cells:
         if r.status == "failed":
-            err_console.print(f"[bold red]failed:[/] {escape(f'{r.cell.run_dir}: {r.error}')}", highlight=False,
-                              soft_wrap=True)
+            print_error(f"{r.cell.run_dir}: {r.error}", "failed:")
     if result.count("failed"):
-        err_console.print(f"[bold red]error:[/] {result.count('failed')} of {len(result.cells)} cells failed "
-                          f"(see {output / 'sweep.json'}); re-run to retry them", highlight=False)
+        print_error(f"{result.count('failed')} of {len(result.cells)} cells failed (see {output / 'sweep.json'}); "
+                    "re-run to retry them")
         raise typer.Exit(code=1)
 
 

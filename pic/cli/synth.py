@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pic.cli.errors import console, user_errors
+from pic.cli.errors import console, styled, user_errors
 from pic.traces import synth as synth_lib
 from pic.traces.io import write_trace
 from pic.traces.outputs import check_output, is_pic_trace
@@ -97,7 +97,7 @@ def command(
             task = bar.add_task(f"{name} (seed {seed})", total=requests)
             trace = synth_lib.synth(name, requests, seed, markers=markers,
                                     progress=lambda n: bar.update(task, completed=n), **knobs)
-        with console.status(f"writing {output}..."):
+        with console.status(styled(f"writing {output}...")):
             write_trace(trace, output)
         _print_summary(name, output, synth_lib.summarize(trace))
 

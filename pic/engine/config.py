@@ -7,43 +7,31 @@ import typing
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pic.traces.options import build_config, coerce_fields, coerce_value, default_range  # noqa: F401 - build_config re-exported
+
 ROUTERS = ("round-robin", "least-loaded", "cache-aware")
 #: metrics a goodput SLO may bound (vLLM --goodput keys)
 SLO_KEYS = ("ttft", "tpot", "e2el")
+#: bounds of what is physically meaningful (each replica is simulated; a step's token budget is a batch)
+MAX_REPLICAS = 4096
+MAX_TOKEN_BUDGET = 1 << 24
+#: largest finite cache capacity (1 EiB per replica); beyond it, say ``inf``
+MAX_CAPACITY_BYTES = float(1 << 60)
+MAX_SEED = (1 << 63) - 1
+
 
 
 def coerce_option(value: Any, typ: Any, key: str) -> Any:
-    """``value`` (a ``--set`` string) as type ``typ``; non-strings pass through. Raises ``ValueError``
-    naming ``key``."""
-    if not isinstance(value, str):
-        return value
-    origin = typing.get_origin(typ)
-    if typ is bool:
-        low = value.lower()
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(f"{key}: expected a boolean, got {value!r}")
-    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
-        args = [a for a in typing.get_args(typ) if a is not type(None)]
-        if value.lower() in ("none", "null"):
-            return None
-        return coerce_option(value, args[0], key)
-    try:
-        if typ is int:
-            return int(float(value)) if value.replace(".", "", 1).replace("e", "", 1).isdigit() else int(value)
-        if typ is float:
-            return float(value)
-    except ValueError:
-        raise ValueError(f"{key}: expected {typ.__name__}, got {value!r}") from None
-    return value
+    """``value`` (a ``--set`` string) as type ``typ``, range-checked by ``traces.options`` defaults;
+    non-strings pass through the same checks. Raises ``ValueError`` naming ``key``."""
+    base = next((a for a in typing.get_args(typ) if a is not type(None)), typ)
+    return coerce_value(value, typ, key, default_range(key.rsplit(".", 1)[-1], base))
 
 
 def coerce_overrides(cfg_cls: type, overrides: dict[str, Any], scope: str) -> dict[str, Any]:
-    """``{field: value}`` with each value coerced to ``cfg_cls``'s field type (keys must be fields)."""
-    hints = typing.get_type_hints(cfg_cls)
-    return {k: coerce_option(v, hints[k], f"{scope}.{k}") for k, v in overrides.items()}
+    """``{field: value}`` with each value coerced to ``cfg_cls``'s field type and range (keys must be
+    fields; a field's ``metadata={"range": (lo, hi)}`` overrides the default range)."""
+    return coerce_fields(cfg_cls, overrides, scope)
 
 
 def _h(text: str) -> dict[str, str]:
@@ -89,13 +77,18 @@ class ReplayConfig:
         if len(set(self.policies)) != len(self.policies):
             raise ValueError(f"policies: duplicate name in {', '.join(self.policies)}")
         if not self.capacity_bytes > 0:
-            raise ValueError(f"capacity_bytes: must be > 0, got {self.capacity_bytes}")
-        if self.replicas < 1:
-            raise ValueError(f"replicas: must be >= 1, got {self.replicas}")
+            raise ValueError(f"capacity: must be > 0, got {self.capacity_bytes}")
+        if not math.isinf(self.capacity_bytes) and self.capacity_bytes > MAX_CAPACITY_BYTES:
+            raise ValueError(f"capacity: {self.capacity_bytes:g} B is over 1 EiB per replica; use inf for an "
+                             "unbounded cache")
+        if not 1 <= self.replicas <= MAX_REPLICAS:
+            raise ValueError(f"replicas: must be 1 to {MAX_REPLICAS} (each replica is simulated), got {self.replicas}")
         if self.router not in ROUTERS:
             raise ValueError(f"router: unknown {self.router!r}; known: {', '.join(ROUTERS)}")
-        if self.token_budget < 1:
-            raise ValueError(f"token_budget: must be >= 1, got {self.token_budget}")
+        if not 1 <= self.token_budget <= MAX_TOKEN_BUDGET:
+            raise ValueError(f"token_budget: must be 1 to {MAX_TOKEN_BUDGET:,} tokens per step, got {self.token_budget}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"seed: must be 0 to 2**63-1, got {self.seed}")
         if self.max_requests is not None and self.max_requests < 1:
             raise ValueError(f"max_requests: must be >= 1, got {self.max_requests}")
         if not (math.isfinite(self.time_scale) and self.time_scale > 0):
@@ -145,8 +138,10 @@ def parse_size(text: str) -> float:
         value = float(num) * mult
     except ValueError:
         raise ValueError(f"size {text!r}: expected a number with K/M/G/KiB/MiB/GiB or 'inf'") from None
-    if not value > 0 or math.isnan(value):
+    if math.isnan(value) or not value > 0:
         raise ValueError(f"size {text!r}: must be > 0")
+    if value > MAX_CAPACITY_BYTES:
+        raise ValueError(f"size {text!r}: over 1 EiB; write inf for an unbounded cache")
     return float(value)
 
 

@@ -21,7 +21,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from pic.engine import policies as registry
-from pic.engine.config import ReplayConfig, coerce_overrides
+from pic.engine.config import ReplayConfig, build_config
 from pic.engine.cost import CostConfig, CostModel
 from pic.engine.latency import serving_summary
 from pic.engine.metrics import SUMMARY_VERSION, request_frame, summarize
@@ -49,8 +49,15 @@ class RunResult:
 
 
 def read_trace_file(path: str | os.PathLike) -> Trace:
-    """Read a canonical ``.parquet`` trace, or any raw log the ingest readers accept."""
-    if Path(path).suffix == ".parquet":
+    """Read a canonical trace (Parquet, recognised by its bytes, whatever the suffix), or any raw log the
+    ingest readers accept."""
+    from pic.traces.outputs import is_parquet, is_stream
+    from pic.traces.schema import TraceError
+
+    if is_stream(path):
+        raise TraceError(str(path), None, "path", "is a pipe, not a file: a trace must be read more than once; "
+                         "save it to a file first (or `pic ingest --format FORMAT <(...) -o t.parquet`)")
+    if Path(path).suffix.lower() == ".parquet" or is_parquet(path):
         from pic.traces.io import read_trace
         return read_trace(path)
     from pic.traces.ingest import read_sources
@@ -127,7 +134,7 @@ def cost_config(overrides: dict[str, Any]) -> CostConfig:
     unknown = sorted(set(overrides) - set(known))
     if unknown:
         raise ValueError(f"unknown cost option(s): {', '.join(unknown)}; known: {', '.join(known)}")
-    return CostConfig(**coerce_overrides(CostConfig, overrides, "cost"))
+    return build_config(CostConfig, overrides, "cost")
 
 
 def check_config(config: ReplayConfig) -> tuple[Any, Any, CostModel, dict[str, Any]]:
@@ -161,6 +168,8 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
     ``command``: the command line that asked for it, recorded in config.json with the pic version and the
     trace's path and content digest (``engine.runconfig.provenance``)."""
     model, gpu, cost, _ = check_config(config)
+    if trace.num_requests == 0:
+        raise ValueError(f"{trace.source}: requests: the trace has no requests; nothing to replay")
     work = workload_from_trace(trace, config.max_requests)
     arrivals, time_factor = retime(work.arrival_us, config.time_scale, config.rate)
     work = dataclasses.replace(work, arrival_us=arrivals)

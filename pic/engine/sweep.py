@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from pic.engine.config import ReplayConfig
 from pic.engine.replay import _json, check_config, read_trace_file, replay, write_run
 from pic.engine.specs import model_from_name
-from pic.traces.outputs import atomic_path, check_output, claim_dir
+from pic.traces.outputs import atomic_path, check_output, claim_dir, is_parquet, is_stream
 from pic.traces.schema import SCHEMA_KEY, Trace
 
 SWEEP_VERSION = 1
@@ -277,7 +277,9 @@ def _slug(text: str) -> str:
 def _check_trace(path: Path) -> None:
     if not path.exists():
         raise ValueError(f"{path}: no such trace file")
-    if path.suffix == ".parquet":
+    if is_stream(path):
+        raise ValueError(f"{path}: is a pipe, not a file: a sweep reads each trace in several workers")
+    if path.suffix.lower() == ".parquet" or is_parquet(path):
         try:
             meta = pq.read_schema(path).metadata or {}
         except Exception as e:  # noqa: BLE001 - pyarrow raises several types
@@ -289,8 +291,8 @@ def _check_trace(path: Path) -> None:
 def _check_same_config(run_dir: Path, cfg: ReplayConfig) -> None:
     """A complete run dir is reused only if it replayed exactly this cell's config."""
     try:
-        old = json.loads((run_dir / "config.json").read_text()).get("replay")
-    except (OSError, json.JSONDecodeError):
+        old = json.loads((run_dir / "config.json").read_text(encoding="utf-8")).get("replay")
+    except (OSError, ValueError, RecursionError, AttributeError):
         old = None
     want = json.loads(json.dumps(cfg.to_dict(), default=_json))
     if old != want:

@@ -32,6 +32,7 @@ class IngestResult:
     seconds: float = field(metadata={"help": "wall time of read + write"})
     formats: dict[str, str] = field(default_factory=dict, metadata={"help": "input file -> format"})
     tokenizer: str = field(default="builtin", metadata={"help": "tokenizer name ('none' for text-free formats)"})
+    num_empty: int = field(default=0, metadata={"help": "rows skipped because their prompt has no text"})
 
     @property
     def num_skipped(self) -> int:
@@ -40,16 +41,16 @@ class IngestResult:
 
 def read_sources(sources: list[Path], *, fmt: str = "auto", tokenizer: str | Path | Tokenizer | None = None,
                  skip_bad: bool = False, progress: Callable[[int, int], None] | None = None,
-                 ) -> tuple[Trace, Rows, dict[str, str], int]:
+                 skip_empty: bool = True) -> tuple[Trace, Rows, dict[str, str], int]:
     """Read ``sources`` into an in-memory trace: ``(trace, rows, {file: format}, bytes read)``."""
     check_format(fmt)
     return read_files(expand([Path(s) for s in sources], fmt), tokenizer=tokenizer, skip_bad=skip_bad,
-                      progress=progress)
+                      progress=progress, skip_empty=skip_empty)
 
 
 def read_files(files: list[tuple[Path, str]], *, tokenizer: str | Path | Tokenizer | None = None,
                skip_bad: bool = False, progress: Callable[[int, int], None] | None = None,
-               ) -> tuple[Trace, Rows, dict[str, str], int]:
+               skip_empty: bool = True) -> tuple[Trace, Rows, dict[str, str], int]:
     """:func:`read_sources` of already expanded ``(file, format)`` pairs."""
     tok = load_tokenizer(tokenizer)
     total = sum(os.path.getsize(p) for p, _ in files)
@@ -61,13 +62,15 @@ def read_files(files: list[tuple[Path, str]], *, tokenizer: str | Path | Tokeniz
         if progress is not None:
             progress(done, total)
 
-    rows = Rows(skip_bad=skip_bad)
+    rows = Rows(skip_bad=skip_bad, skip_empty=skip_empty)
     for path, name in files:
         READERS[name].read(path, rows, tokenizer=tok, progress=tick)
     label = str(files[0][0].parent if len(files) > 1 else files[0][0])
     if len(rows) == 0:
-        why = f" ({sum(rows.skipped.values())} bad rows skipped)" if rows.skipped else ""
-        raise TraceError(label, None, "requests", f"no valid requests in the input{why}")
+        why = [f"{sum(rows.skipped.values())} bad rows skipped"] if rows.skipped else []
+        why += [f"{rows.num_empty} rows with empty prompts skipped"] if rows.num_empty else []
+        raise TraceError(label, None, "requests", "no valid requests in the input"
+                         + (f" ({', '.join(why)})" if why else ""))
     formats = {str(p): n for p, n in files}
     used = set(formats.values())
     trace = rows.build(label, meta={"source_format": ",".join(sorted(used)),
@@ -77,11 +80,12 @@ def read_files(files: list[tuple[Path, str]], *, tokenizer: str | Path | Tokeniz
 
 def ingest(sources: list[Path], out: Path, *, fmt: str = "auto", tokenizer: str | Path | Tokenizer | None = None,
            skip_bad: bool = False, progress: Callable[[int, int], None] | None = None,
-           force: bool = False) -> IngestResult:
+           force: bool = False, skip_empty: bool = True) -> IngestResult:
     """Read ``sources`` (files or directories) in format ``fmt`` and write the trace to ``out``.
 
     ``tokenizer``: None for the built-in one, or a path to a Hugging Face ``tokenizer.json``.
     ``skip_bad``: count and skip malformed rows instead of failing on the first one.
+    ``skip_empty``: skip (and count) rows whose prompt has no text; off: such a row is an error.
     ``progress(bytes_done, bytes_total)`` is called as input is consumed.
     Raises :class:`~traces.schema.TraceError` (``file:line: field: problem``) on bad input; the output is
     written to a temporary name and renamed only when complete, so a failure leaves no file behind.
@@ -94,8 +98,9 @@ def ingest(sources: list[Path], out: Path, *, fmt: str = "auto", tokenizer: str 
     files = expand([Path(s) for s in sources], fmt)
     inputs = [*sources, *(p for p, _ in files), tokenizer if isinstance(tokenizer, (str, Path)) else None]
     check_output(out, inputs=inputs, force=force, kind="file", own=is_pic_trace, option="--output")
-    trace, rows, formats, nbytes = read_files(files, tokenizer=tokenizer, skip_bad=skip_bad, progress=progress)
+    trace, rows, formats, nbytes = read_files(files, tokenizer=tokenizer, skip_bad=skip_bad, progress=progress,
+                                              skip_empty=skip_empty)
     write_trace(trace, out)
     return IngestResult(trace=trace, out=out, num_requests=trace.num_requests, num_prompt_tokens=rows.num_tokens,
                         skipped=dict(rows.skipped), bytes_read=nbytes, seconds=time.perf_counter() - t0,
-                        formats=formats, tokenizer=trace.meta.get("tokenizer", "builtin"))
+                        formats=formats, tokenizer=trace.meta.get("tokenizer", "builtin"), num_empty=rows.num_empty)

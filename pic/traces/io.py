@@ -17,7 +17,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pic.traces.outputs import atomic_dir, atomic_path  # noqa: F401 - re-exported: the output-safety helpers
+from pic.traces.outputs import atomic_dir, atomic_path, is_stream  # noqa: F401 - atomic_*: re-exported
 from pic.traces.schema import KINDS, SCHEMA_KEY, SCHEMA_VERSION, Segments, Trace, TraceError
 
 _KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
@@ -93,14 +93,36 @@ def read_trace(path: str | os.PathLike) -> Trace:
     path = Path(path)
     if not path.exists():
         raise TraceError(str(path), None, "path", "no such file")
+    if path.is_dir():
+        raise TraceError(str(path), None, "path", "is a folder, not a trace file")
+    if is_stream(path):
+        raise TraceError(str(path), None, "path", "is a pipe, not a file: save the trace to a file first")
     try:
-        pf = pq.ParquetFile(path)
+        fh = open(path, "rb")   # NOTE: pyarrow gets a file object, so any file name works (not UTF-8 too)
+    except OSError as e:
+        raise TraceError(str(path), None, "file", f"cannot read: {(e.strerror or str(e)).lower()}") from None
+    with fh:
+        try:
+            return _read_open(path, fh)
+        except TraceError:
+            raise
+        except (pa.ArrowException, pl.exceptions.PolarsError, OverflowError) as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise TraceError(str(path), None, "file", f"cannot read as a pic trace: {first[:200]}") from None
+
+
+def _read_open(path: Path, fh) -> Trace:
+    try:
+        pf = pq.ParquetFile(fh)
     except Exception as e:  # noqa: BLE001 - pyarrow raises several types
         raise TraceError(str(path), None, "file", f"not a Parquet file ({e.__class__.__name__})") from None
     meta = pf.schema_arrow.metadata or {}
     if SCHEMA_KEY not in meta:
         raise TraceError(str(path), None, "metadata", "not a pic trace (no pic.schema_version)")
-    ver = meta[SCHEMA_KEY].decode()
+    try:
+        ver = meta[SCHEMA_KEY].decode()
+    except UnicodeDecodeError:
+        raise TraceError(str(path), None, "metadata", "schema version is not UTF-8 text") from None
     if ver != str(SCHEMA_VERSION):
         raise TraceError(str(path), None, "metadata", f"schema version {ver}, this pic reads {SCHEMA_VERSION}")
     names = set(pf.schema_arrow.names)
@@ -131,6 +153,6 @@ def read_trace(path: str | os.PathLike) -> Trace:
     )
     requests = pl.from_arrow(reqt.select(list(REQUEST_FIELDS)))
     requests = requests.cast({"output_tokens": pl.Int32, "segment_ids": pl.List(pl.UInt64)})
-    user_meta = {k.decode()[4:]: v.decode() for k, v in meta.items()
+    user_meta = {k.decode(errors="replace")[4:]: v.decode(errors="replace") for k, v in meta.items()
                  if k.startswith(b"pic.") and k != SCHEMA_KEY}
     return Trace(segments=segments, requests=requests, source=str(path), meta=user_meta)

@@ -230,8 +230,11 @@ def pic_files(path: str | os.PathLike, kind: str) -> tuple[str, ...] | None:
 
 
 def is_parquet(path: str | os.PathLike) -> bool:
-    """True if ``path`` is a regular file that starts and ends with Parquet's magic bytes."""
+    """True if ``path`` is a regular file that starts and ends with Parquet's magic bytes (a pipe is never
+    opened: reading would consume it, or block)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
         with open(path, "rb") as f:
             if f.read(4) != PARQUET_MAGIC:
                 return False
@@ -239,6 +242,15 @@ def is_parquet(path: str | os.PathLike) -> bool:
             return f.read(4) == PARQUET_MAGIC
     except OSError:
         return False
+
+
+def is_stream(path: str | os.PathLike) -> bool:
+    """True if ``path`` is a pipe or a character device (``<(cat f)``, ``/dev/stdin``): readable once."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
 
 
 def is_pic_trace(path: str | os.PathLike) -> bool:
@@ -283,7 +295,7 @@ def remove_stale_temps(path: str | os.PathLike) -> int:
         entries = os.listdir(path.parent)
     except OSError:
         return 0
-    new = re.compile(re.escape(f".{path.name}.") + r"(\d+)\.[0-9a-f]{8}" + re.escape(TMP_SUFFIX) + "$")
+    new = re.compile(re.escape(f".{_utf8(path.name)}.") + r"(\d+)\.[0-9a-f]{8}" + re.escape(TMP_SUFFIX) + "$")
     old = re.compile(re.escape(f".{path.name}.") + r"[A-Za-z0-9_]{8}\.tmp$")
     removed = 0
     now = time.time()
@@ -392,7 +404,12 @@ def _make_parent(path: Path) -> None:
 
 
 def _tmp_name(name: str) -> str:
-    return f".{name}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
+    return f".{_utf8(name)}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
+
+
+def _utf8(name: str) -> str:
+    """``name`` with undecodable bytes replaced: temp names must pass through libraries that need UTF-8."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _alive(pid: int) -> bool:

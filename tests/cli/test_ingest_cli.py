@@ -33,7 +33,7 @@ def test_passes_options_to_library(tmp_path, monkeypatch):
     src, out = _tokens_file(tmp_path), tmp_path / "o.parquet"
     res = runner.invoke(app, ["ingest", str(src), "-o", str(out), "--format", "tokens", "--skip-bad"])
     assert res.exit_code == 0, res.output
-    assert calls == [([src], out, {"fmt": "tokens", "tokenizer": None, "skip_bad": True, "force": False})]
+    assert calls == [([src], out, {"fmt": "tokens", "tokenizer": None, "skip_bad": True, "force": False, "skip_empty": True})]
 
 
 def test_summary_table(tmp_path):

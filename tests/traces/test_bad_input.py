@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pic.cli.app import app
+from pic.traces.formats._base import SKIP_BAD_HINT
 from pic.traces.ingest import ingest
 from pic.traces.io import read_trace
 from pic.traces.schema import TraceError
@@ -78,7 +79,8 @@ CASES = [
     ("azure-bad-int", "az.csv", AZ + "2023-11-16 18:17:03,abc,1\n", "auto",
      r"2: ContextTokens: expected an integer, got 'abc'"),
     ("azure-bad-time", "az.csv", AZ + "yesterday,5,1\n", "auto", r"2: TIMESTAMP: not a date-time or number"),
-    ("azure-zero-context", "az.csv", AZ + "2023-11-16 18:17:03,0,1\n", "auto", r"2: ContextTokens: must be >= 1, got 0"),
+    ("azure-zero-context", "az.csv", AZ + "2023-11-16 18:17:03,0,1\n", "auto",
+     r" requests: no valid requests in the input \(1 rows with empty prompts skipped\)"),
     ("azure-nan-time", "az.csv", AZ + "nan,5,1\n", "auto", r"2: TIMESTAMP: not a finite number"),
     ("azure-short-row", "az.csv", AZ + "2023-11-16 18:17:03,5\n", "auto", r"2: row: expected 3 columns, got 2"),
     ("sharegpt-truncated", "sg.json", _sharegpt({"id": "a", "conversations": SG_TURNS})[:-8], "auto",
@@ -146,6 +148,20 @@ def test_bad_input_library(tmp_path, name, content, fmt, expect):
     assert "\n" not in msg
     assert re.match(re.escape(str(src)) + ":" + expect, msg), msg
     _assert_nothing_written(out)
+
+
+@pytest.mark.parametrize(("name", "content", "fmt", "expect"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_row_errors_end_with_the_skip_bad_hint(tmp_path, name, content, fmt, expect):
+    """A row error ends with the hint to pass --skip-bad exactly when --skip-bad would go past it (#10)."""
+    src = _write(tmp_path, name, content)
+    with pytest.raises(TraceError) as e:
+        ingest([src], tmp_path / "a.parquet", fmt=fmt)
+    try:
+        ingest([src], tmp_path / "b.parquet", fmt=fmt, skip_bad=True)
+        helps = True
+    except TraceError as again:
+        helps = str(again) != str(e.value)
+    assert str(e.value).endswith(SKIP_BAD_HINT) == helps, str(e.value)
 
 
 def test_fifty_megabyte_line(tmp_path):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from pic.engine.config import coerce_overrides
+from pic.engine.config import build_config
 from pic.engine.policies.base import CachePolicy, PolicyContext, PolicyStats, RequestView, Usage
 
 _REGISTRY: dict[str, type[CachePolicy]] = {}
@@ -87,7 +87,7 @@ def make_config(name: str, overrides: dict[str, Any] | None = None) -> Any:
     if unknown:
         raise ValueError(f"unknown option(s) for policy {name!r}: {', '.join(unknown)}; "
                          f"known: {', '.join(sorted(fields)) or '(none)'}")
-    return cfg_cls(**coerce_overrides(cfg_cls, overrides, name))
+    return build_config(cfg_cls, overrides, name)
 
 
 def build(name: str, ctx: PolicyContext, overrides: dict[str, Any] | None = None) -> CachePolicy:

@@ -220,9 +220,15 @@ def _labels(paths: list[Path], hints: list[str | None]) -> list[str]:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        obj = json.loads(path.read_text())
+        obj = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    except RecursionError:
+        raise ValueError(f"{path}: invalid JSON: nested too deeply to read") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    except ValueError as e:   # e.g. an integer of more than 4300 digits
+        raise ValueError(f"{path}: invalid JSON: {str(e)[:80]}") from None
     if not isinstance(obj, dict):
         raise ValueError(f"{path}: expected a JSON object, got {type(obj).__name__}")
     return obj
@@ -255,7 +261,7 @@ def _load_one(d: Path, label: str) -> tuple[RunInfo, pl.DataFrame]:
 
 def _read_requests(path: Path) -> pl.DataFrame:
     try:
-        df = pl.read_parquet(path)
+        df = pl.read_parquet(path, glob=False)   # NOTE: a "[" in a folder name is not a glob pattern
     except Exception as e:  # polars raises several kinds on corrupt files
         raise ValueError(f"{path}: not a readable Parquet file ({type(e).__name__})") from None
     if any(c not in df.columns for c in _DERIVED) and {"finish_us", "first_token_us", "arrival_us",

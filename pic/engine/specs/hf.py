@@ -8,6 +8,7 @@ Mamba-2), OLMo-Hybrid (``olmo_hybrid``: Gated DeltaNet, 3:1 by default). Multimo
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +17,26 @@ from pic.engine.specs.models import ModelSpec
 _KIND_MAP = {"attention": "attn", "full_attention": "attn", "sliding_attention": "attn", "attn": "attn",
              "linear_attention": "gdn", "gdn": "gdn", "mamba": "mamba2", "mamba2": "mamba2"}
 _DTYPES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "float8_e4m3fn": 1}
+#: largest value any shape field may take (layers, widths, heads, experts, vocabulary): far above every
+#: published model, small enough that sizes derived from it stay exact
+MAX_DIM = 1 << 24
 
 
 def _read(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
-        raise ValueError(f"{path}: cannot read config: {e.strerror or e}") from None
+        raise ValueError(f"{path}: cannot read config: {(e.strerror or str(e)).lower()}") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: config is not UTF-8 text (byte {e.start})") from None
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    except RecursionError:
+        raise ValueError(f"{path}: invalid JSON: nested too deeply to read") from None
+    except ValueError as e:   # e.g. an integer of more than 4300 digits
+        raise ValueError(f"{path}: invalid JSON: {str(e)[:80]}") from None
     if not isinstance(cfg, dict):
         raise ValueError(f"{path}: top level must be a JSON object")
     inner = cfg.get("text_config")
@@ -41,23 +51,39 @@ class _Fields:
     def __init__(self, path: Path, cfg: dict[str, Any]) -> None:
         self.path, self.cfg = path, cfg
 
-    def int(self, *keys: str, default: int | None = None) -> int:
+    def int(self, *keys: str, default: int | None = None, minimum: int = 0) -> int:
         for k in keys:
             v = self.cfg.get(k)
             if v is None:
                 continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 0:
-                raise ValueError(f"{self.path}: {k}: expected a non-negative integer, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or (
+                    isinstance(v, float) and not (math.isfinite(v) and v.is_integer())):
+                raise ValueError(f"{self.path}: {k}: expected a non-negative integer, got {_show(v)}")
+            if not minimum <= v <= MAX_DIM:
+                raise ValueError(f"{self.path}: {k}: {_show(v)} is out of range ({minimum} to {MAX_DIM:,})")
             return int(v)
         if default is None:
             raise ValueError(f"{self.path}: {keys[0]}: missing (required)")
         return default
 
+    def float(self, key: str, default: float, lo: float, hi: float) -> float:
+        v = self.cfg.get(key)
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+            raise ValueError(f"{self.path}: {key}: expected a number from {lo:g} to {hi:g}, got {_show(v)}")
+        return float(v)
+
+
+def _show(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
 
 def _layer_kinds(path: Path, cfg: dict[str, Any], num_layers: int) -> tuple[str, ...]:
     types = cfg.get("layer_types") or cfg.get("layers_block_type")
     if types is None and cfg.get("model_type") in ("qwen3_next", "olmo_hybrid"):
-        interval = int(cfg.get("full_attention_interval", 4))   # OLMo-Hybrid: layers i % 4 == 3 attend
+        interval = _Fields(path, cfg).int("full_attention_interval", default=4, minimum=1)   # OLMo-Hybrid: i % 4 == 3
         types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(num_layers)]
     if types is None:
         return ()
@@ -65,8 +91,8 @@ def _layer_kinds(path: Path, cfg: dict[str, Any], num_layers: int) -> tuple[str,
         raise ValueError(f"{path}: layer_types: expected a list of {num_layers} layer names")
     kinds = []
     for i, t in enumerate(types):
-        if t not in _KIND_MAP:
-            raise ValueError(f"{path}: layer_types[{i}]: unknown layer type {t!r} (known: {sorted(_KIND_MAP)})")
+        if not isinstance(t, str) or t not in _KIND_MAP:
+            raise ValueError(f"{path}: layer_types[{i}]: unknown layer type {_show(t)} (known: {sorted(_KIND_MAP)})")
         kinds.append(_KIND_MAP[t])
     return () if all(k == "attn" for k in kinds) else tuple(kinds)
 
@@ -111,7 +137,7 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
         if heads == 0:
             raise ValueError(f"{path}: num_attention_heads: must be > 0")
         nope_pos = cfg.get("position_embedding_type") == "nope" or cfg.get("use_rope") is False
-        rotary = 0.0 if nope_pos else float(cfg.get("partial_rotary_factor") or 1.0)
+        rotary = 0.0 if nope_pos else (f.float("partial_rotary_factor", 1.0, 0.0, 1.0) or 1.0)
         kv = {"attention": "gqa", "head_dim": f.int("head_dim", default=hidden // heads),
                   "num_kv_heads": f.int("num_key_value_heads", default=heads), "rotary_fraction": rotary}
     num_experts = f.int("n_routed_experts", "num_experts", "num_local_experts", default=0)
@@ -144,5 +170,5 @@ def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec
         return ModelSpec(name=name or _name_for(path), num_layers=num_layers, hidden_size=hidden, num_heads=heads,
                          layer_kinds=kinds, vocab_size=f.int("vocab_size", default=0),
                          dtype_bytes=_DTYPES.get(dtype, 2), **kv, **moe, **rec)
-    except ValueError as e:
+    except (ValueError, ZeroDivisionError, OverflowError) as e:
         raise ValueError(f"{path}: {e}") from None

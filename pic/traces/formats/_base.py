@@ -5,8 +5,11 @@ reader), turns each row into segments added to a shared :class:`~traces.schema.S
 appends one request to a shared :class:`Rows`. :meth:`Rows.build` then sorts by arrival, numbers the
 requests 0..R-1 and returns a validated :class:`~traces.schema.Trace`.
 
-Bad rows raise :class:`~traces.schema.TraceError` (``file:line: field: problem``) unless the
-:class:`Rows` was made with ``skip_bad=True``, in which case they are counted by reason and skipped.
+Bad rows raise :class:`~traces.schema.TraceError` (``file:line: field: problem``, ending with the hint
+:data:`SKIP_BAD_HINT`) unless the :class:`Rows` was made with ``skip_bad=True``, in which case they are
+counted by reason and skipped. A row whose prompt has no tokens at all (real logs hold image-only turns
+with the image stripped) is not malformed: it is skipped and counted (:meth:`Rows.empty`) unless the
+Rows was made with ``skip_empty=False``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,16 @@ from pic.traces.schema import SegmentTable, Trace, TraceError, requests_frame
 
 #: a single input line longer than this is rejected (it would otherwise sit in memory whole)
 MAX_LINE_BYTES = 16 * 1024 * 1024
+#: what the canonical schema holds: arrival_us is int64 µs, output_tokens int32
+MAX_TIME_US = (1 << 63) - 1
+MAX_OUTPUT_TOKENS = (1 << 31) - 1
+#: longest prompt pic reads (tokens); far above any model's context window, small enough to allocate
+MAX_PROMPT_TOKENS = 1 << 24
+#: message for JSON nested deeper than Python's parser goes (RecursionError)
+TOO_DEEP = "nested too deeply to read (JSON depth over ~1000)"
+UTF8_BOM = b"\xef\xbb\xbf"
+#: the end of every row error: the way to go on past bad rows
+SKIP_BAD_HINT = "pass --skip-bad to skip bad rows"
 
 Progress = Callable[[int], None]  # called with the number of NEW bytes consumed
 
@@ -35,9 +48,11 @@ class SkipRow(Exception):
 class Rows:
     """Column lists of request rows from one or more input files, plus skip accounting."""
 
-    def __init__(self, *, skip_bad: bool = False) -> None:
+    def __init__(self, *, skip_bad: bool = False, skip_empty: bool = True) -> None:
         self.skip_bad = skip_bad
+        self.skip_empty = skip_empty
         self.skipped: Counter[str] = Counter()
+        self.num_empty = 0  # rows skipped because their prompt has no tokens
         self.segments = SegmentTable()
         self.session_id: list[str] = []
         self.agent_id: list[str] = []
@@ -57,12 +72,20 @@ class Rows:
         return len(self.arrival_us)
 
     def bad(self, path: str | Path, line: int | None, field: str, message: str) -> SkipRow:
-        """Raise the TraceError for a bad row, or count it and return :class:`SkipRow` to raise."""
-        err = TraceError(str(path), line, field, message)
+        """Raise the TraceError for a bad row (ending with :data:`SKIP_BAD_HINT`), or count it and return
+        :class:`SkipRow` to raise."""
         if not self.skip_bad:
-            raise err
+            raise TraceError(str(path), line, field, f"{message}; {SKIP_BAD_HINT}")
         self.skipped[f"{field}: {message}"] += 1
-        return SkipRow(str(err))
+        return SkipRow(f"{path}:{line}: {field}: {message}")
+
+    def empty(self, path: str | Path, line: int | None, field: str) -> SkipRow:
+        """A row whose prompt has no tokens: counted and skipped (return :class:`SkipRow` to raise), or an
+        error when ``skip_empty`` is off."""
+        if not self.skip_empty:
+            raise self.bad(path, line, field, "empty prompt (no text)")
+        self.num_empty += 1
+        return SkipRow(f"{path}:{line}: {field}: empty prompt")
 
     def add(self, *, session_id: str, agent_id: str, arrival_us: int, output_tokens: int,
             segment_ids: list[int], num_tokens: int) -> None:
@@ -87,8 +110,11 @@ class Rows:
             "output_tokens": [self.output_tokens[i] for i in order],
             "segment_ids": [self.segment_ids[i] for i in order],
         })
+        counts = {"empty_prompts_skipped": str(self.num_empty)} if self.num_empty else {}
+        if self.skipped:
+            counts["bad_rows_skipped"] = str(sum(self.skipped.values()))
         return Trace(self.segments.build(), df, source=source,
-                     meta={"arrival_origin_us": str(origin), **(meta or {})})
+                     meta={"arrival_origin_us": str(origin), **counts, **(meta or {})})
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +142,8 @@ def iter_lines(path: Path, progress: Progress | None = None,
             lineno += 1
             if progress is not None:
                 progress(len(raw))
+            if lineno == 1 and raw.startswith(UTF8_BOM):
+                raw = raw[len(UTF8_BOM):]
             if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
                 size = len(raw)
                 while raw and not raw.endswith(b"\n"):  # drain the rest of the long line
@@ -144,6 +172,10 @@ def iter_json_lines(path: Path, rows: Rows, progress: Progress | None = None,
                 obj = json.loads(text)
             except json.JSONDecodeError as e:
                 raise rows.bad(path, lineno, "json", f"invalid JSON ({e.msg} at column {e.colno})") from None
+            except RecursionError:
+                raise rows.bad(path, lineno, "json", TOO_DEEP) from None
+            except ValueError as e:   # e.g. an integer of more than 4300 digits
+                raise rows.bad(path, lineno, "json", f"invalid JSON ({clip(str(e))})") from None
             if not isinstance(obj, dict):
                 raise rows.bad(path, lineno, "json", f"expected an object, got {type(obj).__name__}")
         except SkipRow:
@@ -152,8 +184,8 @@ def iter_json_lines(path: Path, rows: Rows, progress: Progress | None = None,
 
 
 def get_int(obj: dict, key: str, rows: Rows, path: Path, line: int, *, default: int | None = None,
-            minimum: int = 0) -> int:
-    """``obj[key]`` as an int >= ``minimum`` (integral floats accepted); bad/missing -> rows.bad."""
+            minimum: int = 0, maximum: int = MAX_TIME_US) -> int:
+    """``obj[key]`` as an int in ``[minimum, maximum]`` (integral floats accepted); bad/missing -> rows.bad."""
     if key not in obj or obj[key] is None:
         if default is not None:
             return default
@@ -169,6 +201,8 @@ def get_int(obj: dict, key: str, rows: Rows, path: Path, line: int, *, default: 
         v = int(v)
     if v < minimum:
         raise rows.bad(path, line, key, f"must be >= {minimum}, got {v}")
+    if v > maximum:
+        raise rows.bad(path, line, key, f"{v} is out of range (at most {maximum:,})")
     return v
 
 
@@ -183,8 +217,21 @@ def get_time_us(obj: dict, keys: tuple[tuple[str, float], ...], rows: Rows, path
                 raise rows.bad(path, line, key, f"not a finite number ({v})")
             if v < 0:
                 raise rows.bad(path, line, key, f"negative timestamp {v}")
-            return int(v) * int(scale) if isinstance(v, int) and scale >= 1 else int(round(v * scale))
+            us = int(v) * int(scale) if isinstance(v, int) and scale >= 1 else v * scale
+            if us > MAX_TIME_US:
+                raise rows.bad(path, line, key, f"{v} is out of range (arrivals are stored as int64 microseconds)")
+            return int(us) if isinstance(us, int) else int(round(us))
     return None
+
+
+def clip(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters (with ``...``), for quoting user values in one-line errors."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def file_stem(path: Path) -> str:
+    """``path.stem`` as printable UTF-8 (bytes of an undecodable file name become U+FFFD)."""
+    return path.stem.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def get_str(obj: dict, key: str, rows: Rows, path: Path, line: int, *, default: str | None = None) -> str:

@@ -18,7 +18,19 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from pic.traces.formats._base import LineProblem, Progress, Rows, SkipRow, iter_lines, opaque_tokens
+from pic.traces.formats._base import (
+    MAX_OUTPUT_TOKENS,
+    MAX_PROMPT_TOKENS,
+    MAX_TIME_US,
+    LineProblem,
+    Progress,
+    Rows,
+    SkipRow,
+    clip,
+    file_stem,
+    iter_lines,
+    opaque_tokens,
+)
 from pic.traces.schema import TraceError
 
 NAME = "azure"
@@ -44,6 +56,8 @@ def _time_us(text: str) -> int:
             raise ValueError(f"not a finite number ({text})")
         if sec < 0:
             raise ValueError(f"negative timestamp {text}")
+        if sec * 1_000_000 > MAX_TIME_US:
+            raise ValueError(f"{text} is out of range (arrivals are stored as int64 microseconds)")
         return int(round(sec * 1_000_000))
     try:
         dt = datetime.fromisoformat(text)
@@ -53,25 +67,27 @@ def _time_us(text: str) -> int:
         try:
             dt = datetime.fromisoformat(f"{date}.{rest[:min(digits, 6)].ljust(6, '0')}{rest[digits:]}" if rest else date)
         except ValueError:
-            raise ValueError(f"not a date-time or number: {text!r}") from None
+            raise ValueError(f"not a date-time or number: {clip(text)!r}") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     return (dt - _EPOCH) // timedelta(microseconds=1)
 
 
-def _int(text: str, rows: Rows, path: Path, line: int, col: str, minimum: int) -> int:
+def _int(text: str, rows: Rows, path: Path, line: int, col: str, minimum: int, maximum: int) -> int:
     try:
         v = int(text.strip())
     except ValueError:
-        raise rows.bad(path, line, col, f"expected an integer, got {text.strip()!r}") from None
+        raise rows.bad(path, line, col, f"expected an integer, got {clip(text.strip())!r}") from None
     if v < minimum:
         raise rows.bad(path, line, col, f"must be >= {minimum}, got {v}")
+    if v > maximum:
+        raise rows.bad(path, line, col, f"{v} is out of range (at most {maximum:,})")
     return v
 
 
 def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = None) -> None:
     """Stream the CSV at ``path`` into ``rows`` (``tokenizer`` is unused: Azure has no text)."""
-    session = path.stem
+    session = file_stem(path)
     # Rows are independent requests (no conversation ids): each row is its own session, so
     # closed-loop replay does not serialize the whole file.
     salt = xxhash.xxh64_intdigest(path.name.encode())
@@ -117,8 +133,10 @@ def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = 
                 ts = _time_us(cells[idx["TIMESTAMP"]])
             except ValueError as e:
                 raise rows.bad(path, line, "TIMESTAMP", str(e)) from None
-            ctx = _int(cells[idx["ContextTokens"]], rows, path, line, "ContextTokens", 1)
-            gen = _int(cells[idx["GeneratedTokens"]], rows, path, line, "GeneratedTokens", 0)
+            ctx = _int(cells[idx["ContextTokens"]], rows, path, line, "ContextTokens", 0, MAX_PROMPT_TOKENS)
+            gen = _int(cells[idx["GeneratedTokens"]], rows, path, line, "GeneratedTokens", 0, MAX_OUTPUT_TOKENS)
+            if ctx == 0:
+                raise rows.empty(path, line, "ContextTokens")
         except SkipRow:
             continue
         batch.append((row_index, ts, ctx, gen))

@@ -13,11 +13,13 @@ by name, empty files skipped); all must have the same format.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import ModuleType
 
 from pic.traces.formats import azure, burstgpt, lmcache_agent, mooncake, openai_chat, sharegpt, tokens
-from pic.traces.formats._base import MAX_LINE_BYTES
+from pic.traces.formats._base import MAX_LINE_BYTES, TOO_DEEP, UTF8_BOM
+from pic.traces.outputs import PARQUET_MAGIC, is_parquet, is_pic_trace, is_stream
 from pic.traces.schema import TraceError
 
 #: format name -> reader module (each has NAME, read(path, rows, *, tokenizer, progress))
@@ -35,7 +37,8 @@ def check_format(fmt: str) -> str:
 
 
 def sniff_line(text: str) -> str | None:
-    """The format a first line belongs to, or None."""
+    """The format a first line belongs to, or None. Raises RecursionError on JSON nested too deeply."""
+    text = text.lstrip("\ufeff")
     if azure.sniff(text):
         return azure.NAME
     if burstgpt.sniff(text):
@@ -60,9 +63,15 @@ def sniff_line(text: str) -> str | None:
 
 
 def first_line(path: Path) -> tuple[int, str] | None:
-    """``(line number, text)`` of the first non-blank line, or None for an empty file."""
+    """``(line number, text)`` of the first non-blank line (a UTF-8 BOM dropped), or None for an empty file."""
     with open(path, "rb") as f:
         for lineno, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            if lineno == 1 and raw.startswith(UTF8_BOM):
+                raw = raw[len(UTF8_BOM):]
+            if lineno == 1 and raw.startswith(PARQUET_MAGIC) and is_parquet(path):
+                what = "already a pic trace: pass it to `pic replay`/`pic inspect` directly" if is_pic_trace(path) \
+                    else "a Parquet file, not a raw log (pic ingest reads JSONL and CSV)"
+                raise TraceError(str(path), None, "format", what)
             if len(raw) > MAX_LINE_BYTES:
                 raise TraceError(str(path), lineno, "format",
                                  f"first line is over {MAX_LINE_BYTES} bytes; cannot detect the format")
@@ -92,7 +101,10 @@ def _sniff_first(path: Path, found: tuple[int, str] | None) -> str:
     if found is None:
         raise TraceError(str(path), None, "file", "empty file")
     lineno, text = found
-    fmt = sniff_line(text)
+    try:
+        fmt = sniff_line(text)
+    except RecursionError:
+        raise TraceError(str(path), lineno, "json", TOO_DEEP) from None
     if fmt is None:
         raise TraceError(str(path), lineno, "format",
                          "cannot detect the format from the first line (pass --format)")
@@ -122,6 +134,13 @@ def expand(sources: list[Path], fmt: str = "auto") -> list[tuple[Path, str]]:
             out.extend(found)
         elif src.is_file():
             out.append((src, fmt if fmt != "auto" else sniff(src)))
+        elif is_stream(src):
+            if fmt == "auto":
+                raise TraceError(str(src), None, "pipe", "is a pipe, not a file: --format auto reads the start "
+                                 "twice; pass --format FORMAT to read it in one pass, or save it to a file")
+            out.append((src, fmt))
+        elif os.path.lexists(src):
+            raise TraceError(str(src), None, "path", "not a regular file or directory")
         else:
             raise TraceError(str(src), None, "path", "no such file or directory")
     return out

@@ -22,11 +22,12 @@ import bisect
 import re
 from pathlib import Path
 
-from pic.traces.formats._base import Progress, Rows, SkipRow, get_str, get_time_us, iter_json_lines
+from pic.traces.formats._base import Progress, Rows, SkipRow, file_stem, get_str, get_time_us, iter_json_lines
 from pic.traces.tokenizer import load_tokenizer
 
 NAME = "lmcache-agent"
 _OPEN_LINE = re.compile(r"^<([A-Za-z_][\w.-]*)>", re.M)
+_CLOSE = re.compile(r"</([A-Za-z_][\w.-]*)>")
 _OPEN_NEXT = re.compile(r"[ \t]*\n?<([A-Za-z_][\w.-]*)>")
 _BREAK = re.compile(r"\n\n+")
 _LEAD_TAG = re.compile(r"\s*<([A-Za-z_][\w.-]*)>")
@@ -56,17 +57,32 @@ def split_prompt(text: str) -> list[tuple[str, str]]:
 
 def _blocks(text: str) -> tuple[list[int], list[int]]:
     """Spans of tagged blocks: a tag opening a line up to its closing tag, plus any sibling blocks that
-    follow it directly (``</warning><output_head>...``, ``</returncode>\n<output>...``)."""
+    follow it directly (``</warning><output_head>...``, ``</returncode>\n<output>...``).
+
+    Linear in the text (plus a log factor): the closing tags are indexed by name in one pass, so a tag
+    that is never closed costs a binary search, not a scan to the end of the prompt.
+    """
+    closes: dict[str, list[int]] = {}
+    for c in _CLOSE.finditer(text):
+        closes.setdefault(c.group(1), []).append(c.start())
+
+    def close_after(name: str, pos: int) -> int:
+        at = closes.get(name)
+        if not at:
+            return -1
+        k = bisect.bisect_left(at, pos)
+        return at[k] if k < len(at) else -1
+
     starts, ends = [], []
     pos = 0
     while (m := _OPEN_LINE.search(text, pos)) is not None:
-        close = text.find(f"</{m.group(1)}>", m.end())
+        close = close_after(m.group(1), m.end())
         if close < 0:
             pos = m.end()
             continue
         end = close + len(m.group(1)) + 3
         while (n := _OPEN_NEXT.match(text, end)) is not None:
-            close = text.find(f"</{n.group(1)}>", n.end())
+            close = close_after(n.group(1), n.end())
             if close < 0:
                 break
             end = close + len(n.group(1)) + 3
@@ -88,7 +104,7 @@ def _kind(piece: str) -> str:
 
 def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = None) -> None:
     """Stream an LMCache agent trace at ``path`` into ``rows``."""
-    session = path.stem
+    session = file_stem(path)
     texts = rows.text_segments(load_tokenizer(tokenizer))
     for line, obj in iter_json_lines(path, rows, progress):
         try:
@@ -108,7 +124,7 @@ def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = 
             sess = get_str(obj, "session_id", rows, path, line, default=session)
             stored = [s for s in (texts.add(p, k) for k, p in split_prompt(prompt)) if s is not None]
             if not stored:
-                raise rows.bad(path, line, "input", "empty prompt")
+                raise rows.empty(path, line, "input")
         except SkipRow:
             continue
         rows.add(session_id=sess, agent_id=obj.get("agent_id") if isinstance(obj.get("agent_id"), str)

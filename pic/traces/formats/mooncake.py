@@ -16,9 +16,12 @@ from pathlib import Path
 import numpy as np
 
 from pic.traces.formats._base import (
+    MAX_OUTPUT_TOKENS,
+    MAX_PROMPT_TOKENS,
     Progress,
     Rows,
     SkipRow,
+    file_stem,
     get_int,
     get_time_us,
     iter_json_lines,
@@ -68,8 +71,8 @@ def _parse(obj: dict, rows: Rows, path: Path, line: int) -> tuple[int, int, int,
     ts = get_time_us(obj, (("timestamp", 1000),), rows, path, line)
     if ts is None:
         raise rows.bad(path, line, "timestamp", "missing field")
-    n_in = get_int(obj, "input_length", rows, path, line, minimum=1)
-    n_out = get_int(obj, "output_length", rows, path, line)
+    n_in = get_int(obj, "input_length", rows, path, line, maximum=MAX_PROMPT_TOKENS)
+    n_out = get_int(obj, "output_length", rows, path, line, maximum=MAX_OUTPUT_TOKENS)
     ids = obj.get("hash_ids")
     if ids is None:
         raise rows.bad(path, line, "hash_ids", "missing field")
@@ -79,6 +82,8 @@ def _parse(obj: dict, rows: Rows, path: Path, line: int) -> tuple[int, int, int,
     if len(ids) != need:
         raise rows.bad(path, line, "hash_ids",
                        f"{len(ids)} ids but input_length {n_in} needs {need} blocks of {BLOCK_TOKENS}")
+    if n_in == 0:
+        raise rows.empty(path, line, "input_length")
     keys = [(h, BLOCK_TOKENS) for h in ids[:-1]]
     keys.append((ids[-1], n_in - BLOCK_TOKENS * (len(ids) - 1)))
     return ts, n_in, n_out, keys
@@ -86,7 +91,7 @@ def _parse(obj: dict, rows: Rows, path: Path, line: int) -> tuple[int, int, int,
 
 def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = None) -> None:
     """Stream ``path`` into ``rows`` (``tokenizer`` is unused: Mooncake has no text)."""
-    session = path.stem
+    session = file_stem(path)
     # Rows are independent requests (no conversation ids): each row is its own session, so
     # closed-loop replay does not serialize the whole file.
     row_no = itertools.count()

@@ -18,9 +18,12 @@ import json
 from pathlib import Path
 
 from pic.traces.formats._base import (
+    MAX_OUTPUT_TOKENS,
+    TOO_DEEP,
     Progress,
     Rows,
     SkipRow,
+    file_stem,
     get_int,
     get_str,
     get_time_us,
@@ -99,24 +102,28 @@ def _tools(body: dict, rows: Rows, path: Path, line: int) -> list[tuple[str, str
 
 def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = None) -> None:
     """Stream chat-completions JSONL at ``path`` into ``rows``."""
-    session = path.stem
+    session = file_stem(path)
     texts = rows.text_segments(load_tokenizer(tokenizer))
     last = 0
     for line, obj in iter_json_lines(path, rows, progress):
         try:
             body = obj["body"] if isinstance(obj.get("body"), dict) and "messages" not in obj else obj
             ts = get_time_us(obj, _TIME_KEYS, rows, path, line)
-            parts = _segments(body, rows, path, line)
+            try:
+                parts = _segments(body, rows, path, line)
+            except RecursionError:   # tools / tool_calls too deep to re-serialise
+                raise rows.bad(path, line, "json", TOO_DEEP) from None
             out = 0
             for key in ("output_tokens", "max_completion_tokens", "max_tokens"):
                 if body.get(key) is not None or obj.get(key) is not None:
-                    out = get_int(obj if obj.get(key) is not None else body, key, rows, path, line)
+                    out = get_int(obj if obj.get(key) is not None else body, key, rows, path, line,
+                                  maximum=MAX_OUTPUT_TOKENS)
                     break
             sess = get_str(obj, "session_id", rows, path, line, default=session)
             agent = get_str(obj, "agent_id", rows, path, line, default="default")
             stored = [s for s in (texts.add(text, kind) for kind, text in parts if text) if s is not None]
             if not stored:
-                raise rows.bad(path, line, "messages", "no message has any content")
+                raise rows.empty(path, line, "messages")
         except SkipRow:
             continue
         last = last if ts is None else ts

@@ -12,7 +12,18 @@ from pathlib import Path
 
 import numpy as np
 
-from pic.traces.formats._base import Progress, Rows, SkipRow, get_int, get_str, get_time_us, iter_json_lines
+from pic.traces.formats._base import (
+    MAX_OUTPUT_TOKENS,
+    MAX_PROMPT_TOKENS,
+    Progress,
+    Rows,
+    SkipRow,
+    file_stem,
+    get_int,
+    get_str,
+    get_time_us,
+    iter_json_lines,
+)
 from pic.traces.schema import KINDS
 
 NAME = "tokens"
@@ -24,7 +35,12 @@ def _token_array(v, rows: Rows, path: Path, line: int, field: str) -> np.ndarray
         raise rows.bad(path, line, field, "expected a non-empty list of token ids")
     if not all(type(t) is int for t in v):
         raise rows.bad(path, line, field, "token ids must be integers")
-    arr = np.asarray(v, dtype=np.int64)
+    if len(v) > MAX_PROMPT_TOKENS:
+        raise rows.bad(path, line, field, f"{len(v):,} tokens, over the {MAX_PROMPT_TOKENS:,} a prompt may hold")
+    try:
+        arr = np.asarray(v, dtype=np.int64)
+    except OverflowError:
+        raise rows.bad(path, line, field, "token id outside [0, 2**31)") from None
     if arr.min() < 0 or arr.max() >= 2**31:
         raise rows.bad(path, line, field, "token id outside [0, 2**31)")
     return arr.astype(np.int32)
@@ -51,13 +67,13 @@ def _segments(obj: dict, rows: Rows, path: Path, line: int) -> list[tuple[str, n
 
 def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = None) -> None:
     """Stream token JSONL at ``path`` into ``rows``."""
-    session = path.stem
+    session = file_stem(path)
     last = 0
     for line, obj in iter_json_lines(path, rows, progress):
         try:
             ts = get_time_us(obj, _TIME_KEYS, rows, path, line)
             segs = _segments(obj, rows, path, line)
-            out = get_int(obj, "output_tokens", rows, path, line, default=0)
+            out = get_int(obj, "output_tokens", rows, path, line, default=0, maximum=MAX_OUTPUT_TOKENS)
             sess = get_str(obj, "session_id", rows, path, line, default=session)
             agent = get_str(obj, "agent_id", rows, path, line, default="default")
         except SkipRow:

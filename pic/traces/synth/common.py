@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from pic.traces.markers import BOUNDARY_MARKER
+from pic.traces.options import build_config
 from pic.traces.schema import REQUEST_COLUMNS, SegmentTable, Trace
 from pic.traces.synth.text import lognormal_int, uniform_int
 
@@ -63,25 +64,13 @@ def check_range(cfg, stem: str, lo: int = 1) -> None:
 
 
 def make_config(cls: type, knobs: dict[str, object]):
-    """Build config ``cls`` from ``knobs``; string values are parsed by field type; unknown keys raise."""
-    types = {f.name: f.type for f in fields(cls)}
-    unknown = sorted(set(knobs) - set(types))
+    """Build config ``cls`` from ``knobs``; string values are parsed and range-checked by field type
+    (``traces.options``); unknown keys raise."""
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(knobs) - names)
     if unknown:
-        raise ValueError(f"unknown knob(s) {', '.join(unknown)}; known: {', '.join(sorted(types))}")
-    return cls(**{k: _coerce(k, v, str(types[k])) for k, v in knobs.items()})
-
-
-def _coerce(name: str, value: object, typ: str):
-    if not isinstance(value, str):
-        return value
-    try:
-        if typ == "bool":
-            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError
-            return value.lower() in ("true", "1", "yes")
-        return {"int": int, "float": float}.get(typ, str)(value)
-    except ValueError:
-        raise ValueError(f"{name}: expected {typ}, got {value!r}") from None
+        raise ValueError(f"unknown knob(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+    return build_config(cls, knobs, "")
 
 
 @dataclass(frozen=True, slots=True)
