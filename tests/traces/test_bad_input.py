@@ -109,7 +109,7 @@ CASES = [
     ("burstgpt-bad-int", "bg.csv", BG + "5,GPT-4,many,1,1,API log\n", "auto",
      r"2: Request tokens: expected an integer, got 'many'"),
     ("burstgpt-zero-request", "bg.csv", BG + "5,GPT-4,0,1,1,API log\n", "auto",
-     r"2: Request tokens: must be >= 1, got 0"),
+     r" requests: no valid requests in the input \(1 rows with empty prompts skipped\)"),
     ("burstgpt-negative-response", "bg.csv", BG + "5,GPT-4,10,-1,9,API log\n", "auto",
      r"2: Response tokens: must be >= 0, got -1"),
     ("burstgpt-bad-time", "bg.csv", BG + "soon,GPT-4,10,1,11,API log\n", "auto",

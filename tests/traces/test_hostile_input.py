@@ -105,6 +105,25 @@ def test_out_of_range_numbers_are_row_errors(tmp_path, fmt, row, field):
         read_sources([src], fmt=fmt)
 
 
+def test_deep_sharegpt_array(tmp_path):
+    """A ShareGPT array whose element is nested 100k deep: one error naming the file and line."""
+    src = _write(tmp_path, "s.json", "[\n" + '{"conversations": ' + "[" * DEEP + "]" * DEEP + "}]")
+    with pytest.raises(TraceError, match=rf"{re.escape(str(src))}:2: json: nested too deeply"):
+        read_sources([src], fmt="sharegpt")
+
+
+@pytest.mark.parametrize(("row", "field"), [
+    (f"1.0,GPT-4,{2**64},1,0,x", "Request tokens"), (f"1.0,GPT-4,5,{2**40},0,x", "Response tokens"),
+    ("1e300,GPT-4,5,1,0,x", "Timestamp"),
+], ids=["request", "response", "time"])
+def test_burstgpt_numbers_are_range_checked(tmp_path, row, field):
+    """BurstGPT numbers beyond what the schema holds are row errors."""
+    src = _write(tmp_path, "b.csv", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                 + row + "\n")
+    with pytest.raises(TraceError, match=rf"{re.escape(str(src))}:2: {field}: .*out of range"):
+        read_sources([src], fmt="burstgpt")
+
+
 @pytest.mark.parametrize(("cells", "field"), [
     (f"0,{2**64},1", "ContextTokens"), (f"0,{2**31},1", "ContextTokens"), (f"0,5,{2**40}", "GeneratedTokens"),
     ("1e300,5,1", "TIMESTAMP"), ("9999-12-31 23:59:59,5,1", None),
@@ -196,11 +215,18 @@ def test_trace_with_segments_but_no_requests(tmp_path):
         replay(back, ReplayConfig())
 
 
-def test_undecodable_file_names(tmp_path):
+@pytest.mark.parametrize(("suffix", "content"), [
+    (".jsonl", json.dumps(OK_ROWS["tokens"]) + "\n"),
+    (".csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n1.0,5,1\n"),
+    (".csv", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n1.0,GPT-4,5,1,6,x\n"),
+    (".json", json.dumps([{"conversations": [{"from": "human", "value": "hi"},
+                                                       {"from": "gpt", "value": "yo"}]}])),
+], ids=["tokens", "azure", "burstgpt", "sharegpt"])
+def test_undecodable_file_names(tmp_path, suffix, content):
     """A file name that is not UTF-8 (surrogate-escaped by Python) is read; the session id is printable."""
-    name = os.fsdecode(b"bad\xff.jsonl")
+    name = os.fsdecode(b"bad\xff" + suffix.encode())
     src = tmp_path / name
-    src.write_text(json.dumps(OK_ROWS["tokens"]) + "\n")
+    src.write_text(content)
     trace = read_sources([src])[0]
     sess = trace.requests["session_id"][0]
     assert sess.encode("utf-8") and "bad" in sess

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -90,7 +91,7 @@ def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = 
     session = file_stem(path)
     # Rows are independent requests (no conversation ids): each row is its own session, so
     # closed-loop replay does not serialize the whole file.
-    salt = xxhash.xxh64_intdigest(path.name.encode())
+    salt = xxhash.xxh64_intdigest(os.fsencode(path.name))
     lines = iter_lines(path, progress)
     header = next(lines, None)
     if header is None:

@@ -2,7 +2,7 @@
 ``Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type``.
 
 Arrivals and lengths only. ``Timestamp`` is seconds from the start of the log (float); arrivals become µs
-relative to the first row. ``Request tokens`` is the prompt (>= 1), ``Response tokens`` the output (>= 0; the
+relative to the first row. ``Request tokens`` is the prompt (0: an empty prompt, skipped and counted), ``Response tokens`` the output (>= 0; the
 log holds failed requests with 0). Each row gets ONE unique opaque segment (kind ``"user"``) of ``Request
 tokens`` tokens derived from the file name and row index, so no two requests share content, and is its own
 session (``<file stem>#<row>``); ``Model`` (``ChatGPT``, ``GPT-4``) becomes the agent id. ``Total tokens`` and
@@ -13,12 +13,25 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from pathlib import Path
 
 import numpy as np
 import xxhash
 
-from pic.traces.formats._base import LineProblem, Progress, Rows, SkipRow, iter_lines, opaque_tokens
+from pic.traces.formats._base import (
+    MAX_OUTPUT_TOKENS,
+    MAX_PROMPT_TOKENS,
+    MAX_TIME_US,
+    LineProblem,
+    Progress,
+    Rows,
+    SkipRow,
+    clip,
+    file_stem,
+    iter_lines,
+    opaque_tokens,
+)
 from pic.traces.schema import TraceError
 
 NAME = "burstgpt"
@@ -32,7 +45,7 @@ def sniff(first_line: str) -> bool:
     return all(c.lower() in cols for c in COLUMNS)
 
 
-def _int(text: str, rows: Rows, path: Path, line: int, col: str, minimum: int) -> int:
+def _int(text: str, rows: Rows, path: Path, line: int, col: str, minimum: int, maximum: int) -> int:
     s = text.strip()
     try:
         v = int(s)
@@ -40,12 +53,14 @@ def _int(text: str, rows: Rows, path: Path, line: int, col: str, minimum: int) -
         try:
             f = float(s)
         except ValueError:
-            raise rows.bad(path, line, col, f"expected an integer, got {s!r}") from None
+            raise rows.bad(path, line, col, f"expected an integer, got {clip(s)!r}") from None
         if not (math.isfinite(f) and f == int(f)):
-            raise rows.bad(path, line, col, f"expected an integer, got {s!r}") from None
+            raise rows.bad(path, line, col, f"expected an integer, got {clip(s)!r}") from None
         v = int(f)
     if v < minimum:
         raise rows.bad(path, line, col, f"must be >= {minimum}, got {v}")
+    if v > maximum:
+        raise rows.bad(path, line, col, f"{v} is out of range (at most {maximum:,})")
     return v
 
 
@@ -54,17 +69,20 @@ def _seconds(text: str, rows: Rows, path: Path, line: int) -> int:
     try:
         sec = float(s)
     except ValueError:
-        raise rows.bad(path, line, "Timestamp", f"expected seconds, got {s!r}") from None
+        raise rows.bad(path, line, "Timestamp", f"expected seconds, got {clip(s)!r}") from None
     if not math.isfinite(sec):
         raise rows.bad(path, line, "Timestamp", f"not a finite number ({s})")
     if sec < 0:
         raise rows.bad(path, line, "Timestamp", f"negative timestamp {s}")
+    if sec * 1_000_000 > MAX_TIME_US:
+        raise rows.bad(path, line, "Timestamp", f"{clip(s)} is out of range (arrivals are stored as int64 microseconds)")
     return int(round(sec * 1_000_000))
 
 
 def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = None) -> None:
     """Stream the CSV at ``path`` into ``rows`` (``tokenizer`` is unused: BurstGPT has no text)."""
-    salt = xxhash.xxh64_intdigest(path.name.encode())
+    salt = xxhash.xxh64_intdigest(os.fsencode(path.name))
+    session = file_stem(path)
     lines = iter_lines(path, progress)
     header = next(lines, None)
     if header is None:
@@ -92,7 +110,7 @@ def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = 
         add = rows.segments.add
         for n, (row, ts, model, req, resp) in enumerate(batch):
             sid = add(toks[offs[n]:offs[n + 1]], "user")
-            rows.add(session_id=f"{path.stem}#{row}", agent_id=model, arrival_us=ts, output_tokens=resp,
+            rows.add(session_id=f"{session}#{row}", agent_id=model, arrival_us=ts, output_tokens=resp,
                      segment_ids=[sid], num_tokens=req)
         batch.clear()
 
@@ -105,8 +123,10 @@ def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = 
                 raise rows.bad(path, line, "row", f"expected {width} columns, got {len(cells)}")
             ts = _seconds(cells[idx["Timestamp"]], rows, path, line)
             model = cells[idx["Model"]].strip() or "default"
-            req = _int(cells[idx["Request tokens"]], rows, path, line, "Request tokens", 1)
-            resp = _int(cells[idx["Response tokens"]], rows, path, line, "Response tokens", 0)
+            req = _int(cells[idx["Request tokens"]], rows, path, line, "Request tokens", 0, MAX_PROMPT_TOKENS)
+            resp = _int(cells[idx["Response tokens"]], rows, path, line, "Response tokens", 0, MAX_OUTPUT_TOKENS)
+            if req == 0:
+                raise rows.empty(path, line, "Request tokens")
         except SkipRow:
             continue
         batch.append((row_index, ts, model, req, resp))

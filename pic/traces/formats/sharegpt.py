@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from pic.traces.formats._base import Progress, Rows, SkipRow, iter_json_lines
+from pic.traces.formats._base import TOO_DEEP, Progress, Rows, SkipRow, clip, file_stem, iter_json_lines
 from pic.traces.schema import TraceError
 from pic.traces.tokenizer import load_tokenizer
 
@@ -88,6 +88,10 @@ def _iter_array(path: Path, progress: Progress | None) -> Iterator[tuple[int, ob
         except json.JSONDecodeError as e:
             raise TraceError(str(path), e.lineno, "json",
                              f"invalid JSON ({e.msg} at column {e.colno}); the rest of the array cannot be read") from None
+        except RecursionError:
+            raise fail(pos, f"{TOO_DEEP}; the rest of the array cannot be read") from None
+        except ValueError as e:   # e.g. an integer of more than 4300 digits
+            raise fail(pos, f"invalid JSON ({clip(str(e))}); the rest of the array cannot be read") from None
         yield line, obj
         tick(end)
         pos = skip(end)
@@ -124,7 +128,7 @@ def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = 
             turns = obj[key]
             if not isinstance(turns, list):
                 raise rows.bad(path, line, key, f"expected a list, got {type(turns).__name__}")
-            sid = obj.get("id", f"{path.stem}#{k}")
+            sid = obj.get("id", f"{file_stem(path)}#{k}")
             if isinstance(sid, bool) or not isinstance(sid, str | int):
                 raise rows.bad(path, line, "id", f"expected a string, got {type(sid).__name__}")
             msgs = [_turn(t, i, key, rows, path, line) for i, t in enumerate(turns)]
