@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from pic.engine.config import build_config
+from pic.engine.config import build_config, coerce_overrides
 from pic.engine.policies.base import CachePolicy, PolicyContext, PolicyStats, RequestView, Usage
 
 _REGISTRY: dict[str, type[CachePolicy]] = {}
