@@ -57,7 +57,9 @@ class ReplayConfig:
     verify: bool = field(default=False, metadata=_h("compare tokens on every hit; count collisions"))
     check_invariants: bool = field(default=False, metadata=_h("check every cache's usage() after every event"))
     max_requests: int | None = field(default=None, metadata=_h("replay only the first N requests (by arrival)"))
-    shadow_policy: str = field(default="prefix", metadata=_h("baseline cache run in lockstep beside each policy"))
+    baselines: tuple[str, ...] = field(default=("prefix", "block-hash"), metadata=_h(
+        "exact-prefix caches replayed beside the policies (same trace, capacity and serving); every policy's "
+        "recovery is measured against whichever reuses more"))
     cost: dict[str, Any] = field(default_factory=dict, metadata=_h("CostConfig field overrides"))
     time_scale: float = field(default=1.0, metadata=_h(
         "multiply every arrival time by this (0.5 = the same traffic twice as fast; Vidur time_scale_factor)"))
@@ -105,7 +107,9 @@ class ReplayConfig:
                 raise ValueError(f"slo: unknown metric {k!r}; known: {', '.join(SLO_KEYS)}")
             if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
                 raise ValueError(f"slo.{k}: must be a finite duration > 0 seconds, got {v!r}")
-        extra = sorted(set(self.policy_options) - set(self.policies) - {self.shadow_policy})
+        if not self.baselines or len(set(self.baselines)) != len(self.baselines):
+            raise ValueError(f"baselines: one or more distinct policy names needed, got {list(self.baselines)}")
+        extra = sorted(set(self.policy_options) - set(self.policies) - set(self.baselines) - {"oracle"})
         if extra:
             raise ValueError(f"policy_options: options given for policy not replayed: {', '.join(extra)}")
 
@@ -113,6 +117,7 @@ class ReplayConfig:
         """JSON-ready dict (infinite capacity -> None)."""
         d = asdict(self)
         d["policies"] = list(self.policies)
+        d["baselines"] = list(self.baselines)
         d["capacity_bytes"] = None if math.isinf(self.capacity_bytes) else self.capacity_bytes
         d["percentiles"] = list(self.percentiles)
         if self.rate is not None and math.isinf(self.rate):

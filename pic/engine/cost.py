@@ -180,6 +180,37 @@ class CostModel:
         return (self._phase(lin_f, lin_b) + self._phase(att_f, att_b) + self._phase(0.0, rec_b)
                 + self.config.step_overhead_s)
 
+    def prefill_step(self, num_new: int, num_cached: int, num_decode: int,
+                     decode_context_tokens: int) -> tuple[float, float]:
+        """``(step_s, share_s)`` of one iteration holding one prefill chunk of ``num_new`` tokens over
+        ``num_cached`` and ``num_decode`` decoding sequences: ``step_s == step_time(((num_new, num_cached),),
+        num_decode, decode_context_tokens)`` exactly, and ``share_s`` is the prefill chunk's part of it.
+
+        Batch-step pricing (docs/cost-model.md): what the step's tokens share — the weights (and the MoE
+        experts touched) streamed once, the per-token matmuls, the fixed overhead — is split by token count;
+        the attention phase by each side's own attention cost (the chunk over its context vs the decodes over
+        theirs); recurrent-state traffic per sequence. A calibration profile's measured step is split by
+        token count."""
+        step = self.step_time(((num_new, num_cached),), num_decode, decode_context_tokens)
+        if num_new <= 0:
+            return step, 0.0
+        tok = num_new / (num_new + num_decode)
+        if self.profile is not None or not num_decode:
+            return step, step * tok
+        m, kvb = self.model, self._kvb
+        num_tokens = num_new + num_decode
+        lin_f = self._lin_per_token * num_tokens + self._lm_flops * (1 + num_decode)
+        lin_b = self._weights(num_tokens) + num_tokens * kvb
+        pre_f, pre_b = m.attention_flops(num_new, num_cached), (num_new + num_cached) * kvb
+        dec_f, dec_b = decode_context_tokens * self._dec_attn, decode_context_tokens * kvb
+        t_att = self._phase(pre_f + dec_f, pre_b + dec_b)
+        a_pre, a_dec = self._phase(pre_f, pre_b), self._phase(dec_f, dec_b)
+        att_share = a_pre / (a_pre + a_dec) if a_pre + a_dec > 0 else tok
+        t_rec = self._phase(0.0, 2.0 * (1 + num_decode) * self._state)
+        share = ((self._phase(lin_f, lin_b) + self.config.step_overhead_s) * tok + t_att * att_share
+                 + t_rec / (1 + num_decode))
+        return step, share
+
     def decode_step_coeffs(self, num_decode: int) -> tuple[float, float]:
         """``(fixed_s, per_context_token_s)``: ``step_time([], num_decode, C) == fixed_s + per * C`` exactly."""
         if num_decode <= 0:

@@ -31,7 +31,7 @@ REQUEST_SCHEMA: dict[str, pl.DataType] = {
     "nocache_prefill_joules": pl.Float64(), "prefix_prefill_joules": pl.Float64(), "evictions": pl.Int64(),
     "uncached": pl.Boolean(), "recurrent_tokens": pl.Int64(), "attn_layer_s": pl.Float64(),
     "recurrent_layer_s": pl.Float64(), "nocache_attn_layer_s": pl.Float64(),
-    "nocache_recurrent_layer_s": pl.Float64(),
+    "nocache_recurrent_layer_s": pl.Float64(), "oracle_reused_tokens": pl.Int64(),
 }
 
 #: columns computed from the timestamps (e2el_s, tpot_s: engine.latency.request_latencies)
@@ -48,7 +48,7 @@ _ATTRS = {  # column -> Request attribute
     "prefix_prefill_joules": "prefix_prefill_joules", "evictions": "num_evictions", "uncached": "uncached",
     "recurrent_tokens": "num_recurrent_tokens", "attn_layer_s": "attn_layer_s",
     "recurrent_layer_s": "recurrent_layer_s", "nocache_attn_layer_s": "nocache_attn_layer_s",
-    "nocache_recurrent_layer_s": "nocache_recurrent_layer_s",
+    "nocache_recurrent_layer_s": "nocache_recurrent_layer_s", "oracle_reused_tokens": "num_oracle_reused",
 }
 
 
@@ -88,6 +88,10 @@ def summarize(rows: pl.DataFrame, *, peak_resident_bytes: int, evictions: int, c
         return float(np.percentile(a, q)) if a.size else 0.0
 
     n, reused, pref = s["prompt_tokens"], s["reused_tokens"], s["prefix_reused_tokens"]
+    orc = float(rows["oracle_reused_tokens"].sum())
+    rec, orc_rec = _ratio(reused - pref, n - pref), _ratio(orc - pref, n - pref)
+    hit = rows.filter(pl.col("reused_tokens") > 0)
+    hit_j, hit_full = float(hit["prefill_joules"].sum()), float(hit["nocache_prefill_joules"].sum())
     span = (int(rows["finish_us"].max()) - int(rows["arrival_us"].min())) / 1e6 if rows.height else 0.0
     return {
         "requests": rows.height,
@@ -96,10 +100,16 @@ def summarize(rows: pl.DataFrame, *, peak_resident_bytes: int, evictions: int, c
         "rotated_tokens": int(s["rotated_tokens"]),
         "token_hit_rate": _ratio(reused, n),
         "prefix_hit_rate": _ratio(pref, n),
-        "recovery_beyond_prefix": _ratio(reused - pref, n - pref),
+        "recovery_beyond_prefix": rec,
+        "oracle_hit_rate": _ratio(orc, n),
+        "oracle_recovery": orc_rec,
+        "oracle_share": rec / orc_rec if orc_rec > 0 else None,
         "ttft_p50_s": pct(ttft, 50), "ttft_p90_s": pct(ttft, 90), "ttft_p99_s": pct(ttft, 99),
         "queue_p50_s": pct(queue, 50),
         "prefill_joules": s["prefill_joules"],
+        "prefill_joules_per_request": _ratio(s["prefill_joules"], rows.height),
+        "hit_requests": hit.height,
+        "hit_energy_saved": _saved(hit_j, hit_full),
         "energy_saved_vs_none": 1.0 - _ratio(s["prefill_joules"], s["nocache_prefill_joules"]),
         "energy_saved_vs_prefix": 1.0 - _ratio(s["prefill_joules"], s["prefix_prefill_joules"]),
         "recurrent_tokens": int(s["recurrent_tokens"]),

@@ -191,6 +191,19 @@ class RadixTree:
             return k
         return None
 
+    def runs(self, context: int = 63) -> list[tuple[np.ndarray, int]]:
+        """Every node's tokens as ``(parent path's last <= context tokens + edge, len of that context)``,
+        parents first (for content statistics over what the tree stores)."""
+        out: list[tuple[np.ndarray, int]] = []
+        stack = [(c, _EMPTY) for c in self.root.children.values()]
+        while stack:
+            node, ctx = stack.pop()
+            run = np.concatenate([ctx, node.key]) if ctx.shape[0] else node.key
+            out.append((run, ctx.shape[0]))
+            tail = run[-context:] if context else _EMPTY
+            stack.extend((c, tail) for c in node.children.values())
+        return out
+
     def tokens_of(self, node: RadixNode) -> np.ndarray:
         """The full root-path token sequence ending at ``node`` (tests, debugging)."""
         parts = []

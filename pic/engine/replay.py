@@ -25,6 +25,7 @@ from pic.engine.config import ReplayConfig, build_config
 from pic.engine.cost import CostConfig, CostModel
 from pic.engine.latency import serving_summary
 from pic.engine.metrics import SUMMARY_VERSION, request_frame, summarize
+from pic.engine.oracle import cached_oracle, duplicate_tokens
 from pic.engine.policies.base import PolicyContext, RequestView
 from pic.engine.runconfig import provenance
 from pic.engine.sanity import fit_warnings, resident_warnings, saturation_warning
@@ -150,20 +151,40 @@ def check_config(config: ReplayConfig) -> tuple[Any, Any, CostModel, dict[str, A
         raise ValueError(f"capacity: {config.capacity_bytes:.0f} B is below one token of {model.name} KV "
                          f"({model.kv_bytes_per_token} B)")
     resolved = {}
-    for name in (*config.policies, config.shadow_policy):
+    for name in (*config.policies, *config.baselines):
         registry.get(name)
         resolved[name] = cfg = registry.make_config(name, config.policy_options.get(name))
-        unit = next((f for f in _UNIT_FIELDS if hasattr(cfg, f)), None)
-        if unit is not None and config.capacity_bytes < getattr(cfg, unit) * model.kv_bytes_per_token:
-            need = getattr(cfg, unit) * model.kv_bytes_per_token
+        need = _unit_bytes(cfg, model)
+        if need is not None and config.capacity_bytes < need[1] and name in config.policies:
+            unit, _ = need
             raise ValueError(f"capacity: {config.capacity_bytes:.0f} B is below one {name} {unit} "
-                             f"({getattr(cfg, unit)} tokens x {model.kv_bytes_per_token} B = {need} B)")
+                             f"({getattr(cfg, unit)} tokens x {model.kv_bytes_per_token} B = {need[1]} B)")
+    registry.make_config("oracle", config.policy_options.get("oracle"))
     return model, gpu, cost, resolved
+
+
+def _unit_bytes(cfg: Any, model: Any) -> tuple[str, int] | None:
+    """(field, bytes) of the smallest unit a policy config stores, if it names one."""
+    unit = next((f for f in _UNIT_FIELDS if hasattr(cfg, f)), None)
+    return None if unit is None else (unit, getattr(cfg, unit) * model.kv_bytes_per_token)
+
+
+def usable_baselines(config: ReplayConfig, model: Any) -> list[str]:
+    """The exact-prefix baselines that can hold one unit at this capacity (a baseline that cannot store
+    anything reuses nothing, so leaving it out changes no maximum); replayed policies always count."""
+    out = []
+    for b in config.baselines:
+        need = _unit_bytes(registry.make_config(b, config.policy_options.get(b)), model)
+        if b in config.policies or need is None or config.capacity_bytes >= need[1]:
+            out.append(b)
+    return out or [config.baselines[0]]
 
 
 def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], None] | None = None, *,
            command: str | None = None) -> RunResult:
-    """Replay ``trace`` once per policy in ``config.policies`` (same seed, same workload).
+    """Replay ``trace`` once per policy in ``config.policies`` (same seed, same workload), and once per
+    exact-prefix baseline of ``config.baselines`` not among them. Each policy's rows carry the best
+    baseline's per-request reuse and joules (``prefix_*`` columns) and the trace-level oracle's reuse.
 
     ``command``: the command line that asked for it, recorded in config.json with the pic version and the
     trace's path and content digest (``engine.runconfig.provenance``)."""
@@ -173,61 +194,45 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
     work = workload_from_trace(trace, config.max_requests)
     arrivals, time_factor = retime(work.arrival_us, config.time_scale, config.rate)
     work = dataclasses.replace(work, arrival_us=arrivals)
-    total = work.num_requests * len(config.policies)
-    frames, summary, described = [], {}, {}
+    bases = usable_baselines(config, model)
+    names = [*config.policies, *(b for b in bases if b not in config.policies)]
+    total = work.num_requests * len(names)
     warnings = fit_warnings(model, gpu, config.capacity_bytes)
     ctx = PolicyContext(config.capacity_bytes, model.kv_bytes_per_token, model, config.seed, config.verify)
-    for p, name in enumerate(config.policies):
-        pols = [registry.build(name, ctx, config.policy_options.get(name)) for _ in range(config.replicas)]
-        if name == config.shadow_policy:   # identical policy: the shadow would repeat its every answer
-            shadows = pols
-        else:
-            shadows = [registry.build(config.shadow_policy, ctx, config.policy_options.get(config.shadow_policy))
-                       for _ in range(config.replicas)]
+    sims: dict[str, _Sim] = {}
+    for p, name in enumerate(names):
         base = p * work.num_requests
         tick = None if progress is None else (lambda done, _n, base=base: progress(base + done, total))
-        kv_bpt = getattr(pols[0], "kv_bytes_per_token", model.kv_bytes_per_token)   # compressed KV (rdr)
-        pcost = cost if kv_bpt == model.kv_bytes_per_token else cost.with_kv_read_bytes(kv_bpt)
-        sm = ServingModel(work, pols, shadows, pcost, token_budget=config.token_budget, router=config.router,
-                          closed_loop=config.closed_loop, progress=tick)
-        if config.check_invariants or config.verify:
-            sm.sim.observers.append(_invariant_observer(name, pols, shadows))
-        t0 = time.perf_counter()
-        reqs = sm.run()
-        wall = time.perf_counter() - t0
-        rows = request_frame(name, reqs)
+        sims[name] = _simulate(name, work, ctx, cost, config, tick)
+    best = max(bases, key=lambda b: (sims[b].reused, -bases.index(b)))
+    oracle = _oracle(trace, work, config)
+    window = max(s.last_finish_us for s in sims.values()) - int(work.arrival_us.min(initial=0))
+    frames, summary = [], {}
+    base_sim = sims[best]
+    for name in config.policies:
+        sim = sims[name]
+        rows = sim.rows.with_columns(prefix_reused_tokens=base_sim.rows["reused_tokens"],
+                                     prefix_prefill_joules=base_sim.rows["prefill_joules"],
+                                     oracle_reused_tokens=pl.Series(oracle[sim.order], dtype=pl.Int64))
         frames.append(rows)
-        summary[name] = summarize(
-            rows, peak_resident_bytes=sm.peak_resident,
-            evictions=sum(q.stats.evictions for q in pols), collisions=sum(q.stats.collisions for q in pols),
-            num_events=sm.sim.num_events, wall_seconds=wall)
-        busy = sum(rep.busy_us for rep in sm.replicas) / 1e6
-        span = summary[name]["sim_seconds"] * config.replicas
-        summary[name]["busy_seconds"] = busy
-        summary[name]["gpu_joules"] = cost.energy(busy, max(span - busy, 0.0))
-        summary[name].update(serving_summary(rows, [seg for rep in sm.replicas for seg in rep.itl],
-                                             percentiles=config.percentiles, slo=config.slo))
+        summary[name] = _summary(sim, rows, best, base_sim, window, cost, config)
         sat = saturation_warning(name, summary[name], config.replicas)
         if sat is not None:
             warnings.append(sat)
-        summary[name]["kv_bytes_per_token"] = kv_bpt
-        summary[name]["capacity_tokens"] = None if math.isinf(config.capacity_bytes) else \
-            int(config.capacity_bytes // kv_bpt)
-        if hasattr(pols[0], "merged_summary"):
-            summary[name].update(pols[0].merged_summary(pols))
-        described[name] = {"config": pols[0].describe(), "stats": _stats(pols)}
     warnings += resident_warnings(model, gpu, config.capacity_bytes, config.replicas,
                                   {n: s["peak_resident_bytes"] for n, s in summary.items()})
     requests = pl.concat(frames).sort(["policy", "request_id"])
     cap = None if math.isinf(config.capacity_bytes) else config.capacity_bytes
     head = {"version": SUMMARY_VERSION, "trace": trace.source, "model": model.name, "gpu": gpu.name,
             "capacity_bytes": cap, "replicas": config.replicas}
+    baselines = {"best": best, **{b: {"token_hit_rate": _hit(sims[b]), "gpu_joules": sims[b].gpu_joules(
+        window, cost, config.replicas)} for b in bases}}
     path = trace.source if Path(trace.source).exists() else None
-    resolved = {**head, **provenance(trace, path, command), "replay": config.to_dict(), "policies": described,
-                "shadow": {"policy": config.shadow_policy, "config": shadows[0].describe()},
+    resolved = {**head, **provenance(trace, path, command), "replay": config.to_dict(),
+                "policies": {n: {"config": sims[n].config, "stats": sims[n].stats} for n in names},
                 "cost": cost.to_dict(), "num_requests": work.num_requests, "arrival_time_factor": time_factor}
-    return RunResult(config, trace.source, requests, {**head, "policies": summary, "warnings": warnings},
-                     resolved)
+    return RunResult(config, trace.source, requests,
+                     {**head, "baselines": baselines, "policies": summary, "warnings": warnings}, resolved)
 
 
 def write_run(result: RunResult, run_dir: str | os.PathLike, *, force: bool = False,
@@ -249,13 +254,107 @@ def write_run(result: RunResult, run_dir: str | os.PathLike, *, force: bool = Fa
 
 
 # ---- Internal helpers -----------------------------------------------------------------------------
-def _invariant_observer(name: str, pols: list, shadows: list) -> Callable[[Any, int], None]:
+@dataclass
+class _Sim:
+    """One policy's simulation: its request rows (by request_id), counters and what it holds at the end."""
+
+    name: str
+    rows: pl.DataFrame
+    order: np.ndarray          # workload index of each row
+    busy_s: float
+    last_finish_us: int
+    peak_resident: int
+    num_events: int
+    wall: float
+    pols: list
+    itl: list
+    config: dict[str, Any]
+    stats: dict[str, int]
+
+    @property
+    def reused(self) -> int:
+        return int(self.rows["reused_tokens"].sum())
+
+    def gpu_joules(self, window_us: int, cost: CostModel, replicas: int) -> float:
+        """Whole-GPU joules (busy + idle, all replicas) over a window of ``window_us`` from the first arrival."""
+        span = replicas * window_us / 1e6
+        return cost.energy(self.busy_s, max(span - self.busy_s, 0.0))
+
+
+def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, config: ReplayConfig,
+              tick: Callable[[int, int], None] | None) -> _Sim:
+    pols = [registry.build(name, ctx, config.policy_options.get(name)) for _ in range(config.replicas)]
+    kv_bpt = getattr(pols[0], "kv_bytes_per_token", ctx.bytes_per_token)   # compressed KV (rdr)
+    pcost = cost if kv_bpt == ctx.bytes_per_token else cost.with_kv_read_bytes(kv_bpt)
+    sm = ServingModel(work, pols, pcost, token_budget=config.token_budget, router=config.router,
+                      closed_loop=config.closed_loop, progress=tick)
+    if config.check_invariants or config.verify:
+        sm.sim.observers.append(_invariant_observer(name, pols))
+    t0 = time.perf_counter()
+    reqs = sm.run()
+    wall = time.perf_counter() - t0
+    rows = request_frame(name, reqs)
+    order = np.argsort(np.fromiter((r.request_id for r in reqs), np.int64, len(reqs)), kind="stable")
+    return _Sim(name, rows, order, sum(rep.busy_us for rep in sm.replicas) / 1e6,
+                max((r.finish_us for r in reqs), default=0), sm.peak_resident, sm.sim.num_events, wall, pols,
+                [seg for rep in sm.replicas for seg in rep.itl], pols[0].describe(), _stats(pols))
+
+
+def _oracle(trace: Trace, work: Workload, config: ReplayConfig) -> np.ndarray:
+    """The trace-level oracle's reuse of each workload request (engine.oracle; once per trace)."""
+    m = registry.make_config("oracle", config.policy_options.get("oracle")).min_match
+    prompts = (work.view(i).tokens for i in range(work.num_requests))
+    return cached_oracle(trace, prompts, request_ids=work.request_ids, min_match=m)
+
+
+def _summary(sim: _Sim, rows: pl.DataFrame, best: str, base: _Sim, window_us: int, cost: CostModel,
+             config: ReplayConfig) -> dict[str, Any]:
+    """One policy's summary.json entry: engine.metrics.summarize + whole-GPU energy, serving, footprint."""
+    pols = sim.pols
+    out = summarize(rows, peak_resident_bytes=sim.peak_resident,
+                    evictions=sum(q.stats.evictions for q in pols), collisions=sum(q.stats.collisions for q in pols),
+                    num_events=sim.num_events, wall_seconds=sim.wall)
+    span = out["sim_seconds"] * config.replicas
+    mine, theirs = sim.gpu_joules(window_us, cost, config.replicas), base.gpu_joules(window_us, cost, config.replicas)
+    out.update(baseline=best, busy_seconds=sim.busy_s,
+               gpu_joules=cost.energy(sim.busy_s, max(span - sim.busy_s, 0.0)),
+               gpu_energy_saved_vs_baseline=1.0 - mine / theirs if theirs else None)
+    out.update(serving_summary(rows, sim.itl, percentiles=config.percentiles, slo=config.slo))
+    kv_bpt = getattr(pols[0], "kv_bytes_per_token", pols[0].ctx.bytes_per_token)
+    out["kv_bytes_per_token"] = kv_bpt
+    out["capacity_tokens"] = None if math.isinf(config.capacity_bytes) else int(config.capacity_bytes // kv_bpt)
+    if hasattr(pols[0], "merged_summary"):
+        out.update(pols[0].merged_summary(pols))
+    out.update(_footprint(pols, registry.make_config("oracle", config.policy_options.get("oracle")).min_match))
+    return out
+
+
+def _footprint(pols: list, min_match: int) -> dict[str, Any]:
+    """registry_entries, stored_tokens (resident at the end, all replicas) and duplicate_stored_tokens
+    (stored tokens whose content another stored run also holds; None when the policy keeps no tokens)."""
+    entries, runs, dup = 0, [], 0
+    for q in pols:
+        fp = q.footprint()
+        entries += fp.entries
+        if fp.runs is None:
+            dup = None
+        elif dup is not None:
+            runs += fp.runs
+    if dup is not None:
+        dup = duplicate_tokens(runs, min_match)
+    stored = sum(q.usage().total for q in pols) // pols[0].ctx.bytes_per_token
+    return {"registry_entries": entries, "stored_tokens": int(stored), "duplicate_stored_tokens": dup}
+
+
+def _hit(sim: _Sim) -> float:
+    n = int(sim.rows["prompt_tokens"].sum())
+    return sim.reused / n if n else 0.0
+
+
+def _invariant_observer(name: str, pols: list) -> Callable[[Any, int], None]:
     def check(event: Any, now: int) -> None:
         for k, q in enumerate(pols):
             q.usage().check(f"{name}[replica {k}] at {now} us after {event!r}")
-        for k, q in enumerate(shadows):
-            if q is not pols[k]:
-                q.usage().check(f"shadow {q.name}[replica {k}] at {now} us")
     return check
 
 

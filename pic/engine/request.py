@@ -21,10 +21,10 @@ class Request:
         "arrival_us", "start_us", "first_token_us", "finish_us",
         "num_reused", "num_rotated", "num_recomputed", "num_prefix_reused",
         "prefill_flops", "prefill_hbm_bytes", "cache_read_bytes", "prefill_joules",
-        "nocache_prefill_joules", "prefix_prefill_joules", "num_evictions", "uncached",
+        "nocache_prefill_joules", "prefix_prefill_joules", "num_evictions", "uncached", "num_oracle_reused",
         "num_recurrent_tokens", "attn_layer_s", "recurrent_layer_s", "nocache_attn_layer_s",
         "nocache_recurrent_layer_s",
-        "view", "admitted", "shadow_admitted",
+        "view", "admitted",
     )
 
     def __init__(self, idx: int, request_id: int, session_id: str, num_prompt_tokens: int,
@@ -42,13 +42,13 @@ class Request:
         self.prefill_flops = self.prefill_hbm_bytes = self.cache_read_bytes = 0.0
         self.prefill_joules = self.nocache_prefill_joules = self.prefix_prefill_joules = 0.0
         self.num_evictions = 0
+        self.num_oracle_reused = 0  # the trace-level oracle's reuse of this request (engine.oracle)
         self.uncached = False
         self.num_recurrent_tokens = 0   # tokens the recurrent layers of a hybrid model ran
         self.attn_layer_s = self.recurrent_layer_s = 0.0   # prefill time by layer kind (plan priced alone)
         self.nocache_attn_layer_s = self.nocache_recurrent_layer_s = 0.0
         self.view = None            # RequestView while in flight (dropped at finish)
-        self.admitted = False       # main policy admitted it (commit/release owed)
-        self.shadow_admitted = False
+        self.admitted = False       # the policy admitted it (commit/release owed)
 
     def __repr__(self) -> str:
         return (f"Request(id={self.request_id}, status={self.status.name}, replica={self.replica}, "

@@ -19,8 +19,8 @@ def test_table_lists_policies_and_metrics(tmp_path):
     d = make_run(tmp_path / "run")
     res = runner.invoke(app, ["report", str(d)], env={"COLUMNS": "160"})
     assert res.exit_code == 0, res.output
-    for key in ("none", "prefix", "fixed-chunk", "token hit rate", "recovery beyond prefix", "TTFT p99",
-                "energy saved vs prefix", "peak resident KV"):
+    for key in ("none", "prefix", "fixed-chunk", "token hit rate", "recovery vs baseline", "oracle share",
+                "TTFT p99", "prefill energy saved vs baseline", "peak resident KV", "registry entries"):
         assert key in res.stdout
 
 

@@ -64,7 +64,7 @@ def test_itl_tpot_e2el_match_per_token_reference(budget, seed, span_us):
     """The closed-form ITL series, TPOT and E2EL equal those of a simulation that times every token."""
     w = _workload(50, seed=seed, max_out=60, span_us=span_us)
     cost = FakeCost(fixed=1e-3, a=1e-6, b=0.0, c=1e-6)
-    sm = ServingModel(w, [BrutePrefix(reject=True)], None, cost, token_budget=budget)
+    sm = ServingModel(w, [BrutePrefix(reject=True)], cost, token_budget=budget)
     rows = request_frame("p", sm.run())
     got = serving_summary(rows, sm.replicas[0].itl, percentiles=PCTS, slo={})
     times = _token_times(w, cost, budget)

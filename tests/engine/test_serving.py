@@ -1,4 +1,4 @@
-"""Serving model: closed-form phases vs a step-by-step reference, routers, shadow, lifecycle."""
+"""Serving model: closed-form phases vs a step-by-step reference, routers, batch-step energy, lifecycle."""
 
 from __future__ import annotations
 
@@ -28,6 +28,15 @@ class FakeCost:
 
     def decode_step_coeffs(self, num_decode):
         return self.fixed, self.c
+
+    def prefill_step(self, num_new, num_cached, num_decode, ctx):
+        """The fixed part is shared by token count; the chunk's own terms are its own (as CostModel does)."""
+        t = self.step_time(((num_new, num_cached),), num_decode, ctx)
+        return t, self.fixed * num_new / (num_new + num_decode) + self.a * num_new + self.b * num_cached
+
+    @property
+    def busy_watts(self):
+        return self.w
 
     def prefill(self, plan):
         n = max(1, plan.num_recomputed)
@@ -140,7 +149,7 @@ def test_closed_form_matches_step_reference(budget, seed, span_us):
     """First-token and finish times equal a step-by-step simulation (whole-µs step times, no rounding)."""
     w = _workload(60, seed=seed, max_out=80, span_us=max(span_us, 1))
     cost = FakeCost(fixed=1e-3, a=1e-6, b=0.0, c=1e-6)
-    reqs = ServingModel(w, [BrutePrefix(reject=True)], None, cost, token_budget=budget).run()
+    reqs = ServingModel(w, [BrutePrefix(reject=True)], cost, token_budget=budget).run()
     first, finish = _reference(w, cost, budget)
     got_first = np.array([r.first_token_us for r in reqs]) / 1e6
     got_finish = np.array([r.finish_us for r in reqs]) / 1e6
@@ -152,7 +161,7 @@ def test_closed_form_matches_step_reference(budget, seed, span_us):
 def test_events_scale_with_requests_not_decode_steps():
     """Long decodes cost no extra events: the event count stays O(requests)."""
     w = _workload(40, seed=2, max_out=20_000)
-    m = ServingModel(w, [BrutePrefix()], None, FakeCost())
+    m = ServingModel(w, [BrutePrefix()], FakeCost())
     m.run()
     assert int(w.num_output.sum()) > 100 * w.num_requests
     assert m.sim.num_events <= 6 * w.num_requests
@@ -167,20 +176,34 @@ def test_decode_steps_covering_is_first_boundary_after():
         assert n == 0 or decode_time(f, p, b, c, n - 1) < elapsed
 
 
-def test_shadow_records_prefix_reuse_beside_any_policy():
-    """A cache that never admits still gets the shadow's exact-prefix baseline per request."""
-    w = _workload(30, seed=3)
-    reqs = ServingModel(w, [BrutePrefix(reject=True)], [BrutePrefix()], FakeCost()).run()
-    assert all(r.uncached and r.num_reused == 0 for r in reqs)
-    assert sum(r.num_prefix_reused for r in reqs) >= 100 * (w.num_requests - 5)
-    assert all(r.prefix_prefill_joules <= r.nocache_prefill_joules for r in reqs)
+def _alone(cost: FakeCost, n: int, new: int, budget: int) -> float:
+    """Joules of a chunked prefill of ``new`` of ``n`` tokens in steps of its own."""
+    return cost.w * sum(cost.step_time(((min(budget, new - d), n - new + d),), 0, 0) for d in range(0, new, budget))
+
+
+def test_prefill_energy_is_the_token_share_of_each_step():
+    """Alone in its steps a request pays them whole; beside decoders it pays its token share, so the same
+    prefill costs less than alone; its no-cache joules price a full prefill in the same batch."""
+    cost = FakeCost()
+    alone_w = _workload(30, seed=3, max_out=2, span_us=10**9)      # one output token: no decode batch
+    for r in ServingModel(alone_w, [BrutePrefix()], cost, token_budget=64).run():
+        assert r.prefill_joules == pytest.approx(_alone(cost, r.num_prompt_tokens, max(1, r.num_recomputed), 64))
+        assert r.nocache_prefill_joules == pytest.approx(_alone(cost, r.num_prompt_tokens, r.num_prompt_tokens, 64))
+    busy = _workload(30, seed=3, max_out=400, span_us=20_000)      # long decodes overlap every prefill
+    reqs = ServingModel(busy, [BrutePrefix()], cost, token_budget=8192).run()
+    shared = [r for r in reqs[1:] if r.prefill_joules < _alone(cost, r.num_prompt_tokens,
+                                                                 max(1, r.num_recomputed), 8192) - 1e-9]
+    assert len(shared) >= 20 and any(r.num_reused for r in reqs)
+    assert all(r.prefill_joules <= r.nocache_prefill_joules + 1e-12 for r in reqs)
+    for r in ServingModel(busy, [BrutePrefix(reject=True)], cost, token_budget=8192).run():
+        assert r.prefill_joules == r.nocache_prefill_joules
 
 
 def test_lifecycle_order_and_locks_balance():
     """Each request is admitted, committed and released once, in time order."""
     w = _workload(40, seed=4)
     pol = BrutePrefix()
-    reqs = ServingModel(w, [pol], None, FakeCost()).run()
+    reqs = ServingModel(w, [pol], FakeCost()).run()
     assert pol.locked == 0 and len(pol.stored) == w.num_requests
     for r in reqs:
         assert r.arrival_us <= r.start_us <= r.first_token_us <= r.finish_us
@@ -191,9 +214,9 @@ def test_content_reusable_only_after_commit():
     toks = np.arange(5000, dtype=np.int32)
     w = Workload(np.arange(2), ["a", "b"], np.array([5000, 5000]), np.array([1, 1]), np.array([0, 0]),
                  lambda i: RequestView.from_tokens(i, toks))
-    reqs = ServingModel(w, [BrutePrefix(), BrutePrefix()], None, FakeCost(), router="round-robin").run()
+    reqs = ServingModel(w, [BrutePrefix(), BrutePrefix()], FakeCost(), router="round-robin").run()
     assert reqs[0].num_reused == 0 and reqs[1].num_reused == 0       # different replicas
-    reqs = ServingModel(w, [BrutePrefix()], None, FakeCost()).run()
+    reqs = ServingModel(w, [BrutePrefix()], FakeCost()).run()
     assert reqs[1].num_reused == 5000 and reqs[1].start_us == reqs[0].first_token_us
 
 
@@ -201,7 +224,7 @@ def test_content_reusable_only_after_commit():
 def test_routers_spread_or_follow_cache(router):
     """Round-robin alternates, least-loaded balances, cache-aware follows cached content."""
     w = _workload(40, seed=5)
-    reqs = ServingModel(w, [BrutePrefix() for _ in range(3)], None, FakeCost(), router=router).run()
+    reqs = ServingModel(w, [BrutePrefix() for _ in range(3)], FakeCost(), router=router).run()
     used = {r.replica for r in reqs}
     if router == "round-robin":
         assert [r.replica for r in reqs[:6]] == [0, 1, 2, 0, 1, 2]
@@ -214,7 +237,7 @@ def test_routers_spread_or_follow_cache(router):
 def test_cache_aware_follows_mostly_shared_prompts():
     """Cache-aware sends prompts that are mostly cached content to the replica holding it."""
     w = _workload(40, seed=5, shared=6000)
-    reqs = ServingModel(w, [BrutePrefix() for _ in range(3)], None, FakeCost(), router="cache-aware").run()
+    reqs = ServingModel(w, [BrutePrefix() for _ in range(3)], FakeCost(), router="cache-aware").run()
     assert sum(r.replica == reqs[0].replica for r in reqs) > w.num_requests // 2
 
 
@@ -244,7 +267,7 @@ def test_cache_aware_falls_back_when_unbalanced():
 def test_closed_loop_turn_waits_for_previous_finish():
     """Closed loop: a session's next turn never arrives before its previous turn finished."""
     w = _workload(40, seed=6, sessions=3, span_us=100_000)
-    reqs = ServingModel(w, [BrutePrefix()], None, FakeCost(), closed_loop=True).run()
+    reqs = ServingModel(w, [BrutePrefix()], FakeCost(), closed_loop=True).run()
     by_session: dict[str, list] = {}
     for r in reqs:
         by_session.setdefault(r.session_id, []).append(r)

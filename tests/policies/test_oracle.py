@@ -15,15 +15,20 @@ from tests.policies.conftest import History, make_ctx, request_stream, serve
 
 
 def _brute(prompts: list[np.ndarray], m: int) -> list[int]:
-    """Per prompt: positions inside some m-token window that occurs in an earlier prompt."""
+    """Per prompt: positions inside some m-token window that occurs in an earlier prompt, or inside the
+    longest prefix shared with an earlier prompt."""
     seen: set[bytes] = set()
     out = []
-    for toks in prompts:
+    for i, toks in enumerate(prompts):
         cov = np.zeros(toks.size, bool)
         wins = [toks[j:j + m].tobytes() for j in range(toks.size - m + 1)]
         for j, key in enumerate(wins):
             if key in seen:
                 cov[j:j + m] = True
+        for q in prompts[:i]:
+            k = min(q.size, toks.size)
+            neq = np.flatnonzero(q[:k] != toks[:k])
+            cov[:int(neq[0]) if neq.size else k] = True
         out.append(int(cov.sum()))
         seen.update(wins)
     return out
@@ -31,8 +36,8 @@ def _brute(prompts: list[np.ndarray], m: int) -> list[int]:
 
 @pytest.mark.parametrize("m", [8, 64])
 def test_trace_oracle_equals_brute_force(m: int) -> None:
-    """Reuse counted by the vectorized oracle equals a per-window Python scan (shared, shifted, continued
-    content; repeats inside one prompt do not count)."""
+    """Reuse counted by the vectorized oracle equals a per-window Python scan plus the longest shared
+    prefix (shared, shifted, continued content; repeats inside one prompt do not count)."""
     prompts = [r.tokens for r in request_stream(seed=21, num_requests=40, vocab=50)]
     prompts.append(np.tile(prompts[0][:10], 30))             # a low-entropy prompt
     assert trace_oracle(prompts, m).tolist() == _brute(prompts, m)

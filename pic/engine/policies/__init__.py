@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 from pic.engine.config import build_config, coerce_overrides
-from pic.engine.policies.base import CachePolicy, PolicyContext, PolicyStats, RequestView, Usage
+from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, PolicyStats, RequestView, Usage
 
 _REGISTRY: dict[str, type[CachePolicy]] = {}
 
@@ -119,7 +119,7 @@ def _is_wrapper(cls: type) -> bool:
     return bool(getattr(cls, "is_wrapper", False))
 
 
-__all__ = ["CachePolicy", "PolicyContext", "PolicyStats", "RequestView", "Usage",
+__all__ = ["CachePolicy", "Footprint", "PolicyContext", "PolicyStats", "RequestView", "Usage",
            "register", "names", "get", "split_name", "build", "make_config", "option_help"]
 
 # ---- registrations (one line per policy module; each registers its class with @register) ---------

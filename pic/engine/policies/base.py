@@ -94,6 +94,17 @@ class Usage:
             raise AssertionError(f"{who}: resident {self.total} B exceeds capacity {self.capacity} B")
 
 
+@dataclass(frozen=True, slots=True)
+class Footprint:
+    """What a policy holds at one instant. ``entries``: its registry entries (hash-keyed entries: blocks,
+    chunks, S1 windows; for a radix tree, its nodes). ``runs``: the token runs whose KV it stores, each
+    ``(tokens, context)`` where the first ``context`` tokens only give context (a radix edge's parent
+    path) and are not stored by that run; ``None`` when the policy keeps no tokens (duplicates unknown)."""
+
+    entries: int
+    runs: list[tuple[np.ndarray, int]] | None
+
+
 @dataclass(slots=True)
 class PolicyStats:
     """Counters every policy keeps (family-specific counters go in ``extra``)."""
@@ -156,6 +167,11 @@ class CachePolicy(ABC):
         tokens a plan reuses may leave them unreachable by new lookups while the request runs (the
         chunk that indexed them lost another part); it answers here instead."""
         return None
+
+    def footprint(self) -> Footprint:
+        """Registry entries and stored token runs now (``summary.json``: registry_entries,
+        duplicate_stored_tokens). The default holds nothing."""
+        return Footprint(0, [])
 
     def describe(self) -> dict[str, Any]:
         """Resolved config for config.json."""

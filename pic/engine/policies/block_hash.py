@@ -30,7 +30,7 @@ import numpy as np
 
 from pic.engine.plan import Plan
 from pic.engine.policies import register
-from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
+from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
 from pic.engine.rolling import prefix_hashes
 
 
@@ -141,6 +141,22 @@ class BlockHashCache(CachePolicy):
         n = len(self._slot_of)
         return Usage((n - self._num_locked) * per, (self._num_locked + self._reserved) * per,
                      (n + self._reserved) * per, self.ctx.capacity_bytes)
+
+    def footprint(self) -> Footprint:
+        """Registry entries = resident blocks; runs (only under --verify, the one mode that keeps block
+        tokens): each block after up to 3 ancestor blocks of context."""
+        if not self.ctx.verify:
+            return Footprint(len(self._slot_of), None)
+        runs, bs = [], self._bs
+        for slot in self._slot_of.values():
+            chain, cur = [slot], slot
+            for _ in range(-(-63 // bs)):
+                cur = self._slot_of.get(int(self._parent[cur]), -1)
+                if cur < 0:
+                    break
+                chain.append(cur)
+            runs.append((self._tok[chain[::-1]].reshape(-1), (len(chain) - 1) * bs))
+        return Footprint(len(self._slot_of), runs)
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _hashes(self, req: RequestView) -> np.ndarray:

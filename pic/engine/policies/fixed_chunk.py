@@ -38,7 +38,7 @@ import numpy as np
 from pic.engine import eviction
 from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
-from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
+from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
 from pic.engine.radix import RadixNode, RadixTree
 from pic.engine.rolling import prefix_hashes, span_hashes, window_hashes
 
@@ -182,14 +182,14 @@ class FixedChunkCache(CachePolicy):
             if node is not None:
                 self._tree.dec_lock(node)
             node = leaf
-        toks, verify, store = req.tokens, self.ctx.verify, self._store
+        toks, store = req.tokens, self._store
         seen = {id(ch) for ch in held}
         new: list[int] = []
         num_locked = 0
         for i, h, size in self._grid(req):
             ch = store.get(h)
             if ch is None:
-                ch = store[h] = _Chunk(h, i, size, toks[i:i + size].copy() if verify else None, now_us)
+                ch = store[h] = _Chunk(h, i, size, toks[i:i + size].copy(), now_us)
                 self._chunk_tokens += size
                 if size == self._c:
                     new.append(h)
@@ -223,6 +223,12 @@ class FixedChunkCache(CachePolicy):
         ev = tree_ev + self._chunk_tokens - self._locked_tokens
         pr = tree_pr + self._locked_tokens + self._reserved
         return Usage(ev * b, pr * b, (ev + pr) * b, self.ctx.capacity_bytes)
+
+    def footprint(self) -> Footprint:
+        """Registry entries = stored chunks (LMCache's index); runs = the chunks and the prefix stage's
+        radix edges (the engine's copy of the same content)."""
+        runs = [(ch.tokens, 0) for ch in self._store.values()]
+        return Footprint(len(self._store), (self._tree.runs() if self._tree is not None else []) + runs)
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _scan(self, req: RequestView, now_us: int | None) -> tuple[int, list[tuple[int, int, _Chunk]]]:

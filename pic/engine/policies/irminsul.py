@@ -37,7 +37,7 @@ import numpy as np
 from pic.engine import cdc, eviction
 from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
-from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
+from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
 from pic.engine.policies.irminsul_store import Chunk, ChunkStore, Extent
 from pic.traces.markers import BOUNDARY_MARKER, find_markers
 from pic.traces.schema import KIND_CODE
@@ -209,6 +209,11 @@ class Irminsul(CachePolicy):
     def usage(self) -> Usage:
         st = self._store
         return Usage(st.evictable, st.protected, st.evictable + st.protected, self.ctx.capacity_bytes)
+
+    def footprint(self) -> Footprint:
+        """Registry entries = chunk fingerprints + S1 window fingerprints; runs = the extents."""
+        st = self._store
+        return Footprint(len(st.entries) + len(st.windows), [(t, 0) for t in st.stored_runs()])
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _stale(self, locked: list[Extent]) -> bool:

@@ -2,13 +2,15 @@
 position.
 
 Keeps: every ``min_match``-token window of every committed prompt in a :class:`engine.oracle.WindowIndex`
-(hash -> the position it was first committed at), regardless of the capacity: it is a bound, not a
-cache (``bounded = False``; ``usage()`` reports no bytes, and nothing is ever evicted or refused).
+(hash -> the position it was first committed at) and the prompts in a radix tree (index only), regardless
+of the capacity: it is a bound, not a cache (``bounded = False``; ``usage()`` reports no bytes, and
+nothing is ever evicted or refused).
 
-Lookup: the prompt's windows are hashed (vectorized rolling hash) and looked up at once; windows found
-form chains of consecutive windows with one delta (target - source), and the prompt is covered left to
-right by the chain reaching farthest (``REUSE`` in place, ``REUSE_ROTATED`` elsewhere). Every token in a
-hit window is reused; nothing else is. Under ``--verify`` each chain's tokens are compared with the
+Lookup: the longest exact prefix any committed prompt shares (any length, in place), then the prompt's
+windows are hashed (vectorized rolling hash) and looked up at once; windows found form chains of
+consecutive windows with one delta (target - source), and the rest of the prompt is covered left to right
+by the chain reaching farthest (``REUSE`` in place, ``REUSE_ROTATED`` elsewhere). Every token in a hit
+window or the prefix is reused; nothing else is. Under ``--verify`` each chain's tokens are compared with the
 committed prompt it came from (collisions counted and not reused). No eviction.
 
 The trace-level oracle of every report (``oracle_share``, :func:`engine.oracle.trace_oracle`) counts runs
@@ -26,7 +28,8 @@ import numpy as np
 from pic.engine.oracle import DEFAULT_MIN_MATCH, WindowIndex
 from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
-from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
+from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
+from pic.engine.radix import RadixTree
 from pic.engine.rolling import window_hashes
 
 
@@ -50,9 +53,12 @@ class OracleCache(CachePolicy):
         super().__init__(ctx, config)
         self._m = self.config.min_match
         self._index = WindowIndex()
+        self._tree = RadixTree()                   # committed prompts (the exact-prefix part)
         self._prompts: list[np.ndarray] = []       # committed prompts (for --verify), by ordinal
         self._origin = WindowIndex()               # window hash -> committed prompt ordinal (verify only)
         self._num_tokens = 0
+        self._commits = 0
+        self._memo: tuple[np.ndarray, int, np.ndarray, np.ndarray] | None = None   # tokens, commits, w, hit
         self.stats.extra.update(indexed_windows=0)
 
     # ---- Public API -------------------------------------------------------------------------------
@@ -60,10 +66,12 @@ class OracleCache(CachePolicy):
         self.stats.lookups += 1
         toks, m = req.tokens, self._m
         w = window_hashes(toks, m)
-        spans: list[Span] = []
+        pfx = self._tree.match_prefix(toks, None, split=False)[0]
+        spans: list[Span] = [Span(0, pfx, Action.REUSE, 0)] if pfx else []
         if w.shape[0] and len(self._index):
             hit, src = self._index.lookup(w)
-            for a, b, delta, first, last in _cover(hit, src, m):
+            self._memo = (toks, self._commits, w, hit)
+            for a, b, delta, first, last in _cover(hit, src, m, pfx):
                 if self.ctx.verify and not self._verified(toks, w, first, last, delta):
                     continue
                 spans.append(Span(a, b, Action.REUSE if delta == 0 else Action.REUSE_ROTATED, a - delta))
@@ -76,10 +84,17 @@ class OracleCache(CachePolicy):
 
     def commit(self, req: RequestView, now_us: int) -> None:
         toks = req.tokens
-        w = window_hashes(toks, self._m)
-        if not w.shape[0]:
+        if toks.shape[0] < self._m:
+            self._tree.insert(toks, now_us)
             return
-        hit, _ = self._index.lookup(w)
+        memo = self._memo
+        if memo is not None and memo[0] is toks and memo[1] == self._commits:   # nothing added since lookup
+            w, hit = memo[2], memo[3]
+        else:
+            w = window_hashes(toks, self._m)
+            hit = self._index.lookup(w)[0]
+        self._commits += 1
+        self._tree.insert(toks, now_us)
         new = np.flatnonzero(~hit)
         self._index.add(w[new], new)
         if self.ctx.verify:
@@ -100,6 +115,10 @@ class OracleCache(CachePolicy):
     def holds(self, req: RequestView) -> bool | None:
         return True                               # nothing is ever evicted
 
+    def footprint(self) -> Footprint:
+        """Registry entries = indexed windows; it stores no KV (no runs)."""
+        return Footprint(len(self._index), [])
+
     # ---- Internal helpers -------------------------------------------------------------------------
     def _verified(self, toks: np.ndarray, w: np.ndarray, first: int, last: int, delta: int) -> bool:
         """Compare the chain of windows ``first..last`` (stride ``min_match``, plus the last) with the
@@ -116,10 +135,10 @@ class OracleCache(CachePolicy):
         return True
 
 
-def _cover(hit: np.ndarray, src: np.ndarray, m: int) -> list[tuple[int, int, int, int, int]]:
-    """``[(start, end, delta, first, last)]``: the positions covered by hit windows, split into runs of one
-    delta (target - source) taken greedily from the chain of consecutive equal-delta windows reaching
-    farthest; ``first``/``last``: that chain's first and last window."""
+def _cover(hit: np.ndarray, src: np.ndarray, m: int, start: int = 0) -> list[tuple[int, int, int, int, int]]:
+    """``[(start, end, delta, first, last)]``: the positions from ``start`` on covered by hit windows, split
+    into runs of one delta (target - source) taken greedily from the chain of consecutive equal-delta
+    windows reaching farthest; ``first``/``last``: that chain's first and last window."""
     idx = np.flatnonzero(hit)
     if not idx.shape[0]:
         return []
@@ -129,7 +148,7 @@ def _cover(hit: np.ndarray, src: np.ndarray, m: int) -> list[tuple[int, int, int
     lasts = idx[np.r_[brk - 1, idx.shape[0] - 1]].tolist()
     deltas = delta[np.r_[0, brk]].tolist()
     out: list[tuple[int, int, int, int, int]] = []
-    pos, i, n = 0, 0, len(firsts)
+    pos, i, n = start, 0, len(firsts)
     while i < n:
         if lasts[i] + m <= pos:
             i += 1

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pic.engine import eviction
 from pic.engine.plan import Plan
 from pic.engine.policies import register
-from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
+from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
 from pic.engine.radix import RadixNode, RadixTree
 
 
@@ -106,6 +106,10 @@ class PrefixCache(CachePolicy):
         t = self.tree
         return Usage(t.evictable_tokens * b, (t.protected_tokens + self._reserved) * b,
                      (t.total_tokens + self._reserved) * b, self.ctx.capacity_bytes)
+
+    def footprint(self) -> Footprint:
+        """Registry entries = radix nodes; runs = every node's edge (with its parent path as context)."""
+        return Footprint(self.tree.num_nodes, self.tree.runs())
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _evict_tokens(self, num_tokens: int) -> int:

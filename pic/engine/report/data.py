@@ -31,16 +31,20 @@ SCENARIO = ("trace", "model", "gpu", "replicas", "capacity_bytes")
 #: metrics that only summary.json knows (ITL needs the replay's step series; goodput its SLO)
 SUMMARY_ONLY = ("peak_resident_bytes", "collisions", "sim_seconds", "wall_seconds", "itl_mean_s",
                 "itl_median_s", "itl_p99_s", "goodput_rps", "slo_attainment", "kv_bytes_per_token",
-                "capacity_tokens", "rdr_distortion")
+                "capacity_tokens", "rdr_distortion", "gpu_joules", "gpu_energy_saved_vs_baseline", "registry_entries",
+                "stored_tokens", "duplicate_stored_tokens")
+#: text fields only summary.json knows (the exact-prefix baseline each policy was measured against)
+SUMMARY_TEXT = ("baseline",)
 #: per-layer-kind sums (hybrid models); run dirs written before they existed read them as missing
 _LAYER_SUMS = ("recurrent_tokens", "attn_layer_s", "recurrent_layer_s", "nocache_attn_layer_s",
                "nocache_recurrent_layer_s")
-OPTIONAL_COLUMNS = frozenset(_LAYER_SUMS)
+OPTIONAL_COLUMNS = frozenset((*_LAYER_SUMS, "oracle_reused_tokens"))
 #: requests.parquet columns derived from its timestamps (absent in run dirs from before they existed)
 _DERIVED = ("e2el_s", "tpot_s")
 _COUNTS = ("requests", "prompt_tokens", "reused_tokens", "rotated_tokens", "evictions", "uncached")
 _RATES = ("token_hit_rate", "prefix_hit_rate", "recovery_beyond_prefix", "prefill_joules",
-          "attn_layer_saved_vs_none", "recurrent_layer_saved_vs_none")
+          "attn_layer_saved_vs_none", "recurrent_layer_saved_vs_none", "oracle_hit_rate", "oracle_recovery",
+          "oracle_share", "prefill_joules_per_request", "hit_energy_saved")
 _QUANTILES = {"ttft_p50_s": ("ttft_s", 0.5), "ttft_p90_s": ("ttft_s", 0.9), "ttft_p99_s": ("ttft_s", 0.99),
               "queue_p50_s": ("queue_s", 0.5),
               "tpot_p50_s": ("tpot_s", 0.5), "tpot_p99_s": ("tpot_s", 0.99),
@@ -146,16 +150,26 @@ def expand_run_dirs(dirs) -> tuple[list[Path], list[str | None]]:
 def policy_metrics(requests: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """DESIGN.md §8 trace-level metrics per (``by`` + policy) group, vectorized with polars.
 
-    token_hit_rate = Σreused/ΣN; prefix_hit_rate = Σprefix_reused/ΣN; recovery_beyond_prefix =
-    (Σreused − Σprefix_reused)/(ΣN − Σprefix_reused) (NaN when the prefix cache already reuses all);
-    energy_saved_vs_none/_prefix = 1 − ΣJ/ΣJ_baseline (fractions) and joules_saved_* in joules.
+    token_hit_rate = Σreused/ΣN; prefix_hit_rate = Σprefix_reused/ΣN (the best exact-prefix baseline of
+    the run); recovery_beyond_prefix = (Σreused − Σprefix_reused)/(ΣN − Σprefix_reused) (NaN when the
+    baseline already reuses all); oracle_hit_rate / oracle_recovery the same for the trace's oracle and
+    oracle_share = recovery / oracle recovery (NaN when the oracle recovers nothing);
+    energy_saved_vs_none/_prefix = 1 − ΣJ/ΣJ_baseline (fractions) and joules_saved_* in joules;
+    prefill_joules_per_request = ΣJ / requests; hit_energy_saved = 1 − ΣJ/ΣJ_nocache over requests that
+    reused at least one token.
     TTFT/queue quantiles interpolate linearly; ``*_lo``/``*_hi`` columns are the bracketing order stats.
     """
     requests = _with_optional(requests)
     s = {c: pl.col(c).sum() for c in ("prompt_tokens", "reused_tokens", "rotated_tokens", "recomputed_tokens",
                                       "prefix_reused_tokens", "prefill_joules", "nocache_prefill_joules",
-                                      "prefix_prefill_joules", "evictions", "uncached", *_LAYER_SUMS)}
-    aggs = [pl.len().cast(pl.Int64).alias("requests"), *[e.alias(c) for c, e in s.items()]]
+                                      "prefix_prefill_joules", "evictions", "uncached", *_LAYER_SUMS,
+                                      "oracle_reused_tokens")}
+    hit = pl.col("reused_tokens") > 0
+    aggs = [pl.len().cast(pl.Int64).alias("requests"), *[e.alias(c) for c, e in s.items()],
+            pl.col("oracle_reused_tokens").null_count().alias("_no_oracle"),
+            hit.sum().cast(pl.Int64).alias("hit_requests"),
+            pl.col("prefill_joules").filter(hit).sum().alias("_hit_j"),
+            pl.col("nocache_prefill_joules").filter(hit).sum().alias("_hit_full_j")]
     have = set(requests.columns)
     for name, (col, q) in _QUANTILES.items():
         if col in have:   # latency columns are optional here (hand-made frames in tests, older run dirs)
@@ -173,6 +187,15 @@ def policy_metrics(requests: pl.DataFrame, by: list[str]) -> pl.DataFrame:
                            _ratio(pl.col("generated_tokens"), pl.col("duration_s")).alias("output_throughput_tps"))
     n, r, p = pl.col("prompt_tokens"), pl.col("reused_tokens"), pl.col("prefix_reused_tokens")
     j = pl.col("prefill_joules")
+    o = pl.when(pl.col("_no_oracle") == 0).then(pl.col("oracle_reused_tokens")).otherwise(None)
+    rec, orec = _ratio(r - p, n - p), _ratio(o - p, n - p)
+    g = g.with_columns(
+        _ratio(o, n).alias("oracle_hit_rate"),
+        orec.alias("oracle_recovery"),
+        pl.when(orec > 0).then(rec / orec).otherwise(float("nan")).alias("oracle_share"),
+        _ratio(j, pl.col("requests")).alias("prefill_joules_per_request"),
+        (1 - _ratio(pl.col("_hit_j"), pl.col("_hit_full_j"))).alias("hit_energy_saved"),
+    ).drop("_no_oracle", "_hit_j", "_hit_full_j")
     return g.with_columns(
         pl.col("uncached").cast(pl.Int64),
         (r - pl.col("rotated_tokens")).alias("inplace_tokens"),
@@ -315,6 +338,7 @@ def _check(name: str, got: Any, row: dict[str, Any]) -> bool:
 
 def _attach_summary(table: pl.DataFrame, runs: list[RunInfo], warnings: list[str]) -> pl.DataFrame:
     extra: dict[str, list[Any]] = {k: [] for k in SUMMARY_ONLY}
+    text: dict[str, list[Any]] = {k: [] for k in SUMMARY_TEXT}
     by_label = {r.label: r for r in runs}
     for r in runs:
         seen = set(table.filter(pl.col("run") == r.label)["policy"].to_list())
@@ -331,10 +355,14 @@ def _attach_summary(table: pl.DataFrame, runs: list[RunInfo], warnings: list[str
         for k in SUMMARY_ONLY:
             v = sp.get(k)
             extra[k].append(float(v) if isinstance(v, int | float) else float("nan"))
+        for k in SUMMARY_TEXT:
+            v = sp.get(k)
+            text[k].append(str(v) if isinstance(v, str) else None)
         for k in (*_COUNTS, *_RATES, *_QUANTILES, *_MEANS, "energy_saved_vs_none", "energy_saved_vs_prefix"):
             if k in sp and not _check(k, sp[k], row):
                 warnings.append(f"{where}: {k}: summary says {sp[k]!r}, requests.parquet gives {row[k]!r}")
-    return table.with_columns(*[pl.Series(k, v, pl.Float64) for k, v in extra.items()])
+    return table.with_columns(*[pl.Series(k, v, pl.Float64) for k, v in extra.items()],
+                              *[pl.Series(k, v, pl.String) for k, v in text.items()])
 
 
 def _capacity_notes(runs: list[RunInfo], series: pl.DataFrame) -> list[str]:

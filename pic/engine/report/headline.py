@@ -1,10 +1,10 @@
 """The answer at a glance: per scenario, how much the featured PIC policy saves over the best exact-prefix cache.
 
 The *best prefix cache* of a scenario is the replayed exact-prefix policy (``prefix``, ``block-hash``) with
-the highest token hit rate (DESIGN.md §8); when none was replayed, the shadow exact-prefix cache that runs
-beside every policy stands in (it gives reuse and energy, not TTFT). The *featured* policy is ``irminsul``
-when replayed, else the non-prefix caching policy with the highest token hit rate; upper bounds that no
-deployment reaches (``oracle``: infinite capacity) are never featured.
+the highest token hit rate (DESIGN.md §8); when none was replayed, the run's exact-prefix baseline (replayed
+beside the policies, named in summary.json) stands in (its reuse and energy are in every row). The *featured*
+policy is ``irminsul`` when replayed, else the non-prefix caching policy with the highest token hit rate;
+upper bounds that no deployment reaches (``oracle``: infinite capacity) are never featured.
 """
 
 from __future__ import annotations
@@ -71,12 +71,15 @@ def headline(rows: pl.DataFrame) -> str | None:
     name = f["policy"]
     if b is None:
         return (f"{name} reuses {fmt_pct(f['token_hit_rate'])} of prompt tokens vs "
-                f"{fmt_pct(f['prefix_hit_rate'])} for the shadow prefix cache; prefill energy "
+                f"{fmt_pct(f['prefix_hit_rate'])} for the exact-prefix baseline ({f.get('baseline') or 'prefix'}); "
+                f"prefill energy "
                 f"{signed_pct(-f['energy_saved_vs_prefix'])} (replay prefix too for a TTFT comparison)")
     energy = _ratio(f["prefill_joules"], b["prefill_joules"])
     ttft = _ratio(f["ttft_p50_s"], b["ttft_p50_s"])
+    share = f.get("oracle_share")
+    oracle = "" if share is None or math.isnan(share) else f" ({fmt_pct(share)} of the oracle's recovery)"
     return (f"{name} reuses {fmt_pct(f['token_hit_rate'])} of prompt tokens vs {fmt_pct(b['token_hit_rate'])} "
-            f"for the best prefix cache ({b['policy']}); TTFT p50 {signed_pct(ttft - 1)} "
+            f"for the best prefix cache ({b['policy']}){oracle}; TTFT p50 {signed_pct(ttft - 1)} "
             f"({_ms(f['ttft_p50_s'])} vs {_ms(b['ttft_p50_s'])}); prefill energy {signed_pct(energy - 1)}")
 
 

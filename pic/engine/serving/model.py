@@ -1,10 +1,12 @@
-"""ServingModel: N replicas, a router, one cache policy + a shadow exact-prefix cache per replica, and
-the event handlers that drive them through the Simulator.
+"""ServingModel: N replicas, a router, one cache policy per replica, and the event handlers that drive
+them through the Simulator.
 
 Policy lifecycle per request (pic/engine/policies/base.py): ``lookup`` + ``admit`` at prefill start
 (``admit`` False -> the request runs uncached with ``Plan.recompute_all``), ``commit`` at prefill
-completion, ``release`` at finish. The shadow cache gets the same calls at the same instants and only
-records what an exact-prefix cache would have reused.
+completion, ``release`` at finish. Prefill energy is priced per batch step: a request's joules are its
+share of the steps it ran in (``CostModel.prefill_step``), and its no-cache joules the share a full
+prefill would have had in the same batch. The exact-prefix baseline of each request comes from the
+baseline policies' own replays (``engine.replay``), not from here.
 """
 
 from __future__ import annotations
@@ -46,12 +48,10 @@ class Workload:
 class ServingModel:
     """Builds the Simulator for one policy and runs the workload through it."""
 
-    def __init__(self, workload: Workload, policies: Sequence[Any], shadows: Sequence[Any] | None,
-                 cost: Any, *, token_budget: int = 8192, router: str = "round-robin",
+    def __init__(self, workload: Workload, policies: Sequence[Any], cost: Any, *, token_budget: int = 8192, router: str = "round-robin",
                  closed_loop: bool = False, progress: Callable[[int, int], None] | None = None) -> None:
         self.w = workload
         self.policies = list(policies)
-        self.shadows = list(shadows) if shadows is not None else [None] * len(self.policies)
         self.cost = cost
         self.replicas = [Replica(i, cost, token_budget) for i in range(len(self.policies))]
         self.router = Router(router, self.replicas, self.policies)
@@ -138,8 +138,6 @@ class ServingModel:
         if r.admitted:
             self.policies[k].commit(r.view, now)
             self._note_resident(k)
-        if r.shadow_admitted:
-            self.shadows[k].commit(r.view, now)
         return self._finish(ev.req, now) if r.num_output_tokens <= 1 else []
 
     def _on_finish(self, ev: Event, now: int) -> list[tuple[int, Event]]:
@@ -167,33 +165,23 @@ class ServingModel:
         r.num_reused, r.num_rotated, r.num_recomputed = reused, rotated, num_recomputed
         pc = self.prefill_cost(plan, reused if not needs_extra else -1)
         r.prefill_flops, r.prefill_hbm_bytes = pc.flops, pc.hbm_bytes
-        r.cache_read_bytes, r.prefill_joules = pc.cache_read_bytes, pc.joules
-        nc = pc if reused == 0 and not needs_extra else self.prefill_cost(self._recompute_all(n), 0)
-        nocache = nc.joules
-        r.nocache_prefill_joules = nocache
+        r.cache_read_bytes = pc.cache_read_bytes
+        plain = reused == 0 and not needs_extra
+        nc = pc if plain else self.prefill_cost(self._recompute_all(n), 0)
         r.num_recurrent_tokens, r.attn_layer_s, r.recurrent_layer_s = (pc.recurrent_tokens, pc.attn_layer_s,
                                                                        pc.recurrent_layer_s)
         r.nocache_attn_layer_s, r.nocache_recurrent_layer_s = nc.attn_layer_s, nc.recurrent_layer_s
-        sh = self.shadows[k]
-        if sh is pol:   # NOTE: shadow identical to the policy (same class + config): same answers, skip
-            r.num_prefix_reused, r.prefix_prefill_joules = reused, pc.joules
-        elif sh is not None:
-            splan = sh.lookup(view, now)
-            if sh.admit(view, splan, now):
-                r.shadow_admitted = True
-            else:
-                splan = self._recompute_all(n)
-            sreused, _, sextra = _plan_stats(splan)
-            r.num_prefix_reused = sreused
-            r.prefix_prefill_joules = self.prefill_cost(splan, sreused if not sextra else -1).joules
-        else:
-            r.prefix_prefill_joules = nocache
         num_new = max(1, min(n, num_recomputed))
         extra = 0.0
         if needs_extra:
             # rotation / correction / tier-transfer time beyond a plain chunked prefill of num_new tokens
             extra = max(0.0, pc.time_s - self.cost.step_time(((num_new, n - num_new),), 0, 0))
-        end, finishes = rep.run_prefill(now, n, num_new, extra, i, r.num_output_tokens)
+        watts = self.cost.busy_watts
+        full = None if plain else rep.prefill_share(n, n)       # before this prefill changes the batch
+        end, finishes, share = rep.run_prefill(now, n, num_new, extra, i, r.num_output_tokens)
+        r.prefill_joules = watts * share
+        r.nocache_prefill_joules = r.prefill_joules if full is None else watts * full
+        r.prefix_prefill_joules = r.nocache_prefill_joules      # replay fills in the baseline's own
         out = [(t, Event(FINISH, k, j)) for t, j in finishes]
         out.append((end, Event(PREFILL_DONE, k, i)))
         out.append((end, Event(SCHEDULE, k, -1, rep.version)))
@@ -204,8 +192,6 @@ class ServingModel:
         k = r.replica
         if r.admitted:
             self.policies[k].release(r.view, now)
-        if r.shadow_admitted:
-            self.shadows[k].release(r.view, now)
         r.finish_us = now
         r.status = Status.FINISHED
         r.view = None

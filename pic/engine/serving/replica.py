@@ -70,18 +70,21 @@ class Replica:
         return out
 
     def run_prefill(self, now: int, num_tokens: int, num_new: int, extra_s: float,
-                    req_idx: int, num_output: int) -> tuple[int, list[tuple[int, int]]]:
+                    req_idx: int, num_output: int) -> tuple[int, list[tuple[int, int]], float]:
         """Start a chunked prefill of ``num_new`` tokens (the last ``num_new`` of ``num_tokens``) at
-        ``now``. Returns (end_us, [(finish_us, req_idx)] of decoders finishing during it). The request
-        joins the decode batch at the end when it has more than one output token."""
+        ``now``. Returns (end_us, [(finish_us, req_idx)] of decoders finishing during it, share_s): share_s
+        is the request's part of the busy seconds of the steps it ran in (``CostModel.prefill_step``; the
+        extra seconds are all its own). The request joins the decode batch at the end when it has more
+        than one output token."""
         budget, cost, dec = self.token_budget, self.cost, self.decoding
         s, nd, base = self.steps, self.num_decode, self.ctx_base
         num_cached = num_tokens - num_new
-        t, done, finishes = extra_s, 0, []
+        t, done, finishes, share = extra_s, 0, [], extra_s
         itl = self.itl
         while done < num_new:
             chunk = min(num_new - done, max(1, budget - nd))
-            dt = cost.step_time(((chunk, num_cached + done),), nd, base + nd * s if nd else 0)
+            dt, sh = cost.prefill_step(chunk, num_cached + done, nd, base + nd * s if nd else 0)
+            share += sh
             if nd:   # every decoder gets one token at the end of this step: ITL = the step (+ extra_s first)
                 d = dt + (extra_s if done == 0 else 0.0)
                 last = itl[-1] if itl else None
@@ -102,7 +105,26 @@ class Replica:
             self._join(req_idx, num_tokens, num_output)
         end = now + to_us(t)
         self._set_phase(Phase.PREFILL, now, end)
-        return end, finishes
+        return end, finishes, share
+
+    def prefill_share(self, num_tokens: int, num_new: int) -> float:
+        """``share_s`` :meth:`run_prefill` would give a prefill of ``num_new`` of ``num_tokens`` tokens
+        started now (no extra seconds), without changing anything: the counterfactual full prefill of
+        a request, priced in the batch it actually met."""
+        budget, cost = self.token_budget, self.cost
+        s, nd, base = self.steps, self.num_decode, self.ctx_base
+        fins = sorted((f, term) for f, _, _, term in self.decoding) if self.decoding else []
+        done, share, k, num_cached = 0, 0.0, 0, num_tokens - num_new
+        while done < num_new:
+            chunk = min(num_new - done, max(1, budget - nd))
+            share += cost.prefill_step(chunk, num_cached + done, nd, base + nd * s if nd else 0)[1]
+            done += chunk
+            s += 1
+            while k < len(fins) and fins[k][0] <= s:
+                nd -= 1
+                base -= fins[k][1]
+                k += 1
+        return share
 
     def run_decode(self, now: int) -> int:
         """Start a decode-only phase that lasts until the earliest decode finish; returns its end µs."""
