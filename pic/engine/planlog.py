@@ -204,7 +204,7 @@ def record_plans(trace: Any, config: Any, policy: str,
     ctx = PolicyContext(config.capacity_bytes, model.kv_bytes_per_token, model, config.seed, config.verify)
     admitted: list[tuple[int, int, np.ndarray, Plan]] = []
     pols = [_Recorder(registry.build(policy, ctx, opts.get(policy)), k, admitted) for k in range(config.replicas)]
-    sm = ServingModel(work, pols, None, cost, token_budget=config.token_budget, router=config.router,
+    sm = ServingModel(work, pols, cost, token_budget=config.token_budget, router=config.router,
                       closed_loop=config.closed_loop, progress=progress)
     reqs = {r.request_id: r for r in sm.run()}
     seen = {rid for _, rid, _, _ in admitted}

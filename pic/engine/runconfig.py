@@ -33,7 +33,7 @@ from pic.engine.config import (
 CONFIG_SUFFIXES = {".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".json": "json"}
 #: command-line spellings accepted in files -> ReplayConfig field
 ALIASES = {"policy": "policies", "capacity": "capacity_bytes", "limit": "max_requests", "set": "set",
-           "sets": "set", "shadow": "shadow_policy"}
+           "sets": "set", "baseline": "baselines"}
 #: keys a file may hold besides ReplayConfig fields (where the trace is; provenance of a config.json)
 FILE_KEYS = ("trace",)
 #: keys of a ``pic sweep`` config besides the replay settings
@@ -180,10 +180,11 @@ def provenance(trace: Any, trace_path: str | os.PathLike | None = None, command:
 # ---- Internal helpers -----------------------------------------------------------------------------
 
 def _value(k: str, v: Any) -> Any:
-    if k == "policies":
+    if k in ("policies", "baselines"):
         items = v.split(",") if isinstance(v, str) else v
         if not isinstance(items, list | tuple) or not all(isinstance(x, str) for x in items):
-            raise ValueError("policy: expected a comma-separated string or a list of names")
+            raise ValueError(f"{'policy' if k == 'policies' else 'baseline'}: expected a comma-separated string "
+                             "or a list of names")
         return tuple(x.strip() for x in items if x.strip())
     if k == "capacity_bytes":
         if v is None:

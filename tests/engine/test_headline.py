@@ -38,10 +38,10 @@ def test_speedup_column_per_scenario():
                         ["run"])["ttft_speedup"].to_list() == [None]
 
 
-def test_without_a_replayed_prefix_policy_the_shadow_stands_in():
-    """No prefix/block-hash in the run: reuse and energy vs the shadow cache, and no TTFT claim."""
+def test_without_a_replayed_prefix_policy_the_baseline_stands_in():
+    """No prefix/block-hash in the run: reuse and energy vs the run's exact-prefix baseline, no TTFT claim."""
     line = headline(ROWS.filter(pl.col("policy").is_in(["fixed-chunk", "irminsul"])))
-    assert line.startswith("irminsul reuses 85.0% of prompt tokens vs 10.0% for the shadow prefix cache")
+    assert line.startswith("irminsul reuses 85.0% of prompt tokens vs 10.0% for the exact-prefix baseline (prefix)")
     assert "prefill energy \u221275.0%" in line and "TTFT" in line and "replay prefix too" in line
 
 
