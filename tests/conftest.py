@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = (REPO / ".." / "shared" / "data").resolve()
+# PIC_SHARED_DATA points elsewhere (a worktree whose ../shared is not the project's)
+SHARED_DATA = Path(os.environ.get("PIC_SHARED_DATA") or (REPO / ".." / "shared" / "data")).resolve()
 
 
 def shared_file(*parts: str) -> Path:

@@ -1,8 +1,12 @@
 """Parquet I/O for canonical traces: one file, two record families, schema version in metadata.
 
-Layout (documented in docs/trace-format.md): column ``record`` is ``"segment"`` or ``"request"``.
-Segment rows fill ``segment_id, kind, tokens``; request rows fill ``request_id, session_id, agent_id,
-arrival_us, output_tokens, segment_ids``. Segment rows come first, in their own row groups.
+Layout v2 (docs/trace-format.md): column ``record`` is ``"segment"`` or ``"request"``; segment rows come
+first, in their own row groups, then request rows. No integer column is ever null, so pandas, polars,
+pyarrow and duckdb all read the ids exactly (an integer column with nulls becomes float64 in pandas):
+integer columns of the other family hold ``0`` (unsigned) or ``-1`` (signed); strings, lists and ``kind``
+are null there. A segment row stores either its ``tokens`` or, for an opaque segment (Mooncake block,
+Azure row), only ``opaque_key``/``opaque_salt`` and ``length`` (tokens null; :mod:`traces.content`).
+Version 1 files (one nullable layout, every token stored) are still read.
 Writes go to a temporary name in the same folder and are renamed into place only when complete
 (``traces.outputs``, re-exported here as ``atomic_path``/``atomic_dir``).
 """
@@ -10,6 +14,7 @@ Writes go to a temporary name in the same folder and are renamed into place only
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +25,14 @@ import pyarrow.parquet as pq
 from pic.traces.outputs import atomic_dir, atomic_path, is_stream  # noqa: F401 - atomic_*: re-exported
 from pic.traces.schema import KINDS, SCHEMA_KEY, SCHEMA_VERSION, Segments, Trace, TraceError
 
-_KIND_TYPE = pa.dictionary(pa.int8(), pa.string())
+_DICT = pa.dictionary(pa.int8(), pa.string())
 ARROW_SCHEMA = pa.schema([
-    ("record", pa.dictionary(pa.int8(), pa.string())),
+    ("record", _DICT),
     ("segment_id", pa.uint64()),
-    ("kind", _KIND_TYPE),
+    ("kind", _DICT),
+    ("length", pa.int64()),
+    ("opaque_key", pa.uint64()),
+    ("opaque_salt", pa.uint64()),
     ("tokens", pa.large_list(pa.int32())),
     ("request_id", pa.int64()),
     ("session_id", pa.string()),
@@ -33,24 +41,48 @@ ARROW_SCHEMA = pa.schema([
     ("output_tokens", pa.int32()),
     ("segment_ids", pa.list_(pa.uint64())),
 ])
-SEGMENT_FIELDS = ("segment_id", "kind", "tokens")
+SEGMENT_FIELDS = ("segment_id", "kind", "length", "opaque_key", "opaque_salt", "tokens")
 REQUEST_FIELDS = ("request_id", "session_id", "agent_id", "arrival_us", "output_tokens", "segment_ids")
+#: value of an integer column in rows of the other family (never null: see the module docstring)
+FILL = {"segment_id": 0, "length": 0, "opaque_key": 0, "opaque_salt": 0,
+        "request_id": -1, "arrival_us": -1, "output_tokens": -1}
+NUM_SEGMENTS_KEY, NUM_REQUESTS_KEY = b"pic.num_segments", b"pic.num_requests"
+STORED_TOKENS_KEY = b"pic.stored_tokens"
+_SEGMENT_BATCH_TOKENS = 1 << 22       # stored tokens per segment row group (bounded memory on both sides)
+_SEGMENT_BATCH_ROWS = 1 << 16
+_REQUEST_BATCH_ROWS = 1 << 16
+_RECORDS = pa.array(["segment", "request"])
+_RECORD_CODE = {"segment": 0, "request": 1}
+_KINDS = pa.array(KINDS)
 
 
-def _nulls(n: int, names, exclude) -> dict[str, pa.Array]:
-    return {f: pa.nulls(n, ARROW_SCHEMA.field(f).type) for f in names if f not in exclude}
+def _fill(n: int, names) -> dict[str, pa.Array]:
+    out = {}
+    for f in names:
+        typ = ARROW_SCHEMA.field(f).type
+        out[f] = pa.array(np.full(n, FILL[f]), typ) if f in FILL else pa.nulls(n, typ)
+    return out
+
+
+def _record(n: int, code: int) -> pa.Array:
+    return pa.DictionaryArray.from_arrays(pa.array(np.full(n, code, np.int8)), _RECORDS)
 
 
 def _segment_table(seg: Segments) -> pa.Table:
     n = len(seg)
-    tokens = pa.LargeListArray.from_arrays(pa.array(seg.offsets, pa.int64()), pa.array(seg.tokens, pa.int32()))
-    kinds = pa.DictionaryArray.from_arrays(pa.array(seg.kinds.astype(np.int8), pa.int8()), pa.array(KINDS))
+    t = seg.token_offsets if seg.token_offsets is not None else seg.offsets
+    stored = np.diff(t) > 0
+    tokens = pa.LargeListArray.from_arrays(pa.array(t - t[0], pa.int64()), pa.array(seg.tokens, pa.int32()),
+                                           mask=pa.array(~stored))
     cols = {
-        "record": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int8)), pa.array(["segment", "request"])),
+        "record": _record(n, 0),
         "segment_id": pa.array(seg.ids, pa.uint64()),
-        "kind": kinds,
+        "kind": pa.DictionaryArray.from_arrays(pa.array(seg.kinds.astype(np.int8), pa.int8()), _KINDS),
+        "length": pa.array(seg.lengths, pa.int64()),
+        "opaque_key": pa.array(seg.keys if seg.keys is not None else np.zeros(n, np.uint64), pa.uint64()),
+        "opaque_salt": pa.array(seg.salts if seg.salts is not None else np.zeros(n, np.uint64), pa.uint64()),
         "tokens": tokens,
-        **_nulls(n, REQUEST_FIELDS, ()),
+        **_fill(n, REQUEST_FIELDS),
     }
     return pa.table({f.name: cols[f.name] for f in ARROW_SCHEMA}, schema=ARROW_SCHEMA)
 
@@ -59,37 +91,51 @@ def _request_table(df: pl.DataFrame) -> pa.Table:
     n = df.height
     arrow = df.select(REQUEST_FIELDS).to_arrow()
     cols = {
-        "record": pa.DictionaryArray.from_arrays(pa.array(np.ones(n, np.int8)), pa.array(["segment", "request"])),
-        **_nulls(n, SEGMENT_FIELDS, ()),
+        "record": _record(n, 1),
+        **_fill(n, SEGMENT_FIELDS),
         **{f: arrow.column(f).cast(ARROW_SCHEMA.field(f).type) for f in REQUEST_FIELDS},
     }
     return pa.table({f.name: cols[f.name] for f in ARROW_SCHEMA}, schema=ARROW_SCHEMA)
 
 
+def _segment_batches(seg: Segments):
+    """Row ranges of at most ``_SEGMENT_BATCH_ROWS`` rows / ``_SEGMENT_BATCH_TOKENS`` stored tokens."""
+    t = seg.token_offsets if seg.token_offsets is not None else seg.offsets
+    lo, n = 0, len(seg)
+    while lo < n:
+        hi = min(n, lo + _SEGMENT_BATCH_ROWS)
+        cut = int(np.searchsorted(t, t[lo] + _SEGMENT_BATCH_TOKENS, side="right")) - 1
+        hi = max(lo + 1, min(hi, cut))
+        yield lo, hi
+        lo = hi
+
+
 def write_trace(trace: Trace, path: str | os.PathLike, *, extra_meta: dict[str, str] | None = None) -> Path:
-    """Write ``trace`` to ``path`` atomically (temp file + rename). Returns the final path."""
-    meta = {SCHEMA_KEY: str(SCHEMA_VERSION).encode()}
+    """Write ``trace`` to ``path`` atomically (temp file + rename). Returns the final path.
+
+    Segment rows go first (row groups of bounded size), then request rows; the file metadata holds the
+    schema version and the row counts of both families."""
+    seg = trace.segments
+    meta = {SCHEMA_KEY: str(SCHEMA_VERSION).encode(), NUM_SEGMENTS_KEY: str(len(seg)).encode(),
+            NUM_REQUESTS_KEY: str(trace.requests.height).encode(),
+            STORED_TOKENS_KEY: str(int(seg.tokens.shape[0])).encode()}
     for k, v in {**trace.meta, **(extra_meta or {})}.items():
         meta[f"pic.{k}".encode()] = str(v).encode()
     schema = ARROW_SCHEMA.with_metadata(meta)
     with atomic_path(path) as tmp:
         with pq.ParquetWriter(tmp, schema, compression="zstd") as w:
-            seg = trace.segments
-            step = 4096
-            for lo in range(0, max(len(seg), 1), step):
-                hi = min(lo + step, len(seg))
-                if hi <= lo:
-                    break
-                part = Segments(seg.ids[lo:hi], seg.kinds[lo:hi], seg.offsets[lo:hi + 1] - seg.offsets[lo],
-                                seg.tokens[seg.offsets[lo]:seg.offsets[hi]])
-                w.write_table(_segment_table(part).replace_schema_metadata(meta))
-            if trace.requests.height:
-                w.write_table(_request_table(trace.requests).replace_schema_metadata(meta), row_group_size=65536)
+            for lo, hi in _segment_batches(seg):
+                w.write_table(_segment_table(seg.take(lo, hi)).replace_schema_metadata(meta))
+            req = trace.requests
+            for lo in range(0, req.height, _REQUEST_BATCH_ROWS):
+                part = req.slice(lo, _REQUEST_BATCH_ROWS)
+                w.write_table(_request_table(part).replace_schema_metadata(meta), row_group_size=_REQUEST_BATCH_ROWS)
     return Path(path)
 
 
 def read_trace(path: str | os.PathLike) -> Trace:
-    """Read and validate a canonical trace; raises :class:`TraceError` naming the file and field."""
+    """Read and validate a canonical trace (schema version 2, or 1); raises :class:`TraceError` naming
+    the file and field. Segment row groups are read one at a time into one token array."""
     path = Path(path)
     if not path.exists():
         raise TraceError(str(path), None, "path", "no such file")
@@ -123,36 +169,130 @@ def _read_open(path: Path, fh) -> Trace:
         ver = meta[SCHEMA_KEY].decode()
     except UnicodeDecodeError:
         raise TraceError(str(path), None, "metadata", "schema version is not UTF-8 text") from None
+    if ver == "1":
+        from pic.traces.io_v1 import read_v1
+        return read_v1(path, pf, meta)
     if ver != str(SCHEMA_VERSION):
-        raise TraceError(str(path), None, "metadata", f"schema version {ver}, this pic reads {SCHEMA_VERSION}")
+        raise TraceError(str(path), None, "metadata",
+                         f"schema version {ver}, this pic reads 1 and {SCHEMA_VERSION}")
     names = set(pf.schema_arrow.names)
     for f in ARROW_SCHEMA:
         if f.name not in names:
             raise TraceError(str(path), None, f.name, "missing column")
-    table = pf.read()
-    rec = table.column("record").cast(pa.string())
-    is_seg = pa.compute.equal(rec, "segment")
-    segt = table.filter(is_seg)
-    reqt = table.filter(pa.compute.invert(is_seg))
-    tok = segt.column("tokens").combine_chunks()
-    if isinstance(tok, pa.ChunkedArray):
-        tok = tok.chunk(0) if tok.num_chunks else pa.array([], pa.large_list(pa.int32()))
-    offsets = np.asarray(tok.offsets, dtype=np.int64)
-    offsets = offsets - offsets[0] if offsets.size else np.zeros(1, np.int64)
-    flat = np.asarray(tok.flatten(), dtype=np.int32) if len(tok) else np.zeros(0, np.int32)
-    kind_str = segt.column("kind").cast(pa.string()).to_pylist()
-    try:
-        kinds = np.asarray([KINDS.index(k) for k in kind_str], dtype=np.uint8)
-    except ValueError as e:
-        raise TraceError(str(path), None, "kind", str(e)) from None
-    segments = Segments(
-        ids=np.asarray(segt.column("segment_id"), dtype=np.uint64),
-        kinds=kinds,
-        offsets=offsets if offsets.size else np.zeros(1, np.int64),
-        tokens=flat,
-    )
-    requests = pl.from_arrow(reqt.select(list(REQUEST_FIELDS)))
+    stored = meta.get(STORED_TOKENS_KEY)
+    segments = _read_segments(path, pf, int(stored) if stored is not None and stored.isdigit() else None)
+    parts = list(_family_tables(path, pf, "request", REQUEST_FIELDS))
+    reqt = pa.concat_tables(parts) if parts else ARROW_SCHEMA.empty_table().select(list(REQUEST_FIELDS))
+    requests = pl.from_arrow(reqt)
     requests = requests.cast({"output_tokens": pl.Int32, "segment_ids": pl.List(pl.UInt64)})
-    user_meta = {k.decode(errors="replace")[4:]: v.decode(errors="replace") for k, v in meta.items()
-                 if k.startswith(b"pic.") and k != SCHEMA_KEY}
-    return Trace(segments=segments, requests=requests, source=str(path), meta=user_meta)
+    return Trace(segments=segments, requests=requests, source=str(path), meta=user_meta(meta))
+
+
+def user_meta(meta: dict[bytes, bytes]) -> dict[str, str]:
+    """The ``pic.*`` notes of a file's metadata (minus what this module manages)."""
+    own = {SCHEMA_KEY, NUM_SEGMENTS_KEY, NUM_REQUESTS_KEY, STORED_TOKENS_KEY}
+    return {k.decode(errors="replace")[4:]: v.decode(errors="replace") for k, v in meta.items()
+            if k.startswith(b"pic.") and k not in own}
+
+
+def _family_tables(path: Path, pf: pq.ParquetFile, family: str, fields) -> Iterator[pa.Table]:
+    """One table per row group holding rows of ``family`` (columns ``fields``). pic writes each family in
+    row groups of its own, told apart by the first row's ``record`` (a mixed group, as a file rewritten by
+    another tool may have, is filtered)."""
+    code = 0 if family == "segment" else 1
+    for g in range(pf.num_row_groups):
+        rec = pf.read_row_group(g, columns=["record"]).column("record").combine_chunks()
+        if rec.null_count:
+            raise TraceError(str(path), None, "record", f"null value (row group {g})")
+        if pa.types.is_dictionary(rec.type):
+            lut = np.array([_RECORD_CODE.get(x, -1) for x in rec.dictionary.to_pylist()] or [-1], np.int8)
+            idx = lut[np.asarray(rec.indices, dtype=np.int64)]
+        else:
+            idx = np.array([_RECORD_CODE.get(x, -1) for x in rec.to_pylist()], np.int8)
+        if (idx < 0).any():
+            raise TraceError(str(path), None, "record", f"unknown record family (row group {g}); "
+                             "expected 'segment' or 'request'")
+        mine = idx == code
+        if not mine.any():
+            continue
+        t = pf.read_row_group(g, columns=list(fields))
+        yield t if mine.all() else t.filter(pa.array(mine))
+
+
+def _read_segments(path: Path, pf: pq.ParquetFile, stored: int | None) -> Segments:
+    """Segment rows, one row group at a time. With ``stored`` (pic.stored_tokens) known, every group's
+    tokens are copied into one preallocated array and the group dropped: the tokens are held once."""
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("segment_id", "length", "opaque_key", "opaque_salt",
+                                                          "kind", "has")}
+    tokens = np.empty(stored, np.int32) if stored is not None else None
+    flats: list[np.ndarray] = []
+    row = tpos = 0
+    for t in _family_tables(path, pf, "segment", SEGMENT_FIELDS):
+        n = t.num_rows
+        for name in ("segment_id", "length", "opaque_key", "opaque_salt"):
+            col = t.column(name)
+            if col.null_count:
+                raise TraceError(str(path), None, name, "null value in a segment row")
+            cols[name].append(col.to_numpy())
+        lengths = cols["length"][-1]
+        cols["kind"].append(_kind_codes(path, t.column("kind")))
+        tok = t.column("tokens").combine_chunks()
+        valid = np.asarray(tok.is_valid())
+        cols["has"].append(valid)
+        flat = np.asarray(tok.flatten(), dtype=np.int32) if n else np.zeros(0, np.int32)
+        got = np.zeros(n, np.int64)
+        got[valid] = np.asarray(tok.value_lengths().fill_null(0), dtype=np.int64)[valid]
+        bad = valid & (got != lengths)
+        if bad.any():
+            raise TraceError(str(path), None, "tokens", f"segment row {row + int(np.argmax(bad))}: "
+                             f"{int(got[bad][0])} tokens but length {int(lengths[bad][0])}")
+        if tokens is None:
+            flats.append(flat.copy())
+        elif tpos + flat.size > tokens.size:
+            raise TraceError(str(path), None, "tokens", "more stored tokens than pic.stored_tokens says")
+        else:
+            tokens[tpos:tpos + flat.size] = flat
+        row += n
+        tpos += flat.size
+        del t, tok, flat
+    if tokens is None:
+        tokens = np.concatenate(flats) if flats else np.zeros(0, np.int32)
+    elif tpos != tokens.size:
+        raise TraceError(str(path), None, "tokens", f"{tpos} stored tokens, pic.stored_tokens says {stored}")
+
+    def cat(name: str, dtype) -> np.ndarray:
+        return np.concatenate(cols[name]).astype(dtype, copy=False) if cols[name] else np.zeros(0, dtype)
+
+    ids, lengths, kinds = cat("segment_id", np.uint64), cat("length", np.int64), cat("kind", np.uint8)
+    keys, salts, has = cat("opaque_key", np.uint64), cat("opaque_salt", np.uint64), cat("has", bool)
+    if (lengths <= 0).any():
+        raise TraceError(str(path), None, "length", f"segment row {int(np.argmax(lengths <= 0))}: empty segment")
+    num = ids.size
+    offsets = np.zeros(num + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if has.all():
+        return Segments(ids, kinds, offsets, tokens)
+    tok_offsets = np.zeros(num + 1, np.int64)
+    np.cumsum(np.where(has, lengths, 0), out=tok_offsets[1:])
+    keys[has] = 0
+    salts[has] = 0
+    return Segments(ids, kinds, offsets, tokens, tok_offsets, keys, salts)
+
+
+def _kind_codes(path: Path, col: pa.ChunkedArray) -> np.ndarray:
+    """uint8 codes into KINDS of a dictionary (or string) column; unknown or null kinds raise."""
+    col = col.combine_chunks()
+    if col.null_count:
+        raise TraceError(str(path), None, "kind", "null value in a segment row")
+    if pa.types.is_dictionary(col.type):
+        names = col.dictionary.to_pylist()
+        idx = np.asarray(col.indices, dtype=np.int64)
+    else:
+        names, inv = np.unique(np.asarray(col.to_pylist(), dtype=object), return_inverse=True)
+        names, idx = list(names), inv
+    lut = np.empty(max(len(names), 1), np.uint8)
+    for i, k in enumerate(names):
+        if k not in KINDS:
+            raise TraceError(str(path), None, "kind", f"unknown kind {k!r}")
+        lut[i] = KINDS.index(k)
+    return lut[idx] if idx.size else np.zeros(0, np.uint8)

@@ -1,11 +1,12 @@
 """Canonical trace: content stored once as segments, requests as ordered lists of segment ids.
 
 On disk (see ``traces.io``) a trace is ONE Parquet file holding two record families:
-segment rows (``record == "segment"``) and request rows (``record == "request"``); columns of the other
-family are null. The schema version lives in the file's key/value metadata under ``pic.schema_version``.
+segment rows (``record == "segment"``) and request rows (``record == "request"``). The schema version
+lives in the file's key/value metadata under ``pic.schema_version``.
 
-In memory a :class:`Trace` keeps segments in CSR form (one flat int32 token array + offsets) so a
-request's prompt is a concatenation of a few slices, and hashing/chunking stays vectorized.
+In memory a :class:`Trace` keeps segments in CSR form (:class:`traces.content.Segments`: one flat int32
+token array + offsets; opaque segments derive their tokens on demand) so a request's prompt is a
+concatenation of a few slices, and hashing/chunking stays vectorized.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import numpy as np
 import polars as pl
 import xxhash
 
-SCHEMA_VERSION = 1
+from pic.traces.content import Segments, opaque_segment_id
+
+SCHEMA_VERSION = 2
 SCHEMA_KEY = b"pic.schema_version"
 
 #: segment kinds, in code order (the uint8 code is the index)
@@ -50,23 +53,6 @@ def segment_id(tokens: np.ndarray) -> int:
     return xxhash.xxh64_intdigest(np.ascontiguousarray(tokens, dtype="<i4").tobytes())
 
 
-@dataclass(frozen=True, slots=True)
-class Segments:
-    """Distinct content, CSR layout. ``tokens[offsets[i]:offsets[i+1]]`` is segment ``i``."""
-
-    ids: np.ndarray      # uint64 [S], unique
-    kinds: np.ndarray    # uint8 [S], index into KINDS
-    offsets: np.ndarray  # int64 [S+1]
-    tokens: np.ndarray   # int32 [offsets[-1]]
-
-    def __len__(self) -> int:
-        return int(self.ids.shape[0])
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-
 class SegmentTable:
     """Builder that dedupes segments by content id while readers stream input."""
 
@@ -74,7 +60,9 @@ class SegmentTable:
         self._index: dict[int, int] = {}
         self._ids: list[int] = []
         self._kinds: list[int] = []
+        self._lengths: list[int] = []
         self._chunks: list[np.ndarray] = []
+        self._opaque: dict[int, tuple[int, int]] = {}   # row -> (key, salt) of opaque segments
 
     def add(self, tokens: np.ndarray, kind: str) -> int:
         """Store ``tokens`` once (if new) and return its segment id."""
@@ -86,23 +74,48 @@ class SegmentTable:
             self._index[sid] = len(self._ids)
             self._ids.append(sid)
             self._kinds.append(KIND_CODE[kind])
+            self._lengths.append(int(toks.size))
             self._chunks.append(toks)
+        return sid
+
+    def add_opaque(self, key: int, salt: int, length: int, kind: str) -> int:
+        """Record an opaque segment (tokens derived from ``key, salt``; see :mod:`traces.content`) once
+        and return its id. No token is materialized."""
+        if length <= 0:
+            raise ValueError("empty segment")
+        sid = opaque_segment_id(key, salt, length)
+        if sid not in self._index:
+            row = len(self._ids)
+            self._index[sid] = row
+            self._ids.append(sid)
+            self._kinds.append(KIND_CODE[kind])
+            self._lengths.append(int(length))
+            self._opaque[row] = (key, salt)
         return sid
 
     def __contains__(self, sid: int) -> bool:
         return sid in self._index
 
     def build(self) -> Segments:
-        lengths = np.fromiter((c.size for c in self._chunks), dtype=np.int64, count=len(self._chunks))
-        offsets = np.zeros(len(self._chunks) + 1, dtype=np.int64)
+        lengths = np.asarray(self._lengths, dtype=np.int64)
+        offsets = np.zeros(lengths.size + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         tokens = np.concatenate(self._chunks) if self._chunks else np.zeros(0, np.int32)
-        return Segments(
-            ids=np.asarray(self._ids, dtype=np.uint64),
-            kinds=np.asarray(self._kinds, dtype=np.uint8),
-            offsets=offsets,
-            tokens=tokens.astype(np.int32, copy=False),
-        )
+        ids = np.asarray(self._ids, dtype=np.uint64)
+        kinds = np.asarray(self._kinds, dtype=np.uint8)
+        if not self._opaque:
+            return Segments(ids, kinds, offsets, tokens.astype(np.int32, copy=False))
+        stored = lengths.copy()
+        rows = np.fromiter(self._opaque, dtype=np.int64, count=len(self._opaque))
+        stored[rows] = 0
+        tok_offsets = np.zeros(lengths.size + 1, dtype=np.int64)
+        np.cumsum(stored, out=tok_offsets[1:])
+        keys = np.zeros(lengths.size, np.uint64)
+        salts = np.zeros(lengths.size, np.uint64)
+        ks = np.fromiter((k for k, _ in self._opaque.values()), dtype=np.uint64, count=rows.size)
+        ss = np.fromiter((s & (2**64 - 1) for _, s in self._opaque.values()), dtype=np.uint64, count=rows.size)
+        keys[rows], salts[rows] = ks, ss
+        return Segments(ids, kinds, offsets, tokens.astype(np.int32, copy=False), tok_offsets, keys, salts)
 
 
 @dataclass(frozen=True)
@@ -126,6 +139,12 @@ class Trace:
         return self.requests.height
 
     @cached_property
+    def _sorted_ids(self) -> tuple[np.ndarray, np.ndarray]:
+        """(argsort of segment ids, the sorted ids)."""
+        order = np.argsort(self.segments.ids)
+        return order, self.segments.ids[order]
+
+    @cached_property
     def _csr(self) -> tuple[np.ndarray, np.ndarray]:
         """(req_offsets [R+1], seg_index [sum segs]) mapping requests to segment row indices."""
         seg_lists = self.requests["segment_ids"]
@@ -133,8 +152,7 @@ class Trace:
         counts = seg_lists.list.len().to_numpy().astype(np.int64)
         offs = np.zeros(counts.size + 1, dtype=np.int64)
         np.cumsum(counts, out=offs[1:])
-        order = np.argsort(self.segments.ids, kind="stable")
-        sorted_ids = self.segments.ids[order]
+        order, sorted_ids = self._sorted_ids
         pos = np.searchsorted(sorted_ids, flat)
         pos = np.minimum(pos, max(sorted_ids.size - 1, 0))
         if flat.size and (sorted_ids.size == 0 or not np.array_equal(sorted_ids[pos], flat)):
@@ -160,10 +178,8 @@ class Trace:
         return out
 
     def prompt(self, i: int) -> np.ndarray:
-        """int32 [N]: request ``i``'s prompt tokens (concatenated segments)."""
-        seg = self.segments
-        parts = [seg.tokens[seg.offsets[j]:seg.offsets[j + 1]] for j in self.request_segments(i)]
-        return np.concatenate(parts) if len(parts) != 1 else parts[0]
+        """int32 [N]: request ``i``'s prompt tokens (concatenated segments; opaque ones derived)."""
+        return self.segments.gather(self.request_segments(i))
 
     def segment_bounds(self, i: int) -> np.ndarray:
         """int64 [k+1]: token offsets of request ``i``'s segment boundaries within its prompt."""
@@ -188,7 +204,8 @@ def validate(trace: Trace) -> None:
             raise TraceError(src, None, name, f"dtype {req.schema[name]} != {dtype}")
     if len(seg) and (np.diff(seg.offsets) <= 0).any():
         raise TraceError(src, None, "tokens", "empty segment")
-    if np.unique(seg.ids).size != len(seg):
+    sorted_ids = trace._sorted_ids[1]
+    if sorted_ids.size and (sorted_ids[1:] == sorted_ids[:-1]).any():
         raise TraceError(src, None, "segment_id", "duplicate segment id")
     if len(seg) and int(seg.kinds.max()) >= len(KINDS):
         raise TraceError(src, None, "kind", "unknown segment kind code")

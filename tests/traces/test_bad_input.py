@@ -258,7 +258,7 @@ def _parquet(path, metadata):
 
 @pytest.mark.parametrize(("meta", "expect"), [
     (None, r"metadata: not a pic trace \(no pic.schema_version\)"),
-    ({b"pic.schema_version": b"99"}, r"metadata: schema version 99, this pic reads 1"),
+    ({b"pic.schema_version": b"99"}, r"metadata: schema version 99, this pic reads 1 and 2"),
     ({b"pic.schema_version": b"1"}, r"record: missing column"),
 ], ids=["no-metadata", "wrong-version", "wrong-schema"])
 def test_bad_parquet(tmp_path, meta, expect):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pic.traces.content import OPAQUE_VOCAB, opaque_tokens  # noqa: F401 - re-exported for readers
 from pic.traces.schema import SegmentTable, Trace, TraceError, requests_frame
 
 #: a single input line longer than this is rejected (it would otherwise sit in memory whole)
@@ -244,49 +245,6 @@ def get_str(obj: dict, key: str, rows: Rows, path: Path, line: int, *, default: 
     if isinstance(v, bool) or not isinstance(v, (str, int)):
         raise rows.bad(path, line, key, f"expected a string, got {type(v).__name__}")
     return str(v)
-
-
-#: opaque tokens (Mooncake blocks, Azure prompts) are drawn from [0, OPAQUE_VOCAB); a power of two
-OPAQUE_VOCAB = 1 << 17
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _mix(z: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer, in place on a uint64 array."""
-    z ^= z >> np.uint64(30)
-    z *= _M1
-    z ^= z >> np.uint64(27)
-    z *= _M2
-    z ^= z >> np.uint64(31)
-    return z
-
-
-def opaque_tokens(keys: np.ndarray, lengths: np.ndarray, salt: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Deterministic pseudo-random tokens for opaque segments, vectorized over all of them.
-
-    Token ``j`` of the segment with key ``k`` is ``mix(mix(k ^ salt) + j * golden) mod OPAQUE_VOCAB``
-    (``mix`` = the splitmix64 finalizer, all 64 bits of the key used), so equal keys give equal tokens
-    and a shorter segment of the same key is a prefix of a longer one.
-    Returns ``(tokens int32 [sum(lengths)], offsets int64 [n+1])``.
-    """
-    lengths = np.asarray(lengths, dtype=np.int64)
-    offsets = np.zeros(lengths.size + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    with np.errstate(over="ignore"):
-        base = _mix(np.asarray(keys, dtype=np.uint64) ^ np.uint64(salt & 0xFFFFFFFFFFFFFFFF))
-        if lengths.size and (lengths == lengths[0]).all():  # equal lengths: broadcast, no gathers
-            step = np.arange(int(lengths[0]), dtype=np.uint64) * _GOLDEN
-            z = (base[:, None] + step[None, :]).ravel()
-        else:
-            seg = np.repeat(np.arange(lengths.size), lengths)
-            z = np.arange(int(offsets[-1]), dtype=np.uint64)
-            z -= offsets[seg].astype(np.uint64)
-            z *= _GOLDEN
-            z += base[seg]
-        _mix(z)
-    z &= np.uint64(OPAQUE_VOCAB - 1)
-    return z.astype(np.int32), offsets
 
 
 class TextSegments:

@@ -3,9 +3,9 @@
 Arrivals and lengths only. ``TIMESTAMP`` is a date-time (``2023-11-16 18:17:03.9799600`` read as UTC,
 fractions beyond µs truncated; a UTC offset such as ``+00:00`` is honoured) or a number of seconds;
 arrivals become µs relative to the first row.
-Each row gets ONE unique opaque segment (kind ``"user"``) of ``ContextTokens`` tokens derived from the
-file name and the row index, so no two requests share content. Each row is its own session (``<file stem>#<row>``).
-The file is read in batches of rows; tokens for a batch are generated in one vectorized call.
+Each row gets ONE unique opaque segment (kind ``"user"``) of ``ContextTokens`` tokens: key = the row
+index, salt = xxh64 of the file name (:mod:`traces.content`; tokens derived on demand, never stored), so
+no two requests share content. Each row is its own session (``<file stem>#<row>``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import numpy as np
 import xxhash
 
 from pic.traces.formats._base import (
@@ -30,7 +29,6 @@ from pic.traces.formats._base import (
     clip,
     file_stem,
     iter_lines,
-    opaque_tokens,
 )
 from pic.traces.schema import TraceError
 
@@ -113,12 +111,9 @@ def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = 
     def flush() -> None:
         if not batch:
             return
-        keys = np.fromiter((b[0] for b in batch), dtype=np.uint64, count=len(batch))
-        lens = np.fromiter((b[2] for b in batch), dtype=np.int64, count=len(batch))
-        toks, offs = opaque_tokens(keys, lens, salt=salt)
-        add = rows.segments.add
-        for n, (row, ts, ctx, gen) in enumerate(batch):
-            sid = add(toks[offs[n]:offs[n + 1]], "user")
+        add = rows.segments.add_opaque
+        for row, ts, ctx, gen in batch:
+            sid = add(row, salt, ctx, "user")
             rows.add(session_id=f"{session}#{row}", agent_id="default", arrival_us=ts, output_tokens=gen,
                      segment_ids=[sid], num_tokens=ctx)
         batch.clear()
