@@ -298,7 +298,6 @@ class Bench:
 
     def vidur(self) -> dict:
         """Vidur on the Azure conversation trace (see docs/bench-scale.md for the offline install)."""
-        vdir = Path(self.a.vidur).resolve()
         trace = RAW["azure-conv"]
         if not trace.exists():
             return {"skipped": "no Azure trace"}
