@@ -4,9 +4,9 @@
 Arrivals and lengths only. ``Timestamp`` is seconds from the start of the log (float); arrivals become µs
 relative to the first row. ``Request tokens`` is the prompt (0: an empty prompt, skipped and counted), ``Response tokens`` the output (>= 0; the
 log holds failed requests with 0). Each row gets ONE unique opaque segment (kind ``"user"``) of ``Request
-tokens`` tokens derived from the file name and row index, so no two requests share content, and is its own
-session (``<file stem>#<row>``); ``Model`` (``ChatGPT``, ``GPT-4``) becomes the agent id. ``Total tokens`` and
-``Log Type`` are not used. Rows are read in batches; tokens for a batch come from one vectorized call.
+tokens`` tokens (key = row index, salt = xxh64 of the file name: :mod:`traces.content`, tokens derived on
+demand, never stored), so no two requests share content, and is its own session (``<file stem>#<row>``);
+``Model`` (``ChatGPT``, ``GPT-4``) becomes the agent id. ``Total tokens`` and ``Log Type`` are not used.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import math
 import os
 from pathlib import Path
 
-import numpy as np
 import xxhash
 
 from pic.traces.formats._base import (
@@ -30,7 +29,6 @@ from pic.traces.formats._base import (
     clip,
     file_stem,
     iter_lines,
-    opaque_tokens,
 )
 from pic.traces.schema import TraceError
 
@@ -104,12 +102,9 @@ def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = 
     def flush() -> None:
         if not batch:
             return
-        keys = np.fromiter((b[0] for b in batch), dtype=np.uint64, count=len(batch))
-        lens = np.fromiter((b[3] for b in batch), dtype=np.int64, count=len(batch))
-        toks, offs = opaque_tokens(keys, lens, salt=salt)
-        add = rows.segments.add
-        for n, (row, ts, model, req, resp) in enumerate(batch):
-            sid = add(toks[offs[n]:offs[n + 1]], "user")
+        add = rows.segments.add_opaque
+        for row, ts, model, req, resp in batch:
+            sid = add(row, salt, req, "user")
             rows.add(session_id=f"{session}#{row}", agent_id=model, arrival_us=ts, output_tokens=resp,
                      segment_ids=[sid], num_tokens=req)
         batch.clear()
