@@ -114,11 +114,15 @@ def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Worklo
     run_lo, run_hi = a[heads].tolist(), b[tails].tolist()
     tokens, offs_l, rows, rid_l = seg.tokens, offs.tolist(), order.tolist(), rid.tolist()
 
+    opaque = seg.num_opaque > 0
+
     def view(i: int) -> RequestView:
         row = rows[i]
         s0, s1 = offs_l[row], offs_l[row + 1]
         r0, r1 = run_offs[row], run_offs[row + 1]
-        if r1 - r0 == 1:
+        if opaque:   # tokens derived on demand (traces.content)
+            toks = seg.gather(seg_idx[s0:s1])
+        elif r1 - r0 == 1:
             toks = tokens[run_lo[r0]:run_hi[r0]]
         else:
             toks = np.concatenate([tokens[x:y] for x, y in zip(run_lo[r0:r1], run_hi[r0:r1], strict=True)])
