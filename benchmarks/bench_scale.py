@@ -194,8 +194,8 @@ def child_digests(trace: str, policies: list[str], max_requests: int | None, cap
 
         registry.build = recording_build
         try:
-            res = replay(tr, ReplayConfig(policies=(name,), max_requests=max_requests,
-                                          capacity_bytes=parse_size(capacity)))
+            replay(tr, ReplayConfig(policies=(name,), max_requests=max_requests,
+                                   capacity_bytes=parse_size(capacity)))
         finally:
             registry.build = build
         out[name] = h.hexdigest()[:20]   # the plans (and when they were asked for) only
