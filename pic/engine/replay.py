@@ -33,6 +33,7 @@ from pic.engine.serving import ServingModel, Workload
 from pic.engine.specs import gpu_from_name, model_from_name
 from pic.traces.io import atomic_dir
 from pic.traces.schema import Trace
+from pic.traces.suggest import did_you_mean
 
 #: policy config fields naming the smallest unit a cache stores (capacity must hold one)
 _UNIT_FIELDS = ("page_size", "block_size", "chunk_size", "min_chunk")
@@ -138,7 +139,8 @@ def cost_config(overrides: dict[str, Any]) -> CostConfig:
     known = {f.name: f for f in dataclasses.fields(CostConfig)}
     unknown = sorted(set(overrides) - set(known))
     if unknown:
-        raise ValueError(f"unknown cost option(s): {', '.join(unknown)}; known: {', '.join(known)}")
+        hint = did_you_mean(unknown[0], known) if len(unknown) == 1 else ""
+        raise ValueError(f"unknown cost option(s): {', '.join(unknown)}{hint}; known: {', '.join(known)}")
     return build_config(CostConfig, overrides, "cost")
 
 

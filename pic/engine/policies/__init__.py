@@ -14,6 +14,7 @@ from typing import Any
 
 from pic.engine.config import build_config, coerce_overrides
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, PolicyStats, RequestView, Usage
+from pic.traces.suggest import did_you_mean
 
 _REGISTRY: dict[str, type[CachePolicy]] = {}
 
@@ -85,7 +86,8 @@ def make_config(name: str, overrides: dict[str, Any] | None = None) -> Any:
     fields = {f.name for f in dataclasses.fields(cfg_cls)}
     unknown = sorted(set(overrides) - fields)
     if unknown:
-        raise ValueError(f"unknown option(s) for policy {name!r}: {', '.join(unknown)}; "
+        raise ValueError(f"unknown option(s) for policy {name!r}: {', '.join(unknown)}"
+                         f"{did_you_mean(unknown[0], fields) if len(unknown) == 1 else ''}; "
                          f"known: {', '.join(sorted(fields)) or '(none)'}")
     return build_config(cfg_cls, overrides, name)
 
@@ -111,7 +113,7 @@ def option_help(name: str) -> dict[str, str]:
 
 def _get_one(name: str) -> type[CachePolicy]:
     if name not in _REGISTRY:
-        raise ValueError(f"unknown policy {name!r}; registered: {', '.join(names())}")
+        raise ValueError(f"unknown policy {name!r}{did_you_mean(name, names())}; registered: {', '.join(names())}")
     return _REGISTRY[name]
 
 

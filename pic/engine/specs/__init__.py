@@ -14,6 +14,7 @@ from pic.engine.specs.gpus import GPUS, GpuSpec, gpu_from_name
 from pic.engine.specs.hf import model_from_hf_config
 from pic.engine.specs.models import LAYER_KINDS, ModelSpec
 from pic.engine.specs.presets import ALIASES, MODELS
+from pic.traces.suggest import did_you_mean
 
 __all__ = ["GPUS", "LAYER_KINDS", "MODELS", "GpuSpec", "ModelSpec", "catalog", "gpu_from_name",
            "model_from_hf_config", "model_from_name"]
@@ -31,7 +32,8 @@ def model_from_name(name: str) -> ModelSpec:
     p = Path(name).expanduser()
     if p.suffix == ".json" or p.exists() or "/" in name:
         return model_from_hf_config(p)
-    raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)} (or a path to a config.json)")
+    raise ValueError(f"unknown model {name!r}{did_you_mean(name, [*MODELS, *ALIASES])}; known: {', '.join(MODELS)} "
+                     "(or a path to a config.json)")
 
 
 def catalog(extra_models: list[ModelSpec] | None = None) -> dict[str, Any]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pic.traces.suggest import did_you_mean
+
 
 @dataclass(frozen=True, slots=True)
 class GpuSpec:
@@ -45,5 +47,5 @@ def gpu_from_name(name: str) -> GpuSpec:
     """Preset by CLI name (case-insensitive); unknown -> ValueError listing the names."""
     key = name.strip().lower()
     if key not in GPUS:
-        raise ValueError(f"unknown gpu {name!r}; known: {', '.join(GPUS)}")
+        raise ValueError(f"unknown gpu {name!r}{did_you_mean(name, GPUS)}; known: {', '.join(GPUS)}")
     return GPUS[key]

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from pic.traces.schema import Trace
 from pic.traces.stats import trace_stats
+from pic.traces.suggest import did_you_mean
 from pic.traces.synth import chat, early_variation, multi_agent, rag, tool_reorder
 from pic.traces.synth.common import Builder, Scenario, SessionConfig, config_json, make_config
 from pic.traces.synth.text import make_rng
@@ -27,7 +28,8 @@ SCENARIOS: dict[str, Scenario] = {
 def scenario_config(scenario: str, **knobs) -> SessionConfig:
     """The resolved config of ``scenario`` with ``knobs`` applied (string values parsed by field type)."""
     if scenario not in SCENARIOS:
-        raise ValueError(f"scenario: unknown {scenario!r}; choose from {', '.join(SCENARIOS)}")
+        raise ValueError(f"scenario: unknown {scenario!r}{did_you_mean(scenario, SCENARIOS)}; choose from "
+                         f"{', '.join(SCENARIOS)}")
     return make_config(SCENARIOS[scenario].config, knobs)
 
 
