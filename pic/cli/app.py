@@ -88,6 +88,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -131,4 +132,9 @@ for _name, _mod in COMMANDS.items():
 
 
 def main() -> None:
+    import sys
+
+    from pic.cli import invocation
+
+    invocation.ARGV = sys.argv[1:]   # what config.json records as the command
     app()

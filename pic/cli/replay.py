@@ -10,41 +10,65 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pic.cli.choices import Gpu, GpuOption, Router, RouterOption
 from pic.cli.errors import (
     ClosedLoopOption,
-    GpuOption,
     LimitOption,
     ReplicasOption,
-    RouterOption,
     SafeConsole,
     SeedOption,
     TokenBudgetOption,
     console,
     err_console,
-    parse_sets,
-    split_list,
+    print_warning,
     styled,
     user_errors,
 )
+from pic.cli.invocation import command_line
+from pic.cli.settings import (
+    ConfigOption,
+    PercentilesOption,
+    RateOption,
+    SloOption,
+    TimeScaleOption,
+    load_settings,
+    summary_headline,
+    summary_table,
+    warning_lines,
+)
 from pic.engine import policies as registry
-from pic.engine.config import ReplayConfig, parse_size
 from pic.engine.replay import RunResult, check_config, read_trace_file, replay, write_run
+from pic.engine.runconfig import replay_config, trace_sha256
 from pic.traces.outputs import check_output
 
 
+def _list_policies(value: bool) -> None:
+    if value:
+        _print_policies()
+        raise typer.Exit()
+
+
 def command(
+    ctx: typer.Context,
     trace: Annotated[Path | None, typer.Argument(
-        help="Canonical trace (.parquet from `pic ingest`/`pic synth`), or a raw log any reader accepts.")] = None,
+        help="Canonical trace (.parquet from `pic ingest`/`pic synth`), or a raw log any reader accepts; may "
+             "come from --config instead.", show_default=False)] = None,
     *,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Run directory to write.", show_default=False)],
+    config: ConfigOption = None,
     policy: Annotated[str, typer.Option(help="Comma-separated policies (see --list-policies).")] = "prefix",
     model: Annotated[str, typer.Option(help="Model preset (see `pic models`) or a config.json path.")]
     = "deepseek-v2-lite",
-    gpu: GpuOption = "h200",
+    gpu: GpuOption = Gpu.h200,
     capacity: Annotated[str, typer.Option(help="Cache capacity per replica: 40GiB, 512MiB, 1e9, inf.")] = "inf",
     replicas: ReplicasOption = 1,
-    router: RouterOption = "round-robin",
+    router: RouterOption = Router.round_robin,
     token_budget: TokenBudgetOption = 8192,
     closed_loop: ClosedLoopOption = False,
+    time_scale: TimeScaleOption = 1.0,
+    rate: RateOption = None,
+    percentiles: PercentilesOption = "50,90,99",
+    slo: SloOption = None,
     sets: Annotated[list[str] | None, typer.Option(
         "--set", help="Policy option POLICY.KEY=VALUE (repeatable), e.g. prefix.page_size=16; cost.KEY=VALUE "
              "sets a cost-model factor (cost.mfu=0.5).")] = None,
@@ -52,7 +76,6 @@ def command(
     verify: Annotated[bool, typer.Option(
         "--verify", help="Compare tokens on every hit and check cache invariants after every event.")] = False,
     limit: LimitOption = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Run directory to write.")] = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Write into an existing folder pic did not create (only pic's files are written; "
              "nothing else in it is touched).")] = False,
@@ -65,53 +88,60 @@ def command(
     execute_requests: Annotated[int, typer.Option(
         min=1, help="Requests sampled for --execute (the policy: irminsul if replayed, else the first).")] = 16,
     as_json: Annotated[bool, typer.Option("--json", help="Print summary.json to stdout.")] = False,
-    list_policies: Annotated[bool, typer.Option("--list-policies", help="List policies and options, exit.")]
+    list_policies: Annotated[bool, typer.Option(
+        "--list-policies", is_eager=True, callback=_list_policies, help="List policies and options, exit.")]
     = False,
 ) -> None:
     """Replay TRACE through each policy (one independent simulation per policy, same seed) and write
-    RUN_DIR with requests.parquet, summary.json and config.json.
+    RUN_DIR with requests.parquet, summary.json and config.json (which records the pic version, the trace's
+    content digest and this command: `pic replay --config RUN_DIR/config.json -o NEW` replays it again).
 
     Examples:
 
       pic replay mooncake.parquet --policy prefix,fixed-chunk --capacity 40GiB -o runs/mc
 
       pic replay trace.parquet --policy irminsul --set irminsul.avg_chunk=128 --replicas 4 --router cache-aware -o runs/x
+
+      pic replay trace.parquet --policy prefix,irminsul --rate 8 --slo ttft=200ms,tpot=40ms --percentiles 50,99,99.9 -o runs/load
+
+      pic replay --config run.toml --capacity 8GiB -o runs/8g
+
+      pic replay --config runs/x/config.json -o runs/x-again
     """
     with user_errors():
-        if list_policies:
-            _print_policies()
-            return
-        if trace is None:
-            raise ValueError("TRACE: missing (give a trace file, or --list-policies)")
-        if output is None:
-            raise ValueError("--output/-o: missing run directory")
-        options = parse_sets(sets)
-        cost = options.pop("cost", {})
-        config = ReplayConfig(
-            policies=split_list(policy), policy_options=options, cost=cost,
-            model=model, gpu=gpu, capacity_bytes=parse_size(capacity), replicas=replicas, router=router,
-            token_budget=token_budget, closed_loop=closed_loop, seed=seed, verify=verify,
-            check_invariants=verify, max_requests=limit, profile=profile)
-        check_output(output, inputs=[trace, model], force=force, kind="run-dir", option="--output")
-        check_config(config)                       # every impossible setting fails before any work
+        file_values, cli_values, extras = load_settings(config, ctx)
+        cfg = replay_config(file_values, cli_values)
+        trace_path = trace if trace is not None else (Path(extras["trace"]) if extras["trace"] else None)
+        if trace_path is None:
+            raise ValueError("TRACE: missing (give a trace file, or a --config that names one)")
+        check_output(output, inputs=[trace_path, cfg.model, *([config] if config else [])], force=force,
+                     kind="run-dir", option="--output")
+        check_config(cfg)                          # every impossible setting fails before any work
         gpu_ctx = None
         if execute:
             from pic.cli.execute import _open_gpu
             gpu_ctx = _open_gpu(True)              # no GPU / NVML / Triton backend: one line, before any work
-        loaded = read_trace_file(trace)
+        loaded = read_trace_file(trace_path)
+        if trace is None and extras.get("trace_sha256") and trace_sha256(loaded) != extras["trace_sha256"]:
+            raise ValueError(f"{trace_path}: the trace changed since {config} was written (content sha256 "
+                             f"{trace_sha256(loaded)[:12]}…, recorded {str(extras['trace_sha256'])[:12]}…); "
+                             "give TRACE to replay it anyway")
         with Progress(TextColumn("[bold]replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=err_console, transient=True) as bar:
             task = bar.add_task("replay", total=None)
-            result = replay(loaded, config, progress=lambda done, total: bar.update(task, completed=done,
-                                                                                    total=total))
-        write_run(result, output, force=force, inputs=(trace,))
+            result = replay(loaded, cfg, progress=lambda done, total: bar.update(task, completed=done,
+                                                                                 total=total),
+                            command=command_line(ctx))
+        write_run(result, output, force=force, inputs=(trace_path,))
         if gpu_ctx is not None:
             from pic.cli.execute import execute_into_run_dir
-            execute_into_run_dir(loaded, config, output, gpu_ctx, execute_requests, seed)
+            execute_into_run_dir(loaded, cfg, output, gpu_ctx, execute_requests, cfg.seed)
         if as_json:
             typer.echo(json.dumps(result.summary, indent=2))
         else:
             _print_table(result, output)
+        for line in warning_lines(result.summary):
+            print_warning(line)
 
 
 def _print_policies() -> None:
@@ -134,20 +164,12 @@ def _print_policies() -> None:
 
 def _print_table(result: RunResult, out: Path) -> None:
     s = result.summary
-    cap = "inf" if s["capacity_bytes"] is None else f"{s['capacity_bytes'] / 2**30:,.2f} GiB"
-    table = Table(title=f"{s['trace']} · {s['model']} on {s['gpu']} · capacity {cap} · "
-                        f"{s['replicas']} replica(s) -> {out}")
-    for col in ("policy", "requests", "hit rate", "prefix hit", "beyond prefix", "TTFT p50", "TTFT p99",
-                "saved vs none", "vs prefix", "peak GiB", "evictions", "wall s"):
-        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
-    for name, p in s["policies"].items():
-        table.add_row(name, f"{p['requests']:,}", f"{p['token_hit_rate']:.1%}", f"{p['prefix_hit_rate']:.1%}",
-                      f"{p['recovery_beyond_prefix']:.1%}", f"{p['ttft_p50_s']:.3f}", f"{p['ttft_p99_s']:.3f}",
-                      f"{p['energy_saved_vs_none']:.1%}", f"{p['energy_saved_vs_prefix']:+.1%}",
-                      f"{p['peak_resident_bytes'] / 2**30:,.2f}", f"{p['evictions']:,}", f"{p['wall_seconds']:.2f}")
-    SafeConsole(width=max(console.width, 170)).print(table)
+    SafeConsole(width=max(console.width, 190)).print(summary_table(s, out))
+    line = summary_headline(s)
+    if line:
+        console.print(styled((line, "bold")), soft_wrap=True)
     if result.config.verify:
         lines = [f"{name}: {p['collisions']} hash collision(s)" for name, p in s["policies"].items()]
         bad = any(p["collisions"] for p in s["policies"].values())
         console.print(styled(("--verify: every hit compared token by token; " + "; ".join(lines),
-                               "bold red" if bad else "green")))
+                              "bold red" if bad else "green")))

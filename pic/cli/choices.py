@@ -1,0 +1,55 @@
+"""Typed choices for the CLI: every option with a fixed set of values is an Enum (its help shows the choices,
+``<round-robin|least-loaded|cache-aware>``, not ``<str>``), and a misspelt value names the closest one.
+
+The choice lists come from the library (routers, GPU presets, input formats, sweep backends, scenarios), so
+adding one there adds it here.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from typing import Annotated, Any
+
+import typer
+
+from pic.engine.config import ROUTERS
+from pic.engine.specs.gpus import GPUS
+from pic.engine.sweep import BACKENDS
+from pic.traces.formats.detect import FORMATS
+from pic.traces.suggest import did_you_mean
+from pic.traces.synth import SCENARIOS
+
+
+def choice_enum(name: str, values: Iterable[str]) -> type[enum.Enum]:
+    """A ``str`` Enum whose values are the CLI spellings (``cache-aware``), member names made identifiers."""
+    return enum.Enum(name, {v.replace("-", "_").replace(".", "_"): v for v in values}, type=str)
+
+
+def parser(choices: type[enum.Enum]) -> Callable[[Any], enum.Enum]:
+    """typer ``parser=``: the member for a value, or ``BadParameter`` listing the choices and the closest."""
+    values = [m.value for m in choices]
+
+    def parse(value: Any) -> enum.Enum:
+        if isinstance(value, choices):
+            return value
+        text = str(value).strip()
+        for m in choices:
+            if m.value == text or m.value.lower() == text.lower():
+                return m
+        raise typer.BadParameter(f"{text!r} is not one of {', '.join(repr(v) for v in values)}"
+                                 f"{did_you_mean(text, values)}")
+
+    return parse
+
+
+Router = choice_enum("Router", ROUTERS)
+Gpu = choice_enum("Gpu", GPUS)
+Format = choice_enum("Format", FORMATS)
+Backend = choice_enum("Backend", BACKENDS)
+Scenario = choice_enum("Scenario", SCENARIOS)
+
+GpuOption = Annotated[Gpu, typer.Option(parser=parser(Gpu), help="GPU preset (see `pic models`).")]
+RouterOption = Annotated[Router, typer.Option(
+    parser=parser(Router), help="How requests pick a replica: round-robin, least-loaded (fewest outstanding), "
+    "cache-aware (most reusable tokens, unless unbalanced).")]

@@ -1,0 +1,107 @@
+"""Replay settings shared by `pic replay` and `pic sweep`: the serving-benchmark options (--time-scale,
+--rate, --percentiles, --slo), --config files under command-line options, and the run summary printed
+after a replay (table in ms, the headline, the replay's warnings)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import polars as pl
+import typer
+from rich.table import Table
+
+from pic.engine.report.data import fmt_pct
+from pic.engine.report.headline import headline, signed_pct
+from pic.engine.report.tables import fmt_ms, fmt_speedup
+from pic.engine.runconfig import file_settings, normalize, read_config_file
+
+ConfigOption = Annotated[Path | None, typer.Option(
+    "--config", "-c", help="Settings file (TOML or YAML; or a run's config.json to replay it again). Options "
+    "given on the command line win; policy options and cost factors merge key by key.", show_default=False)]
+TimeScaleOption = Annotated[float, typer.Option(
+    min=1e-9, help="Multiply every arrival gap by this: 0.5 = the same traffic twice as fast (Vidur "
+    "time_scale_factor).")]
+RateOption = Annotated[str | None, typer.Option(
+    help="Re-time arrivals to this mean rate, requests/s, keeping their pattern; inf = all at once (vLLM "
+    "--request-rate).", show_default=False)]
+PercentilesOption = Annotated[str, typer.Option(
+    help="Percentiles reported for TTFT/TPOT/ITL/E2EL (vLLM --metric-percentiles).")]
+SloOption = Annotated[str | None, typer.Option(
+    help="Goodput SLO, e.g. ttft=500ms,tpot=50ms (plain numbers are ms; keys ttft, tpot, e2el; vLLM --goodput).",
+    show_default=False)]
+
+#: CLI parameter name -> settings key understood by engine.runconfig.normalize
+CLI_KEYS = {"policy": "policy", "model": "model", "gpu": "gpu", "capacity": "capacity", "replicas": "replicas",
+            "router": "router", "token_budget": "token_budget", "closed_loop": "closed_loop", "sets": "set",
+            "seed": "seed", "verify": "verify", "limit": "limit", "profile": "profile",
+            "time_scale": "time_scale", "rate": "rate", "percentiles": "percentiles", "slo": "slo"}
+
+
+def given_options(ctx: typer.Context, keys: dict[str, str] = CLI_KEYS) -> dict[str, Any]:
+    """The options the user typed (not defaults), as settings (enum members as their text)."""
+    from typer._click.core import ParameterSource
+
+    out: dict[str, Any] = {}
+    for name, key in keys.items():
+        if name in ctx.params and ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
+                                                                      ParameterSource.ENVIRONMENT):
+            v = ctx.params[name]
+            out[key] = getattr(v, "value", v)
+    if "verify" in out:
+        out["check_invariants"] = out["verify"]
+    return out
+
+
+def load_settings(config: Path | None, ctx: typer.Context, keys: dict[str, str] = CLI_KEYS
+                  ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``(file settings, command-line settings, file extras)`` — both settings :func:`normalize`\\ d."""
+    file_values: dict[str, Any] = {}
+    extras: dict[str, Any] = {"trace": None, "trace_sha256": None}
+    if config is not None:
+        file_values, extras = file_settings(read_config_file(config), str(config))
+        if file_values.get("verify") and "check_invariants" not in file_values:
+            file_values["check_invariants"] = True
+    return file_values, normalize(given_options(ctx, keys), "command line"), extras
+
+
+def summary_table(s: dict[str, Any], out: Path) -> Table:
+    """The per-policy table printed after a replay (times in ms; capacity per replica; peak over replicas)."""
+    cap = "unbounded" if s["capacity_bytes"] is None else f"{s['capacity_bytes'] / 2**30:,.2f} GiB"
+    r = s["replicas"]
+    table = Table(title=f"{s['trace']} · {s['model']} on {s['gpu']} · capacity {cap}"
+                        f"{' per replica' if r != 1 else ''} · {r} replica{'s' if r != 1 else ''} -> {out}")
+    best = _best_prefix_ttft(s)
+    cols = ("policy", "requests", "hit rate", "prefix hit", "beyond prefix", "TTFT p50", "TTFT p99", "speed-up",
+            "TPOT p50", "saved vs none", "vs prefix", "peak GiB (all replicas)", "evictions", "wall s")
+    for col in cols:
+        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+    for name, p in s["policies"].items():
+        speed = best / p["ttft_p50_s"] if best is not None and p["ttft_p50_s"] > 0 else None
+        table.add_row(name, f"{p['requests']:,}", fmt_pct(p["token_hit_rate"]), fmt_pct(p["prefix_hit_rate"]),
+                      fmt_pct(p["recovery_beyond_prefix"]), fmt_ms(p["ttft_p50_s"]), fmt_ms(p["ttft_p99_s"]),
+                      fmt_speedup(speed), fmt_ms(p.get("tpot_p50_s")), fmt_pct(p["energy_saved_vs_none"]),
+                      signed_pct(p["energy_saved_vs_prefix"]), f"{p['peak_resident_bytes'] / 2**30:,.2f}",
+                      f"{p['evictions']:,}", f"{p['wall_seconds']:.2f}")
+    return table
+
+
+def summary_headline(s: dict[str, Any]) -> str | None:
+    """The report's headline sentence for one run's summary.json."""
+    cols = ("token_hit_rate", "prefix_hit_rate", "ttft_p50_s", "prefill_joules", "energy_saved_vs_prefix")
+    rows = pl.DataFrame([{"policy": n, **{c: float(p[c]) for c in cols}} for n, p in s["policies"].items()])
+    return headline(rows) if rows.height else None
+
+
+def warning_lines(s: dict[str, Any]) -> list[str]:
+    """The replay's own warnings (saturation, does not fit), one line each."""
+    return [w["message"] for w in s.get("warnings") or [] if isinstance(w, dict) and "message" in w]
+
+
+def _best_prefix_ttft(s: dict[str, Any]) -> float | None:
+    from pic.engine.report.headline import EXACT_PREFIX
+
+    cand = [(p["token_hit_rate"], -p["ttft_p50_s"], p["ttft_p50_s"]) for n, p in s["policies"].items()
+            if n in EXACT_PREFIX and not math.isnan(p["ttft_p50_s"])]
+    return max(cand)[2] if cand else None
