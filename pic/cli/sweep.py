@@ -9,41 +9,56 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pic.cli.choices import Backend, Gpu, GpuOption, Router, RouterOption, parser
 from pic.cli.errors import (
     ClosedLoopOption,
-    GpuOption,
     LimitOption,
     ReplicasOption,
-    RouterOption,
     SeedOption,
     TokenBudgetOption,
     console,
     err_console,
-    parse_sets,
     print_error,
     split_list,
     user_errors,
 )
-from pic.engine.config import ReplayConfig, parse_size
+from pic.cli.settings import (
+    CLI_KEYS,
+    ConfigOption,
+    PercentilesOption,
+    RateOption,
+    SloOption,
+    TimeScaleOption,
+    given_options,
+)
+from pic.engine.config import parse_size
+from pic.engine.runconfig import file_settings, normalize, read_config_file, replay_config
 from pic.engine.sweep import CellResult, SweepConfig, SweepResult, capacity_label, hit_rate_grid, run_sweep
 
 
 def command(
-    traces: Annotated[list[Path], typer.Argument(
-        help="Canonical traces (.parquet from `pic ingest`/`pic synth`) or raw logs any reader accepts.",
-        show_default=False)],
+    ctx: typer.Context,
+    traces: Annotated[list[Path] | None, typer.Argument(
+        help="Canonical traces (.parquet from `pic ingest`/`pic synth`) or raw logs any reader accepts; may come "
+             "from --config (traces = [...]) instead.", show_default=False)] = None,
     *,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Sweep directory to write.", show_default=False)],
+    config: ConfigOption = None,
     policy: Annotated[str, typer.Option(help="Comma-separated policies, replayed together in every cell.")]
     = "prefix",
     capacity: Annotated[str, typer.Option(help="Comma-separated capacities per replica: 1GiB,4GiB,16GiB,inf.")]
     = "inf",
     model: Annotated[str, typer.Option(help="Comma-separated model presets (see `pic models`) or config.json.")]
     = "deepseek-v2-lite",
-    gpu: GpuOption = "h200",
+    gpu: GpuOption = Gpu.h200,
     replicas: ReplicasOption = 1,
-    router: RouterOption = "round-robin",
+    router: RouterOption = Router.round_robin,
     token_budget: TokenBudgetOption = 8192,
     closed_loop: ClosedLoopOption = False,
+    time_scale: TimeScaleOption = 1.0,
+    rate: RateOption = None,
+    percentiles: PercentilesOption = "50,90,99",
+    slo: SloOption = None,
     sets: Annotated[list[str] | None, typer.Option(
         "--set", help="Policy option POLICY.KEY=VALUE or cost.KEY=VALUE (repeatable), as in `pic replay`.")]
     = None,
@@ -51,13 +66,13 @@ def command(
     limit: LimitOption = None,
     jobs: Annotated[int | None, typer.Option(
         "--jobs", "-j", help="Local worker processes (default: the number of CPUs).", show_default=False)] = None,
-    backend: Annotated[str, typer.Option(help="local (worker processes) | ray.")] = "local",
+    backend: Annotated[Backend, typer.Option(
+        parser=parser(Backend), help="Where cells run: local (worker processes) or ray.")] = Backend.local,
     address: Annotated[str | None, typer.Option(
         help="Ray cluster address (implies --backend ray), e.g. ray://head:10001 or auto.")] = None,
     force: Annotated[bool, typer.Option("--force", help=(
         "Redo cells whose run dir is already complete; write into a folder pic did not create (only pic's "
         "files are written there, nothing else is touched)."))] = False,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Sweep directory to write.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print sweep.json to stdout.")] = False,
 ) -> None:
     """Replay every (TRACE, model, capacity) cell with all policies, each cell in its own worker, into
@@ -71,19 +86,26 @@ def command(
       pic sweep a.parquet b.parquet --model deepseek-v2-lite,llama-3.1-8b --capacity 10GiB,inf -j 4 -o sweeps/s2
 
       pic sweep trace.parquet --capacity 1GiB,inf --address auto -o sweeps/s3
+
+      pic sweep --config sweep.yaml -o sweeps/s4      # traces, models, capacities + any replay setting
     """
     with user_errors():
-        if output is None:
-            raise ValueError("--output/-o: missing sweep directory")
-        options = parse_sets(sets)
-        cost = options.pop("cost", {})
-        base = ReplayConfig(
-            policies=split_list(policy), policy_options=options, cost=cost, gpu=gpu, replicas=replicas,
-            router=router, token_budget=token_budget, closed_loop=closed_loop, seed=seed, max_requests=limit)
-        config = SweepConfig(
-            traces=tuple(str(t) for t in traces), models=split_list(model),
-            capacities=tuple(parse_size(c) for c in split_list(capacity)), replay=base, num_jobs=jobs,
-            backend="ray" if address else backend, address=address, force=force)
+        axes, file_values, cli_values = _settings(config, ctx)
+        base = replay_config(file_values, cli_values)
+        given = given_options(ctx, {"model": "model", "capacity": "capacity", "jobs": "jobs",
+                                    "backend": "backend", "address": "address"})
+        trace_list = [str(t) for t in traces] if traces else axes.get("traces")
+        if not trace_list:
+            raise ValueError("TRACES: missing (give trace files, or a --config with traces = [...])")
+        models = given.get("model", axes.get("models", model))
+        caps = given.get("capacity", axes.get("capacities", capacity))
+        address = given.get("address", axes.get("address"))
+        config_obj = SweepConfig(
+            traces=tuple(trace_list), models=_names(models),
+            capacities=tuple(parse_size(str(c)) for c in _names(caps)), replay=base,
+            num_jobs=given.get("jobs", axes.get("jobs")),
+            backend="ray" if address else str(given.get("backend", axes.get("backend", "local"))),
+            address=address, force=force)
         with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TextColumn("{task.description}", markup=False), console=err_console, transient=True) as bar:
             task = bar.add_task("", total=None)
@@ -91,7 +113,7 @@ def command(
             def tick(res: CellResult, done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total, description=f"{res.cell.run_dir} {res.status}")
 
-            result = run_sweep(config, output, progress=tick)
+            result = run_sweep(config_obj, output, progress=tick)
     if as_json:
         typer.echo((output / "sweep.json").read_text(), nl=False)
     else:
@@ -103,6 +125,32 @@ def command(
         print_error(f"{result.count('failed')} of {len(result.cells)} cells failed (see {output / 'sweep.json'}); "
                     "re-run to retry them")
         raise typer.Exit(code=1)
+
+
+_AXES = {"traces": "traces", "trace": "traces", "models": "models", "model": "models", "capacities": "capacities",
+         "capacity": "capacities", "jobs": "jobs", "backend": "backend", "address": "address"}
+
+
+def _settings(config: Path | None, ctx: typer.Context) -> tuple[dict, dict, dict]:
+    """(sweep axes from the file, replay settings from the file, replay settings from the command line)."""
+    axes: dict = {}
+    file_values: dict = {}
+    if config is not None:
+        raw = read_config_file(config)
+        for key in list(raw):
+            k = str(key).replace("-", "_")
+            if k in _AXES:
+                v = raw.pop(key)
+                axes[_AXES[k]] = [str(x) for x in v] if isinstance(v, list) and k != "jobs" else v
+        if isinstance(axes.get("traces"), str):
+            axes["traces"] = [axes["traces"]]
+        file_values, _ = file_settings(raw, str(config))
+    keys = {k: v for k, v in CLI_KEYS.items() if k not in ("model", "capacity")}
+    return axes, file_values, normalize(given_options(ctx, keys), "command line")
+
+
+def _names(v) -> tuple[str, ...]:
+    return tuple(str(x).strip() for x in v if str(x).strip()) if isinstance(v, list | tuple) else split_list(str(v))
 
 
 def _print_grid(result: SweepResult) -> None:

@@ -117,3 +117,20 @@ def test_warnings_headline_and_units(tmp_path):
     assert "-0.0%" not in out and "\u22120.0%" not in out
     assert re.search(r"irminsul reuses [\d.]+% of prompt tokens vs [\d.]+% for the best prefix cache \(prefix\)",
                      out)
+
+
+def test_sweep_config_file_and_overrides(tmp_path):
+    """`pic sweep --config` takes the axes (traces, models, capacities) and replay settings from YAML;
+    --capacity on the command line replaces the file's list."""
+    (tmp_path / "s.yaml").write_text(f"traces: [{SAMPLE}]\ncapacities: [1GiB, 4GiB]\npolicy: prefix,irminsul\n"
+                                     "limit: 20\njobs: 1\nslo: {ttft: 100ms}\n")
+    out = tmp_path / "sw"
+    res = _run("sweep", "--config", str(tmp_path / "s.yaml"), "--capacity", "2GiB,inf", "-o", str(out))
+    assert res.exit_code == 0, res.output
+    cells = sorted(p.parent.name for p in out.rglob("summary.json"))
+    assert cells == ["cap-2GiB", "cap-inf"]
+    conf = json.loads(next(out.rglob("cap-2GiB/config.json")).read_text())
+    assert conf["replay"]["policies"] == ["prefix", "irminsul"] and conf["replay"]["max_requests"] == 20
+    assert conf["replay"]["slo"] == {"ttft": 0.1}
+    res = _run("sweep", "-o", str(tmp_path / "none"))
+    assert res.exit_code == 1 and "TRACES: missing" in res.output
