@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from typer.testing import CliRunner
 
 from pic.cli.app import app
@@ -51,3 +53,18 @@ def test_models_bad_config(tmp_path):
     r = runner.invoke(app, ["models", "--config", str(p)])
     assert r.exit_code == 1
     assert "invalid JSON" in r.output and "config.json" in r.output
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_models_fit_a_narrow_terminal_without_cutting_names(width):
+    """In 80 columns every line fits and every preset name (what users copy) is printed whole; at 60 the
+    names are still whole (other columns may shrink)."""
+    from pic.engine.specs import GPUS, MODELS
+
+    res = CliRunner().invoke(app, ["models"], env={"COLUMNS": str(width)})
+    assert res.exit_code == 0
+    lines = res.output.splitlines()
+    if width == 80:
+        assert max(len(line) for line in lines) <= 80
+    names = {line.split()[0] for line in lines if line.strip()}
+    assert set(MODELS) <= names and set(GPUS) <= names
