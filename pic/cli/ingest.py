@@ -16,8 +16,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from pic.cli.choices import Format, parser
 from pic.cli.errors import console, err_console, user_errors
-from pic.traces.formats.detect import FORMATS
 from pic.traces.ingest import IngestResult, ingest
 
 
@@ -25,7 +25,8 @@ def command(
     sources: Annotated[list[Path], typer.Argument(help="Input files or directories (a directory = its data files).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Trace to write (.parquet).")],
     *,
-    fmt: Annotated[str, typer.Option("--format", "-f", help=f"Input format: {' | '.join(FORMATS)}.")] = "auto",
+    fmt: Annotated[Format, typer.Option("--format", "-f", parser=parser(Format),
+                                        help="Input format (auto: detected from each file).")] = Format.auto,
     tokenizer: Annotated[Path | None, typer.Option(
         help="Hugging Face tokenizer.json (default: the built-in GPT-2-style tokenizer, no download).")] = None,
     skip_bad: Annotated[bool, typer.Option(
@@ -39,8 +40,9 @@ def command(
     """Ingest request logs into a canonical trace (segments stored once + requests).
 
     Formats: openai-chat (chat-completions JSONL), lmcache-agent (LMCache agent-trace JSONL),
-    mooncake (FAST'25 JSONL with hash_ids), azure (Azure LLM inference CSV), tokens (token-id JSONL).
-    auto detects the format from each file's first line.
+    mooncake (FAST'25 JSONL with hash_ids), azure (Azure LLM inference CSV), tokens (token-id JSONL),
+    sharegpt (ShareGPT conversations, JSON or JSONL: one request per assistant turn), burstgpt (BurstGPT
+    CSV). auto detects the format from each file's first line.
 
     Examples:
 
@@ -49,6 +51,10 @@ def command(
       pic ingest conversation_trace.jsonl --format mooncake -o mooncake.parquet
 
       pic ingest AzureLLMInferenceTrace_code.csv -o azure-code.parquet
+
+      pic ingest ShareGPT_V3_unfiltered_cleaned_split.json -o sharegpt.parquet
+
+      pic ingest traces/samples/burstgpt.csv -o burstgpt.parquet
 
       pic ingest requests.jsonl --format openai-chat --tokenizer tokenizer.json --skip-bad -o chat.parquet
     """
@@ -64,7 +70,7 @@ def command(
                     last[0] = done
                     bar.update(task, completed=done, total=total)
 
-            result = ingest(list(sources), output, fmt=fmt, tokenizer=tokenizer, skip_bad=skip_bad,
+            result = ingest(list(sources), output, fmt=fmt.value, tokenizer=tokenizer, skip_bad=skip_bad,
                             progress=progress, force=force, skip_empty=not fail_empty)
         _print_summary(result)
 

@@ -9,8 +9,16 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from pic.cli.errors import console, err_console, print_warning, user_errors
-from pic.engine.report import Report, comparison_rows, make_report, scenario_title, to_json
+from pic.cli.errors import console, err_console, print_warning, styled, user_errors
+from pic.engine.report import (
+    Report,
+    comparison_rows,
+    headlines,
+    latency_rows,
+    make_report,
+    scenario_title,
+    to_json,
+)
 
 
 def command(
@@ -81,12 +89,18 @@ def command(
 
 
 def _print_tables(rep: Report) -> None:
+    """Per scenario: the comparison table and the serving-benchmark table; then the answer and the notes."""
     for key, rows in rep.data.scenarios():
-        heads, body = comparison_rows(rows)
-        table = Table(title=scenario_title(key), title_justify="left")
-        table.add_column("metric", justify="left", style="dim")
-        for h in heads:
-            table.add_column(h, justify="right")
-        for label, vals in body:
-            table.add_row(label, *vals)
-        console.print(table)
+        for title, (heads, body) in ((scenario_title(key), comparison_rows(rows)),
+                                     ("latency and throughput (ms; as vLLM benchmark_serving)", latency_rows(rows))):
+            table = Table(title=title, title_justify="left")
+            table.add_column("metric", justify="left", style="dim")
+            for h in heads:
+                table.add_column(h, justify="right")
+            for label, vals in body:
+                table.add_row(label, *vals)
+            console.print(table)
+    for title, line in headlines(rep.data):
+        console.print(styled((line, "bold"), ("  (" + title + ")", "dim")), soft_wrap=True)
+    for note in rep.data.notes:
+        console.print(styled("note: " + note), soft_wrap=True)

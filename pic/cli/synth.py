@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import fields
 from pathlib import Path
 from typing import Annotated
@@ -11,12 +10,13 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pic.cli.choices import Scenario, parser
 from pic.cli.errors import console, styled, user_errors
 from pic.traces import synth as synth_lib
 from pic.traces.io import write_trace
 from pic.traces.outputs import check_output, is_pic_trace
 
-ScenarioName = enum.Enum("ScenarioName", {n.replace("-", "_"): n for n in synth_lib.SCENARIOS}, type=str)
+ScenarioName = Scenario   # kept for callers of the old name
 
 
 def _range_knobs(value: str | None, option: str, stem: str) -> dict[str, str]:
@@ -28,19 +28,25 @@ def _range_knobs(value: str | None, option: str, stem: str) -> dict[str, str]:
     return {f"{stem}_min": lo.strip(), f"{stem}_max": hi.strip()}
 
 
-def _parse_knobs(sets: list[str] | None) -> dict[str, str]:
+def _parse_knobs(sets: list[str] | None, scenario: str) -> dict[str, str]:
+    """``--set [SCENARIO.]KNOB=VALUE``: the same SCOPE.KEY=VALUE form as `pic replay --set POLICY.KEY=VALUE`,
+    the scope optional (it can only be the scenario being generated)."""
     out: dict[str, str] = {}
     for item in sets or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"--set {item!r}: expected KNOB=VALUE")
-        out[key.strip().replace("-", "_")] = value.strip()
+            raise ValueError(f"--set {item!r}: expected [{scenario}.]KNOB=VALUE")
+        scope, dot, name = key.strip().rpartition(".")
+        if dot and scope != scenario:
+            raise ValueError(f"--set {item!r}: the scope must be the scenario being generated ({scenario}), "
+                             f"got {scope!r}")
+        out[name.replace("-", "_")] = value.strip()
     return out
 
 
 def _knob_table(scenario: str) -> Table:
     cfg = synth_lib.scenario_config(scenario)
-    table = Table(title=f"knobs of {scenario} (--set KNOB=VALUE)")
+    table = Table(title=f"knobs of {scenario} (--set KNOB=VALUE or --set {scenario}.KNOB=VALUE)")
     for col in ("knob", "default", "help"):
         table.add_column(col)
     for f in fields(cfg):
@@ -49,7 +55,8 @@ def _knob_table(scenario: str) -> Table:
 
 
 def command(
-    scenario: Annotated[ScenarioName, typer.Option("--scenario", "-s", help="Traffic shape to generate.")],
+    scenario: Annotated[Scenario, typer.Option("--scenario", "-s", parser=parser(Scenario),
+                                               help="Traffic shape to generate (docs/scenarios.md).")],
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Trace to write (.parquet).")] = None,
     *,
     requests: Annotated[int, typer.Option("--requests", "-n", min=1, help="Number of requests.")] = 200,
@@ -62,7 +69,8 @@ def command(
     pool_size: Annotated[int | None, typer.Option(help="Shared document / tool-output pool size.")] = None,
     docs: Annotated[str | None, typer.Option(help="Documents per request MIN:MAX.")] = None,
     sets: Annotated[list[str] | None, typer.Option(
-        "--set", help="Any scenario knob: KNOB=VALUE (repeatable; see --list-knobs).")] = None,
+        "--set", help="Any scenario knob: [SCENARIO.]KNOB=VALUE, e.g. docs_max=8 or rag-reorder.docs_max=8 "
+                      "(repeatable; see --list-knobs).")] = None,
     list_knobs: Annotated[bool, typer.Option("--list-knobs", help="Print the scenario's knobs and exit.")] = False,
     force: Annotated[bool, typer.Option(
         "--force", help="Replace an existing OUTPUT that pic did not write.")] = False,
@@ -87,7 +95,7 @@ def command(
         if output is None:
             raise ValueError("--output: required (where to write the trace)")
         check_output(output, force=force, kind="file", own=is_pic_trace, option="--output")
-        knobs = {**_range_knobs(header_len, "--header-len", "header"), **_range_knobs(docs, "--docs", "docs"), **_parse_knobs(sets)}
+        knobs = {**_range_knobs(header_len, "--header-len", "header"), **_range_knobs(docs, "--docs", "docs"), **_parse_knobs(sets, name)}
         if rate is not None:
             knobs["rate"] = rate
         if pool_size is not None:

@@ -287,10 +287,13 @@ def test_bad_input_cli(tmp_path, case):
 
 
 def test_unknown_format_cli(tmp_path):
-    """`pic ingest --format xml` fails with a one-line error."""
+    """`pic ingest --format xml` is a usage error (exit 2) listing the formats; a near miss is suggested."""
     src = _write(tmp_path, "t.jsonl", '{"tokens": [1]}\n')
     res = runner.invoke(app, ["ingest", str(src), "-o", str(tmp_path / "o.parquet"), "--format", "xml"])
-    assert res.exit_code == 1 and "format: unknown format 'xml'" in res.output
+    flat = " ".join(re.sub("[│╭╮╰╯─]", " ", res.output).split())
+    assert res.exit_code == 2 and "'xml' is not one of 'auto', 'openai-chat'" in flat
+    res = runner.invoke(app, ["ingest", str(src), "-o", str(tmp_path / "o.parquet"), "--format", "sharegtp"])
+    assert res.exit_code == 2 and "did you mean 'sharegpt'?" in " ".join(re.sub("[│╭╮╰╯─]", " ", res.output).split())
     assert not (tmp_path / "o.parquet").exists()
 
 
