@@ -63,7 +63,7 @@ def load_settings(config: Path | None, ctx: typer.Context, keys: dict[str, str] 
         file_values, extras = file_settings(read_config_file(config), str(config))
         if file_values.get("verify") and "check_invariants" not in file_values:
             file_values["check_invariants"] = True
-    return file_values, normalize(given_options(ctx, keys), "command line"), extras
+    return file_values, normalize(given_options(ctx, keys), ""), extras
 
 
 def summary_table(s: dict[str, Any], out: Path) -> Table:

@@ -146,7 +146,7 @@ def _settings(config: Path | None, ctx: typer.Context) -> tuple[dict, dict, dict
             axes["traces"] = [axes["traces"]]
         file_values, _ = file_settings(raw, str(config))
     keys = {k: v for k, v in CLI_KEYS.items() if k not in ("model", "capacity")}
-    return axes, file_values, normalize(given_options(ctx, keys), "command line")
+    return axes, file_values, normalize(given_options(ctx, keys), "")
 
 
 def _names(v) -> tuple[str, ...]:

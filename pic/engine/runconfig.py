@@ -124,9 +124,9 @@ def normalize(values: dict[str, Any], source: str) -> dict[str, Any]:
         try:
             out[k] = _value(k, v)
         except ValueError as e:
-            raise ValueError(f"{source}: {e}") from None
+            raise ValueError(f"{source}: {e}" if source else str(e)) from None
         if k in ("policy_options", "cost") and not isinstance(out[k], dict):
-            raise ValueError(f"{source}: {k}: expected a table of options")
+            raise ValueError(f"{source + ': ' if source else ''}{k}: expected a table of options")
     return out
 
 
@@ -179,6 +179,11 @@ def provenance(trace: Any, trace_path: str | os.PathLike | None = None, command:
 
 # ---- Internal helpers -----------------------------------------------------------------------------
 
+_HINTS = {f.name: f.type for f in dataclasses.fields(ReplayConfig)}
+_TYPES: dict[Any, tuple[type, ...]] = {"int": (int,), "bool": (bool,), "float": (int, float), "str": (str,),
+                                       "int | None": (int,), "str | None": (str,)}
+
+
 def _value(k: str, v: Any) -> Any:
     if k in ("policies", "baselines"):
         items = v.split(",") if isinstance(v, str) else v
@@ -207,6 +212,9 @@ def _value(k: str, v: Any) -> Any:
                 raise ValueError(f"policy_options.{bad[0]}: expected a table of options")
             return {str(p): {str(kk).replace("-", "_"): vv for kk, vv in o.items()} for p, o in v.items()}
         return {str(kk).replace("-", "_"): vv for kk, vv in v.items()}
+    hint = _HINTS.get(k)
+    if not isinstance(v, str) and isinstance(v, _TYPES.get(hint, ())) and not (hint is not bool and isinstance(v, bool)):
+        return v   # already typed (a command-line option, a YAML/TOML number): ReplayConfig checks its range
     return coerce_overrides(ReplayConfig, {k: v}, "")[k]
 
 
