@@ -107,12 +107,24 @@ def tables(res: dict) -> str:
                 m = _pct(r["s"] / s["s"] - 1) if measured else "–"
                 out.append(f"| {n} | {sel} | {m} | {_pct(r['sim_s'] / s['sim_s'] - 1)} |")
     if res.get("split"):
-        out += ["", "Measured time by layer kind (one instrumented run; attention layers include their MLP)", "",
-                "| N | run | GDN layers | attention layers |", "|---:|---|---:|---:|"]
-        for s in res["split"]:
+        cm = CostModel(standin_spec(dims), GPUS["h200"])
+        sim_lkv = {r["n"]: r for r in ttft if r["config"] == "single-block-epic"}
+        out += ["", "Time by layer kind, measured (events around each layer, one run; a layer includes its MLP) "
+                "vs simulated (`attn_layer_s` / `recurrent_layer_s`)", "",
+                "| N | run | GDN layers measured | GDN simulated | attention layers measured | attention simulated |",
+                "|---:|---|---:|---:|---:|---:|"]
+        for sp in res["split"]:
+            n = sp["n"]
+            full = cm.prefill(Plan.recompute_all(n))
+            sims = {"full": (full.recurrent_layer_s, full.attn_layer_s),
+                    "single-block-epic": (sim_lkv[n]["sim_rec_s"], sim_lkv[n]["sim_attn_s"]) if n in sim_lkv
+                    else (float("nan"),) * 2}
             for run in ("full", "single-block-epic"):
-                v = s[run]
-                out.append(f"| {s['n']} | {run} | {v['gdn'] * 1e3:.1f} ms | {v['attn'] * 1e3:.1f} ms |")
+                v, (sr, sa) = sp[run], sims[run]
+                out.append(f"| {n} | {run} | {v['gdn'] * 1e3:.1f} ms | {sr * 1e3:.1f} ms | {v['attn'] * 1e3:.1f} ms | "
+                           f"{sa * 1e3:.1f} ms |")
+    if measured:
+        out += ["", *error_summary(ttft + sweep)]
     if sweep:
         out += ["", "r sweep (EPIC): TTFT / full prefill", "",
                 "| N | r | compose | measured | simulated | sim error | simulated, real MoE Qwen3-Next |",
@@ -124,6 +136,25 @@ def tables(res: dict) -> str:
                 out.append(f"| {r['n']} | {r['ratio']} | {r['compose']} | {m} | {r['sim_fraction']:.3f} | {e} | "
                            f"{r['moe_fraction']:.3f} |")
     return "\n".join(out) + "\n"
+
+
+def error_summary(rows: list[dict]) -> list[str]:
+    """Simulator vs measurement: absolute TTFT, TTFT fraction, and a two-number calibration (fixed seconds
+    per forward + a scale) fitted on the full prefills alone, then used to predict every LinearKV run."""
+    import numpy as np
+    plans = [r for r in rows if "plan" in r and "s" in r]
+    full = [r for r in rows if r.get("config") == "full-triton" and "sim_s" in r]
+    if not plans or len(full) < 2:
+        return []
+    raw = np.array([r["sim_s"] / r["s"] - 1 for r in plans])
+    frac = np.array([r["sim_fraction"] / r["fraction"] - 1 for r in plans])
+    a, b = np.polyfit([r["sim_s"] for r in full], [r["s"] for r in full], 1)[::-1]
+    cal = np.array([(a + b * r["sim_s"]) / r["s"] - 1 for r in plans])
+    def stats(e):
+        return f"median |error| {100 * np.median(np.abs(e)):.1f} %, max {100 * np.abs(e).max():.1f} %"
+    return [f"Simulator error over the {len(plans)} LinearKV runs: absolute TTFT {stats(raw)} (signed median "
+            f"{100 * np.median(raw):+.1f} %); TTFT as a fraction of full prefill {stats(frac)}; calibrated on the "
+            f"{len(full)} full prefills alone (measured = {a * 1e3:.1f} ms + {b:.3f} x simulated) {stats(cal)}."]
 
 
 def sim_only(sizes=(8192, 16384, 32768), ratios=(0.03, 0.1, 0.2, 0.4), chunk: int = 256) -> dict:
@@ -151,15 +182,17 @@ def plot(res: dict, path: str) -> None:
     import matplotlib.pyplot as plt
     rows = [r for r in res.get("sweep", []) if "ratio" in r]
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
-    for (n, comp), color in zip(sorted({(r["n"], r["compose"]) for r in rows}),
-                                ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7"], strict=False):
-        rs = sorted((r for r in rows if r["n"] == n and r["compose"] == comp), key=lambda r: r["ratio"])
-        x = [r["ratio"] for r in rs]
-        ls = "-" if comp == "single-block" else "--"
-        if res["env"].get("repeats"):
-            ax.plot(x, [r["fraction"] for r in rs], ls, marker="o", color=color, label=f"{n // 1024}K {comp} measured")
-        ax.plot(x, [r["sim_fraction"] for r in rs], ls, marker="x", color=color, alpha=0.45,
-                label=f"{n // 1024}K {comp} simulated")
+    measured = bool(res["env"].get("repeats"))
+    for n, color in zip(sorted({r["n"] for r in rows}), ["C0", "C1", "C2", "C3", "C4"], strict=False):
+        for comp, ls, mk in (("single-block", "-", "o"), ("exact", "--", "s")):
+            rs = sorted((r for r in rows if r["n"] == n and r["compose"] == comp), key=lambda r: r["ratio"])
+            x = [r["ratio"] for r in rs]
+            if measured:
+                ax.plot(x, [r["fraction"] for r in rs], ls, marker=mk, ms=4, color=color,
+                        label=f"{n // 1024}K {comp}, measured")
+            if comp == "single-block" or not measured:
+                ax.plot(x, [r["sim_fraction"] for r in rs], ":", marker="x", ms=4, color=color, alpha=0.6,
+                        label=f"{n // 1024}K {comp}, simulated")
     ax.axhspan(0.46, 0.62, color="0.85", label="LinearKV paper 0.46-0.62x")
     ax.set_xlabel("recompute ratio r")
     ax.set_ylabel("TTFT / full prefill")
