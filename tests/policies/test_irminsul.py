@@ -235,3 +235,42 @@ def test_stores_what_fits_prefix_first():
     u.check()
     assert 1000 <= u.total // BPT <= 2000
     assert pol.lookup(RequestView.from_tokens(2, b), 20).leading_reuse >= 1000     # its head was kept
+
+
+def test_tight_cache_keeps_conversation_heads_like_a_prefix_cache():
+    """Two interleaved conversations, each turn extending the last, in a cache of ~2.5 prompts: among
+    equally recent KV irminsul evicts prompt tails first (a chunk loses its tail, keeps serving its head),
+    so it reuses at least what the exact-prefix cache does (before: a shared head extent went first and
+    took every chunk over it)."""
+    rng = np.random.default_rng(30)
+    convs = [list(rng.integers(0, 9000, 120)) for _ in range(2)]
+    irm = _pol(capacity_tokens=1000, verify=False)
+    pre = policies.build("prefix", PolicyContext(1000 * BPT, BPT))
+    got = {"irminsul": 0, "prefix": 0}
+    for t in range(24):
+        conv = convs[t % 2]
+        conv += list(rng.integers(0, 9000, int(rng.integers(20, 60))))
+        req = RequestView.from_tokens(t, np.array(conv, np.int32))
+        for name, pol in (("irminsul", irm), ("prefix", pre)):
+            plan = pol.lookup(req, 10 * t)
+            if pol.admit(req, plan, 10 * t):
+                got[name] += plan.num_reused
+                pol.commit(req, 10 * t + 1)
+                pol.release(req, 10 * t + 2)
+    assert got["irminsul"] >= got["prefix"] > 0, got
+
+
+def test_evicting_a_tail_cuts_the_chunk_and_keeps_its_head():
+    """r1 extends r0 by 10 tokens, so r1's last chunk is a view of r0's tail KV plus 10 tokens of its own.
+    Evicting the smallest amount takes those 10 tokens (the tail, produced last) and cuts r1's chunk to its
+    head instead of dropping it: every registry entry stays, and r1's prompt minus 10 tokens is served."""
+    a = _rand(31, 2010)
+    pol = _pol(max_chunk=1024)
+    _serve(pol, 0, a[:2000])
+    _serve(pol, 1, a, now=10)
+    last = max(pol._store.entries.values(), key=lambda c: c.pieces[-1][0].base_pos)
+    assert [x.base_pos for x, _, _ in last.pieces][-1] == 2000 and len(last.pieces) == 2   # view + own tail
+    before, entries = pol.usage().total, len(pol._store.entries)
+    assert pol.evict(BPT, 20) == 10 * BPT and pol.usage().total == before - 10 * BPT
+    assert len(pol._store.entries) == entries and last.tokens.size == last.pieces[0][2]    # cut, not dropped
+    assert pol.lookup(RequestView.from_tokens(2, a), 30).leading_reuse == 2000

@@ -101,6 +101,7 @@ class Irminsul(CachePolicy):
         self._entries = self._store.entries
         self._pending: dict[int, tuple[list[int], list[int], list[_Use]]] = {}   # rid -> lookup's analysis
         self._live: dict[int, tuple[list[Extent], list[Chunk]]] = {}    # rid -> locked extents, new chunks
+        self._chunks_used: list[Chunk] = []       # chunks the last _analyze read
         self.stats.extra.update(prefix_tokens=0, chunk_lookups=0, chunk_hits=0, extended_tokens=0, window_lookups=0,
                                 window_hits=0, clipped_tokens=0, rotated_tokens=0, partly_stored=0,
                                 unstored_tokens=0)
@@ -109,10 +110,13 @@ class Irminsul(CachePolicy):
     def lookup(self, req: RequestView, now_us: int) -> Plan:
         self.stats.lookups += 1
         bounds, fps, uses = self._analyze(req)
-        hits: list[list[int]] = []            # [start, end, source]: abutting pieces of equal delta merged
-        for t, e, x, lo in uses:
+        # NOTE: recency per chunk: every extent of a chunk the plan reads is touched, so a chunk's unused
+        # tail does not age out alone and take the chunk (its index entry) with it
+        for x in {id(x): x for c in self._chunks_used for x, _, _ in c.pieces}.values():
             x.last_access_us = now_us
             x.hits += 1
+        hits: list[list[int]] = []            # [start, end, source]: abutting pieces of equal delta merged
+        for t, e, x, lo in uses:
             src = x.base_pos + lo
             if hits and hits[-1][1] == t and t - src == hits[-1][0] - hits[-1][2]:
                 hits[-1][1] = e
@@ -187,14 +191,16 @@ class Irminsul(CachePolicy):
         self._pending.pop(req.request_id, None)
         locked, chunks = self._live.pop(req.request_id, ([], []))
         st = self._store
-        for x in locked:
-            st.unlock(x)
-        for c in chunks:
+        # NOTE: tail first (vLLM frees a request's blocks reversed): among extents of equal recency the
+        # end of a prompt is evicted before its head, so a chunk loses its tail and keeps serving its head
+        for c in reversed(chunks):
             alive = self._entries.get(c.fp) is c
             if alive and not c.ready:          # released without commit: its KV never materialized
                 st.drop(c)
-            for x in c.own:
+            for x in reversed(c.own):
                 st.unlock(x)
+        for x in reversed(locked):
+            st.unlock(x)
 
     def evict(self, num_bytes: int, now_us: int) -> int:
         return self._store.evict(num_bytes, self.stats)
@@ -231,6 +237,7 @@ class Irminsul(CachePolicy):
         bounds = cdc.chunk(toks, self._cdc, self._hard(req) if self.config.s2 else None)
         bl, fl = bounds.tolist(), cdc.fingerprints(toks, bounds).tolist()
         uses: list[_Use] = []
+        self._chunks_used: list[Chunk] = []
         ex = self.stats.extra
         n, k = toks.shape[0], 0
         pos = self._prefix(toks, uses)
@@ -263,20 +270,19 @@ class Irminsul(CachePolicy):
 
     def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Chunk | None:
         e = self._entries.get(fp)
-        if e is None or not e.ready:
+        if e is None or not e.ready or e.tokens.shape[0] != b - a:    # (a cut chunk serves its head only)
             return None
         if self.ctx.verify:
             self.stats.verified_hits += 1
-            if e.tokens.shape[0] != b - a or not np.array_equal(e.tokens, toks[a:b]):
+            if not np.array_equal(e.tokens, toks[a:b]):
                 self.stats.collisions += 1
                 return None
-        elif e.tokens.shape[0] != b - a:
-            return None
         return e
 
     def _span(self, uses: list[_Use], c: Chunk, a: int, b: int, off: int) -> None:
         """Reuse chunk ``c``'s KV from offset ``off`` for target ``[a, b)``, piece by piece (first-chunk
         clip at position 0)."""
+        self._chunks_used.append(c)
         pieces = self._store.pieces(c, off, off + b - a)
         if a == 0 and pieces[0][0].base_pos + pieces[0][1] != 0:
             clip = min(self.config.sink_tokens, b)

@@ -76,7 +76,14 @@ class ChunkStore:
     ``key`` orders eviction (smallest first); ``s1_window`` is the S1 window size in tokens."""
 
     def __init__(self, key: Callable[[Any], tuple[int, ...]], s1_window: int, bytes_per_token: int) -> None:
-        self.key, self.s1_window, self.bpt = key, s1_window, bytes_per_token
+        # NOTE: among extents equally recent (or frequent), the one produced later in its prompt goes first
+        # (position before creation time): the tail of a prompt before its head, so chunks lose tails
+        # (cut) rather than heads (dropped with everything after them)
+        def by_position(x: Extent) -> tuple[int, ...]:
+            k = key(x)
+            return (*k[:-1], -x.base_pos, k[-1]) if len(k) > 1 else (*k, -x.base_pos)
+        self.key = by_position
+        self.s1_window, self.bpt = s1_window, bytes_per_token
         self.entries: dict[int, Chunk] = {}
         self.windows: dict[int, tuple[int, int]] = {}       # window fp -> (chunk fp, offset)
         self.trie = RadixTree()                             # index of ready chunks' tokens
@@ -168,7 +175,8 @@ class ChunkStore:
             before = self.evictable
             stats.evictions += 1
             for fp in list(x.users):
-                self.drop(self.entries[fp])
+                c = self.entries[fp]
+                self.cut(c, self._offset(c, x))
             if x.alive:
                 self._free(x)
             freed += before - self.evictable
@@ -207,11 +215,58 @@ class ChunkStore:
                 break
         return out
 
+    def cut(self, c: Chunk, at: int) -> None:
+        """Keep only the chunk's first ``at`` tokens (an extent there was evicted): a shorter index entry
+        over the same KV, as a radix tree keeps a path whose leaf went; ``at == 0`` drops the chunk. A cut
+        chunk no longer matches its fingerprint (lookups check the length); the prefix stage, the trie and
+        its remaining S1 windows still serve its head."""
+        if at <= 0:
+            self.drop(c)
+            return
+        keep, lost, pos = [], [], 0
+        for x, xo, n in c.pieces:
+            if pos + n <= at:
+                keep.append([x, xo, n])
+            elif pos < at:
+                keep.append([x, xo, at - pos])
+                lost.append(x)
+            else:
+                lost.append(x)
+            pos += n
+        c.pieces, c.tokens = keep, c.tokens[:at]
+        if c.node is not None:
+            if c.node.value == c.fp:
+                c.node.value = None
+            self.trie.dec_lock(c.node)
+            self.trie.evict(self.trie.evictable_tokens)
+            c.node = None
+            _, node = self.trie.insert(c.tokens, 0)
+            if node.value is None:         # (a head equal to another chunk's content is indexed by that one)
+                node.value = c.fp
+                self.trie.inc_lock(node)
+                c.node = node
+        w, kept = self.s1_window, []
+        for wfp in c.windows:
+            ref = self.windows.get(wfp)
+            if ref is not None and ref[0] == c.fp:
+                if ref[1] + w > at:
+                    del self.windows[wfp]
+                else:
+                    kept.append(wfp)
+        c.windows = kept
+        still = {id(x) for x, _, _ in keep}
+        for x in {id(x): x for x in lost}.values():
+            if id(x) not in still:
+                x.users.discard(c.fp)
+            if x.refs == 0 and x.alive:
+                self._trim(x)
+
     def drop(self, c: Chunk) -> None:
         """Remove a chunk from every index; free the extents nothing reads any more."""
         del self.entries[c.fp]
         if c.node is not None:
-            c.node.value = None
+            if c.node.value == c.fp:           # (a newer chunk of the same content may hold the node)
+                c.node.value = None
             self.trie.dec_lock(c.node)
             self.trie.evict(self.trie.evictable_tokens)
         for wfp in c.windows:
@@ -341,7 +396,19 @@ class ChunkStore:
             c = self.entries.get(fp)
             if c is None or not c.ready:
                 return bounds[j]
+            if c.tokens.shape[0] < bounds[j + 1] - bounds[j]:     # cut chunk: its head only
+                return min(num, bounds[j] + c.tokens.shape[0])
         return num
+
+    @staticmethod
+    def _offset(c: Chunk, x: Extent) -> int:
+        """Chunk position of the first piece of ``c`` that reads ``x``."""
+        pos = 0
+        for e, _, n in c.pieces:
+            if e is x:
+                return pos
+            pos += n
+        return pos
 
     def _add_windows(self, c: Chunk) -> None:
         w, n = self.s1_window, c.tokens.shape[0]
