@@ -100,7 +100,7 @@ def command(
 
       pic replay mooncake.parquet --policy prefix,fixed-chunk --capacity 40GiB -o runs/mc
 
-      pic replay trace.parquet --policy irminsul --set irminsul.avg_chunk=128 --replicas 4 --router cache-aware -o runs/x
+      pic replay trace.parquet --policy irminsul --set irminsul.avg_chunk=256 --replicas 4 --router cache-aware -o runs/x
 
       pic replay trace.parquet --policy prefix,irminsul --rate 8 --slo ttft=200ms,tpot=40ms --percentiles 50,99,99.9 -o runs/load
 

@@ -89,8 +89,10 @@ def summary_table(s: dict[str, Any], out: Path) -> Table:
 
 def summary_headline(s: dict[str, Any]) -> str | None:
     """The report's headline sentence for one run's summary.json."""
-    cols = ("token_hit_rate", "prefix_hit_rate", "ttft_p50_s", "prefill_joules", "energy_saved_vs_prefix")
-    rows = pl.DataFrame([{"policy": n, **{c: float(p[c]) for c in cols}} for n, p in s["policies"].items()])
+    cols = ("token_hit_rate", "prefix_hit_rate", "ttft_p50_s", "prefill_joules", "energy_saved_vs_prefix",
+            "oracle_share")
+    rows = pl.DataFrame([{"policy": n, **{c: float(p[c]) if p.get(c) is not None else float("nan") for c in cols},
+                          "baseline": s.get("baseline")} for n, p in s["policies"].items()])
     return headline(rows) if rows.height else None
 
 

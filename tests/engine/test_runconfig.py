@@ -149,3 +149,18 @@ def test_trace_digest_is_content_not_encoding(tmp_path):
         pl.when(pl.col("request_id") == 5).then(pl.col("arrival_us") + 1).otherwise(pl.col("arrival_us"))
         .alias("arrival_us")))
     assert trace_sha256(moved) != trace_sha256(t)
+
+
+def test_the_run_toml_in_docs_is_valid(tmp_path):
+    """docs/replay.md's example run.toml builds a ReplayConfig that passes every check."""
+    import re
+    from pathlib import Path
+
+    from pic.engine.replay import check_config
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "replay.md").read_text()
+    text = re.search(r"```toml\n(.*?)```", doc, re.S).group(1)
+    (tmp_path / "run.toml").write_text(text)
+    cfg, extras = _from(tmp_path / "run.toml")
+    check_config(cfg)
+    assert extras["trace"] == "rag.parquet" and cfg.replicas == 2 and cfg.slo == {"ttft": 0.2, "tpot": 0.04}
