@@ -12,7 +12,9 @@ matrix, split into d/2 coordinate pairs (x_i, y_i) = ((Πk)_i, (Πk)_{i+d/2}) wr
 
 Tier b spends 2b bits per coordinate pair — the budget of b bits per hyperspherical angle — split
 between θ and ρ as measured best (docs/bench-ada.md): 8 → (8, 8), 4 → (5, 3), 3 → (4, 2), 2 → (3, 1).
-Codes of one pair are ``θ | ρ << theta_bits`` and are packed ``32 // pair_bits`` per int32 word.
+Codes of one pair are ``θ | ρ << theta_bits`` and are packed ``32 // pair_bits`` per int32 word. A code
+decodes to (ρ̂ cos θ̂, ρ̂ sin θ̂) with cos/sin rounded to float16; for pair codes of <= 8 bits the product
+itself is rounded to float16 (``pair_codebook``: one table lookup per pair in the kernels).
 
 Error model: with Δ = 2π / 2^theta_bits and θ errors uniform on [−Δ/2, Δ/2],
 E‖ũ − u‖² = (d/2)·(E(ρ̂ − ρ)² + 2·E[ρρ̂]·(1 − sin(Δ/2)/(Δ/2))), and ε(b) = sqrt(E‖ũ − u‖²) is the RMS
@@ -77,6 +79,22 @@ def theta_codebook(theta_bits: int) -> tuple[np.ndarray, np.ndarray]:
     """(cos θ_c, sin θ_c) of the uniform angle codebook, rounded to float16 (what the kernels store)."""
     c = (np.arange(2 ** theta_bits) + 0.5) * (2 * math.pi / 2 ** theta_bits)
     return np.cos(c).astype(np.float16).astype(np.float64), np.sin(c).astype(np.float16).astype(np.float64)
+
+
+@functools.cache
+def pair_codebook(head_dim: int, bits: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Tiers with pair codes of <= 8 bits: the joint codebook (x, y) = (ρ̂ cos θ̂, ρ̂ sin θ̂) rounded to
+    float16, indexed by the pair code ``θ | ρ << theta_bits`` (what the kernels look up, one load per
+    pair). None for tier 8 (16-bit codes: θ and ρ are looked up separately)."""
+    t = tier(bits)
+    if t.pair_bits > 8:
+        return None
+    cos, sin = theta_codebook(t.theta_bits)
+    rho = rho_codebook(head_dim, t.rho_bits)[0]
+    code = np.arange(2 ** t.pair_bits)
+    th, rh = code & (2 ** t.theta_bits - 1), code >> t.theta_bits
+    x = (rho[rh] * cos[th]).astype(np.float16).astype(np.float64)
+    return x, (rho[rh] * sin[th]).astype(np.float16).astype(np.float64)
 
 
 @functools.cache

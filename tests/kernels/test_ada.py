@@ -153,3 +153,19 @@ def test_decode_output_error_shrinks_with_tier(device):
         cache = store(allocate(lens, 1, 32, 64, torch.float32, bits, device), k.to(device), v.to(device))
         errs.append(rel_rms(exact, ada_decode(q.to(device), cache)))
     assert errs == sorted(errs, reverse=True) and errs[-1] < 0.03, errs
+
+
+@pytest.mark.parametrize("bits", TIERS, ids=[f"b{b}" for b in TIERS])
+def test_specialized_and_runtime_tier_paths_agree(bits, device):
+    """A one-tier cache takes the compile-time-tier kernel; the runtime-tier path (mixed caches) gives
+    the same output on it, and both match the reference."""
+    lens = [100, 37]
+    q, k, v = _inputs(lens, 2, 4, 64, torch.float32, seed=11 + bits)
+    cache = store(allocate(lens, 2, 32, 64, torch.float32, bits, device), k.to(device), v.to(device))
+    assert cache.single_tier() == bits
+    ref = decode_attention_reference(q, cache)
+    tol = 1e-5 if device == "cpu" else 3e-3
+    fast = ada_decode(q.to(device), cache, num_splits=2)
+    slow = ada_decode(q.to(device), cache, num_splits=2, specialize=False)
+    assert_close("specialized", ref, fast, tol)
+    assert_close("runtime tier", ref, slow, tol)

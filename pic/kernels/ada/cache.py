@@ -18,12 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pic.engine.angle_codes import TIERS, rho_codebook, theta_codebook, tier
+from pic.engine.angle_codes import TIERS, pair_codebook, rho_codebook, theta_codebook, tier
 
 UNIT = 64                    # page alignment in bytes; block_table entries count these (arena < 128 GiB)
 HEADER = 16
 MAGIC = 0x41444121           # "ADA!"
-TAB_COLS = 8                 # words, pair_bits, codes_per_word, theta_bits, cs_off, rho_off, v_off_bytes, -
+TAB_COLS = 8                 # words, pair_bits, codes_per_word, theta_bits, cs_off, rho_off, v_off_bytes, xy_off
 DENSE = 0
 
 
@@ -50,7 +50,7 @@ def page_layout(bits: int, page_size: int, head_dim: int, esize: int) -> tuple[i
 @functools.cache
 def _tables_cpu(head_dim: int, page_size: int, esize: int):
     tab = np.zeros((9, TAB_COLS), np.int32)
-    cs, rho, thr = [], [], []
+    cs, rho, thr, xy = [], [], [], []
     thr_off = {}
     for b in TIERS:
         t = tier(b)
@@ -58,14 +58,19 @@ def _tables_cpu(head_dim: int, page_size: int, esize: int):
         c16 = np.stack([cos, sin], 1).astype(np.float16).view(np.uint16).astype(np.uint32)
         packed = (c16[:, 0] | (c16[:, 1] << 16)).view(np.int32)
         cents, cuts = rho_codebook(head_dim, t.rho_bits)
+        joint = pair_codebook(head_dim, b)
         tab[b] = (t.words(head_dim), t.pair_bits, t.codes_per_word, t.theta_bits,
-                  sum(map(len, cs)), sum(map(len, rho)), page_layout(b, page_size, head_dim, esize)[0], 0)
+                  sum(map(len, cs)), sum(map(len, rho)), page_layout(b, page_size, head_dim, esize)[0],
+                  sum(map(len, xy)) if joint is not None else 0)
+        if joint is not None:
+            j16 = np.stack(joint, 1).astype(np.float16).view(np.uint16).astype(np.uint32)
+            xy.append((j16[:, 0] | (j16[:, 1] << 16)).view(np.int32))
         thr_off[b] = sum(map(len, thr))
         cs.append(packed)
         rho.append(cents.astype(np.float32))
         thr.append(np.concatenate([cuts, np.full(2 ** t.rho_bits - len(cuts), np.inf)]).astype(np.float32))
     tab[DENSE, 6] = page_layout(DENSE, page_size, head_dim, esize)[0]
-    return tab, np.concatenate(cs), np.concatenate(rho), np.concatenate(thr), thr_off
+    return tab, np.concatenate(cs), np.concatenate(rho), np.concatenate(thr), thr_off, np.concatenate(xy)
 
 
 @dataclass(frozen=True)
@@ -79,17 +84,18 @@ class Tables:
     thr_off: dict            # bits -> offset into rho_thr
     rot_x: torch.Tensor      # float32 [D, D/2] = Π[:D/2]^T   (x half of Πk is k @ rot_x)
     rot_y: torch.Tensor      # float32 [D, D/2] = Π[D/2:]^T
+    xy_lut: torch.Tensor     # int32: float16 ρ̂cosθ̂ | float16 ρ̂sinθ̂ << 16 per pair code (tiers with <= 8-bit codes)
 
 
 @functools.cache
 def tables(head_dim: int, page_size: int, esize: int, device: str, seed: int = 0) -> Tables:
     """Tables for one (head_dim, page size, value size) on ``device`` (cached)."""
-    tab, cs, rho, thr, thr_off = _tables_cpu(head_dim, page_size, esize)
+    tab, cs, rho, thr, thr_off, xy = _tables_cpu(head_dim, page_size, esize)
     pi = rotation(head_dim, seed).to(torch.float32)
     h = head_dim // 2
     return Tables(torch.from_numpy(tab).to(device), torch.from_numpy(cs).to(device),
                   torch.from_numpy(rho).to(device), torch.from_numpy(thr).to(device), thr_off,
-                  pi[:h].T.contiguous().to(device), pi[h:].T.contiguous().to(device))
+                  pi[:h].T.contiguous().to(device), pi[h:].T.contiguous().to(device), torch.from_numpy(xy).to(device))
 
 
 @dataclass
@@ -115,6 +121,13 @@ class AdaCache:
     def views(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The arena as int32, float32 and value-dtype elements (same memory)."""
         return self.arena.view(torch.int32), self.arena.view(torch.float32), self.arena.view(self.dtype)
+
+    def single_tier(self) -> int | None:
+        """The tier of every used page when they all share one (None when mixed); host-side, memoized."""
+        if not hasattr(self, "_single"):
+            u = torch.unique(self.page_bits[self.used_pages()])
+            self._single = int(u[0]) if u.numel() == 1 else None
+        return self._single
 
     def tables(self) -> Tables:
         return tables(self.head_dim, self.page_size, self.esize, str(self.arena.device), self.seed)

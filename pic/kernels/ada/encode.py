@@ -45,8 +45,8 @@ def _atan2(y, x):
 
 @triton.jit
 def ada_encode_kernel(
-    K, V, SRC, DST_UNIT, DST_ROW, ROT_X, ROT_Y, CS_LUT, RHO_LUT, RHO_THR, A_I32, A_F32, A_V,
-    num_rows, stride_k, stride_v, cs_off, rho_off, thr_off, v_off_elems,
+    K, V, SRC, DST_UNIT, DST_ROW, ROT_X, ROT_Y, CS_LUT, RHO_LUT, RHO_THR, XY_LUT, A_I32, A_F32, A_V,
+    num_rows, stride_k, stride_v, cs_off, rho_off, thr_off, xy_off, v_off_elems,
     D: tl.constexpr, PAGE: tl.constexpr, BLOCK_T: tl.constexpr, W: tl.constexpr, CPW: tl.constexpr,
     PAIR_BITS: tl.constexpr, TB: tl.constexpr, RB: tl.constexpr, UNIT_I32: tl.constexpr, UNIT_V: tl.constexpr,
 ):
@@ -76,17 +76,20 @@ def ada_encode_kernel(
         cand = rc + (1 << (RB - 1 - lvl))
         thr = tl.load(RHO_THR + thr_off + cand - 1)
         rc = tl.where(thr < rho, cand, rc)
-    cs = tl.load(CS_LUT + cs_off + tc)
-    cth = (cs & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-    sth = ((cs >> 16) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-    rq = tl.load(RHO_LUT + rho_off + rc)
-    ux = rq * cth
-    uy = rq * sth
+    code = tc | (rc << TB)
+    if PAIR_BITS <= 8:   # joint (ρ̂ cos θ̂, ρ̂ sin θ̂) table, as the decode kernel reads it
+        xy = tl.load(XY_LUT + xy_off + code)
+        ux = (xy & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+        uy = ((xy >> 16) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    else:
+        cs = tl.load(CS_LUT + cs_off + tc)
+        rq = tl.load(RHO_LUT + rho_off + rc)
+        ux = rq * (cs & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+        uy = rq * ((cs >> 16) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
     uu = tl.sum(ux * ux + uy * uy, 1)
     r = tl.sum(x * ux + y * uy, 1) / tl.where(uu > 0, uu, 1.0)
     base = unit * UNIT_I32
     tl.store(A_F32 + base + HDR // 4 + row, r, mask=mask_t)
-    code = tc | (rc << TB)
     shifted = code << ((offs_p % CPW) * PAIR_BITS)[None, :]
     word_of = offs_p // CPW
     p_codes = A_I32 + base + HDR // 4 + PAGE + row * W
@@ -114,9 +117,9 @@ def ada_encode(cache: AdaCache, k: torch.Tensor, v: torch.Tensor, src: torch.Ten
     esize = cache.esize
     v_off = page_layout(bits, cache.page_size, D, esize)[0]
     ada_encode_kernel[(triton.cdiv(M, block_t),)](
-        k, v, src, dst_unit, dst_row, tb.rot_x, tb.rot_y, tb.cs_lut, tb.rho_lut, tb.rho_thr, i32, f32, val,
+        k, v, src, dst_unit, dst_row, tb.rot_x, tb.rot_y, tb.cs_lut, tb.rho_lut, tb.rho_thr, tb.xy_lut, i32, f32, val,
         M, k.stride(0), v.stride(0), int(tb.tab[bits, 4]), int(tb.tab[bits, 5]), tb.thr_off[bits],
-        v_off // esize,
+        int(tb.tab[bits, 7]), v_off // esize,
         D=D, PAGE=cache.page_size, BLOCK_T=block_t, W=t.words(D), CPW=t.codes_per_word,
         PAIR_BITS=t.pair_bits, TB=t.theta_bits, RB=t.rho_bits, UNIT_I32=UNIT // 4, UNIT_V=UNIT // esize,
         num_warps=4)

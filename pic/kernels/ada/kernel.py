@@ -18,8 +18,9 @@ import torch
 import triton
 import triton.language as tl
 
+from pic.engine.angle_codes import tier
 from pic.kernels._mla import INTERPRET, LOG2E, num_sms
-from pic.kernels.ada.cache import DENSE, HEADER, UNIT, AdaCache, page_layout
+from pic.kernels.ada.cache import DENSE, HEADER, UNIT, AdaCache, _tables_cpu, page_layout
 from pic.kernels.mla_decode.kernel import mla_decode_combine_kernel, pick_num_splits
 
 HDR = tl.constexpr(HEADER)   # page header bytes, as a kernel constant
@@ -27,16 +28,38 @@ LAUNCHED: dict = {}   # last compiled kernel per launcher: registers, spills, sh
 
 
 @triton.jit
+def _page_row(TAB, bits, TAB_W: tl.constexpr, ESIZE: tl.constexpr):
+    """The tier table row of a page (runtime-tier path): words, pair bits, codes/word, θ bits, LUT offsets, V."""
+    row = TAB + bits * TAB_W
+    return (tl.load(row), tl.load(row + 1), tl.load(row + 2), tl.load(row + 3), tl.load(row + 4),
+            tl.load(row + 5), tl.load(row + 6) // ESIZE, tl.load(row + 7))
+
+
+@triton.jit
+def _half2(xy):
+    """int32 holding two float16 -> (low, high) as float16."""
+    return ((xy & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True),
+            ((xy >> 16) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True))
+
+
+@triton.jit
 def ada_decode_kernel(
-    Q, ROT_X, ROT_Y, A_I32, A_F32, A_V, BLOCK_TABLE, SEQ_LENS, TAB, CS_LUT, RHO_LUT, O_PART, LSE_PART, LOGITS,
-    qk_scale, tokens_per_split, dense_v_off,
+    Q, ROT_X, ROT_Y, A_I32, A_F32, A_V, A_U8, A_I16, BLOCK_TABLE, SEQ_LENS, TAB, CS_LUT, RHO_LUT, XY_LUT,
+    O_PART, LSE_PART, LOGITS,
+    qk_scale, tokens_per_split, dense_v_off, t_cs_off, t_rho_off, t_xy_off,
     stride_q_b, stride_q_h, stride_bt_b, stride_bt_h, stride_op_b, stride_op_h, stride_op_s,
     stride_lse_b, stride_lse_h, stride_lg_b, stride_lg_h,
     PAGE: tl.constexpr, D: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
     UNIT_I32: tl.constexpr, UNIT_V: tl.constexpr, ESIZE: tl.constexpr, DENSE: tl.constexpr,
     DOT_F16: tl.constexpr, STORE_LOGITS: tl.constexpr,
+    TIER: tl.constexpr, T_W: tl.constexpr, T_CPW: tl.constexpr, T_PB: tl.constexpr, T_TB: tl.constexpr,
+    T_VOFF: tl.constexpr,
 ):
-    """One (KV head, split, sequence): normalized partial output [GROUP, D] and its log2-sum-exp."""
+    """One (KV head, split, sequence): normalized partial output [GROUP, D] and its log2-sum-exp.
+
+    TIER > 0: every page has that tier (compile-time layout: contiguous code loads, one joint table
+    lookup per pair for <= 8-bit codes, all addresses from the prefetched page). TIER == 0: pages of
+    any tier, the table row of the next page prefetched with its index."""
     h = tl.program_id(0)
     pid_s = tl.program_id(1)
     b = tl.program_id(2)
@@ -68,15 +91,14 @@ def ada_decode_kernel(
     bt_row = BLOCK_TABLE + b * stride_bt_b + h * stride_bt_h
     last_j = (tl.maximum(end, 1) - 1) // PAGE
     unit = tl.load(bt_row + start // PAGE).to(tl.int64)
-    bits = 0
-    if not DENSE:
-        bits = tl.load(A_I32 + unit * UNIT_I32)
+    # runtime-tier path: the page's table row, carried to the next tile like the page index
+    n_words, pair_bits, cpw, theta_bits, cs_off, rho_off, v_off, xy_off = 0, 0, 0, 0, 0, 0, 0, 0
+    if not DENSE and TIER == 0:
+        n_words, pair_bits, cpw, theta_bits, cs_off, rho_off, v_off, xy_off = _page_row(
+            TAB, tl.load(A_I32 + unit * UNIT_I32), TAB_W, ESIZE)
     for n1 in range(start, end, BLOCK_N):
-        # prefetch the next tile's page (and its header) so their latency overlaps this tile
+        # prefetch the next tile's page (and its tier's table row) so their latency overlaps this tile
         unit_nx = tl.load(bt_row + tl.minimum((n1 + BLOCK_N) // PAGE, last_j)).to(tl.int64)
-        bits_nx = bits
-        if not DENSE:
-            bits_nx = tl.load(A_I32 + unit_nx * UNIT_I32)
         offs_n = n1 + offs_j
         mask_n = offs_n < end
         rows = n1 % PAGE + offs_j
@@ -84,46 +106,70 @@ def ada_decode_kernel(
             k = tl.load(A_V + unit * UNIT_V + HDR // ESIZE + rows[:, None] * D + offs_d[None, :],
                         mask=mask_n[:, None], other=0.0)
             s = tl.dot(q_s, tl.trans(k)) * qk_scale
-            v_off = dense_v_off
+            p_v = A_V + unit * UNIT_V + dense_v_off
         else:
-            base = unit * UNIT_I32                       # bits: the page header (the page's tier)
-            n_words = tl.load(TAB + bits * TAB_W)
-            pair_bits = tl.load(TAB + bits * TAB_W + 1)
-            cpw = tl.load(TAB + bits * TAB_W + 2)
-            theta_bits = tl.load(TAB + bits * TAB_W + 3)
-            cs_off = tl.load(TAB + bits * TAB_W + 4)
-            rho_off = tl.load(TAB + bits * TAB_W + 5)
-            v_off = tl.load(TAB + bits * TAB_W + 6) // ESIZE
-            r = tl.load(A_F32 + base + HDR // 4 + rows, mask=mask_n, other=0.0)
-            word_of = offs_p // cpw
-            shift = (offs_p - word_of * cpw) * pair_bits
-            p_w = A_I32 + base + HDR // 4 + PAGE + rows[:, None] * n_words + word_of[None, :]
-            words = tl.load(p_w, mask=mask_n[:, None], other=0)
-            code = (words >> shift[None, :]) & ((1 << pair_bits) - 1)
-            cs = tl.load(CS_LUT + cs_off + (code & ((1 << theta_bits) - 1)))
-            rho = tl.load(RHO_LUT + rho_off + (code >> theta_bits))
-            cth = (cs & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-            sth = ((cs >> 16) & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-            kx = rho * cth
-            ky = rho * sth
+            r = tl.load(A_F32 + unit * UNIT_I32 + HDR // 4 + rows, mask=mask_n, other=0.0)
+            codes_b = unit * (4 * UNIT_I32) + HDR + 4 * PAGE           # byte offset of the page's codes
+            if TIER == 0:
+                word_of = offs_p // cpw
+                shift = (offs_p - word_of * cpw) * pair_bits
+                p_w = A_I32 + codes_b // 4 + rows[:, None] * n_words + word_of[None, :]
+                code = (tl.load(p_w, mask=mask_n[:, None], other=0) >> shift[None, :]) & ((1 << pair_bits) - 1)
+                small = pair_bits <= 8                    # joint table (<= 8-bit codes) or θ and ρ tables
+                xy = tl.load(XY_LUT + tl.where(small, xy_off + code, 0))
+                cs = tl.load(CS_LUT + tl.where(small, 0, cs_off + (code & ((1 << theta_bits) - 1))))
+                rho = tl.load(RHO_LUT + tl.where(small, 0, rho_off + (code >> theta_bits)))
+                jx, jy = _half2(xy)
+                cth, sth = _half2(cs)
+                kx = tl.where(small, jx.to(tl.float32), rho * cth.to(tl.float32))
+                ky = tl.where(small, jy.to(tl.float32), rho * sth.to(tl.float32))
+                p_v = A_V + unit * UNIT_V + v_off
+            else:
+                if T_PB == 16:
+                    code = tl.load(A_I16 + codes_b // 2 + rows[:, None] * (2 * T_W) + offs_p[None, :],
+                                   mask=mask_n[:, None], other=0).to(tl.int32) & 0xFFFF
+                elif T_PB == 8:
+                    code = tl.load(A_U8 + codes_b + rows[:, None] * (4 * T_W) + offs_p[None, :],
+                                   mask=mask_n[:, None], other=0).to(tl.int32)
+                elif T_PB == 4:
+                    byte = tl.load(A_U8 + codes_b + rows[:, None] * (4 * T_W) + (offs_p // 2)[None, :],
+                                   mask=mask_n[:, None], other=0).to(tl.int32)
+                    code = (byte >> ((offs_p % 2) * 4)[None, :]) & 15
+                else:
+                    word = tl.load(A_I32 + codes_b // 4 + rows[:, None] * T_W + (offs_p // T_CPW)[None, :],
+                                   mask=mask_n[:, None], other=0)
+                    code = (word >> ((offs_p % T_CPW) * T_PB)[None, :]) & ((1 << T_PB) - 1)
+                if T_PB <= 8:
+                    kx, ky = _half2(tl.load(XY_LUT + t_xy_off + code))
+                else:
+                    cth, sth = _half2(tl.load(CS_LUT + t_cs_off + (code & ((1 << T_TB) - 1))))
+                    rho = tl.load(RHO_LUT + t_rho_off + (code >> T_TB))
+                    kx = rho * cth.to(tl.float32)
+                    ky = rho * sth.to(tl.float32)
+                p_v = A_V + unit * UNIT_V + T_VOFF // ESIZE
             if DOT_F16:
                 kx = kx.to(tl.float16)
                 ky = ky.to(tl.float16)
+            else:
+                kx = kx.to(tl.float32)
+                ky = ky.to(tl.float32)
             s = tl.dot(q_x, tl.trans(kx))
             s = tl.dot(q_y, tl.trans(ky), s) * r[None, :]
         s = tl.where(mask_n[None, :], s, float("-inf"))
         if STORE_LOGITS:
             p_lg = LOGITS + b * stride_lg_b + heads[:, None] * stride_lg_h + offs_n[None, :]
             tl.store(p_lg, s, mask=mask_g[:, None] & mask_n[None, :])
-        v = tl.load(A_V + unit * UNIT_V + v_off + rows[:, None] * D + offs_d[None, :], mask=mask_n[:, None], other=0.0)
+        v = tl.load(p_v + rows[:, None] * D + offs_d[None, :], mask=mask_n[:, None], other=0.0)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
         m_i = m_new
+        if not DENSE and TIER == 0:
+            n_words, pair_bits, cpw, theta_bits, cs_off, rho_off, v_off, xy_off = _page_row(
+                TAB, tl.load(A_I32 + unit_nx * UNIT_I32), TAB_W, ESIZE)
         unit = unit_nx
-        bits = bits_nx
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     lse = tl.where(l_i > 0, m_i + tl.log2(l_safe), float("-inf"))
@@ -136,14 +182,14 @@ def default_config(dense: bool, max_len: int | None = None, batch: int | None = 
     """Tile sizes and launch options (one config under the interpreter)."""
     if INTERPRET or not torch.cuda.is_available():
         return {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1, "ctas_per_sm": 1}
-    if dense:
+    if dense:   # measured best of 6 at batch 8 / 32K on the H200 (docs/bench-ada.md)
         return {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "ctas_per_sm": 2}
-    return {"BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2}
+    return {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2}
 
 
 def _decode(q: torch.Tensor, cache: AdaCache, dense: bool, sm_scale: float | None, num_splits: int | None,
             config: dict | None, out: torch.Tensor | None, workspace: tuple | None,
-            logits: torch.Tensor | None, max_seq_len: int | None) -> torch.Tensor:
+            logits: torch.Tensor | None, max_seq_len: int | None, specialize: bool = True) -> torch.Tensor:
     B, HQ, D = q.shape
     H = cache.block_table.shape[1]
     assert D == cache.head_dim and HQ % H == 0 and q.stride(2) == 1
@@ -171,15 +217,22 @@ def _decode(q: torch.Tensor, cache: AdaCache, dense: bool, sm_scale: float | Non
     esize = cache.esize
     lg = logits if logits is not None else o_part
     scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)) * LOG2E
+    one = cache.single_tier() if specialize and not dense else None
+    t = tier(one) if one else None
+    row = _tables_cpu(D, cache.page_size, esize)[0][one or 0]
     LAUNCHED["dense" if dense else "ada"] = ada_decode_kernel[(H, S, B)](
-        q, tb.rot_x, tb.rot_y, i32, f32, val, cache.block_table, cache.seq_lens, tb.tab, tb.cs_lut, tb.rho_lut,
+        q, tb.rot_x, tb.rot_y, i32, f32, val, cache.arena, cache.arena.view(torch.int16), cache.block_table,
+        cache.seq_lens, tb.tab, tb.cs_lut, tb.rho_lut, tb.xy_lut,
         o_part, lse, lg, scale, per_split, page_layout(DENSE, cache.page_size, D, esize)[0] // esize,
+        int(row[4]), int(row[5]), int(row[7]),
         q.stride(0), q.stride(1), cache.block_table.stride(0), cache.block_table.stride(1),
         o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),
         lg.stride(0), lg.stride(1),
         PAGE=cache.page_size, D=D, GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)),
         BLOCK_N=cfg["BLOCK_N"], UNIT_I32=UNIT // 4, UNIT_V=UNIT // esize, ESIZE=esize, DENSE=dense,
         DOT_F16=q.dtype in (torch.float16, torch.bfloat16), STORE_LOGITS=logits is not None,
+        TIER=one or 0, T_W=t.words(D) if t else 0, T_CPW=t.codes_per_word if t else 0,
+        T_PB=t.pair_bits if t else 0, T_TB=t.theta_bits if t else 0, T_VOFF=int(row[6]),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     out = torch.empty(B, HQ, D, dtype=q.dtype, device=q.device) if out is None else out
     mla_decode_combine_kernel[(HQ, B)](
@@ -191,15 +244,18 @@ def _decode(q: torch.Tensor, cache: AdaCache, dense: bool, sm_scale: float | Non
 
 def ada_decode(q: torch.Tensor, cache: AdaCache, *, sm_scale: float | None = None, num_splits: int | None = None,
                config: dict | None = None, out: torch.Tensor | None = None, workspace: tuple | None = None,
-               logits: torch.Tensor | None = None, max_seq_len: int | None = None) -> torch.Tensor:
+               logits: torch.Tensor | None = None, max_seq_len: int | None = None,
+               specialize: bool = True) -> torch.Tensor:
     """GQA decode attention of one new token per sequence over a coded (tiers 8/4/3/2, mixed) ADA cache.
 
     q: [B, HQ, D] (HQ a multiple of the cache's KV heads H; query head j uses KV head j // (HQ/H)), same
     dtype as the cache values. Returns [B, HQ, D]. ``logits``: optional float32 [B, HQ, >= max_len]
     that receives the log2-domain logits s·scale·log2(e) (for error measurements; -inf where masked).
-    ``sm_scale`` defaults to 1/√D. Example: ``ada_decode(q, cache)``.
+    ``sm_scale`` defaults to 1/√D. A cache whose pages all share one tier runs the kernel specialized
+    to it (``specialize=False`` forces the runtime-tier path that mixed caches take).
+    Example: ``ada_decode(q, cache)``.
     """
-    return _decode(q, cache, False, sm_scale, num_splits, config, out, workspace, logits, max_seq_len)
+    return _decode(q, cache, False, sm_scale, num_splits, config, out, workspace, logits, max_seq_len, specialize)
 
 
 def dense_decode(q: torch.Tensor, cache: AdaCache, *, sm_scale: float | None = None, num_splits: int | None = None,

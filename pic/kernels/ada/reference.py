@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from pic.engine.angle_codes import rho_codebook, theta_codebook, tier
+from pic.engine.angle_codes import pair_codebook, rho_codebook, theta_codebook, tier
 from pic.kernels.ada.cache import DENSE, HEADER, UNIT, AdaCache, page_layout, rotation
 
 
@@ -33,6 +33,11 @@ def encode_reference(k: torch.Tensor, bits: int, seed: int = 0,
 
 def _direction(tc: torch.Tensor, rc: torch.Tensor, bits: int, D: int, dtype: torch.dtype):
     t = tier(bits)
+    joint = pair_codebook(D, bits)
+    if joint is not None:
+        code = tc | (rc << t.theta_bits)
+        x, y = (torch.from_numpy(a).to(dtype) for a in joint)
+        return x[code], y[code]
     cos, sin = (torch.from_numpy(a).to(dtype) for a in theta_codebook(t.theta_bits))
     rho = torch.from_numpy(rho_codebook(D, t.rho_bits)[0]).to(dtype)
     return rho[rc] * cos[tc], rho[rc] * sin[tc]
