@@ -97,15 +97,40 @@ def test_decode_matches_reference(lens, H, G, D, bits, dtype, device):
 
 
 @pytest.mark.parametrize("splits", [1, 3, 16], ids=["S1", "S3", "S16"])
-def test_mixed_tier_pages_one_launch(splits, device):
-    """Pages of all four tiers mixed within each sequence decode in one launch; any split count agrees."""
-    lens, H, G, D = [150, 77], 2, 4, 64
+def test_mixed_tier_pages(splits, device):
+    """Pages of all four tiers mixed within each sequence (ragged lengths, partial last pages): one
+    tier-specialized launch per tier merged by the combine, and the one-launch runtime-tier path
+    (header-driven, with logits), both equal the reference; any split count agrees."""
+    lens, H, G, D = [150, 77, 5], 2, 4, 64
     q, k, v = _inputs(lens, H, G, D, torch.float32, seed=splits)
     g = torch.Generator().manual_seed(99)
-    bits = torch.tensor(TIERS)[torch.randint(4, (2, H, 5), generator=g)]
-    cache = store(allocate(lens, H, 32, D, torch.float32, bits, device), k.to(device), v.to(device))
-    assert len(torch.unique(bits[cache.used_pages()])) == 4
-    _check_decode(q.to(device), cache, device, 1e-5 if device == "cpu" else 3e-3, splits)
+    bits = torch.tensor(TIERS)[torch.randint(4, (3, H, 5), generator=g)]
+    cache = store(allocate(lens, H, 32, D, torch.float32, bits, device, shuffle=splits), k.to(device), v.to(device))
+    assert len(torch.unique(bits[cache.used_pages()])) == 4 and cache.single_tier() is None
+    tol = 1e-5 if device == "cpu" else 3e-3
+    ref = decode_attention_reference(q, cache)
+    assert_close("mixed, per-tier launches", ref, ada_decode(q.to(device), cache, num_splits=splits), tol)
+    _check_decode(q.to(device), cache, device, tol, splits)   # logits asked: runtime-tier path
+
+
+def test_tier_groups_cover_every_token():
+    """The per-tier page lists hold every used page once, the partial last page last, and token counts
+    that add up to the sequence lengths."""
+    lens, H = [150, 64, 5], 2
+    bits = torch.tensor(TIERS)[torch.randint(4, (3, H, 5), generator=torch.Generator().manual_seed(1))]
+    cache = allocate(lens, H, 32, 64, torch.float32, bits)
+    total = torch.zeros(3, H, dtype=torch.long)
+    for b_, bt, toks, _, _ in cache.tier_groups():
+        total += toks.long()
+        for b in range(3):
+            for h in range(H):
+                n = int(toks[b, h])
+                units = bt[b, h, :-(-n // 32)].tolist() if n else []
+                want = [int(cache.block_table[b, h, j]) for j in range(-(-lens[b] // 32)) if int(bits[b, h, j]) == b_]
+                assert sorted(units) == sorted(want)
+                if lens[b] % 32 and int(bits[b, h, (lens[b] - 1) // 32]) == b_:
+                    assert units[-1] == int(cache.block_table[b, h, (lens[b] - 1) // 32])
+    assert total.tolist() == [[n] * H for n in lens]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])

@@ -138,6 +138,35 @@ class AdaCache:
         used = self.used_pages()
         return int(sum(sizes[int(b)] for b in self.page_bits[used].tolist()))
 
+    def tier_groups(self) -> list[tuple[int, torch.Tensor, torch.Tensor, int, int]]:
+        """Per tier present: (bits, block table [B, H, k] of that tier's pages — full pages first, the
+        sequence's partial last page last —, tokens [B, H] in them, head stride of that tensor (1),
+        max tokens). Host-built once and memoized (one device -> host copy of the block table)."""
+        if not hasattr(self, "_groups"):
+            P = self.page_size
+            bt = self.block_table.cpu()
+            used = self.used_pages()
+            lens = torch.tensor(self.host_lens, dtype=torch.long)
+            last = (lens - 1) // P                                            # [B] last logical page
+            rows_last = lens - last * P
+            j = torch.arange(bt.shape[2])
+            partial = (j[None, :] == last[:, None]) & (rows_last[:, None] < P)   # [B, pages]
+            groups = []
+            for bits in torch.unique(self.page_bits[used]).tolist():
+                mine = used & (self.page_bits == bits)
+                key = torch.where(mine, j + partial[:, None, :].long() * (1 << 30), 1 << 31)
+                order = torch.argsort(key, dim=2, stable=True)
+                count = mine.sum(2)
+                k = max(1, int(count.max()))
+                sub = torch.gather(bt, 2, order)[:, :, :k].contiguous()
+                pad = torch.arange(k)[None, None, :] >= count[:, :, None]
+                sub = torch.where(pad, bt.max(), sub)                              # poison page
+                toks = count * P - (mine & partial[:, None, :]).sum(2) * (P - rows_last[:, None])
+                groups.append((int(bits), sub.to(torch.int32).to(self.arena.device),
+                               toks.to(torch.int32).to(self.arena.device), 1, int(toks.max())))
+            self._groups = groups
+        return self._groups
+
     def page_kinds(self) -> tuple[bool, bool]:
         """(any dense page, any coded page) among the used pages (host-side, memoized)."""
         if not hasattr(self, "_kinds"):

@@ -46,8 +46,8 @@ def _half2(xy):
 def ada_decode_kernel(
     Q, ROT_X, ROT_Y, A_I32, A_F32, A_V, A_U8, A_I16, BLOCK_TABLE, SEQ_LENS, TAB, CS_LUT, RHO_LUT, XY_LUT,
     O_PART, LSE_PART, LOGITS,
-    qk_scale, tokens_per_split, dense_v_off, t_cs_off, t_rho_off, t_xy_off,
-    stride_q_b, stride_q_h, stride_bt_b, stride_bt_h, stride_op_b, stride_op_h, stride_op_s,
+    qk_scale, tokens_per_split, dense_v_off, t_cs_off, t_rho_off, t_xy_off, split_base,
+    stride_q_b, stride_q_h, stride_bt_b, stride_bt_h, stride_sl_b, stride_sl_h, stride_op_b, stride_op_h, stride_op_s,
     stride_lse_b, stride_lse_h, stride_lg_b, stride_lg_h,
     PAGE: tl.constexpr, D: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
     UNIT_I32: tl.constexpr, UNIT_V: tl.constexpr, ESIZE: tl.constexpr, DENSE: tl.constexpr,
@@ -65,7 +65,7 @@ def ada_decode_kernel(
     b = tl.program_id(2)
     HALF: tl.constexpr = D // 2
     TAB_W: tl.constexpr = 8
-    seq_len = tl.load(SEQ_LENS + b)
+    seq_len = tl.load(SEQ_LENS + b * stride_sl_b + h * stride_sl_h)
     start = pid_s * tokens_per_split
     end = tl.minimum(start + tokens_per_split, seq_len)
     offs_g = tl.arange(0, BLOCK_G)
@@ -173,9 +173,10 @@ def ada_decode_kernel(
 
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     lse = tl.where(l_i > 0, m_i + tl.log2(l_safe), float("-inf"))
-    o_ptr = O_PART + b * stride_op_b + heads[:, None] * stride_op_h + pid_s * stride_op_s + offs_d[None, :]
+    slot = split_base + pid_s
+    o_ptr = O_PART + b * stride_op_b + heads[:, None] * stride_op_h + slot * stride_op_s + offs_d[None, :]
     tl.store(o_ptr, acc / l_safe[:, None], mask=mask_g[:, None])
-    tl.store(LSE_PART + b * stride_lse_b + heads * stride_lse_h + pid_s, lse, mask=mask_g)
+    tl.store(LSE_PART + b * stride_lse_b + heads * stride_lse_h + slot, lse, mask=mask_g)
 
 
 def default_config(dense: bool, max_len: int | None = None, batch: int | None = None) -> dict:
@@ -202,38 +203,49 @@ def _decode(q: torch.Tensor, cache: AdaCache, dense: bool, sm_scale: float | Non
     cfg = {**default_config(dense, max_seq_len, B), **(config or {})}
     if cache.page_size % cfg["BLOCK_N"]:
         cfg["BLOCK_N"] = math.gcd(cfg["BLOCK_N"], cache.page_size)
-    max_len = max(cache.host_lens) if max_seq_len is None else max_seq_len
-    S = num_splits or pick_num_splits(B, max_len, H, cfg["BLOCK_N"], num_sms(q.device), cfg["ctas_per_sm"])
-    per_split = triton.cdiv(triton.cdiv(max_len, S), cfg["BLOCK_N"]) * cfg["BLOCK_N"]
-    S = triton.cdiv(max_len, per_split)
+    one = cache.single_tier() if specialize and not dense else None
+    if not dense and specialize and one is None and logits is None:
+        groups = cache.tier_groups()                 # mixed: one tier-specialized launch per tier
+    else:
+        max_len = max(cache.host_lens) if max_seq_len is None else max_seq_len
+        groups = [(one or 0, cache.block_table, cache.seq_lens, 0, max_len)]
+    plan = []
+    for bits, bt, lens, lens_stride_h, max_len in groups:
+        S = num_splits or pick_num_splits(B, max_len, H, cfg["BLOCK_N"], num_sms(q.device), cfg["ctas_per_sm"])
+        per_split = triton.cdiv(triton.cdiv(max(max_len, 1), S), cfg["BLOCK_N"]) * cfg["BLOCK_N"]
+        plan.append((bits, bt, lens, lens_stride_h, triton.cdiv(max(max_len, 1), per_split), per_split))
+    S_all = sum(p[4] for p in plan)
     if workspace is None:
-        o_part = torch.empty(B, HQ, S, D, dtype=torch.float32, device=q.device)
-        lse = torch.empty(B, HQ, S, dtype=torch.float32, device=q.device)
+        o_part = torch.empty(B, HQ, S_all, D, dtype=torch.float32, device=q.device)
+        lse = torch.empty(B, HQ, S_all, dtype=torch.float32, device=q.device)
     else:
         o_part, lse = workspace
-        assert o_part.shape[2] >= S
+        assert o_part.shape[2] >= S_all, f"workspace holds {o_part.shape[2]} splits, {S_all} needed"
     tb = cache.tables()
     i32, f32, val = cache.views()
     esize = cache.esize
     lg = logits if logits is not None else o_part
     scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)) * LOG2E
-    one = cache.single_tier() if specialize and not dense else None
-    t = tier(one) if one else None
-    row = _tables_cpu(D, cache.page_size, esize)[0][one or 0]
-    LAUNCHED["dense" if dense else "ada"] = ada_decode_kernel[(H, S, B)](
-        q, tb.rot_x, tb.rot_y, i32, f32, val, cache.arena, cache.arena.view(torch.int16), cache.block_table,
-        cache.seq_lens, tb.tab, tb.cs_lut, tb.rho_lut, tb.xy_lut,
-        o_part, lse, lg, scale, per_split, page_layout(DENSE, cache.page_size, D, esize)[0] // esize,
-        int(row[4]), int(row[5]), int(row[7]),
-        q.stride(0), q.stride(1), cache.block_table.stride(0), cache.block_table.stride(1),
-        o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),
-        lg.stride(0), lg.stride(1),
-        PAGE=cache.page_size, D=D, GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)),
-        BLOCK_N=cfg["BLOCK_N"], UNIT_I32=UNIT // 4, UNIT_V=UNIT // esize, ESIZE=esize, DENSE=dense,
-        DOT_F16=q.dtype in (torch.float16, torch.bfloat16), STORE_LOGITS=logits is not None,
-        TIER=one or 0, T_W=t.words(D) if t else 0, T_CPW=t.codes_per_word if t else 0,
-        T_PB=t.pair_bits if t else 0, T_TB=t.theta_bits if t else 0, T_VOFF=int(row[6]),
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    base = 0
+    for bits, bt, lens, lens_stride_h, S, per_split in plan:
+        t = tier(bits) if bits else None
+        row = _tables_cpu(D, cache.page_size, esize)[0][bits]
+        LAUNCHED["dense" if dense else "ada"] = ada_decode_kernel[(H, S, B)](
+            q, tb.rot_x, tb.rot_y, i32, f32, val, cache.arena, cache.arena.view(torch.int16), bt,
+            lens, tb.tab, tb.cs_lut, tb.rho_lut, tb.xy_lut,
+            o_part, lse, lg, scale, per_split, page_layout(DENSE, cache.page_size, D, esize)[0] // esize,
+            int(row[4]), int(row[5]), int(row[7]), base,
+            q.stride(0), q.stride(1), bt.stride(0), bt.stride(1), lens.stride(0), lens_stride_h,
+            o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),
+            lg.stride(0), lg.stride(1),
+            PAGE=cache.page_size, D=D, GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)),
+            BLOCK_N=cfg["BLOCK_N"], UNIT_I32=UNIT // 4, UNIT_V=UNIT // esize, ESIZE=esize, DENSE=dense,
+            DOT_F16=q.dtype in (torch.float16, torch.bfloat16), STORE_LOGITS=logits is not None,
+            TIER=bits if not dense else 0, T_W=t.words(D) if t else 0, T_CPW=t.codes_per_word if t else 0,
+            T_PB=t.pair_bits if t else 0, T_TB=t.theta_bits if t else 0, T_VOFF=int(row[6]),
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        base += S
+    S = S_all
     out = torch.empty(B, HQ, D, dtype=q.dtype, device=q.device) if out is None else out
     mla_decode_combine_kernel[(HQ, B)](
         o_part, lse, out, S, o_part.stride(0), o_part.stride(1), o_part.stride(2),
@@ -252,7 +264,10 @@ def ada_decode(q: torch.Tensor, cache: AdaCache, *, sm_scale: float | None = Non
     dtype as the cache values. Returns [B, HQ, D]. ``logits``: optional float32 [B, HQ, >= max_len]
     that receives the log2-domain logits s·scale·log2(e) (for error measurements; -inf where masked).
     ``sm_scale`` defaults to 1/√D. A cache whose pages all share one tier runs the kernel specialized
-    to it (``specialize=False`` forces the runtime-tier path that mixed caches take).
+    to it; a mixed cache runs one specialized launch per tier over that tier's pages (attention does
+    not depend on token order), all merged by one split combine. ``specialize=False`` (and ``logits``
+    on a mixed cache) takes the runtime-tier path instead: one launch reading each page's tier from
+    its header (measured slow, docs/bench-ada.md).
     Example: ``ada_decode(q, cache)``.
     """
     return _decode(q, cache, False, sm_scale, num_splits, config, out, workspace, logits, max_seq_len, specialize)
