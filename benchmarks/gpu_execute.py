@@ -100,13 +100,13 @@ def build(args, state) -> dict:
     dtype = torch.float32 if args.cpu_test else torch.bfloat16
     w = random_weights(spec, device=dev, dtype=dtype, seed=0)
     tile = {"BLOCK_T": 16, "BLOCK_HH": 2, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1} if args.cpu_test else \
-        (json.loads(args.tile) if args.tile else None)
+        (json.loads(args.tile) if args.tile else None)   # None: Model's default (4 x 16 for 16 heads)
     state["model"] = Model(spec, w, tile=tile)
     if dev.type == "cuda":
         torch.cuda.synchronize()
     nbytes = sum(t.numel() * t.element_size() for layer in w["layers"] for t in layer.values())
     return {"spec": spec.to_dict(), "weight_gib": nbytes / 2**30, "seconds": time.time() - t,
-            "grouped_mm": state["model"].grouped, "tile": tile}
+            "grouped_mm": state["model"].grouped, "tile": state["model"].tile}
 
 
 @section("check")
@@ -211,6 +211,28 @@ def full_depth(args, state) -> dict:
     return out
 
 
+@section("small_new")
+def small_new(args, state) -> dict:
+    """All built layers, a few new tokens over 4K cached: extend kernel vs one-token sequences (decode kernel)."""
+    model = state["model"]
+    spec, dev, page = model.spec, model.device, args.page
+    from pic.kernels.executor.calibrate import _prefill_batch
+    c = 64 if args.cpu_test else 4096
+    cache = model.alloc_cache(-(-(c + 128) // page), page).normal_()
+    out = {}
+    for n in ((1, 8) if args.cpu_test else (1, 4, 16, 32, 64, 128)):
+        hb = _prefill_batch(n, c, page, spec.vocab_size, np.random.default_rng(n))
+        row = {}
+        for name, dmax in (("extend", 0), ("decode", 1 << 20)):
+            b = to_device(hb, spec, dev, decode_max_new=dmax)
+            run = Runner(lambda b=b: model.forward(b, cache), dev, graphs=dev.type == "cuda")
+            row[name + "_ms"] = median(run.time(5)) * 1e3 * spec.depth_scale
+            del run
+        out[f"new_{n}_cached_{c}"] = row
+    log(f"   {out}")
+    return out
+
+
 def _meter(args):
     if args.cpu_test:
         return None
@@ -231,11 +253,11 @@ def idle_power(args, state) -> dict:
 @section("calibrate")
 def calib(args, state) -> dict:
     model = state["model"]
-    grid = CalibrationGrid(new_tokens=QUICK_NEW, cached_tokens=QUICK_CACHED, repeats=3) if args.quick else \
-        CalibrationGrid(repeats=3)
+    grid = CalibrationGrid(new_tokens=QUICK_NEW, cached_tokens=QUICK_CACHED, extra_prefill=(), repeats=3) \
+        if args.quick else CalibrationGrid(repeats=3)
     if args.cpu_test:
-        grid = CalibrationGrid(new_tokens=(1, 16), cached_tokens=(0, 64), decode_seqs=(1, 2),
-                               decode_context=(32, 64), repeats=1)
+        grid = CalibrationGrid(new_tokens=(1, 48), cached_tokens=(0, 64), decode_seqs=(1, 2),
+                               decode_context=(32, 64), extra_prefill=(), repeats=1)
     gpu = "h200" if not args.cpu_test else "h200"
     prof, details = calibrate(model, gpu, model.spec.name, grid, args.page, state.get("meter"), 2.0,
                               progress=lambda k, n, what: log(f"   calibrate {k}/{n} {what}") if k % 8 == 0 else None)
@@ -283,11 +305,13 @@ def ncu_sample(args) -> None:
     from pic.kernels.executor.accounting import forward_bytes
     from pic.kernels.executor.layout import owned_rows_needed, plan_layout
     spec = dataclasses.replace(exec_spec(model_from_name(args.model), layers=2), full_layers=2)
-    model = Model(spec, random_weights(spec, device="cuda", dtype=torch.bfloat16), tile=json.loads(args.tile) if args.tile else None)
+    model = Model(spec, random_weights(spec, device="cuda", dtype=torch.bfloat16),
+                  tile=json.loads(args.tile) if args.tile else None)
     plog = read_plan_log(args.plans[0])
     i = plog.sample(1, seed=3, max_tokens=8192, min_reuse=0.7)[0]
     ex = Executor(model, plog, ExecConfig(page_size=args.page, graphs=False, energy_seconds=0, deviation=False))
-    srcs, need = ex.plan_pages([i])
+    sources, need = ex.plan_pages([i])
+    srcs = sources[i]
     ex._alloc_cache(need)
     for p in sorted({s.provider for s in srcs}):
         ex._ensure_kv(p)
@@ -310,6 +334,7 @@ def ncu_sample(args) -> None:
     torch.cuda.cudart().cudaProfilerStop()
     OUT.mkdir(parents=True, exist_ok=True)
     info = {"request_id": r.request_id, "prompt_tokens": r.num_tokens, "new_tokens": hb.num_new,
+            "decode_path": hb.num_new <= 32,
             "bytes": forward_bytes(spec, hb, touched, block_hh=(model.tile or {}).get("BLOCK_HH", 32),
                                    block_t=(model.tile or {}).get("BLOCK_T", 2))}
     (OUT / f"ncu_{args.ncu}_counts.json").write_text(json.dumps(info, indent=1) + "\n")
@@ -357,6 +382,8 @@ def main() -> None:
         probe(args, state)
     if on("timing"):
         full_depth(args, state)
+    if on("small_new"):
+        small_new(args, state)
     idle_power(args, state)
     if on("calibrate") and not args.no_calibrate:
         calib(args, state)

@@ -32,8 +32,10 @@ def command(
     layers: LayersOption = None,
     weights: WeightsOption = None,
     new_tokens: Annotated[str, typer.Option(help="Prefill grid: new tokens per forward.")]
-    = "1,32,128,512,2048,8192",
-    cached_tokens: Annotated[str, typer.Option(help="Prefill grid: tokens already cached.")] = "0,4096,16384,32768",
+    = "1,16,64,256,1024,4096,8192",
+    cached_tokens: Annotated[str, typer.Option(help="Prefill grid: tokens already cached.")] = "0,2048,8192,16384",
+    extra: Annotated[str, typer.Option(
+        help="Extra prefill points NEW:CACHED beyond the grid (long full prefills).")] = "16384:0",
     decode_seqs: Annotated[str, typer.Option(help="Decode grid: sequences per step (batch).")] = "1,8,32,64",
     decode_context: Annotated[str, typer.Option(help="Decode grid: context tokens per sequence (>= 2 values).")]
     = "1024,4096",
@@ -71,6 +73,13 @@ def command(
                      own=_is_profile)
         if quick:
             new_tokens, cached_tokens, decode_seqs, decode_context = "1,64,512,2048", "0,4096", "1,16", "1024,4096"
+            extra = ""
+        try:
+            extra_pts = tuple(tuple(int(v) for v in p.split(":")) for p in split_list(extra))
+        except ValueError:
+            raise ValueError(f"--extra: expected NEW:CACHED pairs, got {extra!r}") from None
+        if any(len(p) != 2 or p[0] < 1 or p[1] < 0 for p in extra_pts):
+            raise ValueError(f"--extra: expected NEW:CACHED pairs (NEW >= 1), got {extra!r}")
         device, meter = _open_gpu(not no_energy)
         from pic.kernels.executor.api import build_model, gpu_preset
         from pic.kernels.executor.calibrate import CalibrationGrid, calibrate
@@ -78,7 +87,8 @@ def command(
         grid = CalibrationGrid(new_tokens=_ints(new_tokens, "--new-tokens"),
                                cached_tokens=_ints(cached_tokens, "--cached-tokens"),
                                decode_seqs=_ints(decode_seqs, "--decode-seqs"),
-                               decode_context=_ints(decode_context, "--decode-context"), repeats=repeats)
+                               decode_context=_ints(decode_context, "--decode-context"), extra_prefill=extra_pts,
+                               repeats=repeats)
         label = gpu_from_name(gpu_name).name if gpu_name else gpu_preset(device)
         err_console.print(f"building {spec.name} on {label} ...", highlight=False)
         built = build_model(spec, layers=layers, weights=str(weights) if weights else None, device=device)

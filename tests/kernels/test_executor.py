@@ -124,6 +124,27 @@ def test_deeper_reuse_deviation_is_measured():
     assert len(row["kv_dev_layers"]) == 3
 
 
+def test_decode_path_equals_extend(one_layer):
+    """A few new tokens as one-token sequences through the decode kernel = the extend kernel's result."""
+    log = _log()
+    ex = Executor(one_layer, log, ExecConfig(page_size=PAGE, repeats=1, warmup=0, graphs=False, energy_seconds=0))
+    srcs, need = ex.plan_pages([1])
+    ex._alloc_cache(need)
+    ex._ensure_kv(0)
+    r = log.requests[1]
+    scratch = ex.pool.alloc(-(-owned_rows_needed(r.plan, srcs[1], PAGE) // PAGE))
+    hb = plan_layout(r.tokens, r.plan, srcs[1], ex.own, scratch, PAGE, 512)
+    from pic.kernels.executor.device import to_device
+    from pic.kernels.executor.layout import as_decode
+    d = as_decode(hb)
+    assert d.decode and d.num_seqs == hb.num_new and list(d.seq_lens[:3]) == [hb.seq_lens[0] - 6, hb.seq_lens[0] - 5,
+                                                                                hb.seq_lens[0] - 4]
+    spec = one_layer.spec
+    ext = one_layer.forward(to_device(hb, spec, torch.device("cpu"), decode_max_new=0), ex.cache)
+    dec = one_layer.forward(to_device(hb, spec, torch.device("cpu"), decode_max_new=64), ex.cache)
+    assert rel_rms(ext[0], dec[0]) < 1e-5 and rel_rms(ext[1], dec[1]) < 1e-5
+
+
 def test_batch_fields_cover_the_kernel_inputs():
     """Batch is the only thing a forward reads (regression guard for the dataclass fields)."""
     names = set(Batch.__dataclass_fields__)

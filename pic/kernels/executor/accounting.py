@@ -37,7 +37,8 @@ def forward_bytes(spec: ExecSpec, b: HostBatch, experts_touched: list[int] | Non
         E, k = spec.num_experts, spec.top_k
         touched = [E * (1.0 - (1.0 - k / E) ** T) if E else 0.0] * n_moe
     else:   # measured on the built layers: their mean stands for the unbuilt ones
-        touched = list(experts_touched) + [float(np.mean(experts_touched))] * (n_moe - len(experts_touched))
+        extra = n_moe - len(experts_touched)
+        touched = list(experts_touched) + ([float(np.mean(experts_touched))] * extra if extra > 0 else [])
     weights = L * attn_w + (L - n_moe) * dense_w + n_moe * moe_fixed + sum(touched) * expert_w
     weights += h + spec.vocab_size * h                                   # final norm + LM head
     # activations per token per layer: GEMM inputs/outputs, norms, residual adds, rope

@@ -30,8 +30,9 @@ QUICK_CACHED = (0, 4096)
 class CalibrationGrid:
     """Grid of measured points (token counts; cached counts are rounded up to whole pages)."""
 
-    new_tokens: tuple[int, ...] = field(default=(1, 32, 128, 512, 2048, 8192))
-    cached_tokens: tuple[int, ...] = field(default=(0, 4096, 16384, 32768))
+    new_tokens: tuple[int, ...] = field(default=(1, 16, 64, 256, 1024, 4096, 8192))
+    cached_tokens: tuple[int, ...] = field(default=(0, 2048, 8192, 16384))
+    extra_prefill: tuple[tuple[int, int], ...] = field(default=((16384, 0),))   # (new, cached) beyond the grid
     decode_seqs: tuple[int, ...] = field(default=(1, 8, 32, 64))
     decode_context: tuple[int, ...] = field(default=(1024, 4096))   # per sequence
     repeats: int = 5
@@ -45,8 +46,13 @@ class CalibrationGrid:
         if len(set(self.decode_context)) < 2:
             raise ValueError("calibration grid: decode_context needs >= 2 distinct values (a line per batch)")
 
+    def prefill_points(self) -> list[tuple[int, int]]:
+        """(new, cached) points: the grid, then the extra points."""
+        pts = [(n, c) for c in self.cached_tokens for n in self.new_tokens]
+        return pts + [p for p in self.extra_prefill if p not in pts]
+
     def max_pages(self, page: int) -> int:
-        pre = -(-(max(self.cached_tokens) + max(self.new_tokens)) // page)
+        pre = max(-(-(c + n) // page) for n, c in self.prefill_points())
         dec = max(self.decode_seqs) * (-(-(max(self.decode_context) + 1) // page))
         return max(pre, dec)
 
@@ -62,7 +68,7 @@ def calibrate(model: Model, gpu: str, model_name: str, grid: CalibrationGrid | N
     cache.normal_(0.0, 1.0)                          # any finite latents: times do not depend on values
     pool = torch.cuda.graph_pool_handle() if dev.type == "cuda" else None
     gen = np.random.default_rng(0)
-    points = [("prefill", n, c) for c in grid.cached_tokens for n in grid.new_tokens] + \
+    points = [("prefill", n, c) for n, c in grid.prefill_points()] + \
              [("decode", b, ctx) for b in grid.decode_seqs for ctx in grid.decode_context]
     prefill, decode, details = [], [], []
     scale = spec.depth_scale
@@ -80,7 +86,7 @@ def calibrate(model: Model, gpu: str, model_name: str, grid: CalibrationGrid | N
         details.append({"kind": kind, "x": x, "y": y, "seconds": s, "samples": [t * scale for t in times]})
         if kind == "prefill":
             prefill.append((x, y, s))
-            if busy_hb is None or (x, y) == (2048, 4096):
+            if busy_hb is None or (x, y) == (1024, 8192):
                 busy_hb = hb
         else:
             decode.append((x, x * y, s))

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from pic.kernels.executor.layout import HostBatch
+from pic.kernels.executor.layout import HostBatch, as_decode
 from pic.kernels.model.layers import Batch
 from pic.kernels.model.spec import ExecSpec
 from pic.kernels.paged_cache import delta_runs
@@ -38,8 +38,15 @@ def check_gpu() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def to_device(hb: HostBatch, spec: ExecSpec, device: torch.device) -> Batch:
-    """Upload a HostBatch (δ runs computed on the device; copy rotations as fp32 cos/sin from float64 angles)."""
+#: forwards of at most this many new tokens run attention through the split-KV decode kernel (as_decode)
+DECODE_MAX_NEW = 32
+
+
+def to_device(hb: HostBatch, spec: ExecSpec, device: torch.device, decode_max_new: int = DECODE_MAX_NEW) -> Batch:
+    """Upload a HostBatch (δ runs computed on the device; copy rotations as fp32 cos/sin from float64 angles).
+    A forward of at most ``decode_max_new`` new tokens goes through the decode kernel (``as_decode``)."""
+    if hb.num_new <= decode_max_new:
+        hb = as_decode(hb)
     def t(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(a)).to(device=device, dtype=dtype)
 

@@ -93,6 +93,23 @@ def full_layout(tokens: np.ndarray, pages: np.ndarray, page: int, vocab: int) ->
                      cu_q=np.array([0, n], np.int32), logit_rows=np.array([n - 1], np.int64))
 
 
+def as_decode(hb: HostBatch) -> HostBatch:
+    """The same forward with every new token as its own one-token sequence (causal: token t of sequence b
+    sees the first L_b − T_b + t + 1 rows of b), for the split-KV decode kernel. A few new tokens over a long
+    context fill the GPU this way; the extend kernel would give them a handful of programs."""
+    if hb.decode:
+        return hb
+    lens = hb.cu_q[1:] - hb.cu_q[:-1]
+    seq = np.repeat(np.arange(hb.num_seqs), lens)
+    t = np.arange(hb.num_new) - np.repeat(hb.cu_q[:-1], lens)
+    seq_lens = (hb.seq_lens[seq] - lens[seq] + t + 1).astype(np.int32)
+    return HostBatch(token_ids=hb.token_ids, positions=hb.positions, dst_rows=hb.dst_rows,
+                     block_table=hb.block_table[seq], block_delta=hb.block_delta[seq], seq_lens=seq_lens,
+                     cu_q=np.arange(hb.num_new + 1, dtype=np.int32), logit_rows=hb.logit_rows,
+                     copy_src=hb.copy_src, copy_dst=hb.copy_dst, copy_delta=hb.copy_delta,
+                     num_inplace_rows=hb.num_inplace_rows, num_rotated_rows=hb.num_rotated_rows, decode=True)
+
+
 def owned_rows_needed(plan: Plan, sources: list[Source], page: int) -> int:
     """Rows a Plan's execution writes into its own scratch pages (recomputed + copied partial pages)."""
     return _split(plan.num_tokens, sources, page)[2]

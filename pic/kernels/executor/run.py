@@ -38,6 +38,7 @@ class ExecConfig:
     energy_seconds: float = 1.0  # meter each forward repeated >= this long (0: no energy)
     memory_fraction: float = 0.9 # of free GPU memory the cache may take (it takes only what it needs)
     deviation: bool = True       # compare Plan vs full prefill outputs and KV
+    decode_max_new: int = 32     # forwards of <= this many new tokens use the split-KV decode kernel
 
     def __post_init__(self) -> None:
         if self.page_size < 16 or self.page_size & (self.page_size - 1):
@@ -107,7 +108,7 @@ class Executor:
         self.own = {}
 
     def _forward(self, hb: Any) -> Callable[[], tuple[torch.Tensor, torch.Tensor]]:
-        b = to_device(hb, self.spec, self.device)
+        b = to_device(hb, self.spec, self.device, self.cfg.decode_max_new)
         return lambda: self.model.forward(b, self.cache)
 
     def _ensure_kv(self, j: int) -> None:
@@ -131,7 +132,9 @@ class Executor:
             m["eager"] = run.time(cfg.repeats, 0, eager=True)
         if self.meter is not None:
             m["energy"] = self.meter.measure(run, cfg.energy_seconds)
-        m["bytes"] = forward_bytes(self.spec, hb, touched)
+        tile = self.model.tile or {}
+        m["bytes"] = forward_bytes(self.spec, hb, touched, block_t=tile.get("BLOCK_T", 2),
+                                   block_hh=tile.get("BLOCK_HH", 32), block_n=tile.get("BLOCK_N", 64))
         del run
         return m
 

@@ -1,0 +1,144 @@
+"""Tables of docs/bench-execute.md from one GPU run of benchmarks/gpu_execute.py (CPU only).
+
+    python benchmarks/execute_report.py RESULTS_DIR --plans ev=plans/ev.parquet rag=... miniswe=...
+
+RESULTS_DIR holds execute.json and profile.json (and ncu_*.csv / ncu_*_counts.json when ncu ran). For every
+executed request the same Plan is re-priced by the cost model twice: uncalibrated (roofline, the H200 preset)
+and calibrated with the profile measured in the same run; both are compared with the measured TTFT and joules.
+Prints Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from pic.engine.calibration import load_profile
+from pic.engine.cost import CostModel
+from pic.engine.plan import Plan
+from pic.engine.planlog import read_plan_log
+from pic.engine.specs import gpu_from_name, model_from_name
+
+
+def mare(pred, meas) -> float:
+    p, m = np.asarray(pred, float), np.asarray(meas, float)
+    ok = np.isfinite(p) & np.isfinite(m) & (m > 0)
+    return float(np.median(np.abs(p[ok] - m[ok]) / m[ok])) if ok.any() else math.nan
+
+
+def bias(pred, meas) -> float:
+    p, m = np.asarray(pred, float), np.asarray(meas, float)
+    ok = np.isfinite(p) & np.isfinite(m) & (m > 0)
+    return float(np.median((p[ok] - m[ok]) / m[ok])) if ok.any() else math.nan
+
+
+def pct(a, q) -> float:
+    a = np.asarray(a, float)
+    a = a[np.isfinite(a)]
+    return float(np.percentile(a, q)) if a.size else math.nan
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", type=Path)
+    ap.add_argument("--plans", nargs="+", required=True, help="NAME=plans.parquet (NAME as in execute.json)")
+    args = ap.parse_args()
+    res = json.loads((args.results / "execute.json").read_text())
+    prof = load_profile(args.results / "profile.json")
+    model, gpu = model_from_name("deepseek-v2-lite"), gpu_from_name("h200")
+    roof, cal = CostModel(model, gpu), CostModel(model, gpu, profile=prof)
+    plans = dict(p.split("=", 1) for p in args.plans)
+    ex = res["sections"]["execute"]
+    print("## Measured TTFT and energy (irminsul plans vs full prefill)\n")
+    print("| trace | requests | reuse | TTFT ratio p50 | p90 | mean | plan TTFT p50 ms | full TTFT p50 ms | "
+          "energy saved per hit (board) | (above idle) | J per hit | J per full prefill | HBM bytes ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    fid_rows, dev_rows, all_rows = [], [], []
+    for name, path in plans.items():
+        e = ex.get(name)
+        if not e or "rows" not in e:
+            print(f"| {name} | (not run: {e.get('error') if e else 'missing'}) |")
+            continue
+        log = read_plan_log(path)
+        by_id = {r.request_id: r for r in log.requests}
+        rows = e["rows"]
+        all_rows += rows
+        N = np.array([r["prompt_tokens"] for r in rows], float)
+        reused = np.array([r["reused_tokens"] for r in rows], float)
+        t = np.array([r["ttft_s"] for r in rows])
+        tf = np.array([r["ttft_full_s"] for r in rows])
+        j = np.array([r["joules"] for r in rows])
+        jf = np.array([r["joules_full"] for r in rows])
+        jd = np.array([r["joules_dyn"] for r in rows])
+        jdf = np.array([r["joules_dyn_full"] for r in rows])
+        hit = reused > 0
+        ratio = t / tf
+        hb = sum(r["hbm_bytes"] for r in rows) / sum(r["hbm_bytes_full"] for r in rows)
+        print(f"| {name} | {len(rows)} | {reused.sum() / N.sum():.1%} | {pct(ratio, 50):.3f} | {pct(ratio, 90):.3f} | "
+              f"{ratio.mean():.3f} | {pct(t, 50) * 1e3:.1f} | {pct(tf, 50) * 1e3:.1f} | "
+              f"{1 - j[hit].sum() / jf[hit].sum():.1%} | {1 - jd[hit].sum() / jdf[hit].sum():.1%} | "
+              f"{j[hit].mean():.1f} | {jf.mean():.1f} | {hb:.3f} |")
+        pr, pc, prf, pcf, jr, jc, jrf, jcf = ([] for _ in range(8))
+        for r in rows:
+            plan = by_id[r["request_id"]].plan
+            full = Plan.recompute_all(plan.num_tokens)
+            a, b, c, d = roof.prefill(plan), cal.prefill(plan), roof.prefill(full), cal.prefill(full)
+            pr.append(a.time_s), pc.append(b.time_s), prf.append(c.time_s), pcf.append(d.time_s)
+            jr.append(a.joules), jc.append(b.joules), jrf.append(c.joules), jcf.append(d.joules)
+        fid_rows.append((name, mare(pc, t), bias(pc, t), mare(pr, t), bias(pr, t), mare(pcf, tf), mare(prf, tf),
+                         mare(jc, j), mare(jr, j), mare(jcf, jf), mare(jrf, jf)))
+        dev_rows.append((name, pct([r["out_dev"] for r in rows], 50), max(r["out_dev"] for r in rows),
+                         float(np.mean([r["top1_match"] for r in rows])), pct([r["kv_dev_first"] for r in rows], 50),
+                         pct([r["kv_dev_last"] for r in rows], 50)))
+    print("\n## Fidelity: the cost model's price of the same Plan vs the measurement (median |rel. error|)\n")
+    print("| trace | TTFT calibrated | (bias) | TTFT roofline | (bias) | full prefill calibrated | roofline | "
+          "joules calibrated | roofline | full-prefill joules calibrated | roofline |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for f in fid_rows:
+        print(f"| {f[0]} | " + " | ".join(f"{x:+.1%}" if i in (1, 3) else f"{x:.1%}" for i, x in enumerate(f[1:])) + " |")
+    print("\n## Quality: Plan vs full prefill of the same prompt (random weights)\n")
+    print("| trace | final hidden rel. L2 p50 | max | top-1 token agreement | reused KV rel. RMS, layer 0 (p50) | "
+          "last layer (p50) |")
+    print("|---|---|---|---|---|---|")
+    for d in dev_rows:
+        print(f"| {d[0]} | {d[1]:.3f} | {d[2]:.3f} | {d[3]:.0%} | {d[4]:.1e} | {d[5]:.3f} |")
+    if all_rows:
+        w = [r["watts"] for r in all_rows]
+        wf = [r["watts_full"] for r in all_rows]
+        print(f"\nBoard power while executing: plans p50 {pct(w, 50):.0f} W (p10 {pct(w, 10):.0f}, p90 {pct(w, 90):.0f}),"
+              f" full prefills p50 {pct(wf, 50):.0f} W; idle {res['sections'].get('idle_power', {}).get('idle_watts', 0):.0f} W;"
+              f" profile busy {prof.watts_busy:.0f} W, idle {prof.watts_idle:.0f} W.")
+    for m in ("plan", "full"):
+        p = args.results / f"ncu_{m}.csv"
+        c = args.results / f"ncu_{m}_counts.json"
+        if p.exists() and c.exists():
+            rd = wr = 0.0
+            n = 0
+            with open(p) as fh:
+                lines = [ln for ln in fh if ln.startswith('"')]
+            for row in csv.DictReader(lines):
+                v = float(row["Metric Value"].replace(",", ""))
+                unit = row.get("Metric Unit", "byte")
+                scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}.get(unit, 1)
+                if row["Metric Name"] == "dram__bytes_read.sum":
+                    rd += v * scale
+                    n += 1
+                elif row["Metric Name"] == "dram__bytes_write.sum":
+                    wr += v * scale
+            cnt = json.loads(c.read_text())
+            b = cnt["bytes"]
+            print(f"\nncu ({m}, 2 layers, request {cnt['request_id']}, {cnt['new_tokens']} new of "
+                  f"{cnt['prompt_tokens']}): {n} kernels, DRAM read {rd / 1e9:.3f} GB + write {wr / 1e9:.3f} GB = "
+                  f"{(rd + wr) / 1e9:.3f} GB; counted: hbm_bytes {b['hbm_bytes'] / 1e9:.3f} GB, access_bytes "
+                  f"{b['access_bytes'] / 1e9:.3f} GB (weights {b['weights'] / 1e9:.3f}, activations "
+                  f"{b['activations'] / 1e9:.3f}, KV read {b['kv_read'] / 1e9:.3f} / as issued "
+                  f"{b['kv_read_access'] / 1e9:.3f})")
+
+
+if __name__ == "__main__":
+    main()
