@@ -101,8 +101,7 @@ def test_full_prefill_matches_float64_forward(one_layer):
 
 def test_one_layer_reuse_equals_full_prefill(one_layer):
     """One layer: cached latents are context-free, so REUSE + REUSE_ROTATED + RECOMPUTE = full prefill."""
-    ex = Executor(one_layer, _log(), ExecConfig(page_size=PAGE, repeats=1, warmup=0, graphs=False,
-                                                energy_seconds=0))
+    ex = Executor(one_layer, _log(), ExecConfig(page_size=PAGE, timing=False, energy_seconds=0))
     rows = ex.run([1, 2])
     for row in rows:
         assert row["out_dev"] < 1e-5, row
@@ -116,7 +115,7 @@ def test_deeper_reuse_deviation_is_measured():
     """Three layers: layer-0 KV still matches, deeper reused KV carries its producer's context (> 0)."""
     spec = exec_spec(tiny_model_spec(num_layers=3))
     model = Model(spec, random_weights(spec, dtype=torch.float32, seed=5), tile=TILE)
-    ex = Executor(model, _log(), ExecConfig(page_size=PAGE, repeats=1, warmup=0, graphs=False, energy_seconds=0))
+    ex = Executor(model, _log(), ExecConfig(page_size=PAGE, timing=False, energy_seconds=0))
     row = ex.run([1])[0]
     assert row["kv_dev_first"] < 1e-5
     assert row["kv_dev_last"] > 1e-3          # a real deviation, not assumed zero
@@ -127,7 +126,7 @@ def test_deeper_reuse_deviation_is_measured():
 def test_decode_path_equals_extend(one_layer):
     """A few new tokens as one-token sequences through the decode kernel = the extend kernel's result."""
     log = _log()
-    ex = Executor(one_layer, log, ExecConfig(page_size=PAGE, repeats=1, warmup=0, graphs=False, energy_seconds=0))
+    ex = Executor(one_layer, log, ExecConfig(page_size=PAGE, timing=False, energy_seconds=0))
     srcs, need = ex.plan_pages([1])
     ex._alloc_cache(need)
     ex._ensure_kv(0)

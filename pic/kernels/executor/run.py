@@ -39,6 +39,7 @@ class ExecConfig:
     memory_fraction: float = 0.9 # of free GPU memory the cache may take (it takes only what it needs)
     deviation: bool = True       # compare Plan vs full prefill outputs and KV
     decode_max_new: int = 32     # forwards of <= this many new tokens use the split-KV decode kernel
+    timing: bool = True          # False: run each forward once (outputs, deviation, bytes), no timing
 
     def __post_init__(self) -> None:
         if self.page_size < 16 or self.page_size & (self.page_size - 1):
@@ -125,8 +126,13 @@ class Executor:
         self.model.touched = [] if self.spec.num_experts else None
         out = fn()
         touched, self.model.touched = self.model.touched, None
-        run = Runner(fn, self.device, self.cfg.graphs, self._graph_pool, out=tuple(t.clone() for t in out))
         cfg = self.cfg
+        if not cfg.timing:
+            tile = self.model.tile or {}
+            return {"out": out, "times": [math.nan], "bytes": forward_bytes(
+                self.spec, hb, touched, block_t=tile.get("BLOCK_T", 2), block_hh=tile.get("BLOCK_HH", 32),
+                block_n=tile.get("BLOCK_N", 64))}
+        run = Runner(fn, self.device, cfg.graphs, self._graph_pool, out=tuple(t.clone() for t in out))
         m: dict[str, Any] = {"out": run.out, "times": run.time(cfg.repeats, cfg.warmup)}
         if cfg.eager:
             m["eager"] = run.time(cfg.repeats, 0, eager=True)
