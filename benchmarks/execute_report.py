@@ -54,11 +54,33 @@ def main() -> None:
     roof, cal = CostModel(model, gpu), CostModel(model, gpu, profile=prof)
     plans = dict(p.split("=", 1) for p in args.plans)
     ex = res["sections"]["execute"]
+    sec = res["sections"]
+    if "full_depth_timing" in sec:
+        print("## Full prefill, all layers (CUDA graph / eager)\n")
+        print("| new tokens | graph ms | eager ms |\n|---|---|---|")
+        for k, v in sec["full_depth_timing"].items():
+            print(f"| {k.split('_')[1]} | {v['graph_ms']:.1f} | {v['eager_ms']:.1f} |")
+        print()
+    if "small_new" in sec:
+        print("## Small recomputes: extend kernel vs one-token sequences through the decode kernel (all layers)\n")
+        print("| new tokens over 4096 cached | extend ms | decode ms |\n|---|---|---|")
+        for k, v in sec["small_new"].items():
+            print(f"| {k.split('_')[1]} | {v['extend_ms']:.2f} | {v['decode_ms']:.2f} |")
+        print()
+    print("## Calibration profile: prefill ms (rows: new tokens, columns: cached tokens)\n")
+    cached = sorted({c for _, c, _ in prof.prefill})
+    print("| new \\ cached | " + " | ".join(f"{c:,}" for c in cached) + " |")
+    print("|---" * (len(cached) + 1) + "|")
+    for n in sorted({n for n, _, _ in prof.prefill}):
+        vals = {c: t for nn, c, t in prof.prefill if nn == n}
+        print(f"| {n:,} | " + " | ".join(f"{vals[c] * 1e3:.2f}" if c in vals else "" for c in cached) + " |")
+    print("\nDecode steps: " + ", ".join(f"{b} seqs x {c // b:,} = {t * 1e3:.2f} ms" for b, c, t in prof.decode))
+    print(f"\nBoard power: idle {prof.watts_idle:.0f} W, busy {prof.watts_busy:.0f} W (1024 new over 8192 cached)\n")
     print("## Measured TTFT and energy (irminsul plans vs full prefill)\n")
     print("| trace | requests | reuse | TTFT ratio p50 | p90 | mean | plan TTFT p50 ms | full TTFT p50 ms | "
           "energy saved per hit (board) | (above idle) | J per hit | J per full prefill | HBM bytes ratio |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    fid_rows, dev_rows, all_rows = [], [], []
+    fid_rows, dev_rows, all_rows, hi_rows = [], [], [], []
     for name, path in plans.items():
         e = ex.get(name)
         if not e or "rows" not in e:
@@ -79,6 +101,10 @@ def main() -> None:
         hit = reused > 0
         ratio = t / tf
         hb = sum(r["hbm_bytes"] for r in rows) / sum(r["hbm_bytes_full"] for r in rows)
+        hi = reused / N >= 0.77
+        hi_rows.append((name, int(hi.sum()), float(reused[hi].sum() / N[hi].sum()) if hi.any() else math.nan,
+                        pct(ratio[hi], 50), pct(ratio[hi], 90), pct(N[hi], 50),
+                        float(1 - j[hi].sum() / jf[hi].sum()) if hi.any() else math.nan))
         print(f"| {name} | {len(rows)} | {reused.sum() / N.sum():.1%} | {pct(ratio, 50):.3f} | {pct(ratio, 90):.3f} | "
               f"{ratio.mean():.3f} | {pct(t, 50) * 1e3:.1f} | {pct(tf, 50) * 1e3:.1f} | "
               f"{1 - j[hit].sum() / jf[hit].sum():.1%} | {1 - jd[hit].sum() / jdf[hit].sum():.1%} | "
@@ -95,6 +121,11 @@ def main() -> None:
         dev_rows.append((name, pct([r["out_dev"] for r in rows], 50), max(r["out_dev"] for r in rows),
                          float(np.mean([r["top1_match"] for r in rows])), pct([r["kv_dev_first"] for r in rows], 50),
                          pct([r["kv_dev_last"] for r in rows], 50)))
+    print("\nRequests with >= 77 % of their prompt reused:\n")
+    print("| trace | requests | reuse | TTFT ratio p50 | p90 | prompt tokens p50 | energy saved |")
+    print("|---|---|---|---|---|---|---|")
+    for h in hi_rows:
+        print(f"| {h[0]} | {h[1]} | {h[2]:.1%} | {h[3]:.3f} | {h[4]:.3f} | {h[5]:,.0f} | {h[6]:.1%} |")
     print("\n## Fidelity: the cost model's price of the same Plan vs the measurement (median |rel. error|)\n")
     print("| trace | TTFT calibrated | (bias) | TTFT roofline | (bias) | full prefill calibrated | roofline | "
           "joules calibrated | roofline | full-prefill joules calibrated | roofline |")
@@ -116,29 +147,54 @@ def main() -> None:
     for m in ("plan", "full"):
         p = args.results / f"ncu_{m}.csv"
         c = args.results / f"ncu_{m}_counts.json"
-        if p.exists() and c.exists():
-            rd = wr = 0.0
-            n = 0
-            with open(p) as fh:
-                lines = [ln for ln in fh if ln.startswith('"')]
-            for row in csv.DictReader(lines):
-                v = float(row["Metric Value"].replace(",", ""))
-                unit = row.get("Metric Unit", "byte")
-                scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}.get(unit, 1)
-                if row["Metric Name"] == "dram__bytes_read.sum":
-                    rd += v * scale
-                    n += 1
-                elif row["Metric Name"] == "dram__bytes_write.sum":
-                    wr += v * scale
-            cnt = json.loads(c.read_text())
-            b = cnt["bytes"]
-            print(f"\nncu ({m}, 2 layers, request {cnt['request_id']}, {cnt['new_tokens']} new of "
-                  f"{cnt['prompt_tokens']}): {n} kernels, DRAM read {rd / 1e9:.3f} GB + write {wr / 1e9:.3f} GB = "
-                  f"{(rd + wr) / 1e9:.3f} GB; counted: hbm_bytes {b['hbm_bytes'] / 1e9:.3f} GB, access_bytes "
-                  f"{b['access_bytes'] / 1e9:.3f} GB (weights {b['weights'] / 1e9:.3f}, activations "
-                  f"{b['activations'] / 1e9:.3f}, KV read {b['kv_read'] / 1e9:.3f} / as issued "
-                  f"{b['kv_read_access'] / 1e9:.3f})")
+        if not (p.exists() and c.exists()):
+            continue
+        rd = wr = 0.0
+        n = 0
+        with open(p) as fh:
+            lines = [ln for ln in fh if ln.startswith('"')]
+        for row in csv.DictReader(lines):
+            v = float(row["Metric Value"].replace(",", ""))
+            scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(row.get("Metric Unit", "byte"), 1)
+            if row["Metric Name"] == "dram__bytes_read.sum":
+                rd += v * scale
+                n += 1
+            elif row["Metric Name"] == "dram__bytes_write.sum":
+                wr += v * scale
+        cnt = json.loads(c.read_text())
+        b = cnt["bytes"]
+        issued = _issued_sample(plans.get("ev"), cnt["request_id"], m)
+        print(f"\nncu ({m}, 2 layers, request {cnt['request_id']}, {cnt['new_tokens']} new of "
+              f"{cnt['prompt_tokens']}): {n} kernels, DRAM read {rd / 1e9:.3f} GB + write {wr / 1e9:.3f} GB = "
+              f"{(rd + wr) / 1e9:.3f} GB; counted: hbm_bytes {b['hbm_bytes'] / 1e9:.3f} GB (weights "
+              f"{b['weights'] / 1e9:.3f}, activations {b['activations'] / 1e9:.3f}, KV read {b['kv_read'] / 1e9:.3f}), "
+              f"access_bytes (as issued) {issued / 1e9:.3f} GB")
 
+
+def _issued_sample(plans_path: str | None, request_id: int, which: str) -> float:
+    """issued_bytes of the ncu sample's forward (2 layers priced as 2), rebuilt from the plan log."""
+    import dataclasses
+
+    from pic.kernels.executor.accounting import issued_bytes
+    from pic.kernels.executor.layout import PagePool, full_layout, owned_rows_needed, plan_layout
+    from pic.kernels.model import exec_spec
+
+    if plans_path is None:
+        return math.nan
+    log = read_plan_log(plans_path)
+    i = next(k for k, r in enumerate(log.requests) if r.request_id == request_id)
+    r = log.requests[i]
+    spec = dataclasses.replace(exec_spec(model_from_name("deepseek-v2-lite"), layers=2), full_layers=2)
+    srcs = log.resolve_sources(i)
+    pool = PagePool(1 << 20)
+    own = {s.provider: pool.alloc(-(-log.requests[s.provider].num_tokens // 64)) for s in srcs}
+    own[i] = pool.alloc(-(-r.num_tokens // 64))
+    if which == "full":
+        hb = full_layout(r.tokens, own[i], 64, spec.vocab_size)
+    else:
+        scratch = pool.alloc(-(-owned_rows_needed(r.plan, srcs, 64) // 64))
+        hb = plan_layout(r.tokens, r.plan, srcs, own, scratch, 64, spec.vocab_size)
+    return issued_bytes(spec, hb, tile={"BLOCK_T": 4, "BLOCK_HH": 16, "BLOCK_N": 64})
 
 if __name__ == "__main__":
     main()

@@ -107,6 +107,7 @@ def test_one_layer_reuse_equals_full_prefill(one_layer):
         assert row["out_dev"] < 1e-5, row
         assert row["kv_dev"] < 1e-5 and row["top1_match"]
         assert row["reused_tokens"] > 0 and row["executed_tokens"] < row["prompt_tokens"]
+        assert row["access_bytes"] >= row["hbm_bytes"] > 0 and row["hbm_bytes_full"] > row["hbm_bytes"]
     assert rows[1]["executed_tokens"] == 31        # 30 recomputed + the reused last token
     assert ex.num_fills == 1                       # r0 was filled once as a provider, r1 was executed
 

@@ -2,16 +2,20 @@
 
 Two figures per forward:
 
-* ``hbm_bytes`` — every byte that has to cross HBM at least once: weights (every dense matrix once, the MoE
+* ``hbm_bytes`` (``forward_bytes``) — every byte that has to cross HBM at least once: weights (every dense matrix once, the MoE
   experts actually routed to once), the latent rows each attention layer reads (the distinct rows of all its
   sequences), new latent rows written, partial-page copies (read + write), embedding rows, LM head, and the
   activations each GEMM/elementwise op reads and writes.
-* ``access_bytes`` — the same with the extend kernel's loads counted per program, as issued: every
-  (head block, token block, sequence) program streams its whole causal context tile by tile. Repeats are
-  mostly L2 hits on the H200, so the DRAM traffic lies between the two (ncu measures it on a sample).
+* ``access_bytes`` (``issued_bytes``) — every byte each op reads and writes as issued: the forward runs on
+  the ``meta`` device under a dispatch mode that adds up the operands of every torch op (fp32 temporaries
+  included), and the Triton kernels are counted from their access pattern (every extend program streams
+  its whole causal context tile by tile). Repeats hit L2 when they fit, so the DRAM traffic lies between
+  the two; ncu on a sample: docs/bench-execute.md.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -57,7 +61,7 @@ def forward_bytes(spec: ExecSpec, b: HostBatch, experts_touched: list[int] | Non
     base = (weights + acts + kv_write + copies) * elt
     return {"weights": weights * elt, "activations": acts * elt, "kv_write": kv_write * elt,
             "copies": copies * elt, "kv_read": kv_read_unique * elt, "kv_read_access": kv_read_access * elt,
-            "hbm_bytes": base + kv_read_unique * elt, "access_bytes": base + kv_read_access * elt}
+            "hbm_bytes": base + kv_read_unique * elt}
 
 
 def _extend_loads(b: HostBatch, H: int, block_t: int, block_hh: int, block_n: int) -> int:
@@ -69,3 +73,93 @@ def _extend_loads(b: HostBatch, H: int, block_t: int, block_hh: int, block_n: in
         last = np.minimum(L - (q1 - q0) + t + block_t, L)
         total += int((-(-last // block_n) * block_n).sum())
     return total * head_blocks
+
+
+# ---- bytes as issued, op by op ----------------------------------------------------------------------
+_FREE = {"aten.empty.memory_format", "aten.empty_like.default", "aten.empty_strided.default",
+         "aten.lift_fresh.default", "aten._local_scalar_dense.default"}
+
+
+def issued_bytes(spec: ExecSpec, b: HostBatch, dtype: Any = None, tile: dict | None = None,
+                 decode_max_new: int = 32) -> float:
+    """Bytes every op of one forward reads and writes, as issued (no cache reuse assumed), over the full
+    depth: the forward runs on the ``meta`` device under a dispatch mode that adds up each torch op's
+    operands (row gathers/scatters count the rows they touch, views nothing), and the Triton kernels (RoPE,
+    extend, decode) are counted from their access pattern. An upper bound of the DRAM traffic."""
+    import dataclasses
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    from pic.kernels.executor.device import to_device
+    from pic.kernels.model import layers as L
+    from pic.kernels.model.model import Model
+    from pic.kernels.model.weights import _shapes
+
+    # NOTE: counted in bf16 (the meta grouped GEMM takes bf16 only), then scaled for other dtypes
+    scale = torch.empty(0, dtype=dtype or torch.bfloat16).element_size() / 2
+    dtype = torch.bfloat16
+    elt = 2
+    full = dataclasses.replace(spec, num_layers=spec.full_layers)
+    meta = torch.device("meta")
+    w = {"layers": [{k: torch.empty(s, dtype=dtype, device=meta) for k, s in _shapes(full, i).items()}
+                    for i in range(full.num_layers)],
+         **{k: torch.empty(s, dtype=dtype, device=meta) for k, s in
+            (("embed", (full.vocab_size, full.hidden_size)), ("norm", (full.hidden_size,)),
+             ("lm_head", (full.vocab_size, full.hidden_size)))}}
+    tile = tile or {}
+    bt, bhh, bn = tile.get("BLOCK_T", 2), tile.get("BLOCK_HH", 32), tile.get("BLOCK_N", 64)
+    H, row = full.num_heads, full.row
+    hb = b
+    if hb.num_new <= decode_max_new:
+        from pic.kernels.executor.layout import as_decode
+        hb = as_decode(hb)
+    total = [0.0]
+
+    def fake_rope(x, positions, cfg=None, scale=None, out=None):
+        total[0] += 2 * x.numel() * x.element_size() + positions.numel() * 4
+        return torch.empty(x.shape, dtype=x.dtype, device=meta)
+
+    def fake_extend(q_nope, q_rope, cache, *a, **k):
+        kv = _extend_loads(hb, H, bt, bhh, bn) * row * elt
+        total[0] += kv + 2 * q_nope.numel() * elt + q_rope.numel() * elt
+        return torch.empty(q_nope.shape, dtype=q_nope.dtype, device=meta)
+
+    def fake_decode(q_nope, q_rope, cache, *a, **k):
+        head_blocks = 1 if H <= 16 else -(-H // 64)       # decode tiles: 16 heads, or 64-head blocks
+        kv = int(hb.seq_lens.sum()) * row * elt * head_blocks
+        total[0] += kv + 2 * q_nope.numel() * elt + q_rope.numel() * elt
+        return torch.empty(q_nope.shape, dtype=q_nope.dtype, device=meta)
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            name = str(func)
+            if func.is_view or name in _FREE:
+                return out
+            if name.startswith("aten.index_select"):
+                n = 2 * _nbytes(out) + _nbytes(args[2])
+            elif name.startswith(("aten.index_copy", "aten.index_add")):
+                n = (2 if "copy" in name else 3) * _nbytes(args[3]) + _nbytes(args[2])
+            else:
+                n = sum(_nbytes(x) for x in tree_leaves((args, kwargs, out)) if isinstance(x, torch.Tensor))
+            total[0] += n
+            return out
+
+    saved = (L.rope, L.mla_extend, L.mla_decode)
+    L.rope, L.mla_extend, L.mla_decode = fake_rope, fake_extend, fake_decode
+    try:
+        model = Model(full, w, tile=tile, grouped=True)
+        batch = to_device(b, full, meta, decode_max_new)
+        cache = torch.empty(full.num_layers, 1, 64, row, dtype=dtype, device=meta)   # meta: never indexed
+        with Count():
+            model.forward(batch, cache)
+    finally:
+        L.rope, L.mla_extend, L.mla_decode = saved
+    return total[0] * scale
+
+
+def _nbytes(t: Any) -> int:
+    return t.numel() * t.element_size()

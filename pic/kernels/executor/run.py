@@ -20,7 +20,7 @@ import torch
 
 from pic.engine.planlog import PlanLog, Source
 from pic.kernels.energy import EnergyMeter
-from pic.kernels.executor.accounting import forward_bytes
+from pic.kernels.executor.accounting import forward_bytes, issued_bytes
 from pic.kernels.executor.device import Runner, median, to_device
 from pic.kernels.executor.layout import PagePool, full_layout, owned_rows_needed, plan_layout
 from pic.kernels.model import Model
@@ -128,21 +128,23 @@ class Executor:
         touched, self.model.touched = self.model.touched, None
         cfg = self.cfg
         if not cfg.timing:
-            tile = self.model.tile or {}
-            return {"out": out, "times": [math.nan], "bytes": forward_bytes(
-                self.spec, hb, touched, block_t=tile.get("BLOCK_T", 2), block_hh=tile.get("BLOCK_HH", 32),
-                block_n=tile.get("BLOCK_N", 64))}
+            return {"out": out, "times": [math.nan], "bytes": self._bytes(hb, touched)}
         run = Runner(fn, self.device, cfg.graphs, self._graph_pool, out=tuple(t.clone() for t in out))
         m: dict[str, Any] = {"out": run.out, "times": run.time(cfg.repeats, cfg.warmup)}
         if cfg.eager:
             m["eager"] = run.time(cfg.repeats, 0, eager=True)
         if self.meter is not None:
             m["energy"] = self.meter.measure(run, cfg.energy_seconds)
-        tile = self.model.tile or {}
-        m["bytes"] = forward_bytes(self.spec, hb, touched, block_t=tile.get("BLOCK_T", 2),
-                                   block_hh=tile.get("BLOCK_HH", 32), block_n=tile.get("BLOCK_N", 64))
+        m["bytes"] = self._bytes(hb, touched)
         del run
         return m
+
+    def _bytes(self, hb: Any, touched: list[int] | None) -> dict[str, float]:
+        tile = self.model.tile or {}
+        out = forward_bytes(self.spec, hb, touched, block_t=tile.get("BLOCK_T", 2),
+                            block_hh=tile.get("BLOCK_HH", 32), block_n=tile.get("BLOCK_N", 64))
+        out["access_bytes"] = issued_bytes(self.spec, hb, self.model.dtype, self.model.tile, self.cfg.decode_max_new)
+        return out
 
     def _execute(self, i: int, srcs: list[Source]) -> dict[str, Any]:
         r, page, V = self.log.requests[i], self.cfg.page_size, self.spec.vocab_size
