@@ -132,8 +132,8 @@ def test_step_time_properties():
 def test_energy():
     """Energy is busy watts x busy seconds + idle watts x idle seconds."""
     cm = CostModel(V2L, H200)
-    assert cm.energy(2.0, 10.0) == 2.0 * 640 + 10.0 * 85
-    assert cm.prefill(Plan.recompute_all(1024)).joules == pytest.approx(cm.prefill(Plan.recompute_all(1024)).time_s * 640)
+    assert cm.energy(2.0, 10.0) == 2.0 * 670 + 10.0 * 120
+    assert cm.prefill(Plan.recompute_all(1024)).joules == pytest.approx(cm.prefill(Plan.recompute_all(1024)).time_s * 670)
     assert json.dumps(cm.to_dict())
 
 

@@ -115,7 +115,7 @@ def test_model_from_name_presets_and_unknown():
 def test_gpu_presets():
     """The H200 preset carries the measured figures; unknown GPUs list the names."""
     h = gpu_from_name("H200")
-    assert (h.bf16_flops, h.hbm_bytes_per_s, h.busy_watts, h.idle_watts) == (790e12, 4.2e12, 640.0, 85.0)
+    assert (h.bf16_flops, h.hbm_bytes_per_s, h.busy_watts, h.idle_watts) == (790e12, 4.2e12, 670.0, 120.0)
     assert set(GPUS) >= {"h200", "h100", "a100"}
     with pytest.raises(ValueError, match="h200"):
         gpu_from_name("tpu")

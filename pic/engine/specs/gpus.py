@@ -34,7 +34,9 @@ class GpuSpec:
 
 #: CLI name -> GpuSpec
 GPUS: dict[str, GpuSpec] = {g.name: g for g in (
-    GpuSpec("h200", bf16_flops=790e12, hbm_bytes_per_s=4.2e12, busy_watts=640.0, idle_watts=85.0,
+    # power: NVML on the lent H200 running DeepSeek-V2-Lite (docs/bench-execute.md): 673 W median over 36
+    # full prefills (1.3K-9.6K tokens, 27 layers), 121-125 W idle seconds after load (85 W cold)
+    GpuSpec("h200", bf16_flops=790e12, hbm_bytes_per_s=4.2e12, busy_watts=670.0, idle_watts=120.0,
             hbm_capacity_bytes=141_000_000_000, host_link_bytes_per_s=55e9),
     GpuSpec("h100", bf16_flops=791e12, hbm_bytes_per_s=2.93e12, busy_watts=600.0, idle_watts=75.0,
             hbm_capacity_bytes=80_000_000_000, host_link_bytes_per_s=55e9),
