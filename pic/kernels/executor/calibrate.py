@@ -86,7 +86,7 @@ def calibrate(model: Model, gpu: str, model_name: str, grid: CalibrationGrid | N
         details.append({"kind": kind, "x": x, "y": y, "seconds": s, "samples": [t * scale for t in times]})
         if kind == "prefill":
             prefill.append((x, y, s))
-            if busy_hb is None or (x, y) == (1024, 8192):
+            if (x, y) == _busy_point(grid):
                 busy_hb = hb
         else:
             decode.append((x, x * y, s))
@@ -97,6 +97,15 @@ def calibrate(model: Model, gpu: str, model_name: str, grid: CalibrationGrid | N
                                  watts_busy=busy_w, watts_idle=idle_w, source="<calibrate>")
     return profile, {"points": details, "layers_built": spec.num_layers, "full_layers": spec.full_layers,
                      "page_size": page, "idle_watts": idle_w, "busy_watts": busy_w}
+
+
+def _busy_point(grid: CalibrationGrid) -> tuple[int, int]:
+    """The prefill point whose sustained power becomes ``watts_busy``: 1024 new over 8192 cached when the
+    grid has it, else the largest grid point with at most 2048 new tokens."""
+    pts = grid.prefill_points()
+    if (1024, 8192) in pts:
+        return 1024, 8192
+    return max(pts, key=lambda p: (p[0] <= 2048, p[0], p[1]))
 
 
 def _power(model: Model, cache: torch.Tensor, hb: HostBatch, meter: EnergyMeter | None, seconds: float,
