@@ -10,6 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pic.cli.choices import Gpu, parser
 from pic.cli.errors import console, err_console, split_list, user_errors
 from pic.cli.execute import LayersOption, NoEnergyOption, WeightsOption, _open_gpu
 
@@ -41,7 +42,7 @@ def command(
     = "1024,4096",
     quick: Annotated[bool, typer.Option("--quick", help="A small grid (about a minute).")] = False,
     repeats: Annotated[int, typer.Option(min=1, help="Timed graph replays per point (median).")] = 5,
-    gpu_name: Annotated[str | None, typer.Option(
+    gpu_name: Annotated[Gpu | None, typer.Option(parser=parser(Gpu),
         help="GPU preset the profile is for (default: detected, e.g. h200).")] = None,
     no_energy: NoEnergyOption = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing file pic did not write.")] = False,
@@ -89,7 +90,7 @@ def command(
                                decode_seqs=_ints(decode_seqs, "--decode-seqs"),
                                decode_context=_ints(decode_context, "--decode-context"), extra_prefill=extra_pts,
                                repeats=repeats)
-        label = gpu_from_name(gpu_name).name if gpu_name else gpu_preset(device)
+        label = gpu_from_name(gpu_name.value).name if gpu_name else gpu_preset(device)
         err_console.print(f"building {spec.name} on {label} ...", highlight=False)
         built = build_model(spec, layers=layers, weights=str(weights) if weights else None, device=device)
         with Progress(TextColumn("[bold]calibrate"), BarColumn(), MofNCompleteColumn(),

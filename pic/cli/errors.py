@@ -154,10 +154,9 @@ def user_errors() -> Iterator[None]:
         fail(e)
 
 
-# replay settings shared by `pic replay` and `pic sweep` (same flag, same help)
-GpuOption = Annotated[str, typer.Option(help="GPU preset (see `pic models`).")]
+# replay settings shared by `pic replay` and `pic sweep` (same flag, same help); --gpu and --router are
+# typed choices in pic.cli.choices
 ReplicasOption = Annotated[int, typer.Option(help="Serving replicas, each with its own cache.")]
-RouterOption = Annotated[str, typer.Option(help="round-robin | least-loaded | cache-aware.")]
 TokenBudgetOption = Annotated[int, typer.Option(help="Tokens per scheduler step (prefill chunk + decodes).")]
 ClosedLoopOption = Annotated[bool, typer.Option(
     "--closed-loop", help="A session's next turn waits for the previous one (plus the original gap).")]
