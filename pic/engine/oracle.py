@@ -55,16 +55,22 @@ class WindowIndex:
         value = np.full(keys.shape[0], -1, np.int64)
         if not self._levels or not keys.shape[0]:
             return found, value
-        # NOTE: sorted queries make searchsorted walk each level nearly sequentially (3x on 10^4 keys)
+        # NOTE: sorted queries make searchsorted walk each level nearly sequentially (3x on 10^4 keys);
+        # a level is searched only for the keys no larger level held
         order = np.argsort(keys)
         ks = keys[order]
         hit_s, val_s = np.zeros(ks.shape[0], bool), np.full(ks.shape[0], -1, np.int64)
+        todo = np.arange(ks.shape[0])
         for lk, lv in self._levels:
-            pos = np.searchsorted(lk, ks)
+            q = ks[todo]
+            pos = np.searchsorted(lk, q)
             np.minimum(pos, lk.shape[0] - 1, out=pos)
-            hit = (lk[pos] == ks) & ~hit_s
-            val_s[hit] = lv[pos[hit]]
-            hit_s |= hit
+            hit = lk[pos] == q
+            got = todo[hit]
+            hit_s[got], val_s[got] = True, lv[pos[hit]]
+            todo = todo[~hit]
+            if not todo.shape[0]:
+                break
         found[order], value[order] = hit_s, val_s
         return found, value
 
@@ -102,16 +108,17 @@ def trace_oracle(prompts: Iterable[np.ndarray], min_match: int = DEFAULT_MIN_MAT
     for toks in prompts:
         pfx = tree.match_prefix(toks, None, split=False)[0]
         tree.insert(toks, 0)
-        w = window_hashes(toks, min_match)
+        # NOTE: windows that lie inside the shared prefix were indexed with the earlier prompt: only the
+        # rest is hashed and looked up (a continued prompt costs its new tail, not its whole length)
+        start = max(0, pfx - min_match + 1)
+        w = window_hashes(toks[start:], min_match)
         if not w.shape[0]:
             out.append(pfx)
             continue
         hit, _ = index.lookup(w)
-        cov = covered(hit, toks.shape[0], min_match)
-        cov[:pfx] = True
-        out.append(int(cov.sum()))
+        out.append(pfx + int(covered(hit, toks.shape[0] - start, min_match)[pfx - start:].sum()))
         new = np.flatnonzero(~hit)
-        index.add(w[new], new)
+        index.add(w[new], new + start)
     return np.asarray(out, np.int64)
 
 

@@ -65,14 +65,17 @@ class OracleCache(CachePolicy):
     def lookup(self, req: RequestView, now_us: int) -> Plan:
         self.stats.lookups += 1
         toks, m = req.tokens, self._m
-        w = window_hashes(toks, m)
         pfx = self._tree.match_prefix(toks, None, split=False)[0]
+        # NOTE: windows inside the shared prefix were indexed with the committed prompt that had it; only
+        # windows from pfx - m + 1 on are hashed and looked up
+        off = max(0, pfx - m + 1)
+        w = window_hashes(toks[off:], m)
         spans: list[Span] = [Span(0, pfx, Action.REUSE, 0)] if pfx else []
         if w.shape[0] and len(self._index):
             hit, src = self._index.lookup(w)
-            self._memo = (toks, self._commits, w, hit)
-            for a, b, delta, first, last in _cover(hit, src, m, pfx):
-                if self.ctx.verify and not self._verified(toks, w, first, last, delta):
+            self._memo = (toks, self._commits, w, hit, off)
+            for a, b, delta, first, last in _cover(hit, src, m, pfx, off):
+                if self.ctx.verify and not self._verified(toks, w, first, last, delta, off):
                     continue
                 spans.append(Span(a, b, Action.REUSE if delta == 0 else Action.REUSE_ROTATED, a - delta))
         if spans:
@@ -89,14 +92,15 @@ class OracleCache(CachePolicy):
             return
         memo = self._memo
         if memo is not None and memo[0] is toks and memo[1] == self._commits:   # nothing added since lookup
-            w, hit = memo[2], memo[3]
+            w, hit, off = memo[2], memo[3], memo[4]
         else:
-            w = window_hashes(toks, self._m)
+            off = max(0, self._tree.match_prefix(toks, None, split=False)[0] - self._m + 1)
+            w = window_hashes(toks[off:], self._m)
             hit = self._index.lookup(w)[0]
         self._commits += 1
         self._tree.insert(toks, now_us)
         new = np.flatnonzero(~hit)
-        self._index.add(w[new], new)
+        self._index.add(w[new], new + off)
         if self.ctx.verify:
             self._origin.add(w[new], np.full(new.shape[0], len(self._prompts), np.int64))
             self._prompts.append(toks)
@@ -120,12 +124,13 @@ class OracleCache(CachePolicy):
         return Footprint(len(self._index), [])
 
     # ---- Internal helpers -------------------------------------------------------------------------
-    def _verified(self, toks: np.ndarray, w: np.ndarray, first: int, last: int, delta: int) -> bool:
+    def _verified(self, toks: np.ndarray, w: np.ndarray, first: int, last: int, delta: int, off: int) -> bool:
         """Compare the chain of windows ``first..last`` (stride ``min_match``, plus the last) with the
-        committed prompt each window was first seen in, at its position minus ``delta``."""
+        committed prompt each window was first seen in, at its position minus ``delta`` (``w[k - off]``
+        hashes the window at ``k``)."""
         m = self._m
         ks = np.unique(np.r_[np.arange(first, last + 1, m), last])
-        found, origin = self._origin.lookup(w[ks])
+        found, origin = self._origin.lookup(w[ks - off])
         self.stats.verified_hits += 1
         for k, f, o in zip(ks.tolist(), found.tolist(), origin.tolist(), strict=True):
             s = k - delta
@@ -135,14 +140,17 @@ class OracleCache(CachePolicy):
         return True
 
 
-def _cover(hit: np.ndarray, src: np.ndarray, m: int, start: int = 0) -> list[tuple[int, int, int, int, int]]:
-    """``[(start, end, delta, first, last)]``: the positions from ``start`` on covered by hit windows, split
-    into runs of one delta (target - source) taken greedily from the chain of consecutive equal-delta
-    windows reaching farthest; ``first``/``last``: that chain's first and last window."""
+def _cover(hit: np.ndarray, src: np.ndarray, m: int, start: int = 0,
+           off: int = 0) -> list[tuple[int, int, int, int, int]]:
+    """``[(start, end, delta, first, last)]``: the positions from ``start`` on covered by hit windows (window
+    ``j`` of ``hit``/``src`` starts at ``off + j``), split into runs of one delta (target - source) taken
+    greedily from the chain of consecutive equal-delta windows reaching farthest; ``first``/``last``: that
+    chain's first and last window (absolute positions)."""
     idx = np.flatnonzero(hit)
     if not idx.shape[0]:
         return []
-    delta = idx - src[idx]
+    delta = idx + off - src[idx]
+    idx = idx + off
     brk = np.flatnonzero((np.diff(idx) != 1) | (np.diff(delta) != 0)) + 1
     firsts = idx[np.r_[0, brk]].tolist()
     lasts = idx[np.r_[brk - 1, idx.shape[0] - 1]].tolist()
