@@ -114,13 +114,14 @@ def checks(name: str, results) -> None:
     print("\n" + "\n".join(f"- {name}: {x}" for x in lines))
 
 
+PLAIN = {"s1": False, "s2": False, "tails": False}        # content-defined chunks and fingerprints only
 PARETO = (
     ("irminsul", "irminsul (default)", {}),
-    ("irminsul", "CDC @256 (s1=off, s2=off)", {"s1": False, "s2": False}),
+    ("irminsul", "CDC @256 (plain)", PLAIN),
+    ("irminsul", "irminsul + S1 windows", {"s1": True}),
     ("irminsul", "irminsul avg 128", {"avg_chunk": 128, "min_chunk": 32, "max_chunk": 1024}),
     ("irminsul", "irminsul avg 512", {"avg_chunk": 512, "min_chunk": 128, "max_chunk": 4096}),
-    ("irminsul", "CDC @128 (s1=off, s2=off)", {"avg_chunk": 128, "min_chunk": 32, "max_chunk": 1024, "s1": False,
-                                                "s2": False}),
+    ("irminsul", "CDC @128 (plain)", {**PLAIN, "avg_chunk": 128, "min_chunk": 32, "max_chunk": 1024}),
     ("fixed-chunk", "fixed-chunk 256", {}),
     ("fixed-chunk", "fixed-chunk 128", {"chunk_size": 128}),
 )
@@ -135,7 +136,8 @@ def section_pareto(args) -> None:
     for name, tr in traces(args):
         got = {}
         for pol, label, opts in PARETO:
-            slug = label.split(" (")[0].replace(" ", "-").replace("@", "cdc")
+            slug = label.replace(" (plain)", "").replace(" (default)", "").replace(" + ", "-").replace(" ", "-") \
+                .replace("@", "")
             s, cpu = run(tr, (pol,), math.inf, {pol: opts} if opts else None, args.runs,
                          f"pareto-{name}/{slug}")
             v = s["policies"][pol]
@@ -143,7 +145,7 @@ def section_pareto(args) -> None:
             print(row([name, label, pct(v["oracle_share"]), pct(v["recovery_beyond_prefix"]),
                        num(v["registry_entries"]), num(v["stored_tokens"]), num(v["duplicate_stored_tokens"]),
                        f"{cpu:.1f}"]))
-        d, c = got["irminsul (default)"], got["CDC @256 (s1=off, s2=off)"]
+        d, c = got["irminsul (default)"], got["CDC @256 (plain)"]
         share = d["oracle_share"] or 0.0
         print(row([name, "**moonshot**: irminsul share >= 0.9 with entries <= CDC@256's",
                    "met" if share >= 0.9 and d["registry_entries"] <= c["registry_entries"] else "NOT met",

@@ -86,17 +86,23 @@ def test_s2_markers_make_region_chunks_context_free():
     assert got[True] >= 2000 + 2 * 64 - 1 and got[True] > got[False]
 
 
-def test_s1_recovers_region_whose_chunk_missed():
-    """S1 windows (aligned to chunk ends) recover the shared part of the chunk straddling the edit."""
+@pytest.mark.parametrize("how", ["s1", "tails"])
+def test_straddling_chunk_recovered(how):
+    """The chunk straddling the start of a shared document (new header, then the document) shares its end
+    with the stored one: S1's end-aligned windows find whole windows of it, the tail trie the whole run
+    (token-granular, so at least as much), with no registry entry of its own."""
     doc = _rand(14, 2500)
     got = {}
-    for s1 in (False, True):
-        pol = _pol(s1=s1)
+    for on in (False, True):
+        pol = _pol(s1=(how == "s1") and on, tails=(how == "tails") and on)
         _serve(pol, 0, np.concatenate([_rand(15, 200), doc]))
         plan = _serve(pol, 1, np.concatenate([_rand(16, 333), doc]))
-        got[s1] = plan.num_reused
+        got[on] = plan.num_reused
+        entries = len(pol._store.entries) + len(pol._store.windows)
     assert got[True] > got[False]
-    assert pol.stats.extra["window_hits"] > 0
+    assert pol.stats.extra["window_hits" if how == "s1" else "tail_tokens"] > 0
+    if how == "tails":
+        assert got[True] >= 2500 - 64 and entries == len(pol._store.entries)
 
 
 def test_capacity_never_exceeded_and_locked_kept():

@@ -1,11 +1,11 @@
 """``irminsul`` — content-addressed, position-independent KV cache for MLA models (Irminsul design).
 
-Keeps: one KV copy per distinct content-defined chunk (:mod:`engine.cdc`, Gear hash over 64-token windows,
-xxh64 fingerprint) in a registry ``fingerprint -> entry`` (tokens, length, base position, owner request,
-resident bytes, lock refs, recency). A lookup first takes the exact prefix: a radix tree over committed
-prompts (:mod:`engine.radix`, an index of tokens, no KV) gives the longest committed prefix and the chunk
-layout of a prompt that had it; that prompt's resident chunks serve it in place. From there it walks the
-prompt's own chunks:
+Keeps: the KV of every recomputed token once, as extents, and a registry ``fingerprint -> chunk`` of
+content-defined chunks (:mod:`engine.cdc`, Gear hash over 64-token windows, xxh64 fingerprint), each a list
+of pieces of extents (its own and views into the ones it reused). A lookup first takes the exact prefix: a
+radix tree over committed prompts (:mod:`engine.radix`, an index of tokens, no KV) gives the longest
+committed prefix and the chunk layout of a prompt that had it; that prompt's resident chunks serve it in
+place. From there it walks the prompt's own chunks:
 
 1. at each chunk start: fingerprint hit -> the chunk's KV is reused; at its base position it is
    ``REUSE``, elsewhere ``REUSE_ROTATED`` with delta = target - base (MLA: only the 64-dim k_r is rotated,
@@ -13,19 +13,24 @@ prompt's own chunks:
 2. token-granular extension through a radix tree over the stored chunks' tokens (:mod:`engine.radix`,
    one root path per chunk, index only): the longest stored chunk whose beginning equals the prompt
    from here on (at least ``min_match`` tokens) is reused as far as it matches, and the walk goes on
-   from where it stops, so a hit continues into the stored chunk that followed it. KV is stored once,
-   in the chunks;
-3. still missing and ``s1`` -> the rest of the chunk is cut into fixed ``s1_window`` windows aligned to
-   its start and to its end, each looked up in the window index (every stored chunk registers its
-   start- and end-aligned windows as views into the chunk's KV).
+   from where it stops, so a hit continues into the stored chunk that followed it;
+3. still missing and ``tails`` (default) -> the longest run ending the chunk that ends a stored chunk
+   (a radix tree over the stored chunks' reversed tokens, at least ``min_match`` tokens): the chunk that
+   straddles the start of a shared region shares its end with the stored one;
+4. still missing and ``s1`` (off by default) -> the rest is cut into fixed ``s1_window`` windows aligned
+   to its start and to its end, each looked up in the window index (every stored chunk registers its
+   start- and end-aligned windows as views into its KV).
 
 First-chunk clip: reused KV landing at position 0 from another position has its first ``sink_tokens``
 recomputed (attention sink). S2: marker edges (segments of kind ``marker`` or occurrences of the marker
-token sequence) are hard chunk boundaries. Eviction: unlocked entries in key order (``lru``/``lfu``,
-:mod:`engine.eviction`), lazily through a heap; a chunk's windows and trie path go with it.
+token sequence) are hard chunk boundaries. Admission locks exactly the reused tokens and stores the
+prompt's new chunks prefix first as far as they fit. Eviction: unlocked extents in key order
+(``lru``/``lfu``/``fifo``, ties: later in the prompt first), lazily through a heap; chunks over an evicted
+extent are cut to their head.
 
-The registry, its indexes (prompt index, chunk trie, S1 windows), accounting and eviction live in
-:mod:`engine.policies.irminsul_store`; this module decides what to look up, lock and add.
+The extents, the registry and its indexes (prompt index, chunk trie, tail trie, S1 windows), accounting
+and eviction live in :mod:`engine.policies.irminsul_store`; this module decides what to look up, lock
+and add.
 """
 
 from __future__ import annotations
@@ -51,8 +56,13 @@ class IrminsulConfig:
     min_chunk: int = field(default=64, metadata={"help": "minimum CDC chunk size (tokens)"})
     max_chunk: int = field(default=2048, metadata={"help": "maximum CDC chunk size (tokens)"})
     gear_seed: int = field(default=0, metadata={"help": "seed of the Gear hash table"})
-    s1: bool = field(default=True, metadata={"help": "S1: re-look-up CDC misses as fixed windows (default on)"})
+    s1: bool = field(default=False, metadata={
+        "help": "S1: re-look-up CDC misses as fixed windows (each stored chunk registers its windows; off by "
+                "default: the tail trie finds what they find, token-granular and with no registry entries)"})
     s1_window: int = field(default=128, metadata={"help": "S1 window size (tokens)"})
+    tails: bool = field(default=True, metadata={
+        "help": "a missed chunk reuses the longest run ending it that ends a stored chunk (tail trie over "
+                "reversed chunk tokens, token-granular; no registry entries)"})
     s2: bool = field(default=True, metadata={
         "help": "S2: boundary markers are hard chunk boundaries (default on; inert without markers)"})
     marker_tokens: str = field(default="", metadata={
@@ -97,13 +107,13 @@ class Irminsul(CachePolicy):
         super().__init__(ctx, config)
         c = self.config
         self._cdc, self._marker, self._key = c.cdc, c.marker, eviction.key(c.eviction)
-        self._store = ChunkStore(self._key, c.s1_window, ctx.bytes_per_token)
+        self._store = ChunkStore(self._key, c.s1_window, ctx.bytes_per_token, tails=c.tails)
         self._entries = self._store.entries
         self._pending: dict[int, tuple[list[int], list[int], list[_Use]]] = {}   # rid -> lookup's analysis
         self._live: dict[int, tuple[list[Extent], list[Chunk]]] = {}    # rid -> locked extents, new chunks
         self._chunks_used: list[Chunk] = []       # chunks the last _analyze read
         self.stats.extra.update(prefix_tokens=0, chunk_lookups=0, chunk_hits=0, extended_tokens=0, window_lookups=0,
-                                window_hits=0, clipped_tokens=0, rotated_tokens=0, partly_stored=0,
+                                window_hits=0, clipped_tokens=0, rotated_tokens=0, partly_stored=0, tail_tokens=0,
                                 unstored_tokens=0)
 
     # ---- Public API -------------------------------------------------------------------------------
@@ -252,7 +262,7 @@ class Irminsul(CachePolicy):
             if e is not None and pos == a:
                 ex["chunk_hits"] += 1
             # NOTE: a longer run than the hit chunk needs a stored chunk that extends it (a trie child)
-            t_len, t_e = (0, None) if e is not None and not e.node.children else \
+            t_len, t_e = (0, None) if e is not None and (e.node is None or not e.node.children) else \
                 self._store.longest(toks[pos:pos + self.config.max_chunk])
             if t_len > (b - pos if e is not None else self.config.min_match - 1):
                 ex["extended_tokens"] += t_len - (b - pos if e is not None else 0)
@@ -262,8 +272,9 @@ class Irminsul(CachePolicy):
                 self._span(uses, e, pos, b, pos - a)
                 pos = b
             else:
-                if self.config.s1:
-                    self._s1(toks, pos, b, uses)
+                rest = self._tail(toks, pos, b, uses) if self.config.tails else b
+                if self.config.s1 and rest > pos:
+                    self._s1(toks, pos, rest, uses)
                 pos = b
         uses.sort(key=lambda u: u[0])        # S1 adds end-aligned windows after start-aligned ones
         return bl, fl, uses
@@ -315,6 +326,16 @@ class Irminsul(CachePolicy):
                     return a
             self._span(uses, e, a, b, 0)
         return best_len
+
+    def _tail(self, toks: np.ndarray, lo: int, hi: int, uses: list[_Use]) -> int:
+        """A missed chunk ``[lo, hi)``: reuse the longest run ending at ``hi`` that ends a stored chunk
+        (>= ``min_match`` tokens, tail trie); returns where the rest of the miss ends."""
+        n, c = self._store.longest_tail(toks[lo:hi])
+        if n < self.config.min_match:
+            return hi
+        self.stats.extra["tail_tokens"] += n
+        self._span(uses, c, hi - n, hi, c.tokens.shape[0] - n)
+        return hi - n
 
     def _s1(self, toks: np.ndarray, lo: int, hi: int, uses: list[_Use]) -> None:
         """Look ``[lo, hi)`` up as start-aligned, then end-aligned fixed windows."""

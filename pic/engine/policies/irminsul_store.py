@@ -60,14 +60,15 @@ class Chunk:
     """One registry entry: a content-defined chunk as pieces ``[extent, offset, length]`` in token order;
     ``node``: its end node in the chunk trie (None until ready)."""
 
-    __slots__ = ("fp", "tokens", "pieces", "owner", "ready", "windows", "node", "own")
+    __slots__ = ("fp", "tokens", "pieces", "owner", "ready", "windows", "node", "rnode", "own")
 
     def __init__(self, fp: int, tokens: np.ndarray, pieces: list[list[Any]], owner: int,
                  own: list[Extent]) -> None:
         self.fp, self.tokens, self.pieces, self.owner, self.own = fp, tokens, pieces, owner, own
         self.ready = False
         self.windows: list[int] = []
-        self.node: RadixNode | None = None
+        self.node: RadixNode | None = None       # end node of its tokens in the chunk trie
+        self.rnode: RadixNode | None = None      # end node of its reversed tokens in the tail trie
 
 
 class ChunkStore:
@@ -75,7 +76,8 @@ class ChunkStore:
 
     ``key`` orders eviction (smallest first); ``s1_window`` is the S1 window size in tokens."""
 
-    def __init__(self, key: Callable[[Any], tuple[int, ...]], s1_window: int, bytes_per_token: int) -> None:
+    def __init__(self, key: Callable[[Any], tuple[int, ...]], s1_window: int, bytes_per_token: int,
+                 tails: bool = False) -> None:
         # NOTE: among extents equally recent (or frequent), the one produced later in its prompt goes first
         # (position before creation time): the tail of a prompt before its head, so chunks lose tails
         # (cut) rather than heads (dropped with everything after them)
@@ -87,6 +89,7 @@ class ChunkStore:
         self.entries: dict[int, Chunk] = {}
         self.windows: dict[int, tuple[int, int]] = {}       # window fp -> (chunk fp, offset)
         self.trie = RadixTree()                             # index of ready chunks' tokens
+        self.rtrie = RadixTree() if tails else None         # index of ready chunks' reversed tokens
         self.prompts = RadixTree()                          # index of committed prompts -> chunk layout
         self.evictable = self.protected = 0
         self.num_extents = 0
@@ -194,14 +197,11 @@ class ChunkStore:
         return c
 
     def make_ready(self, c: Chunk, now_us: int, windows: bool) -> None:
-        """The chunk's KV exists: index its tokens in the trie (and its S1 windows when ``windows``)."""
+        """The chunk's KV exists: index its tokens in the trie(s) (and its S1 windows when ``windows``)."""
         c.ready = True
         if windows:
             self._add_windows(c)
-        _, node = self.trie.insert(c.tokens, now_us)
-        node.value = c.fp
-        self.trie.inc_lock(node)           # live chunks are locked in the index; dead ones get purged
-        c.node = node
+        self._index(c)
 
     def pieces(self, c: Chunk, off: int, end: int) -> list[tuple[Extent, int, int, int]]:
         """``(extent, ext_lo, ext_hi, chunk_pos)`` covering the chunk's tokens ``[off, end)``."""
@@ -234,17 +234,9 @@ class ChunkStore:
                 lost.append(x)
             pos += n
         c.pieces, c.tokens = keep, c.tokens[:at]
-        if c.node is not None:
-            if c.node.value == c.fp:
-                c.node.value = None
-            self.trie.dec_lock(c.node)
-            self.trie.evict(self.trie.evictable_tokens)
-            c.node = None
-            _, node = self.trie.insert(c.tokens, 0)
-            if node.value is None:         # (a head equal to another chunk's content is indexed by that one)
-                node.value = c.fp
-                self.trie.inc_lock(node)
-                c.node = node
+        if c.ready:
+            self._unindex(c)
+            self._index(c)
         w, kept = self.s1_window, []
         for wfp in c.windows:
             ref = self.windows.get(wfp)
@@ -264,11 +256,7 @@ class ChunkStore:
     def drop(self, c: Chunk) -> None:
         """Remove a chunk from every index; free the extents nothing reads any more."""
         del self.entries[c.fp]
-        if c.node is not None:
-            if c.node.value == c.fp:           # (a newer chunk of the same content may hold the node)
-                c.node.value = None
-            self.trie.dec_lock(c.node)
-            self.trie.evict(self.trie.evictable_tokens)
+        self._unindex(c)
         for wfp in c.windows:
             if self.windows.get(wfp, (None,))[0] == c.fp:
                 del self.windows[wfp]
@@ -284,6 +272,22 @@ class ChunkStore:
             return 0, None
         stack = [node]
         while stack:                      # any live chunk at or below the match shares its tokens
+            nd = stack.pop()
+            if nd.value is not None:
+                return num, self.entries[nd.value]
+            stack.extend(reversed(list(nd.children.values())))
+        return 0, None
+
+    def longest_tail(self, toks: np.ndarray) -> tuple[int, Chunk | None]:
+        """Longest trailing run of ``toks`` that equals the end of a stored chunk (tail-trie walk over the
+        reversed tokens); (0, None) without a tail trie."""
+        if self.rtrie is None:
+            return 0, None
+        num, node = self.rtrie.match_prefix(np.ascontiguousarray(toks[::-1]), None, split=True)
+        if num == 0:
+            return 0, None
+        stack = [node]
+        while stack:
             nd = stack.pop()
             if nd.value is not None:
                 return num, self.entries[nd.value]
@@ -367,6 +371,24 @@ class ChunkStore:
                     self._free(y)
         return left, right
 
+    def _index(self, c: Chunk) -> None:
+        """Put a ready chunk's tokens in the trie (and reversed in the tail trie), each end node locked
+        and naming it; a path another chunk already names (same tokens) stays that chunk's."""
+        c.node = _claim(self.trie, c.tokens, c.fp)
+        if self.rtrie is not None:
+            c.rnode = _claim(self.rtrie, np.ascontiguousarray(c.tokens[::-1]), c.fp)
+
+    def _unindex(self, c: Chunk) -> None:
+        for tree, attr in ((self.trie, "node"), (self.rtrie, "rnode")):
+            node = getattr(c, attr)
+            if node is None:
+                continue
+            if node.value == c.fp:
+                node.value = None
+            tree.dec_lock(node)
+            tree.evict(tree.evictable_tokens)
+            setattr(c, attr, None)
+
     def _trim(self, x: Extent) -> None:
         """Free the parts of unlocked ``x`` that no chunk reads any more (all of it when none does)."""
         if not x.users:
@@ -418,3 +440,13 @@ class ChunkStore:
             if wfp not in self.windows:
                 self.windows[wfp] = (c.fp, off)
                 c.windows.append(wfp)
+
+
+def _claim(tree: RadixTree, toks: np.ndarray, fp: int) -> RadixNode | None:
+    """Insert ``toks`` and lock its end node for chunk ``fp`` (None when another chunk holds it)."""
+    _, node = tree.insert(toks, 0)
+    if node.value is not None and node.value != fp:
+        return None
+    node.value = fp
+    tree.inc_lock(node)
+    return node
