@@ -112,3 +112,17 @@ def test_report_shows_measured_beside_predicted(tmp_path):
     doc = json.loads(js.output)
     assert doc["measured"][str(out)]["ttft_ratio_p50"] == pytest.approx(0.2)
     _one_line_error(runner.invoke(app, ["report", str(out), "--md", str(tmp_path / "r.md")]), "replay run dir")
+
+
+def test_run_dir_input_reuses_its_replay(tmp_path):
+    """A `pic replay` run dir as input: its trace and settings are replayed again, --policy picks one."""
+    run = tmp_path / "run"
+    assert runner.invoke(app, ["replay", SAMPLE, "--policy", "prefix,irminsul", "--set", "irminsul.avg_chunk=512",
+                               "-o", str(run)]).exit_code == 0
+    out = tmp_path / "p.parquet"
+    res = runner.invoke(app, ["execute", str(run), "--plans-only", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    log = read_plan_log(out)
+    assert log.meta["policy"] == "irminsul" and log.meta["policy_config"]["avg_chunk"] == 512
+    res = runner.invoke(app, ["execute", str(run), "--plans-only", "--policy", "fixed-chunk", "-o", str(out)])
+    _one_line_error(res, "not 'fixed-chunk'")

@@ -51,3 +51,31 @@ def test_execute_end_to_end_on_cpu(tmp_path, monkeypatch):
     assert r["out_dev"] < 1e-5 and r["kv_dev"] < 1e-5
     rep = runner.invoke(app, ["report", str(out)])
     assert rep.exit_code == 0 and "TTFT / full prefill p50" in rep.output
+
+
+def test_replay_execute_adds_measurements_to_the_run_dir(tmp_path, monkeypatch):
+    """`pic replay --execute`: the run dir keeps its replay files and gains measurements.parquet;
+    `pic report` shows the replay tables and the measured table."""
+    import pic.cli.execute as cli
+    import pic.kernels.executor.api as api
+
+    trace = tmp_path / "tiny.parquet"
+    assert runner.invoke(app, ["synth", "-s", "rag-reorder", "-n", "8", *TINY_RAG, "-o", str(trace)]).exit_code == 0
+    spec = exec_spec(tiny_model_spec(num_layers=1, num_experts=0))
+    tiny = Model(spec, random_weights(spec, dtype=torch.float32, seed=2),
+                 tile={"BLOCK_T": 16, "BLOCK_HH": 2, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1})
+    monkeypatch.setattr(cli, "_open_gpu", lambda energy: (torch.device("cpu"), None))
+    monkeypatch.setattr(api, "build_model", lambda model, **kw: tiny)
+    from pic.kernels.executor import ExecConfig
+    monkeypatch.setattr("pic.kernels.executor.ExecConfig", lambda: ExecConfig(repeats=1, warmup=0, graphs=False,
+                                                                           energy_seconds=0, page_size=32))
+    run = tmp_path / "run"
+    res = runner.invoke(app, ["replay", str(trace), "--policy", "prefix,irminsul", *SMALL_CHUNKS, "--execute",
+                              "--execute-requests", "1", "-o", str(run)])
+    assert res.exit_code == 0, res.output
+    for f in ("requests.parquet", "summary.json", "config.json", "measurements.parquet", "execute.json"):
+        assert (run / f).is_file(), f
+    rows, summary = read_measurements(run)
+    assert len(rows) == 1 and summary["policy"] == "irminsul"
+    rep = runner.invoke(app, ["report", str(run)])
+    assert rep.exit_code == 0 and "TTFT / full prefill p50" in rep.output and "irminsul" in rep.output
