@@ -280,3 +280,25 @@ def test_evicting_a_tail_cuts_the_chunk_and_keeps_its_head():
     assert pol.evict(BPT, 20) == 10 * BPT and pol.usage().total == before - 10 * BPT
     assert len(pol._store.entries) == entries and last.tokens.size == last.pieces[0][2]    # cut, not dropped
     assert pol.lookup(RequestView.from_tokens(2, a), 30).leading_reuse == 2000
+
+
+def test_overlapping_locks_of_one_extent_leave_live_parts():
+    """Two reused ranges of one stored run that overlap in the source (a prompt holding the run twice)
+    lock it twice; the second lock splits what the first one locked. The first lock's extent is then dead
+    and its live parts are what a new chunk must index (admit maps views through ``parts_of``; before, a
+    view kept the dead extent and a later request reusing that chunk was refused as stale: 1 request on
+    taubench at 5 % of the prefix peak)."""
+    from pic.engine.eviction import lru
+    from pic.engine.policies.irminsul_store import ChunkStore
+
+    st = ChunkStore(lru, 128, BPT)
+    x = st.new_extent(_rand(32, 40), 100, 0)
+    st.register(1, x.tokens.copy(), [[x, 0, 40]], 0, [x])
+    st.unlock(x)
+    first = st.lock_range(x, 0, 20)
+    second = st.lock_range(x, 10, 30)
+    assert [e.size for e in first] == [20] and not first[0].alive
+    parts = [e for f in first for e in st.parts_of(f)]
+    assert [(e.base_pos, e.size) for e in parts] == [(100, 10), (110, 10)] and all(e.alive for e in parts)
+    assert [(e.base_pos, e.size) for e in second] == [(110, 10), (120, 10)]
+    assert st.protected == 30 * BPT and st.evictable == 10 * BPT

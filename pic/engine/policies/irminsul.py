@@ -162,6 +162,9 @@ class Irminsul(CachePolicy):
                 return self._stale(locked)
             locked += got_x
             views.append((a, b, got_x))
+        # a later lock may have split an extent an earlier use locked (the prompt reuses the same stored
+        # run twice): views point at the live parts
+        views = [(a, b, [y for x in xs for y in st.parts_of(x)]) for a, b, xs in views]
         new: dict[int, int] = {}              # fp -> chunk index, first occurrence, in prompt order
         for k, fp in enumerate(fps):
             if fp not in self._entries and fp not in new:

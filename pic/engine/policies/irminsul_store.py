@@ -120,6 +120,12 @@ class ChunkStore:
                 out += got
         return out
 
+    def parts_of(self, x: Extent) -> list[Extent]:
+        """``x`` itself, or the extents it was split into, in token order."""
+        if x.parts is None:
+            return [x]
+        return self.parts_of(x.parts[0]) + self.parts_of(x.parts[1])
+
     def lock_range(self, x: Extent, lo: int, hi: int) -> list[Extent]:
         """Lock exactly tokens ``[lo, hi)`` of ``x`` (splitting it where the range starts or ends); the
         locked extents, or ``[]`` when some of the range is gone."""
