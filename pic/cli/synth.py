@@ -59,7 +59,7 @@ def command(
                                                help="Traffic shape to generate (docs/scenarios.md).")],
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Trace to write (.parquet).")] = None,
     *,
-    requests: Annotated[int, typer.Option("--requests", "-n", min=1, help="Number of requests.")] = 200,
+    requests: Annotated[int, typer.Option("--requests", "-n", min=1, max=10_000_000, help="Number of requests.")] = 200,
     seed: Annotated[int, typer.Option(min=0, help="Random seed (same seed = same bytes).")] = 0,
     markers: Annotated[bool, typer.Option(
         "--markers", help="S2: wrap each shared region in 64-token boundary markers.")] = False,

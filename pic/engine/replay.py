@@ -166,6 +166,13 @@ def check_config(config: ReplayConfig) -> tuple[Any, Any, CostModel, dict[str, A
             raise ValueError(f"capacity: {config.capacity_bytes:.0f} B is below one {name} {unit} "
                              f"({getattr(cfg, unit)} tokens x {model.kv_bytes_per_token} B = {need[1]} B)")
     registry.make_config("oracle", config.policy_options.get("oracle"))
+    # a policy may check more when it is built (rdr's `over`, a marker's ids): build each once, here
+    ctx = PolicyContext(config.capacity_bytes, model.kv_bytes_per_token, model, config.seed, config.verify)
+    for name in config.policies:
+        try:
+            registry.build(name, ctx, config.policy_options.get(name))
+        except (ValueError, TypeError, OverflowError, ZeroDivisionError) as e:
+            raise ValueError(str(e) if str(e).startswith(name) else f"{name}: {e}") from None
     return model, gpu, cost, resolved
 
 

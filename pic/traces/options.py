@@ -8,8 +8,11 @@ boolean takes true/false/1/0/yes/no/on/off. Then it must lie in its field's rang
 
 - integers (token counts, sizes, windows): ``0 <= v <= 2**31 - 1``; a name holding ``seed``:
   ``0 <= v <= 2**63 - 1``;
+- efficiency factors (``mfu``, ``mbu``, ``*_efficiency``): ``1e-3 <= v <= 1``;
+- fractions (``*_ratio``, ``*_fraction``, ``*_prob``): ``0 <= v <= 1``;
 - seconds (a name ending in ``_s``, not a rate such as ``_per_s``/``tok_s``): ``0 <= v <= 86400``;
-- rates (``*_per_s``, ``*tok_s``, ``rate``): ``1e-6 <= v <= 1e15``;
+- bandwidths (``*bytes_per_s``): ``1 <= v <= 1e15``; other rates (``*_per_s``, ``*tok_s``, ``rate``):
+  ``1e-6 <= v <= 1e15``;
 - other floats: ``0 <= v <= 1e12``.
 
 Errors are ``ValueError`` naming the option: ``irminsul.avg_chunk: expected an integer, got '200.7'``.
@@ -38,6 +41,12 @@ def default_range(name: str, typ: Any) -> tuple[float, float] | None:
     if typ is int:
         return (0, SEED_MAX) if "seed" in name else (0, INT_MAX)
     if typ is float:
+        if name in ("mfu", "mbu") or name.endswith("_efficiency"):
+            return (1e-3, 1.0)
+        if name.endswith(("_ratio", "_fraction", "_prob")):
+            return (0.0, 1.0)
+        if name.endswith("bytes_per_s"):
+            return (1.0, RATE_RANGE[1])
         if name.endswith(("_per_s", "tok_s")) or name == "rate":
             return RATE_RANGE
         if name.endswith("_s"):

@@ -246,3 +246,13 @@ def test_lmcache_prompt_split_is_linear(unit):
     cpu = time.process_time() - t0
     assert "".join(p for _, p in pieces) == text
     assert cpu < 3.0, f"{cpu:.2f} s CPU for 1 MB"
+
+
+@pytest.mark.parametrize(("fmt", "header"), [("azure", "TIMESTAMP,ContextTokens,GeneratedTokens"),
+                                             ("burstgpt", "Timestamp,Model,Request tokens,Response tokens,"
+                                                          "Total tokens,Log Type")])
+def test_csv_line_with_a_bare_carriage_return(tmp_path, fmt, header):
+    """A bare \\r inside a CSV field (found by the fuzz suite) is a row error, not a csv.Error."""
+    src = _write(tmp_path, "c.csv", header + "\n0,\r0\n")
+    with pytest.raises(TraceError, match=rf"{re.escape(str(src))}:2: row: not a CSV line"):
+        read_sources([src], fmt=fmt)

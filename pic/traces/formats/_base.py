@@ -14,6 +14,7 @@ Rows was made with ``skip_empty=False``.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from collections import Counter
@@ -225,9 +226,26 @@ def get_time_us(obj: dict, keys: tuple[tuple[str, float], ...], rows: Rows, path
     return None
 
 
+def csv_cells(text: str) -> list[str] | None:
+    """The cells of one CSV line, or None when it is not one (a bare carriage return inside a field, ...)."""
+    try:
+        return next(csv.reader([text]), [])
+    except csv.Error:
+        return None
+
+
 def clip(text: str, limit: int = 60) -> str:
     """``text`` cut to ``limit`` characters (with ``...``), for quoting user values in one-line errors."""
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def clean_text(text: str) -> str:
+    """``text`` storable as UTF-8: a lone surrogate (JSON allows ``"\\udcff"``) becomes U+FFFD."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)
 
 
 def file_stem(path: Path) -> str:
@@ -244,7 +262,7 @@ def get_str(obj: dict, key: str, rows: Rows, path: Path, line: int, *, default: 
     v = obj[key]
     if isinstance(v, bool) or not isinstance(v, (str, int)):
         raise rows.bad(path, line, key, f"expected a string, got {type(v).__name__}")
-    return str(v)
+    return clean_text(str(v))
 
 
 class TextSegments:

@@ -10,7 +10,6 @@ no two requests share content. Each row is its own session (``<file stem>#<row>`
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from datetime import datetime, timedelta, timezone
@@ -27,6 +26,7 @@ from pic.traces.formats._base import (
     Rows,
     SkipRow,
     clip,
+    csv_cells,
     file_stem,
     iter_lines,
 )
@@ -97,7 +97,10 @@ def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = 
     hline, htext = header
     if isinstance(htext, LineProblem):
         raise TraceError(str(path), hline, htext.field, htext.message)
-    names = [c.strip().lstrip("\ufeff") for c in next(csv.reader([htext]))]
+    header_cells = csv_cells(htext)
+    if header_cells is None:
+        raise TraceError(str(path), hline, "header", "not a CSV line")
+    names = [c.strip().lstrip("\ufeff") for c in header_cells]
     lower = [c.lower() for c in names]
     idx = {}
     for col in COLUMNS:
@@ -122,7 +125,9 @@ def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = 
         try:
             if isinstance(text, LineProblem):
                 raise rows.bad(path, line, text.field, text.message)
-            cells = next(csv.reader([text]))
+            cells = csv_cells(text)
+            if cells is None:
+                raise rows.bad(path, line, "row", "not a CSV line (a bare carriage return or quote inside a field)")
             if len(cells) != width:
                 raise rows.bad(path, line, "row", f"expected {width} columns, got {len(cells)}")
             try:

@@ -11,7 +11,6 @@ demand, never stored), so no two requests share content, and is its own session 
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from pathlib import Path
@@ -27,6 +26,7 @@ from pic.traces.formats._base import (
     Rows,
     SkipRow,
     clip,
+    csv_cells,
     file_stem,
     iter_lines,
 )
@@ -88,7 +88,10 @@ def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = 
     hline, htext = header
     if isinstance(htext, LineProblem):
         raise TraceError(str(path), hline, htext.field, htext.message)
-    names = [c.strip().lstrip("\ufeff") for c in next(csv.reader([htext]))]
+    header_cells = csv_cells(htext)
+    if header_cells is None:
+        raise TraceError(str(path), hline, "header", "not a CSV line")
+    names = [c.strip().lstrip("\ufeff") for c in header_cells]
     lower = [c.lower() for c in names]
     idx = {}
     for col in COLUMNS:
@@ -113,7 +116,9 @@ def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = 
         try:
             if isinstance(text, LineProblem):
                 raise rows.bad(path, line, text.field, text.message)
-            cells = next(csv.reader([text]))
+            cells = csv_cells(text)
+            if cells is None:
+                raise rows.bad(path, line, "row", "not a CSV line (a bare carriage return or quote inside a field)")
             if len(cells) != width:
                 raise rows.bad(path, line, "row", f"expected {width} columns, got {len(cells)}")
             ts = _seconds(cells[idx["Timestamp"]], rows, path, line)

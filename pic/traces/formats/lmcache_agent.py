@@ -22,7 +22,16 @@ import bisect
 import re
 from pathlib import Path
 
-from pic.traces.formats._base import Progress, Rows, SkipRow, file_stem, get_str, get_time_us, iter_json_lines
+from pic.traces.formats._base import (
+    Progress,
+    Rows,
+    SkipRow,
+    clean_text,
+    file_stem,
+    get_str,
+    get_time_us,
+    iter_json_lines,
+)
 from pic.traces.tokenizer import load_tokenizer
 
 NAME = "lmcache-agent"
@@ -127,6 +136,6 @@ def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = 
                 raise rows.empty(path, line, "input")
         except SkipRow:
             continue
-        rows.add(session_id=sess, agent_id=obj.get("agent_id") if isinstance(obj.get("agent_id"), str)
+        rows.add(session_id=sess, agent_id=clean_text(obj["agent_id"]) if isinstance(obj.get("agent_id"), str)
                  else "default", arrival_us=ts, output_tokens=texts.count(output),
                  segment_ids=[sid for sid, _ in stored], num_tokens=sum(n for _, n in stored))

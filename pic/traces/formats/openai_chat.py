@@ -23,6 +23,7 @@ from pic.traces.formats._base import (
     Progress,
     Rows,
     SkipRow,
+    clip,
     file_stem,
     get_int,
     get_str,
@@ -79,8 +80,8 @@ def _segments(body: dict, rows: Rows, path: Path, line: int) -> list[tuple[str, 
         if not isinstance(m, dict):
             raise rows.bad(path, line, f"messages[{i}]", f"expected an object, got {type(m).__name__}")
         role = m.get("role")
-        if role not in ROLE_KIND:
-            raise rows.bad(path, line, f"messages[{i}].role", f"unknown role {role!r}")
+        if not isinstance(role, str) or role not in ROLE_KIND:
+            raise rows.bad(path, line, f"messages[{i}].role", f"unknown role {clip(repr(role))}")
         kind = ROLE_KIND[role]
         if kind != "system" and lead:
             lead = False

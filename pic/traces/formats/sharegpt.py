@@ -21,7 +21,16 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from pic.traces.formats._base import TOO_DEEP, Progress, Rows, SkipRow, clip, file_stem, iter_json_lines
+from pic.traces.formats._base import (
+    TOO_DEEP,
+    Progress,
+    Rows,
+    SkipRow,
+    clean_text,
+    clip,
+    file_stem,
+    iter_json_lines,
+)
 from pic.traces.schema import TraceError
 from pic.traces.tokenizer import load_tokenizer
 
@@ -141,7 +150,7 @@ def read(path: Path, rows: Rows, *, tokenizer=None, progress: Progress | None = 
         turn = 0
         for kind, text in msgs:
             if kind == "assistant" and prompt:
-                rows.add(session_id=str(sid), agent_id="default", arrival_us=k * SESSION_GAP_US + turn * TURN_GAP_US,
+                rows.add(session_id=clean_text(str(sid)), agent_id="default", arrival_us=k * SESSION_GAP_US + turn * TURN_GAP_US,
                          output_tokens=texts.count(text), segment_ids=[s for s, _ in prompt],
                          num_tokens=sum(n for _, n in prompt))
                 turn += 1
