@@ -20,6 +20,8 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
+
 from pic.engine.config import ReplayConfig
 from pic.engine.replay import replay, write_run
 from pic.traces.schema import Trace
@@ -153,8 +155,33 @@ def section_pareto(args) -> None:
                    "", "", "", ""]))
 
 
-CHUNKS = ((128, 32, 1024), (192, 48, 1536), (256, 64, 1024), (256, 64, 2048), (256, 64, 4096), (384, 96, 3072),
-          (512, 128, 4096))
+CHUNKS = ((128, 32, 1024), (192, 48, 1536), (256, 64, 512), (256, 64, 1024), (256, 64, 2048), (256, 64, 4096),
+          (384, 96, 3072), (512, 128, 4096))
+
+
+def low_entropy(num_sessions: int = 30, turns: int = 8, seed: int = 0) -> Trace:
+    """Two agents with different headers read the same growing log: one 23-token line repeated ~40 more
+    times every turn (no content-defined cut inside it for thousands of tokens), then their own question.
+    Agent B's prompt holds agent A's log at another position: only position-independent reuse helps, and
+    only if the forced cuts inside the run land where they did in A's prompt."""
+    from pic.traces.schema import SegmentTable, requests_frame
+    rng = np.random.default_rng(seed)
+    table = SegmentTable()
+    rows = {k: [] for k in ("request_id", "session_id", "agent_id", "arrival_us", "output_tokens", "segment_ids")}
+    rid, t = 0, 0
+    for s in range(num_sessions):
+        line = rng.integers(0, 50_000, 23, dtype=np.int32)
+        heads = [table.add(rng.integers(0, 50_000, n, dtype=np.int32), "system") for n in (37, 120)]
+        for turn in range(1, turns + 1):
+            log = table.add(np.tile(line, 40 * turn), "tool_output")
+            for agent in (0, 1):
+                q = table.add(rng.integers(0, 50_000, int(rng.integers(20, 80)), dtype=np.int32), "user")
+                for k, v in (("request_id", rid), ("session_id", f"s{s}-{agent}"), ("agent_id", "ab"[agent]),
+                             ("arrival_us", t), ("output_tokens", 50), ("segment_ids", [heads[agent], log, q])):
+                    rows[k].append(v)
+                rid += 1
+                t += 400_000
+    return Trace(table.build(), requests_frame(rows), source="low-entropy")
 
 
 def section_chunks(args) -> None:
@@ -163,7 +190,7 @@ def section_chunks(args) -> None:
             "duplicate stored (inf)", "hit rate @10%", "uncached @10%")
     print(row(cols))
     print(row(["---"] * len(cols)))
-    for name, tr in traces(args):
+    for name, tr in [*traces(args), ("low-entropy", low_entropy())]:
         inf, _ = run(tr, ("prefix",), math.inf)
         cap = inf["policies"]["prefix"]["peak_resident_bytes"] * 0.10
         for avg, mn, mx in CHUNKS:

@@ -15,10 +15,12 @@ never on where the previous chunk was cut, so an edit before a region cannot mov
   tokens (keep the last of a cluster), if it lies within ``min_chunk`` after a hard boundary, or if
   ``b < min_chunk``;
 * hard boundaries (S2 marker edges) always cut;
-* max size: a gap longer than ``max_chunk`` between two cuts is split into ``max_chunk`` pieces anchored
-  at the gap's start, the last two sharing the remainder evenly (each piece in ``[max_chunk / 2,
-  max_chunk]``), so a gap that grows at its end (a low-entropy run one repetition longer) keeps its
-  earlier cuts.
+* max size: a gap longer than ``max_chunk`` between two cuts holds a run with no content cut (one line
+  repeated, the same token). If a Gear hash value repeats in it (a phase of the repeated line), the gap is
+  cut at every ``K``-th occurrence of the smallest such value (``K = max_chunk // period``): pieces of
+  whole periods that start at the same phase of the run wherever it sits. What is left over ``max_chunk``
+  is split into ``max_chunk`` pieces anchored at its start, the last two sharing the remainder evenly
+  (each piece in ``[max_chunk / 2, max_chunk]``), so a gap that grows at its end keeps its earlier cuts.
 
 Chunk sizes are therefore in ``[min_chunk, max_chunk]`` except the last chunk of a prompt and chunks that
 touch a hard boundary placed closer than ``min_chunk`` to another. The candidate probability ``p`` is solved
@@ -53,7 +55,7 @@ class CDCConfig:
 
     avg_chunk: int = field(default=256, metadata={"help": "expected chunk size in tokens"})
     min_chunk: int = field(default=64, metadata={"help": "minimum chunk size in tokens"})
-    max_chunk: int = field(default=2048, metadata={"help": "maximum chunk size in tokens"})
+    max_chunk: int = field(default=1024, metadata={"help": "maximum chunk size in tokens"})
     seed: int = field(default=0, metadata={"help": "seed of the Gear table"})
 
     def __post_init__(self) -> None:
@@ -185,7 +187,43 @@ def chunk(tokens: np.ndarray, cfg: CDCConfig | None = None, hard_boundaries: np.
     big = gaps > cfg.max_chunk
     if not big.any():
         return b
+    # NOTE: a Python loop over the over-long gaps only (rare: runs with no content-defined cut)
+    toks = np.ascontiguousarray(tokens, dtype=np.int32)
+    per = [_periodic_cuts(toks, int(a), int(a + g), cfg) for a, g in zip(b[:-1][big], gaps[big], strict=True)]
+    b = np.union1d(b, np.concatenate(per)).astype(np.int64)
+    gaps = np.diff(b)
+    big = gaps > cfg.max_chunk
+    if not big.any():
+        return b
     return np.union1d(b, _forced_cuts(b[:-1][big], gaps[big], cfg.max_chunk)).astype(np.int64)
+
+
+def _periodic_cuts(toks: np.ndarray, s: int, e: int, cfg: CDCConfig) -> np.ndarray:
+    """Cuts inside a gap ``[s, e)`` holding a low-entropy run: the positions of the smallest Gear hash value
+    that occurs at least 3 times in the gap (one phase of a repeated line, period ``P``), every ``K``-th of
+    them with ``K = max_chunk // P``, counted from the first one whose hash window lies wholly inside the
+    periodic stretch of tokens. Pieces are whole periods that start at the same phase of the run, measured
+    from where the run starts, wherever it sits in the prompt. Empty when nothing repeats."""
+    if e - s <= WINDOW + 2:
+        return _EMPTY
+    h = gear_hash(toks[s:e], cfg.seed)[WINDOW - 1:]        # windows wholly inside the gap: i = s + 63 + j
+    vals, counts = np.unique(h, return_counts=True)
+    rep = vals[counts >= 3]
+    if not rep.size:
+        return _EMPTY
+    pos = np.flatnonzero(h == rep[0]) + (s + WINDOW)           # cut after the token: b = i + 1
+    period = max(1, int(np.median(np.diff(pos))))
+    if period < e - s:
+        # start of the periodic stretch holding the middle occurrence: the token after the last one that
+        # differs from the token a period later
+        eq = toks[s:e - period] == toks[s + period:e]
+        mid = int(pos[pos.shape[0] // 2]) - 1 - s
+        breaks = np.flatnonzero(~eq[:min(mid, eq.shape[0])])
+        run = s + (int(breaks[-1]) + 1 if breaks.size else 0)
+        pos = pos[pos >= run + WINDOW]                           # hash windows inside the run only
+    cuts = pos[::max(1, cfg.max_chunk // period)]
+    m = cfg.min_chunk
+    return cuts[(cuts - s >= m) & (e - cuts >= m)]
 
 
 def _forced_cuts(starts: np.ndarray, gaps: np.ndarray, mx: int) -> np.ndarray:
@@ -198,7 +236,7 @@ def _forced_cuts(starts: np.ndarray, gaps: np.ndarray, mx: int) -> np.ndarray:
     owner = np.repeat(np.arange(gaps.size), num)
     k = np.arange(owner.size) - np.repeat(np.cumsum(num) - num, num) + 1    # 1..num within a gap
     cut = starts[owner] + k * mx
-    last = (k == num) & (rem[owner] > 0)             # the cut between the last two pieces
+    last = (k == num[owner]) & (rem[owner] > 0)      # the cut between the last two pieces
     cut[last] = starts[owner][last] + (k[last] - 1) * mx + (mx + rem[owner][last]) // 2
     return cut
 

@@ -9,7 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pic.engine import cdc
-from pic.engine.cdc import CDCConfig, chunk, fingerprints, gear_hash, gear_hash_gathers, natural_boundaries
+from pic.engine.cdc import (
+    CDCConfig,
+    chunk,
+    fingerprint,
+    fingerprints,
+    gear_hash,
+    gear_hash_gathers,
+    natural_boundaries,
+)
 
 MASK = 2**64 - 1
 
@@ -62,11 +70,33 @@ def test_min_max_respected_and_average_near_target():
 
 
 def test_max_split_on_constant_content():
-    """A stream without candidates is cut into pieces of max_chunk (the last two sharing the rest)."""
+    """A stream without candidates (one token repeated: period 1) is cut into whole max_chunk pieces from
+    the first full hash window on, the ends within [min_chunk, max_chunk]."""
     cfg = CDCConfig(avg_chunk=256, min_chunk=64, max_chunk=1000)
     b = chunk(np.full(5000, 7, np.int32), cfg)
     d = np.diff(b)
-    assert d.max() <= 1000 and d.min() >= 500
+    assert d.max() <= 1000 and d.min() >= 64 and (d[1:-1] == 1000).all()
+
+
+def test_periodic_run_is_cut_at_the_same_phase_wherever_it_sits():
+    """A repeated 23-token line behind headers of different lengths is cut at the same offsets from the
+    run's start (whole periods), so every full piece is one chunk content, shared by both prompts."""
+    rng = np.random.default_rng(3)
+    line = rng.integers(0, 50_000, 23, dtype=np.int32)
+    run = np.tile(line, 200)
+    cfg = CDCConfig(avg_chunk=256, min_chunk=64, max_chunk=1024)
+    inside, pieces = [], []
+    for head in (37, 120):
+        toks = np.concatenate([rng.integers(0, 50_000, head, dtype=np.int32), run,
+                               rng.integers(0, 50_000, 50, dtype=np.int32)])
+        b = chunk(toks, cfg)
+        assert np.diff(b).max() <= 1024
+        rel = b - head
+        inside.append(rel[(rel > 0) & (rel < run.size)].tolist())
+        pieces.append([fingerprint(toks[x:y]) for x, y in zip(b[:-1], b[1:], strict=True)
+                       if head < x and y < head + run.size])
+    assert inside[0] == inside[1] and len(inside[0]) >= 4
+    assert len(set(pieces[0][:-1])) == 1 and pieces[0] == pieces[1]  # 1012 = 44 periods each, then the rest
 
 
 def test_first_63_positions_never_cut():
@@ -160,6 +190,15 @@ def test_forced_cuts_do_not_flap_when_a_run_grows():
     assert np.diff(a).max() <= 1024 and np.diff(b).max() <= 1024
     same = np.intersect1d(a, b)
     assert same.size >= a.size - 2, f"{a.size - same.size} of {a.size} cuts moved"
+
+
+def test_forced_cuts_in_several_long_gaps():
+    """Two over-long gaps in one prompt (two runs apart) are each cut within [min_chunk, max_chunk]."""
+    rng = np.random.default_rng(5)
+    toks = np.concatenate([np.full(3000, 7, np.int32), rng.integers(0, 50_000, 700, dtype=np.int32),
+                           np.full(2500, 9, np.int32), rng.integers(0, 50_000, 300, dtype=np.int32)])
+    d = np.diff(chunk(toks, CDCConfig(avg_chunk=256, min_chunk=64, max_chunk=1000)))
+    assert d.max() <= 1000 and d[:-1].min() >= 64
 
 
 def test_forced_pieces_stay_within_min_and_max():

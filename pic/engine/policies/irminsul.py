@@ -54,7 +54,8 @@ _MARKER_KIND = KIND_CODE["marker"]
 class IrminsulConfig:
     avg_chunk: int = field(default=256, metadata={"help": "expected CDC chunk size (tokens)"})
     min_chunk: int = field(default=64, metadata={"help": "minimum CDC chunk size (tokens)"})
-    max_chunk: int = field(default=2048, metadata={"help": "maximum CDC chunk size (tokens)"})
+    max_chunk: int = field(default=1024, metadata={
+        "help": "maximum CDC chunk size (tokens); low-entropy runs are cut into whole periods up to it"})
     gear_seed: int = field(default=0, metadata={"help": "seed of the Gear hash table"})
     s1: bool = field(default=False, metadata={
         "help": "S1: re-look-up CDC misses as fixed windows (each stored chunk registers its windows; off by "
