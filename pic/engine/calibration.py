@@ -169,6 +169,10 @@ def load_profile(path: str | Path) -> CalibrationProfile:
         raise ValueError(f"{path}: cannot read profile: {e.strerror or e}") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    except RecursionError:
+        raise ValueError(f"{path}: invalid JSON: nested too deeply to read") from None
+    except ValueError as e:   # not UTF-8, an integer of more than 4300 digits
+        raise ValueError(f"{path}: cannot read profile: {str(e)[:80]}") from None
     if not isinstance(cfg, dict):
         raise ValueError(f"{path}: top level must be a JSON object")
     if cfg.get("format", FORMAT) != FORMAT:

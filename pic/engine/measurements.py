@@ -128,6 +128,8 @@ def read_measurements(folder: str | os.PathLike) -> tuple[list[dict[str, Any]], 
         summary = {}
     except (OSError, ValueError) as e:
         raise ValueError(f"{folder / SUMMARY}: cannot read: {e}") from None
+    except RecursionError:
+        raise ValueError(f"{folder / SUMMARY}: cannot read: JSON nested too deeply") from None
     missing = [c for c in ("request_id", "ttft_s", "ttft_full_s", "predicted_ttft_s") if rows and c not in rows[0]]
     if missing:
         raise ValueError(f"{folder / FILE}: missing column(s) {', '.join(missing)}")

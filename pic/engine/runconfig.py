@@ -52,29 +52,10 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{p}: not valid UTF-8 (byte {e.start})") from None
-    if kind == "toml":
-        try:
-            import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            import tomli as tomllib
-        try:
-            obj = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"{p}: invalid TOML: {e}") from None
-    elif kind == "yaml":
-        import yaml
-
-        try:
-            obj = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f":{mark.line + 1}" if mark is not None else ""
-            raise ValueError(f"{p}{where}: invalid YAML: {getattr(e, 'problem', None) or e}") from None
-    else:
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{p}:{e.lineno}: invalid JSON: {e.msg}") from None
+    try:
+        obj = _parse(p, kind, text)
+    except RecursionError:
+        raise ValueError(f"{p}: nested too deeply to read") from None
     if obj is None:
         obj = {}
     if not isinstance(obj, dict):
@@ -243,3 +224,32 @@ def _sets(v: Any, source: str) -> dict[str, dict[str, Any]]:
         else:
             raise ValueError(f"{source}: set.{key}: expected POLICY.KEY = VALUE or a table per policy")
     return out
+
+
+def _parse(p: Path, kind: str, text: str) -> Any:
+    """The object in ``text`` (``kind``: toml, yaml or json); ``ValueError`` naming file and line."""
+    if kind == "toml":
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{p}: invalid TOML: {e}") from None
+    elif kind == "yaml":
+        import yaml
+
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f":{mark.line + 1}" if mark is not None else ""
+            raise ValueError(f"{p}{where}: invalid YAML: {getattr(e, 'problem', None) or e}") from None
+    else:
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}:{e.lineno}: invalid JSON: {e.msg}") from None
+        except ValueError as e:   # e.g. an integer of more than 4300 digits
+            raise ValueError(f"{p}: invalid JSON: {str(e)[:80]}") from None

@@ -343,3 +343,22 @@ def test_undecodable_file_names_cli(tmp_path):
         assert res.returncode == 0, res.stderr.decode(errors="replace")
         assert b"Traceback" not in res.stderr
     assert (Path(os.fsdecode(out + b".run")) / MARKER).exists()
+
+
+@pytest.mark.parametrize("suffix", [".json", ".toml", ".yaml"])
+def test_deep_settings_and_profile_files(here, suffix):
+    """`--config` settings files and `--profile` calibration files nested too deeply: one line naming them."""
+    deep = {".json": '{"a": ' + DEEP + "}", ".toml": "a = " + "[" * 20_000 + "]" * 20_000 + "\n",
+            ".yaml": "a: " + "[" * 20_000 + "]" * 20_000 + "\n"}[suffix]
+    (here / f"s{suffix}").write_text(deep)
+    line = one_line(runner.invoke(app, ["replay", "t.parquet", "--config", f"s{suffix}", "-o", "r"]))
+    assert f"s{suffix}" in line, line
+    if suffix == ".json":
+        line = one_line(runner.invoke(app, ["replay", "t.parquet", "--profile", f"s{suffix}", "-o", "r"]))
+        assert "s.json" in line and "nested too deeply" in line, line
+
+
+def test_synth_request_count_is_bounded(here):
+    """`pic synth -n 100000000000`: refused at once (at most 10,000,000), one line."""
+    line = one_line(runner.invoke(app, ["synth", "-s", "chat", "-n", "100000000000", "-o", "s.parquet"]), code=2)
+    assert "--requests" in line
