@@ -66,7 +66,6 @@ def calibrate(model: Model, gpu: str, model_name: str, grid: CalibrationGrid | N
     num_pages = grid.max_pages(page)
     cache = model.alloc_cache(num_pages, page)
     cache.normal_(0.0, 1.0)                          # any finite latents: times do not depend on values
-    pool = torch.cuda.graph_pool_handle() if dev.type == "cuda" else None
     gen = np.random.default_rng(0)
     points = [("prefill", n, c) for n, c in grid.prefill_points()] + \
              [("decode", b, ctx) for b in grid.decode_seqs for ctx in grid.decode_context]
@@ -79,7 +78,7 @@ def calibrate(model: Model, gpu: str, model_name: str, grid: CalibrationGrid | N
         hb = _prefill_batch(x, y, page, spec.vocab_size, gen) if kind == "prefill" else \
             _decode_batch(x, y, page, spec.vocab_size, gen)
         b = to_device(hb, spec, dev)
-        run = Runner(lambda b=b: model.forward(b, cache), dev, graphs=dev.type == "cuda", pool=pool)
+        run = Runner(lambda b=b: model.forward(b, cache), dev, graphs=dev.type == "cuda")
         times = run.time(grid.repeats, warmup=1)
         del run
         s = median(times) * scale
@@ -92,7 +91,7 @@ def calibrate(model: Model, gpu: str, model_name: str, grid: CalibrationGrid | N
             decode.append((x, x * y, s))
     if progress is not None:
         progress(len(points), len(points), "power")
-    idle_w, busy_w = _power(model, cache, busy_hb, meter, energy_seconds, pool)
+    idle_w, busy_w = _power(model, cache, busy_hb, meter, energy_seconds)
     profile = CalibrationProfile(gpu=gpu, model=model_name, prefill=tuple(prefill), decode=tuple(decode),
                                  watts_busy=busy_w, watts_idle=idle_w, source="<calibrate>")
     return profile, {"points": details, "layers_built": spec.num_layers, "full_layers": spec.full_layers,
@@ -108,15 +107,15 @@ def _busy_point(grid: CalibrationGrid) -> tuple[int, int]:
     return max(pts, key=lambda p: (p[0] <= 2048, p[0], p[1]))
 
 
-def _power(model: Model, cache: torch.Tensor, hb: HostBatch, meter: EnergyMeter | None, seconds: float,
-           pool: object) -> tuple[float, float]:
+def _power(model: Model, cache: torch.Tensor, hb: HostBatch, meter: EnergyMeter | None,
+           seconds: float) -> tuple[float, float]:
     if meter is None:
         from pic.engine.specs import gpu_from_name
         g = gpu_from_name("h200")
         return g.idle_watts, g.busy_watts
     idle = meter.idle_watts(1.0)
     b = to_device(hb, model.spec, model.device)
-    run = Runner(lambda: model.forward(b, cache), model.device, graphs=model.device.type == "cuda", pool=pool)
+    run = Runner(lambda: model.forward(b, cache), model.device, graphs=model.device.type == "cuda")
     m = meter.measure(run, seconds)
     return idle, m.watts
 

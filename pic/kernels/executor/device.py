@@ -65,10 +65,14 @@ def to_device(hb: HostBatch, spec: ExecSpec, device: torch.device, decode_max_ne
 
 class Runner:
     """One forward made repeatable: captured as a CUDA graph when ``graphs`` (replays are then timed), else
-    run eagerly. ``time(repeats)`` returns per-run seconds (CUDA events on the GPU, perf_counter on the CPU)."""
+    run eagerly. ``time(repeats)`` returns per-run seconds (CUDA events on the GPU, perf_counter on the CPU).
+
+    NOTE: each graph gets its own private memory pool, freed with the Runner. Runners are made and dropped one
+    per forward; a pool handle shared across them is released when its last graph is destroyed, and the next
+    capture into it trips torch's allocator assert (``use_count > 0``; seen on the H200 with torch 2.11)."""
 
     def __init__(self, fn: Callable[[], object], device: torch.device, graphs: bool,
-                 pool: object | None = None, out: object | None = None) -> None:
+                 out: object | None = None) -> None:
         self.fn, self.device, self.graph = fn, device, None
         self.out = fn() if out is None else out                  # eager run: compiles kernels, gives outputs
         if graphs and device.type == "cuda":
@@ -79,7 +83,7 @@ class Runner:
             torch.cuda.current_stream(device).wait_stream(side)
             torch.cuda.synchronize(device)
             g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, pool=pool):
+            with torch.cuda.graph(g):
                 fn()
             self.graph = g
 

@@ -62,8 +62,6 @@ class Executor:
         self.num_fills = 0
         self.pool: PagePool | None = None
         self.cache: torch.Tensor | None = None
-        self._graph_pool = (torch.cuda.graph_pool_handle()
-                            if self.cfg.graphs and self.device.type == "cuda" else None)
 
     # ---- Public API -------------------------------------------------------------------------------
     def plan_pages(self, indices: list[int]) -> tuple[dict[int, list[Source]], int]:
@@ -129,7 +127,7 @@ class Executor:
         cfg = self.cfg
         if not cfg.timing:
             return {"out": out, "times": [math.nan], "bytes": self._bytes(hb, touched)}
-        run = Runner(fn, self.device, cfg.graphs, self._graph_pool, out=tuple(t.clone() for t in out))
+        run = Runner(fn, self.device, cfg.graphs, out=tuple(t.clone() for t in out))
         m: dict[str, Any] = {"out": run.out, "times": run.time(cfg.repeats, cfg.warmup)}
         if cfg.eager:
             m["eager"] = run.time(cfg.repeats, 0, eager=True)
