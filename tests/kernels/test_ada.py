@@ -194,3 +194,24 @@ def test_specialized_and_runtime_tier_paths_agree(bits, device):
     slow = ada_decode(q.to(device), cache, num_splits=2, specialize=False)
     assert_close("specialized", ref, fast, tol)
     assert_close("runtime tier", ref, slow, tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+def test_rotate_queries_and_prerotated_path(dtype, device):
+    """rotate_queries gives Πq (float64 check), and a caller's own Πq (prerotated=True, fp32 or in the
+    cache dtype) gives the reference attention over the stored codes — the path a model takes when Π
+    is folded into W_q."""
+    from pic.kernels.ada import rotate_queries, rotation
+    lens, H, G, D = [75, 20], 2, 4, 64
+    q, k, v = _inputs(lens, H, G, D, dtype, seed=21)
+    cache = store(allocate(lens, H, 32, D, dtype, 4, device), k.to(device), v.to(device))
+    want = q.double() @ rotation(D).T
+    assert_close("Πq", want, rotate_queries(q.to(device), cache), 1e-6 if device == "cpu" else 1e-5)
+    ref = decode_attention_reference(q, cache)
+    tol = 1e-5 if dtype == torch.float32 and device == "cpu" else 3e-3
+    for qr in (want.float(), want.to(dtype)):
+        out = torch.full_like(q, float("nan")).to(device)
+        ada_decode(qr.to(device), cache, num_splits=2, prerotated=True, out=out)
+        assert_close(f"prerotated {qr.dtype}", ref, out, tol)
+    with pytest.raises(AssertionError, match="dtypes"):
+        ada_decode(want.float().to(device) if dtype != torch.float32 else want.half().to(device), cache)

@@ -3,7 +3,7 @@ computed from the codes in registers. See README.md."""
 
 from pic.kernels.ada.cache import AdaCache, allocate, rotation
 from pic.kernels.ada.encode import ada_encode, store
-from pic.kernels.ada.kernel import ada_decode, dense_decode
+from pic.kernels.ada.kernel import ada_decode, dense_decode, rotate_queries
 from pic.kernels.ada.reference import (
     cache_keys_values,
     decode_attention_reference,
@@ -12,6 +12,6 @@ from pic.kernels.ada.reference import (
     encode_reference,
 )
 
-__all__ = ["AdaCache", "allocate", "rotation", "ada_encode", "store", "ada_decode", "dense_decode",
+__all__ = ["AdaCache", "allocate", "rotation", "ada_encode", "store", "ada_decode", "dense_decode", "rotate_queries",
            "encode_reference", "decode_reference", "cache_keys_values", "decode_attention_reference",
            "dense_attention_reference"]

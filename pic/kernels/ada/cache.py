@@ -85,6 +85,7 @@ class Tables:
     rot_x: torch.Tensor      # float32 [D, D/2] = Π[:D/2]^T   (x half of Πk is k @ rot_x)
     rot_y: torch.Tensor      # float32 [D, D/2] = Π[D/2:]^T
     xy_lut: torch.Tensor     # int32: float16 ρ̂cosθ̂ | float16 ρ̂sinθ̂ << 16 per pair code (tiers with <= 8-bit codes)
+    rot: torch.Tensor        # float32 [D, D] = Π^T = (rot_x | rot_y)   (Πq = q @ rot, the decode's query)
 
 
 @functools.cache
@@ -95,7 +96,8 @@ def tables(head_dim: int, page_size: int, esize: int, device: str, seed: int = 0
     h = head_dim // 2
     return Tables(torch.from_numpy(tab).to(device), torch.from_numpy(cs).to(device),
                   torch.from_numpy(rho).to(device), torch.from_numpy(thr).to(device), thr_off,
-                  pi[:h].T.contiguous().to(device), pi[h:].T.contiguous().to(device), torch.from_numpy(xy).to(device))
+                  pi[:h].T.contiguous().to(device), pi[h:].T.contiguous().to(device), torch.from_numpy(xy).to(device),
+                  pi.T.contiguous().to(device))
 
 
 @dataclass

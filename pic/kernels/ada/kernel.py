@@ -1,8 +1,11 @@
 """ADA decode attention (GQA) over the paged ADA cache, and the dense decode of the same structure.
 
-Grid (KV head, KV split, sequence). A program loads its GROUP query heads (padded to BLOCK_G rows),
-rotates them once (q_x = q·Π[:D/2]^T, q_y = q·Π[D/2:]^T, the softmax scale folded in), then streams
-BLOCK_N-token tiles of its split. Per tile it reads the page header (tier), the radii and the packed
+The queries are rotated once per step outside the attention kernel (``ada_rotate_q_kernel``, or by the
+caller: Π can be folded into W_q): Πq = (q_x | q_y), q_x = q·Π[:D/2]^T, q_y = q·Π[D/2:]^T, in fp32.
+Holding Π's two [D, D/2] fp32 halves in the attention kernel's prologue made ptxas spill ~1.8 KB per
+thread inside the tile loop (benchmarks/ada_regs_offline.py). Grid (KV head, KV split, sequence). A
+program loads its GROUP rotated query heads (padded to BLOCK_G rows), folds in the softmax scale, then
+streams BLOCK_N-token tiles of its split. Per tile it reads the page header (tier), the radii and the packed
 codes, unpacks them in registers — (ρ̂ cos θ̂, ρ̂ sin θ̂) from two small L1-resident tables — and gets
 the logits as s = r̃ · (q_x·(ρ̂ cos θ̂)^T + q_y·(ρ̂ sin θ̂)^T): no dense key ever reaches HBM. Pages of
 any tier mix in one launch (per-page table row, no branch). Values stay in the cache dtype (bf16) and
@@ -43,8 +46,25 @@ def _half2(xy):
 
 
 @triton.jit
+def ada_rotate_q_kernel(Q, ROT, QR, n_rows, HQ, stride_q_b, stride_q_h,
+                        D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Rows [pid0·BLOCK_R, +BLOCK_R) of q [B, HQ, D] -> columns [pid1·BLOCK_C, +BLOCK_C) of Πq = q·Π^T
+    (fp32 FMA dot), written to QR [B·HQ, D] float32."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    offs_d = tl.arange(0, D)
+    mask = rows < n_rows
+    b = rows // HQ
+    h = rows - b * HQ
+    q = tl.load(Q + b[:, None] * stride_q_b + h[:, None] * stride_q_h + offs_d[None, :], mask=mask[:, None],
+                other=0.0).to(tl.float32)
+    qr = tl.dot(q, tl.load(ROT + offs_d[:, None] * D + cols[None, :]), input_precision="ieee")
+    tl.store(QR + rows[:, None] * D + cols[None, :], qr, mask=mask[:, None])
+
+
+@triton.jit
 def ada_decode_kernel(
-    Q, ROT_X, ROT_Y, A_I32, A_F32, A_V, A_U8, A_I16, BLOCK_TABLE, SEQ_LENS, TAB, CS_LUT, RHO_LUT, XY_LUT,
+    Q, A_I32, A_F32, A_V, A_U8, A_I16, BLOCK_TABLE, SEQ_LENS, TAB, CS_LUT, RHO_LUT, XY_LUT,
     O_PART, LSE_PART, LOGITS,
     qk_scale, tokens_per_split, dense_v_off, t_cs_off, t_rho_off, t_xy_off, split_base,
     stride_q_b, stride_q_h, stride_bt_b, stride_bt_h, stride_sl_b, stride_sl_h, stride_op_b, stride_op_h, stride_op_s,
@@ -74,13 +94,13 @@ def ada_decode_kernel(
     offs_d = tl.arange(0, D)
     offs_p = tl.arange(0, HALF)
     offs_j = tl.arange(0, BLOCK_N)
-    q = tl.load(Q + b * stride_q_b + heads[:, None] * stride_q_h + offs_d[None, :], mask=mask_g[:, None], other=0.0)
     if DENSE:
-        q_s = q
-    else:
-        qf = q.to(tl.float32) * qk_scale
-        q_x = tl.dot(qf, tl.load(ROT_X + offs_d[:, None] * HALF + offs_p[None, :]), input_precision="ieee")
-        q_y = tl.dot(qf, tl.load(ROT_Y + offs_d[:, None] * HALF + offs_p[None, :]), input_precision="ieee")
+        q_s = tl.load(Q + b * stride_q_b + heads[:, None] * stride_q_h + offs_d[None, :], mask=mask_g[:, None],
+                      other=0.0)
+    else:   # Q holds Πq = (q_x | q_y), rotated outside this kernel
+        q_row = Q + b * stride_q_b + heads[:, None] * stride_q_h + offs_p[None, :]
+        q_x = tl.load(q_row, mask=mask_g[:, None], other=0.0).to(tl.float32) * qk_scale
+        q_y = tl.load(q_row + HALF, mask=mask_g[:, None], other=0.0).to(tl.float32) * qk_scale
         if DOT_F16:
             q_x = q_x.to(tl.float16)
             q_y = q_y.to(tl.float16)
@@ -188,14 +208,30 @@ def default_config(dense: bool, max_len: int | None = None, batch: int | None = 
     return {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2}
 
 
+def rotate_queries(q: torch.Tensor, cache: AdaCache, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Πq for the ADA decode: q [B, HQ, D] (any float dtype, last dim contiguous) -> float32 [B, HQ, D]
+    holding (q·Π[:D/2]^T | q·Π[D/2:]^T), one small launch (fp32 dot). ``ada_decode`` calls it unless
+    given ``prerotated=True`` (a model can instead fold Π into W_q). Example: ``rotate_queries(q, cache)``."""
+    B, HQ, D = q.shape
+    assert D == cache.head_dim and q.stride(2) == 1
+    out = torch.empty(B, HQ, D, dtype=torch.float32, device=q.device) if out is None else out
+    assert out.dtype == torch.float32 and out.is_contiguous() and out.shape == q.shape
+    block_c = min(32, D)
+    ada_rotate_q_kernel[(triton.cdiv(B * HQ, 16), D // block_c)](
+        q, cache.tables().rot, out, B * HQ, HQ, q.stride(0), q.stride(1), D=D, BLOCK_R=16, BLOCK_C=block_c,
+        num_warps=4)
+    return out
+
+
 def _decode(q: torch.Tensor, cache: AdaCache, dense: bool, sm_scale: float | None, num_splits: int | None,
             config: dict | None, out: torch.Tensor | None, workspace: tuple | None,
-            logits: torch.Tensor | None, max_seq_len: int | None, specialize: bool = True) -> torch.Tensor:
+            logits: torch.Tensor | None, max_seq_len: int | None, specialize: bool = True,
+            prerotated: bool = False) -> torch.Tensor:
     B, HQ, D = q.shape
     H = cache.block_table.shape[1]
     assert D == cache.head_dim and HQ % H == 0 and q.stride(2) == 1
     assert cache.block_table.dtype == torch.int32 and cache.block_table.stride(2) == 1
-    assert q.dtype == cache.dtype, "query and cache dtypes differ"
+    assert q.dtype == cache.dtype or (prerotated and q.is_floating_point()), "query and cache dtypes differ"
     group = HQ // H
     any_dense, any_coded = cache.page_kinds()
     if (dense and any_coded) or (not dense and any_dense):
@@ -222,6 +258,7 @@ def _decode(q: torch.Tensor, cache: AdaCache, dense: bool, sm_scale: float | Non
         o_part, lse = workspace
         assert o_part.shape[2] >= S_all, f"workspace holds {o_part.shape[2]} splits, {S_all} needed"
     tb = cache.tables()
+    q_in = q if dense or prerotated else rotate_queries(q, cache)
     i32, f32, val = cache.views()
     esize = cache.esize
     lg = logits if logits is not None else o_part
@@ -231,22 +268,22 @@ def _decode(q: torch.Tensor, cache: AdaCache, dense: bool, sm_scale: float | Non
         t = tier(bits) if bits else None
         row = _tables_cpu(D, cache.page_size, esize)[0][bits]
         LAUNCHED["dense" if dense else "ada"] = ada_decode_kernel[(H, S, B)](
-            q, tb.rot_x, tb.rot_y, i32, f32, val, cache.arena, cache.arena.view(torch.int16), bt,
+            q_in, i32, f32, val, cache.arena, cache.arena.view(torch.int16), bt,
             lens, tb.tab, tb.cs_lut, tb.rho_lut, tb.xy_lut,
             o_part, lse, lg, scale, per_split, page_layout(DENSE, cache.page_size, D, esize)[0] // esize,
             int(row[4]), int(row[5]), int(row[7]), base,
-            q.stride(0), q.stride(1), bt.stride(0), bt.stride(1), lens.stride(0), lens_stride_h,
+            q_in.stride(0), q_in.stride(1), bt.stride(0), bt.stride(1), lens.stride(0), lens_stride_h,
             o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),
             lg.stride(0), lg.stride(1),
             PAGE=cache.page_size, D=D, GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)),
             BLOCK_N=cfg["BLOCK_N"], UNIT_I32=UNIT // 4, UNIT_V=UNIT // esize, ESIZE=esize, DENSE=dense,
-            DOT_F16=q.dtype in (torch.float16, torch.bfloat16), STORE_LOGITS=logits is not None,
+            DOT_F16=cache.dtype in (torch.float16, torch.bfloat16), STORE_LOGITS=logits is not None,
             TIER=bits if not dense else 0, T_W=t.words(D) if t else 0, T_CPW=t.codes_per_word if t else 0,
             T_PB=t.pair_bits if t else 0, T_TB=t.theta_bits if t else 0, T_VOFF=int(row[6]),
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         base += S
     S = S_all
-    out = torch.empty(B, HQ, D, dtype=q.dtype, device=q.device) if out is None else out
+    out = torch.empty(B, HQ, D, dtype=cache.dtype, device=q.device) if out is None else out
     mla_decode_combine_kernel[(HQ, B)](
         o_part, lse, out, S, o_part.stride(0), o_part.stride(1), o_part.stride(2),
         lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
@@ -257,7 +294,7 @@ def _decode(q: torch.Tensor, cache: AdaCache, dense: bool, sm_scale: float | Non
 def ada_decode(q: torch.Tensor, cache: AdaCache, *, sm_scale: float | None = None, num_splits: int | None = None,
                config: dict | None = None, out: torch.Tensor | None = None, workspace: tuple | None = None,
                logits: torch.Tensor | None = None, max_seq_len: int | None = None,
-               specialize: bool = True) -> torch.Tensor:
+               specialize: bool = True, prerotated: bool = False) -> torch.Tensor:
     """GQA decode attention of one new token per sequence over a coded (tiers 8/4/3/2, mixed) ADA cache.
 
     q: [B, HQ, D] (HQ a multiple of the cache's KV heads H; query head j uses KV head j // (HQ/H)), same
@@ -267,10 +304,12 @@ def ada_decode(q: torch.Tensor, cache: AdaCache, *, sm_scale: float | None = Non
     to it; a mixed cache runs one specialized launch per tier over that tier's pages (attention does
     not depend on token order), all merged by one split combine. ``specialize=False`` (and ``logits``
     on a mixed cache) takes the runtime-tier path instead: one launch reading each page's tier from
-    its header (measured slow, docs/bench-ada.md).
+    its header (measured slow, docs/bench-ada.md). The queries are rotated first (``rotate_queries``, one
+    small launch); ``prerotated=True`` takes q as Πq already (any float dtype; e.g. Π folded into W_q).
     Example: ``ada_decode(q, cache)``.
     """
-    return _decode(q, cache, False, sm_scale, num_splits, config, out, workspace, logits, max_seq_len, specialize)
+    return _decode(q, cache, False, sm_scale, num_splits, config, out, workspace, logits, max_seq_len, specialize,
+                   prerotated)
 
 
 def dense_decode(q: torch.Tensor, cache: AdaCache, *, sm_scale: float | None = None, num_splits: int | None = None,
