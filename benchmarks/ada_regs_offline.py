@@ -1,5 +1,6 @@
 """Compile the ADA / dense decode kernels for the H200 (sm_90) on a machine without a GPU and report
-registers, spills and shared memory from ptxas — the kernel-cost check that needs no device time.
+registers, spills and shared memory (ptxas) and the SASS instruction count of the tile loop
+(cuobjdump) — the kernel-cost check that needs no device time.
 
 Usage (CPU, repo root, TRITON_INTERPRET unset): ``python benchmarks/ada_regs_offline.py [--tiers 0 8 4 3 2]
 [--block-n 64] [--warps 4] [--stages 2] [--dump DIR]``. The launcher runs on a small CPU cache with a
@@ -50,7 +51,7 @@ def capture(tier: int, cfg: dict, T: int = 2048, B: int = 2, H: int = 8, G: int 
     those of the query-rotation kernel (None for dense)."""
     cache = allocate([T] * B, H, 64, D, torch.bfloat16, tier, "cpu")
     q = torch.zeros(B, H * G, D, dtype=torch.bfloat16)
-    real, real_rot = K.ada_decode_kernel, K.ada_rotate_q_kernel
+    real, real_rot = K.ada_decode_kernel, getattr(K, "ada_rotate_q_kernel", None)   # (older kernels: none)
     K.ada_decode_kernel, K.ada_rotate_q_kernel = cap, cap_rot = _Capture(real), _Capture(real_rot)
     try:
         (K.dense_decode if tier == 0 else K.ada_decode)(q, cache, config=cfg)
@@ -95,6 +96,27 @@ def ptxas_usage(ptx: str, arch: str = "sm_90a") -> dict:
             "raw": txt.strip()}
 
 
+def loop_instructions(cubin: bytes) -> int | None:
+    """SASS instructions in the kernel's longest loop body (the tile loop), from cuobjdump -sass."""
+    import subprocess
+    import tempfile
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.path.exists(tool):
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+    ins = [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    best = None
+    for a, text in ins:
+        m = re.search(r"BRA (0x[0-9a-f]+)", text)
+        if m and int(m.group(1), 16) < a:
+            n = sum(1 for b, _ in ins if int(m.group(1), 16) <= b <= a)
+            best = max(best or 0, n)
+    return best
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiers", type=int, nargs="+", default=[0, 8, 4, 3, 2], help="0 = dense kernel")
@@ -107,7 +129,8 @@ def main() -> int:
     args = ap.parse_args()
     cfg = {"BLOCK_N": args.block_n, "num_warps": args.warps, "num_stages": args.stages, "ctas_per_sm": 2}
     print(f"triton {triton.__version__}, target sm_90, {cfg}")
-    print(f"{'kernel':8s} {'regs':>5s} {'spill st':>9s} {'spill ld':>9s} {'shared':>7s} {'compile s':>9s}")
+    print(f"{'kernel':8s} {'regs':>5s} {'spill st':>9s} {'spill ld':>9s} {'shared':>7s} {'loop instr':>10s} "
+          f"{'compile s':>9s}")
     jobs, rot = [], None
     for t in args.tiers:
         (a, kw), r = capture(t, cfg)
@@ -122,7 +145,7 @@ def main() -> int:
         secs = time.process_time() - t0
         u = ptxas_usage(ck.asm["ptx"])
         print(f"{name:8s} {u['regs']!s:>5s} {u['spill_stores']!s:>9s} {u['spill_loads']!s:>9s} "
-              f"{ck.metadata.shared:>7d} {secs:9.1f}")
+              f"{ck.metadata.shared:>7d} {loop_instructions(ck.asm['cubin'])!s:>10s} {secs:9.1f}")
         if args.dump:
             os.makedirs(args.dump, exist_ok=True)
             for ext in ("ttgir", "ptx"):

@@ -29,6 +29,7 @@ from pic.kernels.ada import (  # noqa: E402
     decode_attention_reference,
     dense_attention_reference,
     dense_decode,
+    rotation,
     store,
 )
 from pic.kernels.ada import kernel as ada_kernel  # noqa: E402
@@ -52,6 +53,15 @@ def log(msg: str) -> None:
     print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
 
 
+def dump() -> None:
+    """Write what is measured so far to $OUT/gpu_ada.json (after every section: a killed run keeps it)."""
+    out_dir = os.environ.get("OUT", "out")
+    os.makedirs(out_dir, exist_ok=True)
+    RES["seconds"] = time.time() - T0
+    with open(os.path.join(out_dir, "gpu_ada.json"), "w") as f:
+        json.dump(RES, f, indent=1, default=str)
+
+
 def section(fn):
     def run(*a, **k):
         try:
@@ -60,6 +70,8 @@ def section(fn):
             tb = traceback.format_exc()
             RES["errors"].append({"section": fn.__name__, "traceback": tb})
             print(tb, flush=True)
+        finally:
+            dump()
     return run
 
 
@@ -107,6 +119,13 @@ def correctness(lens: list[int]) -> None:
         ok = e_out <= 1e-2 and e_lg <= 1e-2
         RES["checks"].append({"name": name, "out_rel": e_out, "logit_rel": e_lg, "ok": ok})
         log(f"  {'ok ' if ok else 'BAD'} decode {name}: out {e_out:.2e}, logits {e_lg:.2e} (limit 1e-2)")
+        if name == "b4":   # the caller-rotated path (Π folded into W_q): Πq in float64 -> bf16
+            out_p = torch.full_like(q, float("nan"))
+            qr = (q.double().cpu() @ rotation(D).T).to(DTYPE).to(DEV)
+            ada_decode(qr, cache, out=out_p, prerotated=True)
+            e_p = rel_rms(ref, out_p)
+            RES["checks"].append({"name": "b4 prerotated bf16 q", "out_rel": e_p, "ok": e_p <= 1e-2})
+            log(f"  {'ok ' if e_p <= 1e-2 else 'BAD'} decode b4, caller-rotated bf16 q: out {e_p:.2e}")
     exact = dense_attention_reference(q, k, v, lens)
     RES["checks"].append({"name": "dense vs exact", "out_rel": rel_rms(exact, out), "ok": rel_rms(exact, out) < 1e-2})
 
@@ -149,12 +168,12 @@ def timed(fn, reps: int = 15, burst: int = 10) -> float:
     return (time.perf_counter() - t) * 1e3
 
 
-def _time_kernel(fn, q, cache, cfg, burst=10):
+def _time_kernel(fn, q, cache, cfg, burst=10, **kw):
     B, HQ = q.shape[:2]
-    out = torch.empty_like(q)
+    out = torch.empty(B, HQ, D, dtype=DTYPE, device=DEV)
     # workspace sized for the largest split count the heuristic can pick (64)
     ws = (torch.empty(B, HQ, 64, D, device=DEV), torch.empty(B, HQ, 64, device=DEV))
-    return timed(lambda: fn(q, cache, config=cfg, out=out, workspace=ws), burst=burst)
+    return timed(lambda: fn(q, cache, config=cfg, out=out, workspace=ws, **kw), burst=burst)
 
 
 def _compiled(name: str) -> dict:
@@ -211,8 +230,10 @@ def sdpa_time(B: int, T: int, k: torch.Tensor, v: torch.Tensor, q: torch.Tensor)
 
 
 @section
-def throughput(contexts: list[int], best: dict | None, bw: float | None) -> None:
-    """Decode step time of dense bf16 / ADA tiers / SDPA at batch 8; GB/s and bytes per token."""
+def throughput(contexts: list[int], best: dict | None, bw: float | None, prerotated_row: bool = False) -> None:
+    """Decode step time of dense bf16 / ADA tiers / SDPA at batch 8; GB/s and bytes per token.
+    ``prerotated_row``: also time tier 4 with q already rotated (no rotate launch: Π folded into W_q), and
+    tier 4 with separate θ / ρ lookups (``split_lut``: is the joint table's L1 gather the bottleneck?)."""
     B = BATCH
     best = best or {}
     for T in contexts:
@@ -223,17 +244,25 @@ def throughput(contexts: list[int], best: dict | None, bw: float | None) -> None
         # "mixed": page tiers drawn as an rdr allocation at a 60 % budget lands (mostly tier 4)
         mix = torch.tensor([8, 4, 3])[torch.multinomial(torch.tensor([0.1, 0.8, 0.1]), B * H_KV * (T // PAGE), True,
                                                         generator=torch.Generator().manual_seed(T))]
-        for bits in (0, *TIERS, "mixed"):
-            name = "dense" if bits == 0 else f"ada-b{bits}" if bits != "mixed" else "ada-mixed"
+        extra = ("b4-prerotated", "b4-splitlut") if prerotated_row else ()
+        for bits in (0, *TIERS, "mixed", *extra):
+            name = "dense" if bits == 0 else f"ada-{bits}" if bits in ("mixed", *extra) else f"ada-b{bits}"
             if time.time() - T0 > BUDGET_S:
                 log(f"  skipped T={T} {name}: past the {BUDGET_S} s budget")
                 continue
             try:
-                tiers = mix.view(B, H_KV, -1) if bits == "mixed" else bits
+                tiers = mix.view(B, H_KV, -1) if bits == "mixed" else 4 if bits in extra else bits
                 cache = store(allocate([T] * B, H_KV, PAGE, D, DTYPE, tiers, DEV, shuffle=T), k, v)
                 nbytes = cache.resident_bytes()
                 cfg = best.get("dense" if bits == 0 else "ada-b4")
-                ms = _time_kernel(dense_decode if bits == 0 else ada_decode, q, cache, cfg)
+                if bits == "b4-prerotated":
+                    qr = (q.float() @ rotation(D).T.float().to(DEV)).to(DTYPE)
+                    ms = _time_kernel(ada_decode, qr, cache, cfg, prerotated=True)
+                elif bits == "b4-splitlut":
+                    ms = _time_kernel(ada_decode, q, cache, {**(cfg or {}), "split_lut": True})
+                else:
+                    ms = _time_kernel(dense_decode if bits == 0 else ada_decode, q, cache, cfg)
+                comp = _compiled("dense" if bits == 0 else "ada")
                 del cache
             except Exception:  # noqa: BLE001
                 RES["errors"].append({"section": f"throughput {name} T={T}", "traceback": traceback.format_exc()})
@@ -243,10 +272,11 @@ def throughput(contexts: list[int], best: dict | None, bw: float | None) -> None
             row = {"T": T, "B": B, "kernel": name, "ms": ms, "bytes": nbytes, "GBps": nbytes / ms / 1e6,
                    "frac_copy": (nbytes / ms * 1e3 / bw) if bw else None,
                    "bytes_per_token_per_layer": nbytes / B, "bytes_per_token_32_layers": 32 * nbytes / B,
-                   "speedup_vs_dense": (base / ms) if base else None}
+                   "speedup_vs_dense": (base / ms) if base else None, **comp}
             RES["decode"].append(row)
             log(f"  T={T:6d} {name:8s} {ms * 1e3:8.1f} us  {row['GBps']:7.0f} GB/s "
-                f"({(row['frac_copy'] or 0) * 100:4.0f}% of copy)  x{row['speedup_vs_dense'] or 0:.2f} vs dense")
+                f"({(row['frac_copy'] or 0) * 100:4.0f}% of copy)  x{row['speedup_vs_dense'] or 0:.2f} vs dense"
+                f"  {comp}")
         ms = sdpa_time(B, T, k, v, q) if time.time() - T0 < BUDGET_S else None
         if ms:
             nbytes = 2 * B * T * H_KV * D * 2
@@ -281,6 +311,9 @@ def main() -> int:
     ap.add_argument("--rerun", action="store_true",
                     help="short re-measure after a kernel change: correctness, 3 ADA tile configs and the "
                          "throughput rows at 32K (dense at the config measured best in the full run)")
+    ap.add_argument("--final", action="store_true",
+                    help="after the q-rotation fix (about 80 s): correctness on small shapes, 3 ADA tile configs "
+                         "at 32K, then throughput at 32K, 8K and 128K (rows past 75 s are skipped)")
     ap.add_argument("--cpu-dry-run", action="store_true",
                     help="no GPU: tiny shapes under TRITON_INTERPRET=1, to check the script itself")
     args = ap.parse_args()
@@ -288,18 +321,26 @@ def main() -> int:
     if args.cpu_dry_run:
         BATCH = 2
         BUDGET_S = math.inf
-    out_dir = os.environ.get("OUT", "out")
-    os.makedirs(out_dir, exist_ok=True)
+    elif args.final:
+        BUDGET_S = 75
     RES["device"] = torch.cuda.get_device_name() if DEV == "cuda" else "cpu (interpreter dry run)"
     RES["torch"], RES["triton"] = torch.__version__, __import__("triton").__version__
     log(f"{RES['device']} torch {RES['torch']} triton {RES['triton']}")
     bw = ceiling()
-    correctness([1, 70, 200] if args.cpu_dry_run else [1, 700, 2000])
-    if args.cpu_dry_run:
+    correctness([1, 70, 200] if args.cpu_dry_run else [1, 300, 700] if args.final else [1, 700, 2000])
+    if args.cpu_dry_run and args.final:
+        best = tune(256, False, {"ada-b4": ((16, 4, 1, 2), (16, 4, 1, 4))}) or {}
+        throughput([256, 128], best, bw, prerotated_row=True)
+    elif args.cpu_dry_run:
         quality(128)
         best = tune(256, quick=True)
         throughput([256], best, bw)
         encode_speed(128)
+    elif args.final:
+        best = tune(32768, False, {"ada-b4": ((64, 4, 2, 2), (64, 4, 2, 4), (64, 4, 3, 4))}) or {}
+        best["dense"] = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "ctas_per_sm": 2}
+        throughput([32768], best, bw, prerotated_row=True)
+        throughput([8192, 131072], best, bw)
     elif args.rerun:   # (correctness above already ran)
         best = tune(32768, False, {"ada-b4": ((64, 4, 2, 2), (64, 4, 3, 2), (32, 4, 3, 2))}) or {}
         best["dense"] = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "ctas_per_sm": 2}
@@ -312,9 +353,7 @@ def main() -> int:
         best = tune(32768, args.quick)
         throughput([8192, 32768] if args.quick else [8192, 32768, 131072], best, bw)
         encode_speed(8192)
-    RES["seconds"] = time.time() - T0
-    with open(os.path.join(out_dir, "gpu_ada.json"), "w") as f:
-        json.dump(RES, f, indent=1, default=str)
+    dump()
     bad = [c for c in RES["checks"] if not c.get("ok", True)]
     log(f"done: {len(RES['checks']) - len(bad)}/{len(RES['checks'])} checks ok, {len(RES['errors'])} section errors")
     return 1 if bad or RES["errors"] else 0

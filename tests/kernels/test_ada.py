@@ -215,3 +215,15 @@ def test_rotate_queries_and_prerotated_path(dtype, device):
         assert_close(f"prerotated {qr.dtype}", ref, out, tol)
     with pytest.raises(AssertionError, match="dtypes"):
         ada_decode(want.float().to(device) if dtype != torch.float32 else want.half().to(device), cache)
+
+
+@pytest.mark.parametrize("bits", [4, 2], ids=["b4", "b2"])
+def test_split_lut_diagnostic_matches_reference(bits, device):
+    """The split θ / ρ lookup variant (config split_lut) decodes the same codes: equal to the reference
+    up to the fp16 rounding of the joint table (ρ̂·fp16(cos θ̂) against fp16(ρ̂ cos θ̂))."""
+    lens = [90, 41]
+    q, k, v = _inputs(lens, 2, 4, 64, torch.float32, seed=31 + bits)
+    cache = store(allocate(lens, 2, 32, 64, torch.float32, bits, device), k.to(device), v.to(device))
+    out = ada_decode(q.to(device), cache, num_splits=2, config={"split_lut": True})
+    err = assert_close("split lut", decode_attention_reference(q, cache), out, 3e-3)
+    assert err > 0   # a different rounding, so not bit-identical (the flag took effect)

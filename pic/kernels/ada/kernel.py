@@ -73,9 +73,13 @@ def ada_decode_kernel(
     UNIT_I32: tl.constexpr, UNIT_V: tl.constexpr, ESIZE: tl.constexpr, DENSE: tl.constexpr,
     DOT_F16: tl.constexpr, STORE_LOGITS: tl.constexpr,
     TIER: tl.constexpr, T_W: tl.constexpr, T_CPW: tl.constexpr, T_PB: tl.constexpr, T_TB: tl.constexpr,
-    T_VOFF: tl.constexpr,
+    T_VOFF: tl.constexpr, T_WP: tl.constexpr, SPLIT_LUT: tl.constexpr,
 ):
     """One (KV head, split, sequence): normalized partial output [GROUP, D] and its log2-sum-exp.
+
+    SPLIT_LUT (config ``split_lut``, a diagnostic for tiers 4 and 2): look θ and ρ up in their own small
+    tables (128 B and <= 32 B: one L1 line per warp access) instead of the joint table (up to 1 KB,
+    8 lines); the product ρ̂·fp16(cos θ̂) differs from the joint fp16(ρ̂ cos θ̂) by fp16 rounding.
 
     TIER > 0: every page has that tier (compile-time layout: contiguous code loads, one joint table
     lookup per pair for <= 8-bit codes, all addresses from the prefetched page). TIER == 0: pages of
@@ -98,9 +102,25 @@ def ada_decode_kernel(
         q_s = tl.load(Q + b * stride_q_b + heads[:, None] * stride_q_h + offs_d[None, :], mask=mask_g[:, None],
                       other=0.0)
     else:   # Q holds Πq = (q_x | q_y), rotated outside this kernel
-        q_row = Q + b * stride_q_b + heads[:, None] * stride_q_h + offs_p[None, :]
-        q_x = tl.load(q_row, mask=mask_g[:, None], other=0.0).to(tl.float32) * qk_scale
-        q_y = tl.load(q_row + HALF, mask=mask_g[:, None], other=0.0).to(tl.float32) * qk_scale
+        q_row = Q + b * stride_q_b + heads[:, None] * stride_q_h
+        if TIER > 0 and T_CPW == 5:
+            # tier 3 (5 codes per word): the codes come in slot order — slot 4w + i holds pair 5w + i
+            # (i < 4), a second tile holds pairs 5w + 4 — so q is gathered into that order once here
+            offs_s = tl.arange(0, 4 * T_WP)
+            p_a = 5 * (offs_s // 4) + offs_s % 4
+            m_a = mask_g[:, None] & ((offs_s // 4 < T_W) & (p_a < HALF))[None, :]
+            p_b = 5 * tl.arange(0, T_WP) + 4
+            m_b = mask_g[:, None] & (p_b < HALF)[None, :]
+            q_x = tl.load(q_row + p_a[None, :], mask=m_a, other=0.0).to(tl.float32) * qk_scale
+            q_y = tl.load(q_row + HALF + p_a[None, :], mask=m_a, other=0.0).to(tl.float32) * qk_scale
+            q_x5 = tl.load(q_row + p_b[None, :], mask=m_b, other=0.0).to(tl.float32) * qk_scale
+            q_y5 = tl.load(q_row + HALF + p_b[None, :], mask=m_b, other=0.0).to(tl.float32) * qk_scale
+            if DOT_F16:
+                q_x5 = q_x5.to(tl.float16)
+                q_y5 = q_y5.to(tl.float16)
+        else:
+            q_x = tl.load(q_row + offs_p[None, :], mask=mask_g[:, None], other=0.0).to(tl.float32) * qk_scale
+            q_y = tl.load(q_row + HALF + offs_p[None, :], mask=mask_g[:, None], other=0.0).to(tl.float32) * qk_scale
         if DOT_F16:
             q_x = q_x.to(tl.float16)
             q_y = q_y.to(tl.float16)
@@ -151,17 +171,23 @@ def ada_decode_kernel(
                 elif T_PB == 8:
                     code = tl.load(A_U8 + codes_b + rows[:, None] * (4 * T_W) + offs_p[None, :],
                                    mask=mask_n[:, None], other=0).to(tl.int32)
-                elif T_PB == 4:
-                    byte = tl.load(A_U8 + codes_b + rows[:, None] * (4 * T_W) + (offs_p // 2)[None, :],
+                elif T_PB == 4:   # one contiguous byte load per two pairs; nibbles interleaved back in registers
+                    byte = tl.load(A_U8 + codes_b + rows[:, None] * (4 * T_W) + tl.arange(0, HALF // 2)[None, :],
                                    mask=mask_n[:, None], other=0).to(tl.int32)
-                    code = (byte >> ((offs_p % 2) * 4)[None, :]) & 15
-                else:
-                    word = tl.load(A_I32 + codes_b // 4 + rows[:, None] * T_W + (offs_p // T_CPW)[None, :],
-                                   mask=mask_n[:, None], other=0)
-                    code = (word >> ((offs_p % T_CPW) * T_PB)[None, :]) & ((1 << T_PB) - 1)
-                if T_PB <= 8:
+                    code = tl.reshape(tl.join(byte & 15, byte >> 4), [BLOCK_N, HALF])
+                else:   # 5 codes per word: one load per word, codes split into the slot order of q
+                    offs_w = tl.arange(0, T_WP)
+                    word = tl.load(A_I32 + codes_b // 4 + rows[:, None] * T_W + offs_w[None, :],
+                                   mask=mask_n[:, None] & (offs_w < T_W)[None, :], other=0)
+                    cm: tl.constexpr = (1 << T_PB) - 1
+                    # join adds a minor dim: join(join(c0, c2), join(c1, c3))[n, w, k, j] = c_{2k+j}
+                    c02 = tl.join(word & cm, (word >> (2 * T_PB)) & cm)
+                    c13 = tl.join((word >> T_PB) & cm, (word >> (3 * T_PB)) & cm)
+                    code = tl.reshape(tl.join(c02, c13), [BLOCK_N, 4 * T_WP])
+                    kx5, ky5 = _half2(tl.load(XY_LUT + t_xy_off + ((word >> (4 * T_PB)) & cm)))
+                if T_PB <= 8 and not (SPLIT_LUT and T_CPW != 5):
                     kx, ky = _half2(tl.load(XY_LUT + t_xy_off + code))
-                else:
+                else:   # separate θ (cos, sin) and ρ lookups: tier 8, or the SPLIT_LUT diagnostic
                     cth, sth = _half2(tl.load(CS_LUT + t_cs_off + (code & ((1 << T_TB) - 1))))
                     rho = tl.load(RHO_LUT + t_rho_off + (code >> T_TB))
                     kx = rho * cth.to(tl.float32)
@@ -174,7 +200,11 @@ def ada_decode_kernel(
                 kx = kx.to(tl.float32)
                 ky = ky.to(tl.float32)
             s = tl.dot(q_x, tl.trans(kx))
-            s = tl.dot(q_y, tl.trans(ky), s) * r[None, :]
+            s = tl.dot(q_y, tl.trans(ky), s)
+            if TIER > 0 and T_CPW == 5:
+                s = tl.dot(q_x5, tl.trans(kx5.to(kx.dtype)), s)
+                s = tl.dot(q_y5, tl.trans(ky5.to(kx.dtype)), s)
+            s = s * r[None, :]
         s = tl.where(mask_n[None, :], s, float("-inf"))
         if STORE_LOGITS:
             p_lg = LOGITS + b * stride_lg_b + heads[:, None] * stride_lg_h + offs_n[None, :]
@@ -280,6 +310,7 @@ def _decode(q: torch.Tensor, cache: AdaCache, dense: bool, sm_scale: float | Non
             DOT_F16=cache.dtype in (torch.float16, torch.bfloat16), STORE_LOGITS=logits is not None,
             TIER=bits if not dense else 0, T_W=t.words(D) if t else 0, T_CPW=t.codes_per_word if t else 0,
             T_PB=t.pair_bits if t else 0, T_TB=t.theta_bits if t else 0, T_VOFF=int(row[6]),
+            T_WP=max(16, triton.next_power_of_2(t.words(D))) if t else 16, SPLIT_LUT=bool(cfg.get("split_lut")),
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         base += S
     S = S_all
