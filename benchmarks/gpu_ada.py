@@ -233,7 +233,8 @@ def sdpa_time(B: int, T: int, k: torch.Tensor, v: torch.Tensor, q: torch.Tensor)
 def throughput(contexts: list[int], best: dict | None, bw: float | None, prerotated_row: bool = False) -> None:
     """Decode step time of dense bf16 / ADA tiers / SDPA at batch 8; GB/s and bytes per token.
     ``prerotated_row``: also time tier 4 with q already rotated (no rotate launch: Π folded into W_q), and
-    tier 4 with separate θ / ρ lookups (``split_lut``: is the joint table's L1 gather the bottleneck?)."""
+    tier 4 with separate θ / ρ lookups (``split_lut``: is the joint table's L1 gather the bottleneck?) and
+    without the code prefetch (``code_prefetch`` off: the kernel before it)."""
     B = BATCH
     best = best or {}
     for T in contexts:
@@ -244,7 +245,7 @@ def throughput(contexts: list[int], best: dict | None, bw: float | None, prerota
         # "mixed": page tiers drawn as an rdr allocation at a 60 % budget lands (mostly tier 4)
         mix = torch.tensor([8, 4, 3])[torch.multinomial(torch.tensor([0.1, 0.8, 0.1]), B * H_KV * (T // PAGE), True,
                                                         generator=torch.Generator().manual_seed(T))]
-        extra = ("b4-prerotated", "b4-splitlut") if prerotated_row else ()
+        extra = ("b4-prerotated", "b4-splitlut", "b4-noprefetch") if prerotated_row else ()
         for bits in (0, *TIERS, "mixed", *extra):
             name = "dense" if bits == 0 else f"ada-{bits}" if bits in ("mixed", *extra) else f"ada-b{bits}"
             if time.time() - T0 > BUDGET_S:
@@ -258,8 +259,9 @@ def throughput(contexts: list[int], best: dict | None, bw: float | None, prerota
                 if bits == "b4-prerotated":
                     qr = (q.float() @ rotation(D).T.float().to(DEV)).to(DTYPE)
                     ms = _time_kernel(ada_decode, qr, cache, cfg, prerotated=True)
-                elif bits == "b4-splitlut":
-                    ms = _time_kernel(ada_decode, q, cache, {**(cfg or {}), "split_lut": True})
+                elif bits in ("b4-splitlut", "b4-noprefetch"):
+                    flag = {"b4-splitlut": {"split_lut": True}, "b4-noprefetch": {"code_prefetch": False}}[bits]
+                    ms = _time_kernel(ada_decode, q, cache, {**(cfg or {}), **flag})
                 else:
                     ms = _time_kernel(dense_decode if bits == 0 else ada_decode, q, cache, cfg)
                 comp = _compiled("dense" if bits == 0 else "ada")
@@ -337,7 +339,7 @@ def main() -> int:
         throughput([256], best, bw)
         encode_speed(128)
     elif args.final:
-        best = tune(32768, False, {"ada-b4": ((64, 4, 2, 2), (64, 4, 2, 4), (64, 4, 3, 4))}) or {}
+        best = tune(32768, False, {"ada-b4": ((64, 4, 2, 2), (64, 8, 2, 2), (64, 8, 3, 2))}) or {}
         best["dense"] = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "ctas_per_sm": 2}
         throughput([32768], best, bw, prerotated_row=True)
         throughput([8192, 131072], best, bw)

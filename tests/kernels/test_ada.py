@@ -227,3 +227,15 @@ def test_split_lut_diagnostic_matches_reference(bits, device):
     out = ada_decode(q.to(device), cache, num_splits=2, config={"split_lut": True})
     err = assert_close("split lut", decode_attention_reference(q, cache), out, 3e-3)
     assert err > 0   # a different rounding, so not bit-identical (the flag took effect)
+
+
+@pytest.mark.parametrize("bits", TIERS, ids=[f"b{b}" for b in TIERS])
+def test_code_prefetch_off_matches_reference(bits, device):
+    """The one-tier kernel with its code prefetch off (each tile loads its own codes) equals the
+    reference too, on ragged lengths with several tiles per split (the default path is covered above)."""
+    lens = [130, 47]
+    q, k, v = _inputs(lens, 2, 4, 64, torch.float32, seed=41 + bits)
+    cache = store(allocate(lens, 2, 32, 64, torch.float32, bits, device), k.to(device), v.to(device))
+    tol = 1e-5 if device == "cpu" else 3e-3
+    out = ada_decode(q.to(device), cache, num_splits=2, config={"code_prefetch": False})
+    assert_close("no prefetch", decode_attention_reference(q, cache), out, tol)

@@ -46,6 +46,28 @@ def _half2(xy):
 
 
 @triton.jit
+def _load_codes(A_U8, A_I16, A_I32, unit, rows, mask_n, UNIT_I32: tl.constexpr, PAGE: tl.constexpr,
+                HALF: tl.constexpr, T_PB: tl.constexpr, T_W: tl.constexpr, T_WP: tl.constexpr):
+    """The raw code tile of BLOCK_N token rows of a one-tier page, one contiguous load per row: int16 per
+    pair (tier 8), uint8 per pair (tier 4), uint8 per two pairs (tier 2), int32 per five pairs (tier 3)."""
+    codes_b = unit * (4 * UNIT_I32) + HDR + 4 * PAGE           # byte offset of the page's codes
+    if T_PB == 16:
+        raw = tl.load(A_I16 + codes_b // 2 + rows[:, None] * (2 * T_W) + tl.arange(0, HALF)[None, :],
+                      mask=mask_n[:, None], other=0)
+    elif T_PB == 8:
+        raw = tl.load(A_U8 + codes_b + rows[:, None] * (4 * T_W) + tl.arange(0, HALF)[None, :],
+                      mask=mask_n[:, None], other=0)
+    elif T_PB == 4:
+        raw = tl.load(A_U8 + codes_b + rows[:, None] * (4 * T_W) + tl.arange(0, HALF // 2)[None, :],
+                      mask=mask_n[:, None], other=0)
+    else:
+        offs_w = tl.arange(0, T_WP)
+        raw = tl.load(A_I32 + codes_b // 4 + rows[:, None] * T_W + offs_w[None, :],
+                      mask=mask_n[:, None] & (offs_w < T_W)[None, :], other=0)
+    return raw
+
+
+@triton.jit
 def ada_rotate_q_kernel(Q, ROT, QR, n_rows, HQ, stride_q_b, stride_q_h,
                         D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """Rows [pid0·BLOCK_R, +BLOCK_R) of q [B, HQ, D] -> columns [pid1·BLOCK_C, +BLOCK_C) of Πq = q·Π^T
@@ -73,10 +95,13 @@ def ada_decode_kernel(
     UNIT_I32: tl.constexpr, UNIT_V: tl.constexpr, ESIZE: tl.constexpr, DENSE: tl.constexpr,
     DOT_F16: tl.constexpr, STORE_LOGITS: tl.constexpr,
     TIER: tl.constexpr, T_W: tl.constexpr, T_CPW: tl.constexpr, T_PB: tl.constexpr, T_TB: tl.constexpr,
-    T_VOFF: tl.constexpr, T_WP: tl.constexpr, SPLIT_LUT: tl.constexpr,
+    T_VOFF: tl.constexpr, T_WP: tl.constexpr, SPLIT_LUT: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """One (KV head, split, sequence): normalized partial output [GROUP, D] and its log2-sum-exp.
 
+    PREFETCH (config ``code_prefetch``, default on; one-tier path): each tile loads the next tile's codes
+    into registers, so the table lookups never wait on a code load from HBM; off, a tile loads its own.
+    (Triton's pipeliner then issues the lookups for tile i+1 from codes already held.)
     SPLIT_LUT (config ``split_lut``, a diagnostic for tiers 4 and 2): look θ and ρ up in their own small
     tables (128 B and <= 32 B: one L1 line per warp access) instead of the joint table (up to 1 KB,
     8 lines); the product ρ̂·fp16(cos θ̂) differs from the joint fp16(ρ̂ cos θ̂) by fp16 rounding.
@@ -131,6 +156,9 @@ def ada_decode_kernel(
     bt_row = BLOCK_TABLE + b * stride_bt_b + h * stride_bt_h
     last_j = (tl.maximum(end, 1) - 1) // PAGE
     unit = tl.load(bt_row + start // PAGE).to(tl.int64)
+    if not DENSE and TIER > 0 and PREFETCH:   # the first tile's codes; each tile then loads the next one's
+        raw_nx = _load_codes(A_U8, A_I16, A_I32, unit, start % PAGE + offs_j, start + offs_j < end,
+                             UNIT_I32, PAGE, HALF, T_PB, T_W, T_WP)
     # runtime-tier path: the page's table row, carried to the next tile like the page index
     n_words, pair_bits, cpw, theta_bits, cs_off, rho_off, v_off, xy_off = 0, 0, 0, 0, 0, 0, 0, 0
     if not DENSE and TIER == 0:
@@ -165,20 +193,24 @@ def ada_decode_kernel(
                 ky = tl.where(small, jy.to(tl.float32), rho * sth.to(tl.float32))
                 p_v = A_V + unit * UNIT_V + v_off
             else:
+                # this tile's codes were loaded by the previous tile; issue the next tile's now, so the
+                # HBM latency of the code -> table lookup chain overlaps a whole tile
+                if PREFETCH:
+                    raw = raw_nx
+                    n2 = n1 + BLOCK_N
+                    raw_nx = _load_codes(A_U8, A_I16, A_I32, unit_nx, n2 % PAGE + offs_j, n2 + offs_j < end,
+                                         UNIT_I32, PAGE, HALF, T_PB, T_W, T_WP)
+                else:
+                    raw = _load_codes(A_U8, A_I16, A_I32, unit, rows, mask_n, UNIT_I32, PAGE, HALF, T_PB, T_W, T_WP)
                 if T_PB == 16:
-                    code = tl.load(A_I16 + codes_b // 2 + rows[:, None] * (2 * T_W) + offs_p[None, :],
-                                   mask=mask_n[:, None], other=0).to(tl.int32) & 0xFFFF
+                    code = raw.to(tl.int32) & 0xFFFF
                 elif T_PB == 8:
-                    code = tl.load(A_U8 + codes_b + rows[:, None] * (4 * T_W) + offs_p[None, :],
-                                   mask=mask_n[:, None], other=0).to(tl.int32)
-                elif T_PB == 4:   # one contiguous byte load per two pairs; nibbles interleaved back in registers
-                    byte = tl.load(A_U8 + codes_b + rows[:, None] * (4 * T_W) + tl.arange(0, HALF // 2)[None, :],
-                                   mask=mask_n[:, None], other=0).to(tl.int32)
+                    code = raw.to(tl.int32)
+                elif T_PB == 4:   # one byte per two pairs; nibbles interleaved back in registers
+                    byte = raw.to(tl.int32)
                     code = tl.reshape(tl.join(byte & 15, byte >> 4), [BLOCK_N, HALF])
-                else:   # 5 codes per word: one load per word, codes split into the slot order of q
-                    offs_w = tl.arange(0, T_WP)
-                    word = tl.load(A_I32 + codes_b // 4 + rows[:, None] * T_W + offs_w[None, :],
-                                   mask=mask_n[:, None] & (offs_w < T_W)[None, :], other=0)
+                else:   # 5 codes per word: codes split into the slot order of q
+                    word = raw
                     cm: tl.constexpr = (1 << T_PB) - 1
                     # join adds a minor dim: join(join(c0, c2), join(c1, c3))[n, w, k, j] = c_{2k+j}
                     c02 = tl.join(word & cm, (word >> (2 * T_PB)) & cm)
@@ -311,6 +343,7 @@ def _decode(q: torch.Tensor, cache: AdaCache, dense: bool, sm_scale: float | Non
             TIER=bits if not dense else 0, T_W=t.words(D) if t else 0, T_CPW=t.codes_per_word if t else 0,
             T_PB=t.pair_bits if t else 0, T_TB=t.theta_bits if t else 0, T_VOFF=int(row[6]),
             T_WP=max(16, triton.next_power_of_2(t.words(D))) if t else 16, SPLIT_LUT=bool(cfg.get("split_lut")),
+            PREFETCH=bool(cfg.get("code_prefetch", True)),
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         base += S
     S = S_all
