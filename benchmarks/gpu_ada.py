@@ -230,23 +230,26 @@ def sdpa_time(B: int, T: int, k: torch.Tensor, v: torch.Tensor, q: torch.Tensor)
 
 
 @section
-def throughput(contexts: list[int], best: dict | None, bw: float | None, prerotated_row: bool = False) -> None:
+def throughput(contexts: list[int], best: dict | None, bw: float | None, kinds: tuple | None = None) -> None:
     """Decode step time of dense bf16 / ADA tiers / SDPA at batch 8; GB/s and bytes per token.
-    ``prerotated_row``: also time tier 4 with q already rotated (no rotate launch: Π folded into W_q), and
-    tier 4 with separate θ / ρ lookups (``split_lut``: is the joint table's L1 gather the bottleneck?) and
-    without the code prefetch (``code_prefetch`` off: the kernel before it)."""
+    ``kinds`` (default: dense, every tier, mixed, SDPA) may also name diagnostics of tier 4:
+    "b4-prerotated" (q already rotated: no rotate launch, as with Π folded into W_q), "b4-splitlut"
+    (separate θ / ρ lookups: is the joint table's L1 gather the bottleneck?) and "b4-noprefetch" (the
+    code prefetch off: the kernel before it). Speed-ups use this call's dense row, else an earlier one."""
     B = BATCH
     best = best or {}
     for T in contexts:
         g = torch.Generator(device=DEV).manual_seed(T)
         k, v = keys(B, T, "gauss", g)
         q = torch.randn(B, H_KV * GROUP, D, device=DEV, generator=g).to(DTYPE)
-        base = None
+        base = next((r["ms"] for r in RES["decode"] if r["T"] == T and r["kernel"] == "dense"), None)
         # "mixed": page tiers drawn as an rdr allocation at a 60 % budget lands (mostly tier 4)
         mix = torch.tensor([8, 4, 3])[torch.multinomial(torch.tensor([0.1, 0.8, 0.1]), B * H_KV * (T // PAGE), True,
                                                         generator=torch.Generator().manual_seed(T))]
-        extra = ("b4-prerotated", "b4-splitlut", "b4-noprefetch") if prerotated_row else ()
-        for bits in (0, *TIERS, "mixed", *extra):
+        extra = ("b4-prerotated", "b4-splitlut", "b4-noprefetch")
+        for bits in kinds or (0, *TIERS, "mixed", "sdpa"):
+            if bits == "sdpa":
+                continue
             name = "dense" if bits == 0 else f"ada-{bits}" if bits in ("mixed", *extra) else f"ada-b{bits}"
             if time.time() - T0 > BUDGET_S:
                 log(f"  skipped T={T} {name}: past the {BUDGET_S} s budget")
@@ -279,7 +282,7 @@ def throughput(contexts: list[int], best: dict | None, bw: float | None, prerota
             log(f"  T={T:6d} {name:8s} {ms * 1e3:8.1f} us  {row['GBps']:7.0f} GB/s "
                 f"({(row['frac_copy'] or 0) * 100:4.0f}% of copy)  x{row['speedup_vs_dense'] or 0:.2f} vs dense"
                 f"  {comp}")
-        ms = sdpa_time(B, T, k, v, q) if time.time() - T0 < BUDGET_S else None
+        ms = sdpa_time(B, T, k, v, q) if time.time() - T0 < BUDGET_S and "sdpa" in (kinds or ("sdpa",)) else None
         if ms:
             nbytes = 2 * B * T * H_KV * D * 2
             RES["decode"].append({"T": T, "B": B, "kernel": "torch-sdpa", "ms": ms, "bytes": nbytes,
@@ -314,8 +317,8 @@ def main() -> int:
                     help="short re-measure after a kernel change: correctness, 3 ADA tile configs and the "
                          "throughput rows at 32K (dense at the config measured best in the full run)")
     ap.add_argument("--final", action="store_true",
-                    help="after the q-rotation fix (about 80 s): correctness on small shapes, 3 ADA tile configs "
-                         "at 32K, then throughput at 32K, 8K and 128K (rows past 75 s are skipped)")
+                    help="after the q-rotation fix (about 80 s): correctness on small shapes, 2 ADA tile configs "
+                         "at 32K, throughput at 32K (+ tier-4 diagnostics), 8K and 128K (rows past 72 s skipped)")
     ap.add_argument("--cpu-dry-run", action="store_true",
                     help="no GPU: tiny shapes under TRITON_INTERPRET=1, to check the script itself")
     args = ap.parse_args()
@@ -324,7 +327,7 @@ def main() -> int:
         BATCH = 2
         BUDGET_S = math.inf
     elif args.final:
-        BUDGET_S = 75
+        BUDGET_S = 72
     RES["device"] = torch.cuda.get_device_name() if DEV == "cuda" else "cpu (interpreter dry run)"
     RES["torch"], RES["triton"] = torch.__version__, __import__("triton").__version__
     log(f"{RES['device']} torch {RES['torch']} triton {RES['triton']}")
@@ -332,17 +335,21 @@ def main() -> int:
     correctness([1, 70, 200] if args.cpu_dry_run else [1, 300, 700] if args.final else [1, 700, 2000])
     if args.cpu_dry_run and args.final:
         best = tune(256, False, {"ada-b4": ((16, 4, 1, 2), (16, 4, 1, 4))}) or {}
-        throughput([256, 128], best, bw, prerotated_row=True)
+        throughput([256], best, bw)
+        throughput([256], best, bw, ("b4-noprefetch", "b4-splitlut", "b4-prerotated"))
+        throughput([128], best, bw, (0, 8, 4, 3, "mixed", "sdpa"))
     elif args.cpu_dry_run:
         quality(128)
         best = tune(256, quick=True)
         throughput([256], best, bw)
         encode_speed(128)
     elif args.final:
-        best = tune(32768, False, {"ada-b4": ((64, 4, 2, 2), (64, 8, 2, 2), (64, 8, 3, 2))}) or {}
+        best = tune(32768, False, {"ada-b4": ((64, 4, 2, 2), (64, 8, 2, 2))}) or {}
         best["dense"] = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "ctas_per_sm": 2}
-        throughput([32768], best, bw, prerotated_row=True)
-        throughput([8192, 131072], best, bw)
+        throughput([32768], best, bw)
+        throughput([32768], best, bw, ("b4-noprefetch", "b4-splitlut", "b4-prerotated"))
+        throughput([8192], best, bw)
+        throughput([131072], best, bw, (0, 8, 4, 3, "mixed", "sdpa"))   # tier 2 (off the rdr hull) left out
     elif args.rerun:   # (correctness above already ran)
         best = tune(32768, False, {"ada-b4": ((64, 4, 2, 2), (64, 4, 3, 2), (32, 4, 3, 2))}) or {}
         best["dense"] = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "ctas_per_sm": 2}
