@@ -46,10 +46,10 @@ def _half2(xy):
 
 
 @triton.jit
-def _load_codes(A_U8, A_I16, A_I32, unit, rows, mask_n, UNIT_I32: tl.constexpr, PAGE: tl.constexpr,
-                HALF: tl.constexpr, T_PB: tl.constexpr, T_W: tl.constexpr, T_WP: tl.constexpr):
+def _load_codes(A_U8, A_I16, unit, rows, mask_n, UNIT_I32: tl.constexpr, PAGE: tl.constexpr,
+                HALF: tl.constexpr, T_PB: tl.constexpr, T_W: tl.constexpr):
     """The raw code tile of BLOCK_N token rows of a one-tier page, one contiguous load per row: int16 per
-    pair (tier 8), uint8 per pair (tier 4), uint8 per two pairs (tier 2), int32 per five pairs (tier 3)."""
+    pair (tier 8), uint8 per pair (tier 4), uint8 per two pairs (tier 2)."""
     codes_b = unit * (4 * UNIT_I32) + HDR + 4 * PAGE           # byte offset of the page's codes
     if T_PB == 16:
         raw = tl.load(A_I16 + codes_b // 2 + rows[:, None] * (2 * T_W) + tl.arange(0, HALF)[None, :],
@@ -57,13 +57,10 @@ def _load_codes(A_U8, A_I16, A_I32, unit, rows, mask_n, UNIT_I32: tl.constexpr, 
     elif T_PB == 8:
         raw = tl.load(A_U8 + codes_b + rows[:, None] * (4 * T_W) + tl.arange(0, HALF)[None, :],
                       mask=mask_n[:, None], other=0)
-    elif T_PB == 4:
+    else:
+        tl.static_assert(T_PB == 4, "tier 3 loads its own codes (no prefetch)")
         raw = tl.load(A_U8 + codes_b + rows[:, None] * (4 * T_W) + tl.arange(0, HALF // 2)[None, :],
                       mask=mask_n[:, None], other=0)
-    else:
-        offs_w = tl.arange(0, T_WP)
-        raw = tl.load(A_I32 + codes_b // 4 + rows[:, None] * T_W + offs_w[None, :],
-                      mask=mask_n[:, None] & (offs_w < T_W)[None, :], other=0)
     return raw
 
 
@@ -95,7 +92,7 @@ def ada_decode_kernel(
     UNIT_I32: tl.constexpr, UNIT_V: tl.constexpr, ESIZE: tl.constexpr, DENSE: tl.constexpr,
     DOT_F16: tl.constexpr, STORE_LOGITS: tl.constexpr,
     TIER: tl.constexpr, T_W: tl.constexpr, T_CPW: tl.constexpr, T_PB: tl.constexpr, T_TB: tl.constexpr,
-    T_VOFF: tl.constexpr, T_WP: tl.constexpr, SPLIT_LUT: tl.constexpr, PREFETCH: tl.constexpr,
+    T_VOFF: tl.constexpr, SPLIT_LUT: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """One (KV head, split, sequence): normalized partial output [GROUP, D] and its log2-sum-exp.
 
@@ -127,25 +124,9 @@ def ada_decode_kernel(
         q_s = tl.load(Q + b * stride_q_b + heads[:, None] * stride_q_h + offs_d[None, :], mask=mask_g[:, None],
                       other=0.0)
     else:   # Q holds Πq = (q_x | q_y), rotated outside this kernel
-        q_row = Q + b * stride_q_b + heads[:, None] * stride_q_h
-        if TIER > 0 and T_CPW == 5:
-            # tier 3 (5 codes per word): the codes come in slot order — slot 4w + i holds pair 5w + i
-            # (i < 4), a second tile holds pairs 5w + 4 — so q is gathered into that order once here
-            offs_s = tl.arange(0, 4 * T_WP)
-            p_a = 5 * (offs_s // 4) + offs_s % 4
-            m_a = mask_g[:, None] & ((offs_s // 4 < T_W) & (p_a < HALF))[None, :]
-            p_b = 5 * tl.arange(0, T_WP) + 4
-            m_b = mask_g[:, None] & (p_b < HALF)[None, :]
-            q_x = tl.load(q_row + p_a[None, :], mask=m_a, other=0.0).to(tl.float32) * qk_scale
-            q_y = tl.load(q_row + HALF + p_a[None, :], mask=m_a, other=0.0).to(tl.float32) * qk_scale
-            q_x5 = tl.load(q_row + p_b[None, :], mask=m_b, other=0.0).to(tl.float32) * qk_scale
-            q_y5 = tl.load(q_row + HALF + p_b[None, :], mask=m_b, other=0.0).to(tl.float32) * qk_scale
-            if DOT_F16:
-                q_x5 = q_x5.to(tl.float16)
-                q_y5 = q_y5.to(tl.float16)
-        else:
-            q_x = tl.load(q_row + offs_p[None, :], mask=mask_g[:, None], other=0.0).to(tl.float32) * qk_scale
-            q_y = tl.load(q_row + HALF + offs_p[None, :], mask=mask_g[:, None], other=0.0).to(tl.float32) * qk_scale
+        q_row = Q + b * stride_q_b + heads[:, None] * stride_q_h + offs_p[None, :]
+        q_x = tl.load(q_row, mask=mask_g[:, None], other=0.0).to(tl.float32) * qk_scale
+        q_y = tl.load(q_row + HALF, mask=mask_g[:, None], other=0.0).to(tl.float32) * qk_scale
         if DOT_F16:
             q_x = q_x.to(tl.float16)
             q_y = q_y.to(tl.float16)
@@ -157,8 +138,8 @@ def ada_decode_kernel(
     last_j = (tl.maximum(end, 1) - 1) // PAGE
     unit = tl.load(bt_row + start // PAGE).to(tl.int64)
     if not DENSE and TIER > 0 and PREFETCH:   # the first tile's codes; each tile then loads the next one's
-        raw_nx = _load_codes(A_U8, A_I16, A_I32, unit, start % PAGE + offs_j, start + offs_j < end,
-                             UNIT_I32, PAGE, HALF, T_PB, T_W, T_WP)
+        raw_nx = _load_codes(A_U8, A_I16, unit, start % PAGE + offs_j, start + offs_j < end,
+                             UNIT_I32, PAGE, HALF, T_PB, T_W)
     # runtime-tier path: the page's table row, carried to the next tile like the page index
     n_words, pair_bits, cpw, theta_bits, cs_off, rho_off, v_off, xy_off = 0, 0, 0, 0, 0, 0, 0, 0
     if not DENSE and TIER == 0:
@@ -198,10 +179,10 @@ def ada_decode_kernel(
                 if PREFETCH:
                     raw = raw_nx
                     n2 = n1 + BLOCK_N
-                    raw_nx = _load_codes(A_U8, A_I16, A_I32, unit_nx, n2 % PAGE + offs_j, n2 + offs_j < end,
-                                         UNIT_I32, PAGE, HALF, T_PB, T_W, T_WP)
-                else:
-                    raw = _load_codes(A_U8, A_I16, A_I32, unit, rows, mask_n, UNIT_I32, PAGE, HALF, T_PB, T_W, T_WP)
+                    raw_nx = _load_codes(A_U8, A_I16, unit_nx, n2 % PAGE + offs_j, n2 + offs_j < end,
+                                         UNIT_I32, PAGE, HALF, T_PB, T_W)
+                elif T_PB != 6:
+                    raw = _load_codes(A_U8, A_I16, unit, rows, mask_n, UNIT_I32, PAGE, HALF, T_PB, T_W)
                 if T_PB == 16:
                     code = raw.to(tl.int32) & 0xFFFF
                 elif T_PB == 8:
@@ -209,14 +190,10 @@ def ada_decode_kernel(
                 elif T_PB == 4:   # one byte per two pairs; nibbles interleaved back in registers
                     byte = raw.to(tl.int32)
                     code = tl.reshape(tl.join(byte & 15, byte >> 4), [BLOCK_N, HALF])
-                else:   # 5 codes per word: codes split into the slot order of q
-                    word = raw
-                    cm: tl.constexpr = (1 << T_PB) - 1
-                    # join adds a minor dim: join(join(c0, c2), join(c1, c3))[n, w, k, j] = c_{2k+j}
-                    c02 = tl.join(word & cm, (word >> (2 * T_PB)) & cm)
-                    c13 = tl.join((word >> T_PB) & cm, (word >> (3 * T_PB)) & cm)
-                    code = tl.reshape(tl.join(c02, c13), [BLOCK_N, 4 * T_WP])
-                    kx5, ky5 = _half2(tl.load(XY_LUT + t_xy_off + ((word >> (4 * T_PB)) & cm)))
+                else:   # tier 3, 5 codes per word: the word of each pair, read per pair (5 lanes share one)
+                    word = tl.load(A_I32 + codes_b // 4 + rows[:, None] * T_W + (offs_p // T_CPW)[None, :],
+                                   mask=mask_n[:, None], other=0)
+                    code = (word >> ((offs_p % T_CPW) * T_PB)[None, :]) & ((1 << T_PB) - 1)
                 if T_PB <= 8 and not (SPLIT_LUT and T_CPW != 5):
                     kx, ky = _half2(tl.load(XY_LUT + t_xy_off + code))
                 else:   # separate θ (cos, sin) and ρ lookups: tier 8, or the SPLIT_LUT diagnostic
@@ -233,9 +210,6 @@ def ada_decode_kernel(
                 ky = ky.to(tl.float32)
             s = tl.dot(q_x, tl.trans(kx))
             s = tl.dot(q_y, tl.trans(ky), s)
-            if TIER > 0 and T_CPW == 5:
-                s = tl.dot(q_x5, tl.trans(kx5.to(kx.dtype)), s)
-                s = tl.dot(q_y5, tl.trans(ky5.to(kx.dtype)), s)
             s = s * r[None, :]
         s = tl.where(mask_n[None, :], s, float("-inf"))
         if STORE_LOGITS:
@@ -342,8 +316,8 @@ def _decode(q: torch.Tensor, cache: AdaCache, dense: bool, sm_scale: float | Non
             DOT_F16=cache.dtype in (torch.float16, torch.bfloat16), STORE_LOGITS=logits is not None,
             TIER=bits if not dense else 0, T_W=t.words(D) if t else 0, T_CPW=t.codes_per_word if t else 0,
             T_PB=t.pair_bits if t else 0, T_TB=t.theta_bits if t else 0, T_VOFF=int(row[6]),
-            T_WP=max(16, triton.next_power_of_2(t.words(D))) if t else 16, SPLIT_LUT=bool(cfg.get("split_lut")),
-            PREFETCH=bool(cfg.get("code_prefetch", True)),
+            SPLIT_LUT=bool(cfg.get("split_lut")),
+            PREFETCH=bool(cfg.get("code_prefetch", True)) and bool(t) and t.pair_bits != 6,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         base += S
     S = S_all
