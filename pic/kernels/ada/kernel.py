@@ -2,8 +2,9 @@
 
 The queries are rotated once per step outside the attention kernel (``ada_rotate_q_kernel``, or by the
 caller: Π can be folded into W_q): Πq = (q_x | q_y), q_x = q·Π[:D/2]^T, q_y = q·Π[D/2:]^T, in fp32.
-Holding Π's two [D, D/2] fp32 halves in the attention kernel's prologue made ptxas spill ~1.8 KB per
-thread inside the tile loop (benchmarks/ada_regs_offline.py). Grid (KV head, KV split, sequence). A
+Holding Π's two [D, D/2] fp32 halves in the attention kernel's prologue made ptxas spill ~1.5-2 KB per
+thread (in the prologue, not the tile loop; benchmarks/ada_regs_offline.py). One-tier pages of tiers
+8 / 4 / 2 load the next tile's codes into registers one tile ahead. Grid (KV head, KV split, sequence). A
 program loads its GROUP rotated query heads (padded to BLOCK_G rows), folds in the softmax scale, then
 streams BLOCK_N-token tiles of its split. Per tile it reads the page header (tier), the radii and the packed
 codes, unpacks them in registers — (ρ̂ cos θ̂, ρ̂ sin θ̂) from two small L1-resident tables — and gets
