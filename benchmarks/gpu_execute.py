@@ -31,7 +31,13 @@ from pic.engine.planlog import read_plan_log  # noqa: E402
 from pic.engine.specs import model_from_name  # noqa: E402
 from pic.kernels._testing import rel_rms  # noqa: E402
 from pic.kernels.executor import ExecConfig, Executor  # noqa: E402
-from pic.kernels.executor.calibrate import QUICK_CACHED, QUICK_NEW, CalibrationGrid, calibrate  # noqa: E402
+from pic.kernels.executor.calibrate import (  # noqa: E402
+    QUICK_CACHED,
+    QUICK_NEW,
+    QUICK_ROTATED,
+    CalibrationGrid,
+    calibrate,
+)
 from pic.kernels.executor.device import Runner, median, to_device  # noqa: E402
 from pic.kernels.executor.layout import full_layout  # noqa: E402
 from pic.kernels.model import Model, exec_spec, prefill_reference, random_weights, tiny_model_spec  # noqa: E402
@@ -253,11 +259,11 @@ def idle_power(args, state) -> dict:
 @section("calibrate")
 def calib(args, state) -> dict:
     model = state["model"]
-    grid = CalibrationGrid(new_tokens=QUICK_NEW, cached_tokens=QUICK_CACHED, extra_prefill=(), repeats=3) \
-        if args.quick else CalibrationGrid(repeats=3)
+    grid = CalibrationGrid(new_tokens=QUICK_NEW, cached_tokens=QUICK_CACHED, extra_prefill=(), rotated=QUICK_ROTATED,
+                           repeats=3) if args.quick else CalibrationGrid(repeats=3)
     if args.cpu_test:
-        grid = CalibrationGrid(new_tokens=(1, 48), cached_tokens=(0, 64), decode_seqs=(1, 2),
-                               decode_context=(32, 64), extra_prefill=(), repeats=1)
+        grid = CalibrationGrid(new_tokens=(1, 48, 64), cached_tokens=(0, 64), decode_seqs=(1, 2),
+                               decode_context=(32, 64), extra_prefill=(), rotated=((16, 64), (48, 64)), repeats=1)
     gpu = "h200" if not args.cpu_test else "h200"
     prof, details = calibrate(model, gpu, model.spec.name, grid, args.page, state.get("meter"), 2.0,
                               progress=lambda k, n, what: log(f"   calibrate {k}/{n} {what}") if k % 8 == 0 else None)
@@ -297,6 +303,40 @@ def execute(args, state) -> dict:
             out[name] = {"error": f"{type(e).__name__}: {e}"}
         RESULT["sections"]["execute"] = out
         save()
+    return out
+
+
+@section("fidelity")
+def fidelity(args, state) -> dict:
+    """Each executed Plan re-priced by the cost model (roofline, and calibrated with this run's profile):
+    median / p90 |relative error| against the measured TTFT (the full tables: benchmarks/execute_report.py)."""
+    from pic.engine.calibration import load_profile
+    from pic.engine.cost import CostModel
+    from pic.engine.plan import Plan
+    from pic.engine.specs import gpu_from_name
+    spec = model_from_name(args.model) if not args.cpu_test else None
+    prof = load_profile(OUT / "profile.json")
+    out = {"fit": prof.fit.to_dict() if prof.fit else None}
+    if spec is None:
+        return out
+    gpu = gpu_from_name("h200")
+    models = {"calibrated": CostModel(spec, gpu, profile=prof), "roofline": CostModel(spec, gpu)}
+    for path in args.plans:
+        name = Path(path).stem
+        e = RESULT["sections"].get("execute", {}).get(name, {})
+        if "rows" not in e:
+            continue
+        by = {r.request_id: r for r in read_plan_log(path).requests}
+        res = {}
+        for label, cm in models.items():
+            for what, key, plan_of in (("plan", "ttft_s", lambda r: r.plan),
+                                       ("full", "ttft_full_s", lambda r: Plan.recompute_all(r.num_tokens))):
+                err = np.array([abs(cm.prefill(plan_of(by[x["request_id"]])).time_s / x[key] - 1) for x in e["rows"]])
+                res[f"{label}_{what}"] = {"median": float(np.median(err)), "p90": float(np.percentile(err, 90))}
+        out[name] = res
+        log(f"   {name}: calibrated plan error median {res['calibrated_plan']['median']:.1%} "
+            f"p90 {res['calibrated_plan']['p90']:.1%}; roofline {res['roofline_plan']['median']:.1%}; "
+            f"full prefill calibrated {res['calibrated_full']['median']:.1%}")
     return out
 
 
@@ -389,6 +429,8 @@ def main() -> None:
         calib(args, state)
     if on("execute") and args.plans:
         execute(args, state)
+    if (OUT / "profile.json").exists() and args.plans:
+        fidelity(args, state)
     RESULT["total_seconds"] = time.time() - T0
     save()
     log(f"done; errors: {list(RESULT['errors']) or 'none'}")

@@ -33,10 +33,13 @@ def command(
     layers: LayersOption = None,
     weights: WeightsOption = None,
     new_tokens: Annotated[str, typer.Option(help="Prefill grid: new tokens per forward.")]
-    = "1,16,64,256,1024,4096,8192",
+    = "1,16,32,33,64,128,256,512,1024,2048,4096,8192",
     cached_tokens: Annotated[str, typer.Option(help="Prefill grid: tokens already cached.")] = "0,2048,8192,16384",
     extra: Annotated[str, typer.Option(
         help="Extra prefill points NEW:CACHED beyond the grid (long full prefills).")] = "16384:0",
+    rotated: Annotated[str, typer.Option(
+        help="Prefill points NEW:CACHED whose cached pages are read rotated (the cost of REUSE_ROTATED keys).")]
+    = "16:2048,64:2048,256:2048,1024:2048,16:8192,64:8192,256:8192,1024:8192,16:16384,64:16384,256:16384,1024:16384",
     decode_seqs: Annotated[str, typer.Option(help="Decode grid: sequences per step (batch).")] = "1,8,32,64",
     decode_context: Annotated[str, typer.Option(help="Decode grid: context tokens per sequence (>= 2 values).")]
     = "1024,4096",
@@ -50,7 +53,7 @@ def command(
 ) -> None:
     """Measure prefill/extend and decode step times of MODEL on this GPU over a grid (new tokens x cached tokens, batch x context) and write them as the calibration profile `pic replay --profile` reads.
 
-    Each point is one forward through every layer (embedding to logits), the median of CUDA-graph replays; with --layers the times are scaled to the full depth. Board power (idle, busy) comes from NVML.
+    Each point is one forward through every layer (embedding to logits), the median of CUDA-graph replays; with --layers the times are scaled to the full depth. Board power (idle, busy) comes from NVML. The profile also records the attention layout (extend tile, SM count); `pic replay --profile` fits a Plan's attention makespan to the grid with it (docs/execute.md).
 
     Examples:
 
@@ -73,14 +76,10 @@ def command(
         check_output(output, inputs=[model, weights], force=force, kind="file", option="--output",
                      own=_is_profile)
         if quick:
-            new_tokens, cached_tokens, decode_seqs, decode_context = "1,64,512,2048", "0,4096", "1,16", "1024,4096"
-            extra = ""
-        try:
-            extra_pts = tuple(tuple(int(v) for v in p.split(":")) for p in split_list(extra))
-        except ValueError:
-            raise ValueError(f"--extra: expected NEW:CACHED pairs, got {extra!r}") from None
-        if any(len(p) != 2 or p[0] < 1 or p[1] < 0 for p in extra_pts):
-            raise ValueError(f"--extra: expected NEW:CACHED pairs (NEW >= 1), got {extra!r}")
+            new_tokens, cached_tokens, decode_seqs, decode_context = "1,16,64,512,2048", "0,4096", "1,16", "1024,4096"
+            extra, rotated = "", "16:4096,64:4096,512:4096"
+        extra_pts = _pairs(extra, "--extra", min_cached=0)
+        rotated_pts = _pairs(rotated, "--rotated", min_cached=1)
         device, meter = _open_gpu(not no_energy)
         from pic.kernels.executor.api import build_model, gpu_preset
         from pic.kernels.executor.calibrate import CalibrationGrid, calibrate
@@ -89,7 +88,7 @@ def command(
                                cached_tokens=_ints(cached_tokens, "--cached-tokens"),
                                decode_seqs=_ints(decode_seqs, "--decode-seqs"),
                                decode_context=_ints(decode_context, "--decode-context"), extra_prefill=extra_pts,
-                               repeats=repeats)
+                               rotated=rotated_pts, repeats=repeats)
         label = gpu_from_name(gpu_name.value).name if gpu_name else gpu_preset(device)
         err_console.print(f"building {spec.name} on {label} ...", highlight=False)
         built = build_model(spec, layers=layers, weights=str(weights) if weights else None, device=device)
@@ -114,9 +113,25 @@ def command(
             vals = {c: s for nn, c, s in profile.prefill if nn == n}
             t.add_row(f"{n:,}", *(f"{vals[c] * 1e3:.2f} ms" if c in vals else "" for c in cached))
         console.print(t)
-        console.print(f"decode: {len(profile.decode)} points; board power idle {profile.watts_idle:.0f} W, "
-                      f"busy {profile.watts_busy:.0f} W; layers built {details['layers_built']} of "
-                      f"{details['full_layers']}", highlight=False)
+        console.print(f"decode: {len(profile.decode)} points; rotated: {len(profile.prefill_rotated)} points; "
+                      f"board power idle {profile.watts_idle:.0f} W, busy {profile.watts_busy:.0f} W; layers built "
+                      f"{details['layers_built']} of {details['full_layers']}", highlight=False)
+        f = profile.fit
+        if f is not None:
+            console.print(f"attention makespan fit: {f.slots} concurrent extend programs, "
+                          f"{f.seconds_per_key * 1e9:.1f} ns per key read (whole forward), rotated keys "
+                          f"x{f.rotated_factor:.2f} (decode kernel x{f.decode_rotated_factor:.2f}); grid error "
+                          f"median {f.grid_error:.1%}", highlight=False)
+
+
+def _pairs(text: str, option: str, min_cached: int) -> tuple[tuple[int, int], ...]:
+    try:
+        pts = tuple(tuple(int(v) for v in p.split(":")) for p in split_list(text))
+    except ValueError:
+        raise ValueError(f"{option}: expected NEW:CACHED pairs, got {text!r}") from None
+    if any(len(p) != 2 or p[0] < 1 or p[1] < min_cached for p in pts):
+        raise ValueError(f"{option}: expected NEW:CACHED pairs (NEW >= 1, CACHED >= {min_cached}), got {text!r}")
+    return pts
 
 
 def _is_profile(path: Path) -> bool:

@@ -5,12 +5,20 @@ File format (JSON, written by ``pic calibrate --gpu``; documented in docs/cost-m
     {"format": "pic-calibration/1", "gpu": "h200", "model": "deepseek-v2-lite",
      "watts_busy": 612.0, "watts_idle": 84.0,
      "prefill": [[num_new, num_cached, seconds], ...],
-     "decode":  [[num_seqs, context_tokens, seconds], ...]}
+     "decode":  [[num_seqs, context_tokens, seconds], ...],
+     "prefill_rotated": [[num_new, num_cached, seconds], ...],          # optional
+     "extend": {"tokens_per_program": 4, "head_groups": 1, "sm_count": 132, "decode_max_new": 32}}  # optional
 
 Prefill time is interpolated piecewise-linearly in ``num_new`` within each measured ``num_cached`` row
 group, then linearly across groups (linear extrapolation outside the grid). Decode time is a least-squares
 line ``a + b * context_tokens`` per ``num_seqs`` group, with ``a`` and ``b`` interpolated linearly in
 ``num_seqs`` -- so decode time stays exactly affine in context, as the serving model needs.
+
+A Plan with several RECOMPUTE runs is priced by ``plan_seconds``: with an ``extend`` block (profiles from
+``pic calibrate`` since #11's fidelity fix) the forward is the measured c = 0 forward of its new tokens plus
+the attention makespan of its sequences on the extend kernel (``pic.engine.attn_waves``, fitted to this
+profile's own grid, ``prefill_rotated`` rows giving the cost of rotated keys); without it, one forward over
+the equivalent cached length with the same query-key pairs.
 """
 
 from __future__ import annotations
@@ -18,9 +26,12 @@ from __future__ import annotations
 import bisect
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pic.engine.attn_waves import ExtendFit, ExtendShape, Seq, fit_extend, makespan
 
 FORMAT = "pic-calibration/1"
 
@@ -36,6 +47,10 @@ class CalibrationProfile:
     watts_busy: float = field(metadata={"help": "measured board power while busy, W"})
     watts_idle: float = field(metadata={"help": "measured board power while idle, W"})
     source: str = field(default="<memory>", metadata={"help": "file it was loaded from (for errors)"})
+    prefill_rotated: tuple[tuple[int, int, float], ...] = field(default=(), metadata={
+        "help": "(num_new, num_cached, seconds) rows whose cached pages are read rotated (δ != 0)"})
+    extend: ExtendShape | None = field(default=None, metadata={"help": "attention layout facts (pic calibrate)"})
+    fit: ExtendFit | None = field(default=None, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         where = self.source
@@ -43,9 +58,9 @@ class CalibrationProfile:
             raise ValueError(f"{where}: gpu/model: must be non-empty names")
         if not (self.watts_busy > 0 and 0 <= self.watts_idle <= self.watts_busy):
             raise ValueError(f"{where}: watts_busy/watts_idle: need 0 <= idle <= busy and busy > 0")
-        for table, min_x in (("prefill", 1), ("decode", 1)):
+        for table, min_x in (("prefill", 1), ("decode", 1), ("prefill_rotated", 1)):
             rows = getattr(self, table)
-            if not rows:
+            if not rows and table != "prefill_rotated":
                 raise ValueError(f"{where}: {table}: needs at least one row")
             for i, (x, y, s) in enumerate(rows):
                 if x < min_x or y < 0 or not (s > 0 and math.isfinite(s)):
@@ -54,6 +69,14 @@ class CalibrationProfile:
         for n, line in _decode_lines(self.decode).items():
             if line is None:
                 raise ValueError(f"{where}: decode: num_seqs={n} needs rows at >= 2 distinct context_tokens")
+        if self.extend is not None:
+            e = self.extend
+            if min(e.tokens_per_program, e.head_groups, e.sm_count) < 1 or e.decode_max_new < 0:
+                raise ValueError(f"{where}: extend: tokens_per_program, head_groups, sm_count must be >= 1 and "
+                                 f"decode_max_new >= 0")
+            plain = {(n, c): s for n, c, s in self.prefill}
+            rot = {(n, c): s for n, c, s in self.prefill_rotated}
+            object.__setattr__(self, "fit", fit_extend(e, plain, rot, lambda n: self.prefill_seconds(n, 0)))
 
     # ---- Public API -------------------------------------------------------------------------------
     def prefill_seconds(self, num_new: int, num_cached: float) -> float:
@@ -72,6 +95,28 @@ class CalibrationProfile:
             t = t1 if num_cached > c1 else t0   # never extrapolate a decreasing trend
         return max(t, 0.0)
 
+    def plan_seconds(self, seqs: Sequence[Seq]) -> float:
+        """Seconds of one forward whose attention runs ``seqs`` = (new tokens, plain cached keys before them,
+        rotated cached keys before them), one per RECOMPUTE run of a Plan (see the module docstring)."""
+        num_new = sum(n for n, _, _ in seqs)
+        if num_new <= 0:
+            return 0.0
+        ctx_pairs = sum(n * (p + r) for n, p, r in seqs)
+        pairs = ctx_pairs + sum(n * (n + 1) / 2 for n, _, _ in seqs)
+        c_eq = max((pairs - num_new * (num_new + 1) / 2) / num_new, 0.0)
+        fit, shape = self.fit, self.extend
+        if fit is None or shape is None:
+            return self.prefill_seconds(num_new, c_eq)
+        if num_new <= shape.decode_max_new:   # one-token sequences through the split-KV decode kernel
+            t = self.prefill_seconds(num_new, c_eq)
+            rot_pairs = sum(n * r for n, _, r in seqs)
+            if rot_pairs and ctx_pairs:
+                t0 = self.prefill_seconds(num_new, 0)
+                t = t0 + (t - t0) * (1.0 + rot_pairs / ctx_pairs * (fit.decode_rotated_factor - 1.0))
+            return max(t, 0.0)
+        attn = makespan(seqs, shape, fit.slots, fit.rotated_factor) - makespan([(num_new, 0, 0)], shape, fit.slots)
+        return max(self.prefill_seconds(num_new, 0) + fit.seconds_per_key * attn, 0.0)
+
     def decode_coeffs(self, num_seqs: int) -> tuple[float, float]:
         """``(fixed_s, per_context_token_s)`` of a decode step of ``num_seqs`` sequences (both >= 0)."""
         if num_seqs <= 0:
@@ -89,9 +134,14 @@ class CalibrationProfile:
         return max(a, 0.0), max(b, 0.0)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "gpu": self.gpu, "model": self.model, "watts_busy": self.watts_busy,
-                "watts_idle": self.watts_idle, "prefill": [list(r) for r in self.prefill],
-                "decode": [list(r) for r in self.decode]}
+        out = {"format": FORMAT, "gpu": self.gpu, "model": self.model, "watts_busy": self.watts_busy,
+               "watts_idle": self.watts_idle, "prefill": [list(r) for r in self.prefill],
+               "decode": [list(r) for r in self.decode]}
+        if self.prefill_rotated:
+            out["prefill_rotated"] = [list(r) for r in self.prefill_rotated]
+        if self.extend is not None:
+            out["extend"] = self.extend.to_dict()
+        return out
 
 
 # ---- Internal helpers -----------------------------------------------------------------------------
@@ -183,9 +233,22 @@ def load_profile(path: str | Path) -> CalibrationProfile:
     for k in ("watts_busy", "watts_idle"):
         if not isinstance(cfg.get(k), (int, float)) or isinstance(cfg.get(k), bool):
             raise ValueError(f"{path}: {k}: missing or not a number")
+    rotated = _rows(path, cfg, "prefill_rotated") if "prefill_rotated" in cfg else ()
     return CalibrationProfile(gpu=cfg["gpu"].lower(), model=cfg["model"].lower(), prefill=_rows(path, cfg, "prefill"),
                               decode=_rows(path, cfg, "decode"), watts_busy=float(cfg["watts_busy"]),
-                              watts_idle=float(cfg["watts_idle"]), source=str(path))
+                              watts_idle=float(cfg["watts_idle"]), source=str(path), prefill_rotated=rotated,
+                              extend=_extend(path, cfg["extend"]) if "extend" in cfg else None)
+
+
+def _extend(path: Path, obj: Any) -> ExtendShape:
+    keys = ("tokens_per_program", "head_groups", "sm_count", "decode_max_new")
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}: extend: expected an object with {', '.join(keys)}")
+    for k in keys:
+        v = obj.get(k)
+        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if k == "decode_max_new" else 1):
+            raise ValueError(f"{path}: extend.{k}: missing or not an integer >= {0 if k == 'decode_max_new' else 1}")
+    return ExtendShape(**{k: obj[k] for k in keys})
 
 
 def write_profile(profile: CalibrationProfile, path: str | Path) -> None:

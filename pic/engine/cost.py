@@ -143,10 +143,12 @@ class CostModel:
                    + self._phase(0.0, reenc_b) + transfer_s)
         t_lin, t_att = self._phase(lin_f, lin_b), self._phase(att_f, att_b)
         roof = t_lin + t_att + self.config.step_overhead_s
-        if self.profile is not None:
-            main_s = self.profile.prefill_seconds(num_new, _equivalent_cached(chunks))
-        else:
+        if self.profile is None:
             main_s = roof
+        elif self.profile.extend is not None and not r:
+            main_s = self.profile.plan_seconds(exec_sequences(plan))
+        else:
+            main_s = self.profile.prefill_seconds(num_new, _equivalent_cached(chunks))
         time_s = main_s + extra_s
         # attention layers = everything but the LM head's share of the linear phase and the overhead
         lm = (self._lm_flops / lin_f) if lin_f / self._peak >= lin_b / self._bw else (self._lm_bytes / lin_b)
@@ -277,6 +279,34 @@ class CostModel:
 
     def _phase(self, flops: float, nbytes: float) -> float:
         return max(flops / self._peak, nbytes / self._bw)
+
+
+def exec_sequences(plan: Plan) -> list[tuple[int, int, int]]:
+    """The attention sequences of ``plan`` run as one forward, as the executor lays them out
+    (pic/kernels/executor/layout.py): one per run of consecutive RECOMPUTE tokens, as (new tokens, plain keys
+    before them, rotated keys before them); recomputed and δ = 0 reused keys are plain, REUSE_ROTATED keys
+    rotated. The last prompt token always runs (its logits are the first output token)."""
+    last = plan.num_tokens - 1
+    seqs: list[tuple[int, int, int]] = []
+    rot = run = 0   # rotated tokens before the current run; length of the current run
+    for s in plan.spans:
+        a, b = s.start, s.end
+        if s.action == Action.RECOMPUTE:
+            run += b - a
+            continue
+        if b > last >= a:   # the last token is taken out of a reused span
+            b = last
+        if b > a:
+            if run:
+                seqs.append((run, a - run - rot, rot))
+                run = 0
+            if s.action == Action.REUSE_ROTATED:
+                rot += b - a
+        if s.end > last >= s.start:
+            run += 1
+    if run:
+        seqs.append((run, plan.num_tokens - run - rot, rot))
+    return seqs
 
 
 def _equivalent_cached(chunks: Sequence[tuple[int, int]]) -> float:

@@ -150,3 +150,39 @@ def test_batch_fields_cover_the_kernel_inputs():
     names = set(Batch.__dataclass_fields__)
     assert {"token_ids", "positions", "dst_rows", "block_table", "block_delta", "run_end", "seq_lens", "cu_q",
             "max_new", "logit_rows", "copies", "decode", "max_seq_len"} == names
+
+
+def test_cost_model_sequences_match_the_layout():
+    """The calibrated cost model prices the attention sequences the executor runs (pic.engine.cost.exec_sequences)."""
+    from pic.engine.cost import exec_sequences
+
+    log = _log()
+    own = {0: np.arange(5, dtype=np.int32), 1: np.arange(5, 10, dtype=np.int32)}
+    for i in (1, 2):
+        r, srcs = log.requests[i], log.resolve_sources(i)
+        scratch = np.arange(20, 20 + -(-owned_rows_needed(r.plan, srcs, PAGE) // PAGE), dtype=np.int32)
+        hb = plan_layout(r.tokens, r.plan, srcs, own, scratch, PAGE, 10**6)
+        seqs = exec_sequences(r.plan)
+        news = np.diff(hb.cu_q)
+        assert [n for n, _, _ in seqs] == news.tolist()
+        assert [p + q for _, p, q in seqs] == (hb.seq_lens - news).tolist()
+        assert sum(q for _, _, q in seqs) > 0   # both plans read rotated keys
+
+
+def test_calibrate_records_rotated_points_and_the_attention_layout(one_layer):
+    """`calibrate` on the interpreter: the profile has the rotated rows (cached pages read with δ != 0) and
+    the extend layout facts the cost model fits with; the rotated batch differs from the plain one by δ only."""
+    from pic.kernels.executor.calibrate import ROTATION_DELTA, CalibrationGrid, _prefill_batch, calibrate
+
+    plain = _prefill_batch(40, 40, PAGE, 512, np.random.default_rng(0))
+    rot = _prefill_batch(40, 40, PAGE, 512, np.random.default_rng(0), ROTATION_DELTA)
+    assert rot.block_delta.tolist() == [[ROTATION_DELTA, ROTATION_DELTA, 0, 0]]   # 64 cached rows, then new
+    assert plain.block_delta.tolist() == [[0, 0, 0, 0]] and (rot.token_ids == plain.token_ids).all()
+    grid = CalibrationGrid(new_tokens=(40,), cached_tokens=(0, 32), extra_prefill=(), rotated=((40, 32),),
+                           decode_seqs=(1,), decode_context=(16, 32), repeats=1)
+    prof, details = calibrate(one_layer, "h200", "tiny-mla", grid, page=PAGE)
+    assert [r[:2] for r in prof.prefill] == [(40, 0), (40, 32)] and [r[:2] for r in prof.prefill_rotated] == [(40, 32)]
+    assert prof.extend.tokens_per_program == TILE["BLOCK_T"] and prof.extend.decode_max_new == 32
+    assert prof.extend.head_groups == -(-one_layer.spec.num_heads // TILE["BLOCK_HH"])
+    assert all(s > 0 for *_, s in prof.prefill + prof.prefill_rotated + prof.decode)
+    assert {d["kind"] for d in details["points"]} == {"prefill", "rotated", "decode"}

@@ -75,6 +75,8 @@ class Executor:
 
     def run(self, indices: list[int], progress: Callable[[int, int, str], None] | None = None) -> list[dict[str, Any]]:
         """Execute the log requests ``indices`` (in order) and return one measurement row per request."""
+        if not indices:
+            return []
         sources, need = self.plan_pages(indices)
         self._alloc_cache(need)
         rows = []
