@@ -254,44 +254,12 @@ def execute_into_run_dir(trace: Any, config: ReplayConfig, run_dir: Path, gpu_ct
 
 def print_comparison(rows: list[dict[str, Any]], s: dict[str, Any], where: Path) -> None:
     """`pic report` on a folder with measurements.parquet: measured beside predicted, per metric."""
-    def col(name: str) -> list[float]:
-        return [float(r.get(name, math.nan)) for r in rows]
+    from pic.engine.report.measured import measured_rows, measured_title
 
-    def p50(xs: list[float]) -> float:
-        xs = sorted(x for x in xs if math.isfinite(x))
-        return xs[len(xs) // 2] if xs else math.nan
-
-    scaled = s.get("depth_scale", 1.0) != 1.0
-    t = Table(title=f"{where}: {s.get('policy')} on {s.get('model')} · {s.get('gpu')} · {s.get('requests')} executed"
-                    + (f" ({s.get('layers_built')} of {s.get('full_layers')} layers, scaled)" if scaled else ""),
-              title_justify="left")
-    for c in ("metric", "measured", "predicted", "error"):
+    t = Table(title=measured_title(where, s), title_justify="left")
+    heads, body = measured_rows(rows, s)
+    for c in ("metric", *heads):
         t.add_column(c, justify="left" if c == "metric" else "right")
-
-    def row(label: str, meas: float, pred: float, fmt: str, unit: float = 1.0) -> None:
-        err = (pred - meas) / meas if math.isfinite(meas) and meas and math.isfinite(pred) else math.nan
-        t.add_row(label, _num(meas * unit, fmt), _num(pred * unit, fmt), _num(err, "+.1%"))
-
-    row("TTFT p50, ms", p50(col("ttft_s")), p50(col("predicted_ttft_s")), ".2f", 1e3)
-    row("full-prefill TTFT p50, ms", p50(col("ttft_full_s")), p50(col("predicted_full_s")), ".2f", 1e3)
-    ratio = [a / b for a, b in zip(col("ttft_s"), col("ttft_full_s"), strict=True)]
-    pratio = [a / b for a, b in zip(col("predicted_ttft_s"), col("predicted_full_s"), strict=True)]
-    row("TTFT / full prefill p50", p50(ratio), p50(pratio), ".3f")
-    row("joules per request", _mean(col("joules")), _mean(col("predicted_joules")), ".2f")
-    row("joules per full prefill", _mean(col("joules_full")), _mean(col("predicted_full_joules")), ".2f")
-    row("energy saved per hit", s.get("energy_saved_hits_total", math.nan),
-        1 - sum(col("predicted_joules")) / max(sum(col("predicted_full_joules")), 1e-30), ".1%")
-    t.add_row("HBM bytes / full prefill", _num(s.get("hbm_ratio_total"), ".3f"), "", "")
-    f = s.get("fidelity", {})
-    t.add_row("predicted TTFT error, median |rel|", "", "", _num(f.get("ttft_mare"), ".1%"))
-    t.add_row("reuse (tokens)", _num(s.get("reuse"), ".1%"), "", "")
-    dev = s.get("deviation", {})
-    if dev:
-        t.add_row("output deviation p50 (rel. L2) / top-1 agreement", _num(dev.get("out_dev_p50"), ".1e"),
-                  _num(dev.get("top1_agreement"), ".0%"), "")
+    for label, vals in body:
+        t.add_row(label, *vals)
     console.print(t)
-
-
-def _mean(xs: list[float]) -> float:
-    xs = [x for x in xs if math.isfinite(x)]
-    return sum(xs) / len(xs) if xs else math.nan

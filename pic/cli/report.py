@@ -60,17 +60,18 @@ def command(
 
         measured = [(d, *read_measurements(d)) for d in run_dirs if has_measurements(d)]
         replays = [d for d in run_dirs if not has_measurements(d) or (d / "requests.parquet").exists()]
-        if not replays and (html or md or plots):
-            raise ValueError("--html/--md/--plots: need at least one replay run dir (measured-only folders "
-                             "are shown in the terminal and in --json)")
-        rep = make_report(replays, html_path=html, md_path=md, plots_dir=plots, force=force) if replays else None
+        if not replays and plots:
+            raise ValueError("--plots: needs at least one replay run dir (a measured-only folder has no plots; "
+                             "--html/--md show its measured table)")
+        rep = make_report(replays, html_path=html, md_path=md, plots_dir=plots, force=force, measured=measured) \
+            if replays or html or md else None
     if as_json:
-        doc = to_json(rep.data) if rep is not None else {}
+        doc = to_json(rep.data) if rep is not None and rep.data is not None else {}
         if measured:
             doc["measured"] = {str(d): s for d, _, s in measured}
         typer.echo(json.dumps(doc, indent=2, default=str))
     else:
-        if rep is not None:
+        if rep is not None and rep.data is not None:
             _print_tables(rep)
         from pic.cli.execute import print_comparison
 
@@ -78,7 +79,7 @@ def command(
             print_comparison(rows, s, d)
     if rep is None:
         return
-    for w in rep.data.warnings:
+    for w in rep.data.warnings if rep.data is not None else []:
         print_warning(w)
     out = err_console if as_json else console
     if plots:

@@ -7,6 +7,7 @@ File format (JSON, written by ``pic calibrate --gpu``; documented in docs/cost-m
      "prefill": [[num_new, num_cached, seconds], ...],
      "decode":  [[num_seqs, context_tokens, seconds], ...],
      "prefill_rotated": [[num_new, num_cached, seconds], ...],          # optional
+     "power": [[num_new, num_cached, watts], ...],                       # optional: board power by forward size
      "extend": {"tokens_per_program": 4, "head_groups": 1, "sm_count": 132, "decode_max_new": 32}}  # optional
 
 Prefill time is interpolated piecewise-linearly in ``num_new`` within each measured ``num_cached`` row
@@ -50,6 +51,8 @@ class CalibrationProfile:
     prefill_rotated: tuple[tuple[int, int, float], ...] = field(default=(), metadata={
         "help": "(num_new, num_cached, seconds) rows whose cached pages are read rotated (δ != 0)"})
     extend: ExtendShape | None = field(default=None, metadata={"help": "attention layout facts (pic calibrate)"})
+    power: tuple[tuple[int, int, float], ...] = field(default=(), metadata={
+        "help": "(num_new, num_cached, watts) rows: board power of sustained forwards by size"})
     fit: ExtendFit | None = field(default=None, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -58,9 +61,9 @@ class CalibrationProfile:
             raise ValueError(f"{where}: gpu/model: must be non-empty names")
         if not (self.watts_busy > 0 and 0 <= self.watts_idle <= self.watts_busy):
             raise ValueError(f"{where}: watts_busy/watts_idle: need 0 <= idle <= busy and busy > 0")
-        for table, min_x in (("prefill", 1), ("decode", 1), ("prefill_rotated", 1)):
+        for table, min_x in (("prefill", 1), ("decode", 1), ("prefill_rotated", 1), ("power", 1)):
             rows = getattr(self, table)
-            if not rows and table != "prefill_rotated":
+            if not rows and table in ("prefill", "decode"):
                 raise ValueError(f"{where}: {table}: needs at least one row")
             for i, (x, y, s) in enumerate(rows):
                 if x < min_x or y < 0 or not (s > 0 and math.isfinite(s)):
@@ -117,6 +120,25 @@ class CalibrationProfile:
         attn = makespan(seqs, shape, fit.slots, fit.rotated_factor) - makespan([(num_new, 0, 0)], shape, fit.slots)
         return max(self.prefill_seconds(num_new, 0) + fit.seconds_per_key * attn, 0.0)
 
+    def watts_for(self, num_new: int) -> float:
+        """Board power of a forward of ``num_new`` new tokens: the ``power`` rows interpolated linearly in
+        log(num_new) (held flat outside them; rows at several cached lengths averaged per num_new), else
+        ``watts_busy``."""
+        if not self.power or num_new <= 0:
+            return self.watts_busy
+        pts: dict[int, list[float]] = {}
+        for n, _, w in self.power:
+            pts.setdefault(n, []).append(w)
+        xs = sorted(pts)
+        ws = [sum(pts[x]) / len(pts[x]) for x in xs]
+        if num_new <= xs[0]:
+            return ws[0]
+        if num_new >= xs[-1]:
+            return ws[-1]
+        j = bisect.bisect_right(xs, num_new)
+        f = (math.log(num_new) - math.log(xs[j - 1])) / (math.log(xs[j]) - math.log(xs[j - 1]))
+        return ws[j - 1] + f * (ws[j] - ws[j - 1])
+
     def decode_coeffs(self, num_seqs: int) -> tuple[float, float]:
         """``(fixed_s, per_context_token_s)`` of a decode step of ``num_seqs`` sequences (both >= 0)."""
         if num_seqs <= 0:
@@ -141,6 +163,8 @@ class CalibrationProfile:
             out["prefill_rotated"] = [list(r) for r in self.prefill_rotated]
         if self.extend is not None:
             out["extend"] = self.extend.to_dict()
+        if self.power:
+            out["power"] = [list(r) for r in self.power]
         return out
 
 
@@ -234,10 +258,11 @@ def load_profile(path: str | Path) -> CalibrationProfile:
         if not isinstance(cfg.get(k), (int, float)) or isinstance(cfg.get(k), bool):
             raise ValueError(f"{path}: {k}: missing or not a number")
     rotated = _rows(path, cfg, "prefill_rotated") if "prefill_rotated" in cfg else ()
+    power = _rows(path, cfg, "power") if "power" in cfg else ()
     return CalibrationProfile(gpu=cfg["gpu"].lower(), model=cfg["model"].lower(), prefill=_rows(path, cfg, "prefill"),
                               decode=_rows(path, cfg, "decode"), watts_busy=float(cfg["watts_busy"]),
                               watts_idle=float(cfg["watts_idle"]), source=str(path), prefill_rotated=rotated,
-                              extend=_extend(path, cfg["extend"]) if "extend" in cfg else None)
+                              extend=_extend(path, cfg["extend"]) if "extend" in cfg else None, power=power)
 
 
 def _extend(path: Path, obj: Any) -> ExtendShape:

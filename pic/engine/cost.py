@@ -155,7 +155,7 @@ class CostModel:
         attn_s = (t_lin * (1.0 - lm) + t_att) * (main_s / roof) + self._phase(rot_f, rot_b)
         return PrefillCost(flops=lin_f + att_f + rot_f + comp_f,
                            hbm_bytes=lin_b + att_b + rec_b + rot_b + comp_b + reenc_b,
-                           time_s=time_s, joules=time_s * self.busy_watts, cache_read_bytes=cache_read,
+                           time_s=time_s, joules=time_s * self._watts(num_new), cache_read_bytes=cache_read,
                            rotation_flops=rot_f, rotation_bytes=rot_b, transfer_bytes=host_b + disk_b,
                            attn_layer_s=attn_s, attn_tokens=num_new)
 
@@ -276,6 +276,10 @@ class CostModel:
             return self._w_dense
         touched = m.num_experts * (1.0 - (1.0 - m.num_experts_active / m.num_experts) ** num_tokens)
         return self._w_dense + touched * self._w_expert
+
+    def _watts(self, num_new: int) -> float:
+        """Board power of a forward of ``num_new`` tokens: the profile's power by size, else busy_watts."""
+        return self.profile.watts_for(num_new) if self.profile is not None else self.gpu.busy_watts
 
     def _phase(self, flops: float, nbytes: float) -> float:
         return max(flops / self._peak, nbytes / self._bw)

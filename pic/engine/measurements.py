@@ -45,6 +45,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "predicted_full_s": ("float64", "cost model: full prefill executed alone"),
     "predicted_joules": ("float64", "cost model joules of the Plan"),
     "predicted_full_joules": ("float64", "cost model joules of the full prefill"),
+    "predicted_hbm_bytes": ("float64", "cost model HBM bytes of the Plan"),
+    "predicted_full_hbm_bytes": ("float64", "cost model HBM bytes of the full prefill"),
     "sim_ttft_s": ("float64", "the replay's TTFT of the request (with queueing)"),
     "out_dev": ("float64", "rel. L2 of the final hidden state, Plan vs full prefill"),
     "top1_match": ("bool", "first output token equal, Plan vs full prefill"),
@@ -85,6 +87,8 @@ def summarize(rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) ->
             watts_p50=_q(col("watts"), 50), watts_full_p50=_q(col("watts_full"), 50))
     out["fidelity"] = {
         "ttft_mare": _mare(col("predicted_ttft_s"), t), "ttft_full_mare": _mare(col("predicted_full_s"), tf),
+        "ttft_p90_are": _q(np.abs(col("predicted_ttft_s") - t) / t, 90),
+        "hbm_bytes_mare": _mare(col("predicted_hbm_bytes"), col("hbm_bytes")),
         "joules_mare": _mare(col("predicted_joules"), j), "joules_full_mare": _mare(col("predicted_full_joules"), jf),
         "ttft_bias": _bias(col("predicted_ttft_s"), t), "ttft_full_bias": _bias(col("predicted_full_s"), tf)}
     if "out_dev" in rows[0]:

@@ -11,6 +11,7 @@ at the span's source position (the executor reads that request's KV). Pure Pytho
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +23,9 @@ import numpy as np
 from pic.engine.plan import Action, Plan, Span
 
 FORMAT = "pic-plans/1"
-_FLOATS = ("sim_ttft_s", "predicted_s", "predicted_joules", "predicted_full_s", "predicted_full_joules", "roofline_s")
+_FLOATS = ("sim_ttft_s", "predicted_s", "predicted_joules", "predicted_full_s", "predicted_full_joules", "roofline_s",
+           "predicted_hbm_bytes", "predicted_full_hbm_bytes")
+_NAN_IF_ABSENT = ("predicted_hbm_bytes", "predicted_full_hbm_bytes")   # logs written before they existed
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +44,8 @@ class PlannedRequest:
     predicted_full_s: float = 0.0
     predicted_full_joules: float = 0.0
     roofline_s: float = 0.0    # the uncalibrated (roofline) price of the Plan, = predicted_s without a profile
+    predicted_hbm_bytes: float = float("nan")       # the cost model's HBM bytes of the Plan / of the full prefill
+    predicted_full_hbm_bytes: float = float("nan")
 
     @property
     def num_tokens(self) -> int:
@@ -180,7 +185,8 @@ def read_plan_log(path: str | os.PathLike) -> PlanLog:
         except (ValueError, TypeError) as e:
             raise ValueError(f"{path}: row {k}: plan: {e}") from None
         out.append(PlannedRequest(int(d["order"][k]), int(d["request_id"][k]), int(d["replica"][k]), tokens, plan,
-                                  *(float(d[c][k]) if c in d else 0.0 for c in _FLOATS)))
+                                  *(float(d[c][k]) if c in d else (math.nan if c in _NAN_IF_ABSENT else 0.0)
+                                    for c in _FLOATS)))
     return PlanLog(out, json.loads(meta.get(b"pic_meta", b"{}")))
 
 
@@ -224,7 +230,7 @@ def record_plans(trace: Any, config: Any, policy: str,
         roof = pc.time_s if cost.profile is None else roofline.prefill(plan).time_s
         out.append(PlannedRequest(order, rid, replica, np.array(tokens, dtype=np.int32), plan,
                                   (r.first_token_us - r.arrival_us) / 1e6, pc.time_s, pc.joules,
-                                  full.time_s, full.joules, roof))
+                                  full.time_s, full.joules, roof, pc.hbm_bytes, full.hbm_bytes))
     meta = {"trace": getattr(trace, "source", ""), "policy": policy, "model": model.name, "gpu": gpu.name,
             "replay": config.to_dict(), "policy_config": pols[0].describe(),
             "cost": {"profile": None if cost.profile is None else cost.profile.source}}

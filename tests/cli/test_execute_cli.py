@@ -98,20 +98,75 @@ def test_bundled_profile_by_name(tmp_path):
     assert res.exit_code == 0, res.output
 
 
+def _rows(n: int = 4) -> list[dict]:
+    return [{"request_id": i, "prompt_tokens": 1000, "reused_tokens": 900, "ttft_s": 0.02, "ttft_full_s": 0.1,
+             "hbm_bytes": 1e9, "hbm_bytes_full": 4e9, "joules": 5.0, "joules_full": 25.0, "joules_dyn": 1.0,
+             "joules_dyn_full": 5.0, "predicted_ttft_s": 0.025, "predicted_full_s": 0.09, "predicted_joules": 6.0,
+             "predicted_full_joules": 24.0, "predicted_hbm_bytes": 1.5e9, "predicted_full_hbm_bytes": 4e9}
+            for i in range(n)]
+
+
 def test_report_shows_measured_beside_predicted(tmp_path):
     """`pic report` on a pic execute folder prints the measured/predicted table (and --json carries it)."""
-    rows = [{"request_id": i, "prompt_tokens": 1000, "reused_tokens": 900, "ttft_s": 0.02, "ttft_full_s": 0.1,
-             "hbm_bytes": 1.0, "hbm_bytes_full": 4.0, "joules": 5.0, "joules_full": 25.0, "joules_dyn": 1.0,
-             "joules_dyn_full": 5.0, "predicted_ttft_s": 0.025, "predicted_full_s": 0.09, "predicted_joules": 6.0,
-             "predicted_full_joules": 24.0} for i in range(4)]
+    rows = _rows()
     out = write_measurements(tmp_path / "exec", rows, summarize(rows, {"policy": "irminsul", "model": "m"}))
     res = runner.invoke(app, ["report", str(out)])
     assert res.exit_code == 0, res.output
     assert "TTFT / full prefill p50" in res.output and "+25.0%" in res.output
+    assert "HBM bytes per request, GB" in res.output and "+50.0%" in res.output   # 1.5 GB predicted vs 1.0
     js = runner.invoke(app, ["report", str(out), "--json"])
     doc = json.loads(js.output)
     assert doc["measured"][str(out)]["ttft_ratio_p50"] == pytest.approx(0.2)
-    _one_line_error(runner.invoke(app, ["report", str(out), "--md", str(tmp_path / "r.md")]), "replay run dir")
+    assert doc["measured"][str(out)]["fidelity"]["hbm_bytes_mare"] == pytest.approx(0.5)
+    _one_line_error(runner.invoke(app, ["report", str(out), "--plots", str(tmp_path / "pl")]), "replay run dir")
+    assert not (tmp_path / "pl").exists()
+
+
+def _measured_cells(text: str, label: str) -> list[str]:
+    """The cells of the Markdown row ``label`` of the measured table."""
+    line = next(ln for ln in text.splitlines() if ln.startswith(f"| {label} |"))
+    return [c.strip() for c in line.strip("|").split("|")][1:]
+
+
+def test_report_html_and_markdown_of_a_measured_folder(tmp_path):
+    """--html / --md of a `pic execute` folder: the measured-vs-predicted table (TTFT, HBM bytes, joules),
+    names escaped, the HTML self-contained."""
+    rows = _rows()
+    rows[0]["ttft_s"] = 0.04    # one slow request: p50 stays 20 ms (linear interpolation), the mean moves
+    out = write_measurements(tmp_path / "exec", rows, summarize(rows, {"policy": "<script>x|y", "model": "m",
+                                                                        "gpu": "NVIDIA H200", "priced_with": "p.json"}))
+    res = runner.invoke(app, ["report", str(out), "--html", str(tmp_path / "r.html"), "--md", str(tmp_path / "r.md")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "r.md").read_text()
+    assert "## Measured on the GPU" in md and "predicted with p.json" in md
+    assert _measured_cells(md, "TTFT p50, ms") == ["20.00", "25.00", "+25.0%"]
+    assert _measured_cells(md, "HBM bytes per request, GB") == ["1.00", "1.50", "+50.0%"]
+    assert _measured_cells(md, "joules per full prefill") == ["25.00", "24.00", "-4.0%"]
+    assert _measured_cells(md, "energy saved per hit") == ["80.0%", "75.0%", "-6.3%"]
+    assert "<script>" not in md and "&lt;script&gt;x\\|y" in md
+    page = (tmp_path / "r.html").read_text()
+    assert "<h2>Measured on the GPU</h2>" in page and "<td>+50.0%</td>" in page and "&lt;script&gt;" in page
+    assert "<script" not in page.replace("&lt;script", "") and "src='http" not in page and "<link" not in page
+    # outputs pic wrote may be replaced; the measured folder's own files are never an output
+    again = runner.invoke(app, ["report", str(out), "--md", str(tmp_path / "r.md")])
+    assert again.exit_code == 0, again.output
+    _one_line_error(runner.invoke(app, ["report", str(out), "--md", str(out / "execute.json")]), "execute.json")
+
+
+def test_report_of_a_replay_run_dir_with_measurements(tmp_path):
+    """`pic replay --execute` leaves measurements in the run dir: its HTML / Markdown report has the policy
+    comparison and the measured table."""
+    run = tmp_path / "run"
+    assert runner.invoke(app, ["replay", SAMPLE, "--policy", "prefix,irminsul", "-o", str(run)]).exit_code == 0
+    rows = _rows()
+    write_measurements(run, rows, summarize(rows, {"policy": "irminsul", "model": "deepseek-v2-lite"}),
+                       into_run_dir=True)
+    res = runner.invoke(app, ["report", str(run), "--html", str(tmp_path / "r.html"), "--md", str(tmp_path / "r.md")])
+    assert res.exit_code == 0, res.output
+    md, page = (tmp_path / "r.md").read_text(), (tmp_path / "r.html").read_text()
+    assert "## Policy comparison" in md and "## Measured on the GPU" in md and "[Measured on the GPU](#" in md
+    assert _measured_cells(md, "TTFT / full prefill p50") == ["0.200", "0.278", "+38.9%"]
+    assert "<section id='comparison'>" in page and "<section id='measured'>" in page and "href='#measured'" in page
 
 
 def test_run_dir_input_reuses_its_replay(tmp_path):

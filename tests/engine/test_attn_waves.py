@@ -161,3 +161,25 @@ def test_profile_file_round_trip_and_errors(tmp_path):
     cfg["prefill_rotated"] = []
     path.write_text(json.dumps(cfg))
     assert load_profile(path).extend is None and load_profile(path).fit is None   # older profiles still load
+
+
+def test_power_by_forward_size(tmp_path):
+    """A profile's power rows price a Plan's joules by its forward size (small forwards draw less)."""
+    import dataclasses
+
+    p = dataclasses.replace(_synthetic_profile(), power=((16, 4096, 400.0), (1024, 4096, 600.0), (8192, 0, 680.0)))
+    assert p.watts_for(8) == 400.0 and p.watts_for(10**6) == 680.0
+    assert p.watts_for(128) == pytest.approx(500.0)          # halfway between 16 and 1024 in log(n)
+    assert _synthetic_profile().watts_for(128) == 600.0      # no power rows: watts_busy
+    m, g = model_from_name("deepseek-v2-lite"), gpu_from_name("h200")
+    plan = Plan(4000, (Span(0, 3872, Action.REUSE, 0), Span(3872, 4000, Action.RECOMPUTE)))
+    pc = CostModel(m, g, profile=p).prefill(plan)
+    assert pc.joules == pytest.approx(pc.time_s * 500.0)
+    path = tmp_path / "p.json"
+    write_profile(p, path)
+    assert load_profile(path).power == p.power
+    cfg = json.loads(path.read_text())
+    cfg["power"] = [[16, 4096, -1]]
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=r"power\[0\]"):
+        load_profile(path)

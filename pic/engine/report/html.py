@@ -29,6 +29,7 @@ from pic.engine.report.data import (
 )
 from pic.engine.report.headline import headlines
 from pic.engine.report.markdown import render_markdown
+from pic.engine.report.measured import MEASURED_DEFINITIONS, Measured, measured_rows, measured_title
 from pic.engine.report.plots import CAPACITY_PLOT, Plot, render_plots, write_plots
 from pic.engine.report.tables import (
     DEFINITIONS,
@@ -48,7 +49,7 @@ __all__ = ["TABLE_METRICS", "Report", "check_report_outputs", "comparison_rows",
 class Report:
     """What :func:`make_report` produced: the data, the figures and the paths it wrote."""
 
-    data: ReportData
+    data: ReportData | None   # None: a report of measured folders only
     plots: tuple[Plot, ...]
     written: tuple[Path, ...] = field(default=())
 
@@ -56,29 +57,36 @@ class Report:
 # ---- Public API -----------------------------------------------------------------------------------
 
 def make_report(run_dirs, *, html_path: str | Path | None = None, md_path: str | Path | None = None,
-                plots_dir: str | Path | None = None, force: bool = False) -> Report:
+                plots_dir: str | Path | None = None, force: bool = False,
+                measured: list[Measured] | None = None) -> Report:
     """Load ``run_dirs`` and write the requested outputs (each atomically). Figures are rendered only
-    when an output needs them.
+    when an output needs them. ``measured``: (folder, rows, execute.json) of folders with
+    measurements.parquet, shown as measured-beside-predicted tables; with no ``run_dirs`` the documents
+    hold those tables only (``data`` is then None and there are no plots).
 
     Outputs are checked before anything is read (``traces.outputs.check_output``): never a run dir or a
     file of one; an existing file that is not a pic report, or a non-empty plots folder pic did not
     write, only with ``force`` (and then only pic's PNGs are written into the folder).
     """
-    check_report_outputs(run_dirs, html_path=html_path, md_path=md_path, plots_dir=plots_dir, force=force)
-    data = load_runs(list(run_dirs))
-    plots = render_plots(data) if (html_path or plots_dir) else []
+    measured = measured or []
+    check_report_outputs([*run_dirs, *(m[0] for m in measured)], html_path=html_path, md_path=md_path,
+                         plots_dir=plots_dir, force=force)
+    if not run_dirs and plots_dir:
+        raise ValueError("--plots: needs at least one replay run dir (a measured-only folder has no plots)")
+    data = load_runs(list(run_dirs)) if run_dirs else None
+    plots = render_plots(data) if data is not None and (html_path or plots_dir) else []
     written: list[Path] = []
     png_paths: list[Path] = []
     if plots_dir:
         png_paths = write_plots(plots, plots_dir, force=force)
         written += png_paths
     if html_path:
-        written.append(_write_text(html_path, render_html(data, plots)))
+        written.append(_write_text(html_path, render_html(data, plots, measured)))
     if md_path:
         # PNG links only when the plots were written to disk (--plots); --html alone embeds them
         links = [(p.title, Path(os.path.relpath(pp, Path(md_path).resolve().parent)).as_posix(), p.name)
                  for p, pp in zip(plots, [x.resolve() for x in png_paths], strict=True)] if png_paths else []
-        written.append(_write_text(md_path, render_markdown(data, links)))
+        written.append(_write_text(md_path, render_markdown(data, links, measured)))
     return Report(data, tuple(plots), tuple(written))
 
 
@@ -86,7 +94,8 @@ def check_report_outputs(run_dirs, *, html_path=None, md_path=None, plots_dir=No
     """The output rules of :func:`make_report`, checked before any work (raises ``OutputError``)."""
     dirs, _ = expand_run_dirs(list(run_dirs))
     inputs = [*map(Path, run_dirs), *dirs, *(d / f for d in dirs for f in ("summary.json", "config.json",
-                                                                          "requests.parquet"))]
+                                                                          "requests.parquet", "measurements.parquet",
+                                                                          "execute.json", "plans.parquet"))]
     check_distinct({"--html": html_path, "--md": md_path, "--plots": plots_dir})
     for option, path in (("--html", html_path), ("--md", md_path)):
         if path is not None:
@@ -95,9 +104,15 @@ def check_report_outputs(run_dirs, *, html_path=None, md_path=None, plots_dir=No
         check_output(plots_dir, inputs=inputs, force=force, kind="plots", option="--plots")
 
 
-def render_html(data: ReportData, plots: list[Plot]) -> str:
-    """The whole report as one HTML string (inline CSS, base64 PNGs, no external references)."""
+def render_html(data: ReportData | None, plots: list[Plot], measured: list[Measured] | None = None) -> str:
+    """The whole report as one HTML string (inline CSS, base64 PNGs, no external references); ``measured``
+    adds the measured-beside-predicted tables (``data`` None: a document of those tables only)."""
     e = html.escape
+    measured = measured or []
+    if data is None:
+        return "\n".join([
+            _HEAD, f"<h1>pic report</h1><p class='sub'>{len(measured)} measured folder(s): Plans executed on the "
+            f"GPU beside the cost model's prediction</p>", _measured_html(measured), _measured_defs(), "</body></html>\n"])
     scenarios = data.scenarios()
     capacity = [p for p in plots if p.name == CAPACITY_PLOT]
     per_scenario = [p for p in plots if p.name != CAPACITY_PLOT]
@@ -105,11 +120,10 @@ def render_html(data: ReportData, plots: list[Plot]) -> str:
     toc += [("warnings", "Warnings")] if data.warnings else []
     toc += [("capacity", "Hit rate vs capacity")] if capacity or data.notes else []
     toc += [("comparison", "Policy comparison"), ("latency", "Latency and throughput")]
+    toc += [("measured", "Measured on the GPU")] if measured else []
     toc += [("plots", "Plots")] if per_scenario else []
     toc += [("runs", "Runs"), ("definitions", "Metric definitions")]
-    parts = [f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-             '<meta name="generator" content="pic report"><title>pic report</title>'
-             f"<style>{_CSS}</style></head><body>",
+    parts = [_HEAD,
              f"<h1>pic report</h1><p class='sub'>{len(data.runs)} run dir(s), policies: "
              f"{e(', '.join(data.policies))}</p>",
              "<section id='headline' class='headline'><h2>The answer</h2>"]
@@ -139,6 +153,8 @@ def render_html(data: ReportData, plots: list[Plot]) -> str:
     for key, rows in scenarios:
         parts.append(_table(scenario_title(key), *latency_rows(rows)))
     parts.append("</section>")
+    if measured:
+        parts.append(_measured_html(measured))
     if per_scenario:
         parts.append("<section id='plots'><h2>Plots</h2>")
         for group, members in groupby(per_scenario, key=lambda p: p.group):
@@ -147,7 +163,8 @@ def render_html(data: ReportData, plots: list[Plot]) -> str:
         parts.append("</section>")
     parts.append(_runs(data))
     parts.append("<section id='definitions'><h2>Metric definitions</h2><dl class='defs'>"
-                 + "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in DEFINITIONS)
+                 + "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in
+                           [*DEFINITIONS, *(MEASURED_DEFINITIONS if measured else [])])
                  + "</dl><p class='sub'>Metrics are recomputed from requests.parquet (DESIGN.md §8); peak resident"
                  " KV, ITL and goodput come from summary.json.</p></section></body></html>\n")
     return "\n".join(parts)
@@ -175,6 +192,20 @@ def to_json(data: ReportData) -> dict[str, Any]:
 
 _OVERVIEW = ("token_hit_rate", "prefix_hit_rate", "recovery_beyond_prefix", "ttft_p50_s", "ttft_speedup",
              "ttft_p99_s", "energy_saved_vs_prefix", "peak_resident_bytes")
+
+
+def _measured_html(measured: list[Measured]) -> str:
+    """One measured-vs-predicted table per measured folder (policy, model, GPU in its title)."""
+    return ("<section id='measured'><h2>Measured on the GPU</h2><p class='sub'>Plans executed by pic execute "
+            "--gpu beside the cost model's price of the same Plan (definitions below).</p>"
+            + "".join(_table(measured_title(d, s), *measured_rows(rows, s)) for d, rows, s in measured)
+            + "</section>")
+
+
+def _measured_defs() -> str:
+    e = html.escape
+    return ("<section id='definitions'><h2>Metric definitions</h2><dl class='defs'>"
+            + "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in MEASURED_DEFINITIONS) + "</dl></section>")
 
 
 def _figure(p: Plot) -> str:
@@ -229,6 +260,10 @@ def _write_text(path: str | Path, text: str) -> Path:
     return Path(path)
 
 
+_HEAD_TEMPLATE = ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+                  '<meta name="generator" content="pic report"><title>pic report</title>'
+                  "<style>{css}</style></head><body>")
+
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;max-width:1100px;margin:24px auto;
 padding:0 16px;color:#222}
@@ -250,3 +285,5 @@ figure{margin:8px 0}img{max-width:100%;border:1px solid #eee}figcaption{color:#5
 pre{background:#f7f7f7;padding:8px;overflow:auto;font-size:12px}
 dl.defs dt{font-weight:600;margin-top:6px}dl.defs dd{margin-left:16px;color:#444}
 """
+
+_HEAD = _HEAD_TEMPLATE.format(css=_CSS)

@@ -42,6 +42,10 @@ class CalibrationGrid:
     extra_prefill: tuple[tuple[int, int], ...] = field(default=((16384, 0),))   # (new, cached) beyond the grid
     rotated: tuple[tuple[int, int], ...] = field(default=tuple((n, c) for c in (2048, 8192, 16384)
                                                                for n in (16, 64, 256, 1024)))
+    # (new, cached) prefills metered for board power (>= power_seconds each): power by forward size
+    power: tuple[tuple[int, int], ...] = field(default=((1, 4096), (16, 4096), (64, 4096), (256, 4096), (1024, 4096),
+                                                        (4096, 0), (8192, 0)))
+    power_seconds: float = 1.0
     decode_seqs: tuple[int, ...] = field(default=(1, 8, 32, 64))
     decode_context: tuple[int, ...] = field(default=(1024, 4096))   # per sequence
     repeats: int = 5
@@ -63,7 +67,7 @@ class CalibrationGrid:
         return pts + [p for p in self.extra_prefill if p not in pts]
 
     def max_pages(self, page: int) -> int:
-        pre = max(-(-(c + n) // page) for n, c in self.prefill_points() + list(self.rotated))
+        pre = max(-(-(c + n) // page) for n, c in self.prefill_points() + list(self.rotated) + list(self.power))
         dec = max(self.decode_seqs) * (-(-(max(self.decode_context) + 1) // page))
         return max(pre, dec)
 
@@ -105,9 +109,15 @@ def calibrate(model: Model, gpu: str, model_name: str, grid: CalibrationGrid | N
     if progress is not None:
         progress(len(points), len(points), "power")
     idle_w, busy_w = _power(model, cache, busy_hb, meter, energy_seconds)
+    power = []
+    for n, c in grid.power if meter is not None else ():
+        b = to_device(_prefill_batch(n, c, page, spec.vocab_size, gen), spec, dev)
+        run = Runner(lambda b=b: model.forward(b, cache), dev, graphs=dev.type == "cuda")
+        power.append((n, c, meter.measure(run, grid.power_seconds).watts))
+        del run
     profile = CalibrationProfile(gpu=gpu, model=model_name, prefill=tuple(prefill), decode=tuple(decode),
                                  watts_busy=busy_w, watts_idle=idle_w, source="<calibrate>",
-                                 prefill_rotated=tuple(rotated), extend=extend_shape(model))
+                                 prefill_rotated=tuple(rotated), extend=extend_shape(model), power=tuple(power))
     fit = profile.fit.to_dict() if profile.fit is not None else None
     return profile, {"points": details, "layers_built": spec.num_layers, "full_layers": spec.full_layers,
                      "page_size": page, "idle_watts": idle_w, "busy_watts": busy_w, "extend_fit": fit}

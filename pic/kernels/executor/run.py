@@ -173,6 +173,7 @@ class Executor:
             "predicted_ttft_s": r.predicted_s, "predicted_full_s": r.predicted_full_s, "roofline_ttft_s": r.roofline_s,
             "predicted_joules": r.predicted_joules, "predicted_full_joules": r.predicted_full_joules,
             "sim_ttft_s": r.sim_ttft_s,
+            "predicted_hbm_bytes": r.predicted_hbm_bytes, "predicted_full_hbm_bytes": r.predicted_full_hbm_bytes,
         }
         if self.cfg.eager:
             row["ttft_eager_s"] = median(plan["eager"]) * scale
