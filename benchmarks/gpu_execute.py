@@ -260,7 +260,7 @@ def idle_power(args, state) -> dict:
 def calib(args, state) -> dict:
     model = state["model"]
     grid = CalibrationGrid(new_tokens=QUICK_NEW, cached_tokens=QUICK_CACHED, extra_prefill=(), rotated=QUICK_ROTATED,
-                           repeats=3) if args.quick else CalibrationGrid(repeats=3)
+                           power=((64, 4096), (2048, 0)), repeats=3) if args.quick else CalibrationGrid(repeats=3)
     if args.cpu_test:
         grid = CalibrationGrid(new_tokens=(1, 48, 64), cached_tokens=(0, 64), decode_seqs=(1, 2),
                                decode_context=(32, 64), extra_prefill=(), rotated=((16, 64), (48, 64)), repeats=1)
