@@ -61,6 +61,10 @@ class ExtendFit:
 def makespan(seqs: Sequence[Seq], shape: ExtendShape, slots: int, rotated_factor: float = 1.0) -> float:
     """Key units until the last program of the forward's attention launch finishes."""
     tpp, hg = shape.tokens_per_program, shape.head_groups
+    if sum(-(-n // tpp) for n, _, _ in seqs if n > 0) * hg <= slots:
+        # one wave: every program starts at once; each sequence ends with its last part (as below)
+        return max((p + rotated_factor * r + (min(b * (min(_PARTS, b) - 1) // min(_PARTS, b) * tpp + tpp, n) + n) / 2.0
+                    for n, p, r in seqs if n > 0 for b in (-(-n // tpp),)), default=0.0)
     levels: list[list[float]] = [[0.0, float(slots)]]    # [free time, number of slots], sorted by time
     for n, plain, rot in seqs:
         if n <= 0:

@@ -54,6 +54,7 @@ class CalibrationProfile:
     power: tuple[tuple[int, int, float], ...] = field(default=(), metadata={
         "help": "(num_new, num_cached, watts) rows: board power of sustained forwards by size"})
     fit: ExtendFit | None = field(default=None, init=False, compare=False, repr=False)
+    _groups: dict = field(default=None, init=False, compare=False, repr=False)   # prefill rows by num_cached
 
     def __post_init__(self) -> None:
         where = self.source
@@ -69,6 +70,7 @@ class CalibrationProfile:
                 if x < min_x or y < 0 or not (s > 0 and math.isfinite(s)):
                     raise ValueError(f"{where}: {table}[{i}]: need first >= 1, second >= 0, seconds > 0 "
                                      f"(got {[x, y, s]})")
+        object.__setattr__(self, "_groups", _prefill_groups(self.prefill))
         for n, line in _decode_lines(self.decode).items():
             if line is None:
                 raise ValueError(f"{where}: decode: num_seqs={n} needs rows at >= 2 distinct context_tokens")
@@ -86,7 +88,7 @@ class CalibrationProfile:
         """Interpolated time to prefill ``num_new`` tokens after ``num_cached`` cached ones."""
         if num_new <= 0:
             return 0.0
-        groups = _prefill_groups(self.prefill)
+        groups = self._groups
         cs = sorted(groups)
         if len(cs) == 1:
             return max(_interp_curve(groups[cs[0]], num_new), 0.0)

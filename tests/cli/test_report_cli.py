@@ -37,7 +37,8 @@ def test_passes_paths_to_library(tmp_path, monkeypatch):
     html, md, plots = tmp_path / "r.html", tmp_path / "r.md", tmp_path / "plots"
     res = runner.invoke(app, ["report", str(d), "--html", str(html), "--md", str(md), "--plots", str(plots)])
     assert res.exit_code == 0, res.output
-    assert seen == {"run_dirs": [d], "html_path": html, "md_path": md, "plots_dir": plots, "force": False}
+    assert seen == {"run_dirs": [d], "html_path": html, "md_path": md, "plots_dir": plots, "force": False,
+                    "measured": []}
     assert html.read_text().count("data:image/png;base64,") == 3
     assert f"wrote {html}" in res.stdout and "wrote 3 plots" in res.stdout
 
