@@ -343,3 +343,11 @@ def test_html_and_md_without_plots_dir(tmp_path):
     rep = make_report([d], html_path=tmp_path / "r.html", md_path=tmp_path / "r.md")
     assert {p.name for p in rep.written} == {"r.html", "r.md"}
     assert ".png)" not in (tmp_path / "r.md").read_text()
+
+
+def test_joules_keep_three_significant_digits() -> None:
+    from pic.engine.report.tables import fmt_joules
+    # trailing zeros are significant ("2 kJ" read as one digit of precision); rounding never shows 1e+03
+    assert [fmt_joules(v) for v in (2000.4, 999.7, 56.9, 123.4, 1.5e6)] == [
+        "2.00 kJ", "1.00 kJ", "56.9 J", "123 J", "1.50 MJ"]
+    assert fmt_joules(None) == "–" and fmt_joules(float("nan")) == "–"

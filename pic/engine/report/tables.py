@@ -32,11 +32,22 @@ def fmt_seconds(x: float | None) -> str:
     return fmt_ms(x)
 
 
+def _sig3(v: float) -> str | None:
+    """Three significant digits with their trailing zeros (``2.00``, ``56.9``, ``123``); None when the
+    value rounds up to four integer digits."""
+    s = f"{v:#.3g}"
+    return None if "e" in s else s.rstrip(".")
+
+
 def fmt_joules(x: float | None) -> str:
-    """``12.3 J`` / ``4.56 kJ`` / ``–``."""
+    """``12.3 J`` / ``4.56 kJ`` / ``2.00 MJ`` / ``–`` (three significant digits)."""
     if _missing(x):
         return "–"
-    return f"{x:.3g} J" if abs(x) < 1e3 else (f"{x / 1e3:.3g} kJ" if abs(x) < 1e6 else f"{x / 1e6:.3g} MJ")
+    for scale, unit in ((1.0, "J"), (1e3, "kJ"), (1e6, "MJ")):
+        s = _sig3(x / scale)
+        if s is not None:
+            return f"{s} {unit}"
+    return f"{x / 1e6:,.0f} MJ"
 
 
 def fmt_text(x: Any) -> str:
