@@ -59,6 +59,9 @@ def command(
       pic ingest requests.jsonl --format openai-chat --tokenizer tokenizer.json --skip-bad -o chat.parquet
     """
     with user_errors():
+        if any(str(s) == "-" for s in sources):
+            raise ValueError("-: source: reading a log from stdin is not supported; write it to a file first "
+                             "(`... > log.jsonl`) and pass that path")
         columns = (TextColumn("[bold]ingest"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                    TimeRemainingColumn())
         with Progress(*columns, console=err_console, transient=True) as bar:

@@ -57,7 +57,7 @@ def _knob_table(scenario: str) -> Table:
 def command(
     scenario: Annotated[Scenario, typer.Option("--scenario", "-s", parser=parser(Scenario),
                                                help="Traffic shape to generate (docs/scenarios.md).")],
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Trace to write (.parquet).")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Trace to write (.parquet); required unless --list-knobs.")] = None,
     *,
     requests: Annotated[int, typer.Option("--requests", "-n", min=1, max=10_000_000, help="Number of requests.")] = 200,
     seed: Annotated[int, typer.Option(min=0, help="Random seed (same seed = same bytes).")] = 0,

@@ -81,3 +81,12 @@ def test_miniswe_then_inspect_json(tmp_path):
     assert res.exit_code == 0, res.output
     stats = json.loads(res.stdout)
     assert stats["requests"] == 402 and stats["sessions"] == 20
+
+
+def test_stdin_source_is_refused_in_one_line(tmp_path):
+    """`-` (stdin) is not a file: one line that says so, exit 1, nothing written."""
+    out = tmp_path / "o.parquet"
+    res = runner.invoke(app, ["ingest", "-", "--format", "sharegpt", "-o", str(out)], input="[]")
+    assert res.exit_code == 1
+    assert "stdin is not supported" in res.output and "Traceback" not in res.output
+    assert not out.exists()
