@@ -31,3 +31,13 @@ def test_no_suggestion_for_far_names():
     with pytest.raises(ValueError) as e:
         registry.get("zzzz")
     assert "did you mean" not in str(e.value) and "registered: " in str(e.value)
+
+
+def test_cli_choices_print_as_their_spelling() -> None:
+    """typer < 0.29 maps a parsed option back to its member through str(value): a choice must print as its
+    spelling, or every typed option (--scenario, --router, --format, ...) arrives as None there."""
+    from pic.cli.choices import Backend, Format, Gpu, Router, Scenario
+
+    for choices in (Router, Gpu, Format, Backend, Scenario):
+        for member in choices:
+            assert str(member) == member.value and member == member.value

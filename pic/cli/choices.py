@@ -21,9 +21,18 @@ from pic.traces.suggest import did_you_mean
 from pic.traces.synth import SCENARIOS
 
 
+class _Choice(str, enum.Enum):
+    """A CLI choice: ``str(member)`` is its spelling, as with ``enum.StrEnum`` (Python 3.11+). typer before
+    0.29 maps a parsed option through ``str(value)`` back to its Enum member; with ``str``'s mixin alone
+    that is ``'Router.cache_aware'``, no member matched, and the option arrived as None."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
 def choice_enum(name: str, values: Iterable[str]) -> type[enum.Enum]:
     """A ``str`` Enum whose values are the CLI spellings (``cache-aware``), member names made identifiers."""
-    return enum.Enum(name, {v.replace("-", "_").replace(".", "_"): v for v in values}, type=str)
+    return _Choice(name, {v.replace("-", "_").replace(".", "_"): v for v in values})
 
 
 def parser(choices: type[enum.Enum]) -> Callable[[Any], enum.Enum]:

@@ -13,6 +13,13 @@ import typer
 ARGV: list[str] | None = None
 
 
+def typed(ctx: typer.Context, name: str) -> bool:
+    """True when the user gave option ``name`` (command line or environment), not its default. Compared by
+    the source's name: typer >= 0.22 vendors click (``typer._click``), older ones use click itself."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
 def command_line(ctx: typer.Context) -> str:
     """``pic <command> <args>`` as typed (``shlex`` quoting)."""
     names = []
@@ -26,12 +33,9 @@ def command_line(ctx: typer.Context) -> str:
 
 
 def _given(ctx: typer.Context) -> list[str]:
-    from typer._click.core import ParameterSource
-
     out: list[str] = []
     for p in ctx.command.params:
-        if p.name not in ctx.params or ctx.get_parameter_source(p.name) not in (
-                ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
+        if p.name not in ctx.params or not typed(ctx, p.name):
             continue
         value = ctx.params[p.name]
         if getattr(p, "param_type_name", "") == "argument":

@@ -12,6 +12,7 @@ import polars as pl
 import typer
 from rich.table import Table
 
+from pic.cli.invocation import typed
 from pic.engine.report.data import fmt_pct
 from pic.engine.report.headline import headline, signed_pct
 from pic.engine.report.tables import fmt_ms, fmt_speedup
@@ -41,12 +42,9 @@ CLI_KEYS = {"policy": "policy", "model": "model", "gpu": "gpu", "capacity": "cap
 
 def given_options(ctx: typer.Context, keys: dict[str, str] = CLI_KEYS) -> dict[str, Any]:
     """The options the user typed (not defaults), as settings (enum members as their text)."""
-    from typer._click.core import ParameterSource
-
     out: dict[str, Any] = {}
     for name, key in keys.items():
-        if name in ctx.params and ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
-                                                                      ParameterSource.ENVIRONMENT):
+        if name in ctx.params and typed(ctx, name):
             v = ctx.params[name]
             out[key] = getattr(v, "value", v)
     if "verify" in out:
