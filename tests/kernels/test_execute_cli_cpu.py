@@ -1,4 +1,4 @@
-"""`pic execute --gpu` end to end on the CPU: the GPU check and the model builder are patched to a tiny
+"""`pic execute --gpu` end to end on the CPU (on the GPU where there is one): the GPU check and the model builder are patched to a tiny
 1-layer model under the Triton interpreter; everything else (replay, sampling, layout, kernels, outputs,
 `pic report`) is the real path."""
 
@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from pic.cli.app import app
 from pic.engine.measurements import read_measurements
 from pic.kernels.model import Model, exec_spec, random_weights, tiny_model_spec
+from tests.kernels.conftest import DEVICE
 
 runner = CliRunner()
 TINY_RAG = ["--set", "system_min=40", "--set", "system_max=60", "--set", "doc_min=40", "--set", "doc_max=90",
@@ -28,7 +29,7 @@ def test_execute_end_to_end_on_cpu(tmp_path, monkeypatch):
     res = runner.invoke(app, ["synth", "-s", "rag-reorder", "-n", "12", *TINY_RAG, "-o", str(trace)])
     assert res.exit_code == 0, res.output
     spec = exec_spec(tiny_model_spec(num_layers=1, num_experts=0))
-    tiny = Model(spec, random_weights(spec, dtype=torch.float32, seed=2),
+    tiny = Model(spec, random_weights(spec, device=DEVICE, dtype=torch.float32, seed=2),
                  tile={"BLOCK_T": 16, "BLOCK_HH": 2, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1})
     built = {}
 
@@ -36,7 +37,7 @@ def test_execute_end_to_end_on_cpu(tmp_path, monkeypatch):
         built.update(kw, name=model.name)
         return tiny
 
-    monkeypatch.setattr(cli, "_open_gpu", lambda energy: (torch.device("cpu"), None))
+    monkeypatch.setattr(cli, "_open_gpu", lambda energy: (torch.device(DEVICE), None))
     monkeypatch.setattr(api, "build_model", fake_build)
     out = tmp_path / "exec"
     res = runner.invoke(app, ["execute", str(trace), "--gpu", *SMALL_CHUNKS, "-k", "1", "--max-tokens", "300",
@@ -62,9 +63,9 @@ def test_replay_execute_adds_measurements_to_the_run_dir(tmp_path, monkeypatch):
     trace = tmp_path / "tiny.parquet"
     assert runner.invoke(app, ["synth", "-s", "rag-reorder", "-n", "8", *TINY_RAG, "-o", str(trace)]).exit_code == 0
     spec = exec_spec(tiny_model_spec(num_layers=1, num_experts=0))
-    tiny = Model(spec, random_weights(spec, dtype=torch.float32, seed=2),
+    tiny = Model(spec, random_weights(spec, device=DEVICE, dtype=torch.float32, seed=2),
                  tile={"BLOCK_T": 16, "BLOCK_HH": 2, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1})
-    monkeypatch.setattr(cli, "_open_gpu", lambda energy: (torch.device("cpu"), None))
+    monkeypatch.setattr(cli, "_open_gpu", lambda energy: (torch.device(DEVICE), None))
     monkeypatch.setattr(api, "build_model", lambda model, **kw: tiny)
     from pic.kernels.executor import ExecConfig
     monkeypatch.setattr("pic.kernels.executor.ExecConfig", lambda: ExecConfig(repeats=1, warmup=0, graphs=False,

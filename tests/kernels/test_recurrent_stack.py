@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from pic.kernels._testing import assert_close
+from pic.kernels._testing import assert_close, dot_tol
 from pic.kernels.recurrent.stack import TINY, Stack, standin_spec
 
 
@@ -20,7 +20,7 @@ def test_partial_forward_from_true_states_equals_full_prefill(device):
     want = st.logits_last(h)
     _, states = st.forward(x[:cut], pos[:cut], None, full=True, want_states=True)   # rewrites rows < cut only
     h2, _ = st.forward(x[cut:], pos[cut:], states, full=False)
-    assert_close("tail logits", want, st.logits_last(h2), 1e-4)
+    assert_close("tail logits", want, st.logits_last(h2), dot_tol(torch.float32, device))   # TF32 on CUDA
 
 
 def test_standin_spec_matches_the_stack():
