@@ -4,6 +4,7 @@ top-level package (``pic``), and Hugging Face's ``kernels`` package imports besi
 from __future__ import annotations
 
 import os
+import site
 import subprocess
 import sys
 import sysconfig
@@ -145,6 +146,10 @@ def test_hf_kernels_and_pic_side_by_side(wheel: Path, tmp_path: Path) -> None:
     purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
     assert purelib != sysconfig.get_paths()["purelib"]
+    # --system-site-packages reaches the base interpreter only: when this test runs inside a venv (where CI
+    # installed `kernels`), the new venv must also see this one's site-packages, after its own
+    parents = [p for p in site.getsitepackages() if Path(p).is_dir() and Path(p).resolve() != Path(purelib).resolve()]
+    (Path(purelib) / "_parent_site.pth").write_text("".join(p + "\n" for p in parents))
     with zipfile.ZipFile(wheel) as z:
         z.extractall(purelib)     # a pure-Python wheel installs by unpacking into purelib
     check = textwrap.dedent("""
