@@ -35,6 +35,8 @@ BACKENDS = ("local", "ray")
 #: done = replayed now; skipped = its run dir already had summary.json; failed = the replay raised
 STATUSES = ("pending", "done", "skipped", "failed")
 RAY_HINT = "the ray backend needs Ray: pip install 'pic[dist]'"
+#: attempts per cell on the ray backend (a failed or lost task is submitted once more)
+RAY_TRIES = 2
 
 
 def _h(text: str) -> dict[str, str]:
@@ -336,15 +338,45 @@ def _ray_cell(trace: Trace, cell: Cell, base: ReplayConfig) -> tuple[Any, float]
     return replay(trace, cell.config(base)), time.perf_counter() - t0
 
 
+def ray_init_args(config: SweepConfig) -> dict[str, Any]:
+    """``ray.init`` keywords for a sweep: the cluster at ``address``, else a local Ray of ``num_jobs`` CPUs
+    (default: all) without the dashboard, whose workers import the same ``pic`` as this process."""
+    if config.address:
+        return {"address": config.address}
+    root = str(Path(__file__).resolve().parents[2])     # the folder holding this pic package
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    return {"num_cpus": config.num_jobs or os.cpu_count(), "include_dashboard": False,
+            "logging_level": "warning", "runtime_env": {"env_vars": {"PYTHONPATH": path}}}
+
+
+def _ray_error(e: BaseException) -> str:
+    """``Type: message`` of the task's own exception (Ray wraps it with the remote traceback)."""
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, BaseException):
+        e = cause
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
+
+
 def _run_ray(config: SweepConfig, out_dir: Path, todo: list[Cell], record: Callable) -> None:
-    """Traces go through Ray's object store and results come back here, so workers need no shared disk."""
+    """Traces go through Ray's object store and results come back here, so workers need no shared disk.
+
+    A Ray already started in this process (``ray.init`` by the caller) is used as it is and left running;
+    otherwise one is started from :func:`ray_init_args` and shut down at the end. Each finished cell is
+    written (run dir, then sweep.json) as soon as it comes back, so an interrupted sweep keeps every
+    finished cell. A cell whose task fails (it raised, or its worker died) is submitted once more; only a
+    second failure is recorded as ``failed``, with ``(after 2 tries)``. Ray's own retries are off
+    (``max_retries=0``) so that a cell runs at most ``RAY_TRIES`` times."""
     ray = _import_ray()
-    init = {"address": config.address} if config.address else {"num_cpus": config.num_jobs or os.cpu_count()}
-    ray.init(ignore_reinit_error=True, **init)
+    owned = not ray.is_initialized()
+    if owned:
+        ray.init(**ray_init_args(config))
+    pending: dict[Any, Cell] = {}
     try:
-        remote = ray.remote(num_cpus=1)(_ray_cell)
+        remote = ray.remote(num_cpus=1, max_retries=0)(_ray_cell)
         refs = {t: ray.put(load_trace(t)) for t in dict.fromkeys(c.trace for c in todo)}
         pending = {remote.remote(refs[c.trace], c, config.replay): c for c in todo}
+        tries = dict.fromkeys(todo, 1)
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
@@ -353,9 +385,17 @@ def _run_ray(config: SweepConfig, out_dir: Path, todo: list[Cell], record: Calla
                 try:
                     result, wall = ray.get(ref)
                     write_run(result, out_dir / cell.run_dir, force=config.force)
-                except Exception as e:  # noqa: BLE001 - recorded, the sweep goes on
-                    record(CellResult(cell, "failed", f"{type(e).__name__}: {e}"))
+                except Exception as e:  # noqa: BLE001 - retried once, then recorded; the sweep goes on
+                    if tries[cell] < RAY_TRIES:
+                        tries[cell] += 1
+                        pending[remote.remote(refs[cell.trace], cell, config.replay)] = cell
+                        continue
+                    record(CellResult(cell, "failed", f"{_ray_error(e)} (after {tries[cell]} tries)"))
                     continue
                 record(CellResult(cell, "done", None, wall + time.perf_counter() - t0))
     finally:
-        ray.shutdown()
+        if owned:
+            ray.shutdown()
+        else:   # interrupted: do not leave this sweep's tasks running in the caller's Ray
+            for ref in pending:
+                ray.cancel(ref, force=True)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pickle
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -135,10 +137,10 @@ def test_ray_missing_gives_install_hint(trace_file, tmp_path, monkeypatch):
     assert not (tmp_path / "s").exists()
 
 
-def test_ray_backend_writes_same_bytes(tmp_path, trace_file, monkeypatch):
-    """Through a stand-in Ray (pickled args and results) the cells equal the local ones byte for byte."""
+def _fake_ray(monkeypatch, initialized: bool) -> dict:
+    """A stand-in Ray whose tasks run in-process, pickling arguments and results as Ray does."""
     fake = types.ModuleType("ray")
-    calls = {}
+    calls: dict = {"cancelled": 0}
 
     class Ref:
         def __init__(self, value):
@@ -150,17 +152,49 @@ def test_ray_backend_writes_same_bytes(tmp_path, trace_file, monkeypatch):
                                                                             pickle.loads(pickle.dumps(x))
                                                                             for x in a])))
 
+    fake.is_initialized = lambda: initialized
     fake.init = lambda **kw: calls.setdefault("init", kw)
     fake.remote, fake.put, fake.get = remote, Ref, lambda ref: ref.value
     fake.wait = lambda refs, num_returns: (refs[:num_returns], refs[num_returns:])
     fake.shutdown = lambda: calls.setdefault("shutdown", True)
+    fake.cancel = lambda ref, force=False: calls.__setitem__("cancelled", calls["cancelled"] + 1)
     monkeypatch.setitem(sys.modules, "ray", fake)
+    return calls
+
+
+def test_ray_backend_writes_same_bytes(tmp_path, trace_file, monkeypatch):
+    """Through a stand-in Ray (pickled args and results) the cells equal the local ones byte for byte; a
+    Ray it started itself is shut down, with Ray's own retries off (the sweep retries once itself)."""
+    calls = _fake_ray(monkeypatch, initialized=False)
     cfg_ray = _cfg(trace_file, backend="ray", address="ray://head:10001")
     res = run_sweep(cfg_ray, tmp_path / "ray")
     run_sweep(_cfg(trace_file, num_jobs=1), tmp_path / "local")
-    assert res.count("done") == 3 and calls["init"]["address"] == "ray://head:10001" and calls["shutdown"]
-    assert calls["opts"] == {"num_cpus": 1}
+    assert res.count("done") == 3 and calls["init"] == {"address": "ray://head:10001"} and calls["shutdown"]
+    assert calls["opts"] == {"num_cpus": 1, "max_retries": 0}
     assert _bytes(tmp_path / "ray", cfg_ray) == _bytes(tmp_path / "local", cfg_ray)
+
+
+def test_ray_already_running_is_reused_and_left_running(tmp_path, trace_file, monkeypatch):
+    """A Ray the caller started is used as is (no init, no shutdown); Ctrl-C cancels the sweep's own
+    outstanding tasks there instead of leaving them running."""
+    calls = _fake_ray(monkeypatch, initialized=True)
+    assert run_sweep(_cfg(trace_file, backend="ray"), tmp_path / "a").count("done") == 3
+    assert "init" not in calls and "shutdown" not in calls and calls["cancelled"] == 0
+
+    def stop(res, done, total):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(_cfg(trace_file, backend="ray"), tmp_path / "b", progress=stop)
+    assert calls["cancelled"] == 2 and "shutdown" not in calls
+
+
+def test_local_ray_init_args(trace_file):
+    """A local Ray gets --jobs CPUs, no dashboard and this checkout first on its workers' PYTHONPATH."""
+    args = sweep.ray_init_args(_cfg(trace_file, backend="ray", num_jobs=3))
+    assert args["num_cpus"] == 3 and args["include_dashboard"] is False
+    root = str(Path(sweep.__file__).resolve().parents[2])
+    assert args["runtime_env"]["env_vars"]["PYTHONPATH"].split(os.pathsep)[0] == root
 
 
 def test_report_reads_sweep_dir(tmp_path, trace_file):
@@ -178,3 +212,4 @@ def test_report_reads_sweep_dir(tmp_path, trace_file):
         summary = json.loads((tmp_path / c.run_dir / "summary.json").read_text())
         for p in POLICIES:
             assert got[(p, c.capacity_bytes)] == pytest.approx(summary["policies"][p]["token_hit_rate"])
+
