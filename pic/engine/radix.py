@@ -1,10 +1,13 @@
 """Token radix tree with lock refs, evictable/protected accounting and key-ordered leaf eviction.
 
 The exact-prefix store behind the ``prefix`` policy (SGLang RadixAttention) and the first stage of
-``irminsul``. Edges hold int32 token arrays; children are keyed by their first page of tokens
-(``int`` first token when ``page_size == 1``, the page's bytes otherwise). Edges are compared with
-numpy (first mismatch found vectorized), so work per call is O(nodes on the path), not O(tokens) in
-Python.
+``irminsul``/``fixed-chunk``/``oracle``. Edges are references ``(Seq, offset, length)`` into the prompt
+that inserted them (:mod:`engine.seq`), never token copies; children are keyed by their first page of
+tokens (``int`` first token when ``page_size == 1``, the page's bytes otherwise). An edge is compared
+piece by piece: pieces of the same trace segment at the same offset are equal without reading a token,
+different pieces are compared with numpy (first mismatch found vectorized), so work per call is
+O(nodes + segments on the path), not O(tokens) in Python. ``tokens`` arguments may be an int32 array, a
+:class:`~engine.seq.Seq` or anything with a ``seq`` attribute (a ``RequestView``).
 
 API (all counts in tokens, all times integer microseconds)::
 
@@ -43,18 +46,30 @@ from typing import Any
 import numpy as np
 
 from pic.engine.eviction import lru
+from pic.engine.seq import Seq, lcp
 
 _EMPTY = np.zeros(0, np.int32)
+_EMPTY_SEQ = Seq.of_array(_EMPTY)
+
+
+def as_seq(tokens: Any) -> Seq:
+    """A :class:`Seq` for an int32 array, a Seq, or an object with a ``seq`` attribute."""
+    if isinstance(tokens, Seq):
+        return tokens
+    if isinstance(tokens, np.ndarray):
+        return Seq.of_array(tokens)
+    return tokens.seq
 
 
 class RadixNode:
-    """One edge of the tree: ``key`` tokens below ``parent``. ``value`` is free for callers' payload."""
+    """One edge of the tree: tokens ``[lo, lo + n)`` of ``src`` below ``parent`` (``key`` materializes
+    them). ``ckey`` is its key in the parent's ``children``. ``value`` is free for callers' payload."""
 
-    __slots__ = ("key", "children", "parent", "lock_ref", "last_access_us", "hits", "created_us",
-                 "is_alive", "value")
+    __slots__ = ("src", "lo", "n", "ckey", "children", "parent", "lock_ref", "last_access_us", "hits",
+                 "created_us", "is_alive", "value")
 
-    def __init__(self, key: np.ndarray, parent: RadixNode | None, now_us: int) -> None:
-        self.key = key
+    def __init__(self, src: Seq, lo: int, n: int, ckey: Any, parent: RadixNode | None, now_us: int) -> None:
+        self.src, self.lo, self.n, self.ckey = src, lo, n, ckey
         self.children: dict[Any, RadixNode] = {}
         self.parent = parent
         self.lock_ref = 0
@@ -66,7 +81,12 @@ class RadixNode:
 
     @property
     def num_tokens(self) -> int:
-        return int(self.key.shape[0])
+        return self.n
+
+    @property
+    def key(self) -> np.ndarray:
+        """int32 [n]: the edge's tokens (materialized on each call; debugging and tests)."""
+        return self.src.tokens(self.lo, self.lo + self.n) if self.n else _EMPTY
 
 
 class RadixTree:
@@ -77,7 +97,7 @@ class RadixTree:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
         self.page_size = page_size
         self.key = key
-        self.root = RadixNode(_EMPTY, None, 0)
+        self.root = RadixNode(_EMPTY_SEQ, 0, 0, None, None, 0)
         self.root.lock_ref = 1  # never evicted, never counted
         self.evictable_tokens = 0
         self.protected_tokens = 0
@@ -85,49 +105,70 @@ class RadixTree:
         self.num_evicted = 0          # nodes evicted so far
         self._heap: list[tuple[tuple[int, ...], int, RadixNode]] = []
         self._seq = itertools.count()
+        self._version = 0          # bumped on every change of shape (insert, split, removal)
+        self._memo: tuple | None = None   # last split=False walk: (seq, now, version, pos, node, child, same)
 
     # ---- Public API -------------------------------------------------------------------------------
     @property
     def total_tokens(self) -> int:
         return self.evictable_tokens + self.protected_tokens
 
-    def match_prefix(self, tokens: np.ndarray, now_us: int | None = None, split: bool = True,
+    def match_prefix(self, tokens: Any, now_us: int | None = None, split: bool = True,
                      count_hit: bool = True) -> tuple[int, RadixNode]:
         """Longest resident prefix of ``tokens`` (page-rounded) and its node; see module docstring."""
+        q = as_seq(tokens)
         p = self.page_size
-        n = tokens.shape[0] // p * p
+        n = q.end // p * p
         node, pos = self.root, 0
         while pos < n:
-            child = node.children.get(self._child_key(tokens, pos))
+            child = node.children.get(self._child_key(q, pos))
             if child is None:
                 break
-            edge = child.key
-            m = min(edge.shape[0], n - pos)
-            neq = edge[:m] != tokens[pos:pos + m]
-            first = int(neq.argmax())
-            same = m if not neq[first] else first // p * p
+            m = min(child.n, n - pos)
+            same = lcp(child.src, child.lo, q, pos, m)
+            if same < m:
+                same = same // p * p
             if same == 0:
                 break
             if now_us is not None:
                 child.last_access_us = now_us
                 child.hits += count_hit
             pos += same
-            if same < edge.shape[0]:
+            if same < child.n:
                 if split:
                     node = self._split(child, same)
+                else:
+                    self._memo = (q, now_us, self._version, pos, node, child, same)
+                    return pos, node
                 break
             node = child
+        if not split:
+            self._memo = (q, now_us, self._version, pos, node, None, 0)
         return pos, node
 
-    def insert(self, tokens: np.ndarray, now_us: int) -> tuple[int, RadixNode]:
+    def lock_point(self, tokens: Any, num: int, now_us: int | None = None) -> tuple[int, RadixNode]:
+        """``match_prefix(tokens[:num], now_us, split=True, count_hit=False)``: the node whose root path is
+        exactly the resident prefix of ``tokens[:num]``. NOTE: right after a ``split=False`` walk of the
+        same ``tokens`` at the same ``now_us`` that found ``num`` (lookup, then admit), with the tree
+        unchanged since, it splits where that walk stopped instead of walking again."""
+        q = as_seq(tokens)
+        m = self._memo
+        if m is not None and m[0] is q and m[1] == now_us and m[2] == self._version and m[3] == num:
+            return num, (m[4] if m[5] is None else self._split(m[5], m[6]))
+        return self.match_prefix(q.prefix(num), now_us, split=True, count_hit=False)
+
+    def insert(self, tokens: Any, now_us: int) -> tuple[int, RadixNode]:
         """Insert the whole pages of ``tokens``; return (tokens newly stored, node ending the path)."""
+        q = as_seq(tokens)
         p = self.page_size
-        n = tokens.shape[0] // p * p
-        pos, node = self.match_prefix(tokens[:n], now_us, split=True, count_hit=False)
+        n = q.end // p * p
+        pos, node = self.match_prefix(q.prefix(n) if n < q.end else q, now_us, split=True, count_hit=False)
         if pos >= n:
             return 0, node
-        leaf = RadixNode(np.array(tokens[pos:n], dtype=np.int32), node, now_us)
-        node.children[self._child_key(tokens, pos)] = leaf
+        ckey = self._child_key(q, pos)
+        leaf = RadixNode(q, pos, n - pos, ckey, node, now_us)
+        node.children[ckey] = leaf
+        self._version += 1
         self.num_nodes += 1
         num_new = n - pos
         self.evictable_tokens += num_new
@@ -138,7 +179,7 @@ class RadixTree:
         """Protect ``node`` and its ancestors from eviction (reference counted)."""
         while node is not self.root:
             if node.lock_ref == 0:
-                k = node.key.shape[0]
+                k = node.n
                 self.evictable_tokens -= k
                 self.protected_tokens += k
             node.lock_ref += 1
@@ -152,7 +193,7 @@ class RadixTree:
                 raise ValueError("dec_lock on an unlocked node")
             node.lock_ref -= 1
             if node.lock_ref == 0:
-                k = node.key.shape[0]
+                k = node.n
                 self.evictable_tokens += k
                 self.protected_tokens -= k
             node = node.parent
@@ -213,22 +254,25 @@ class RadixTree:
         return np.concatenate(parts[::-1]) if parts else _EMPTY
 
     # ---- Internal helpers -------------------------------------------------------------------------
-    def _child_key(self, tokens: np.ndarray, pos: int) -> Any:
+    def _child_key(self, q: Seq, pos: int) -> Any:
         if self.page_size == 1:
-            return int(tokens[pos])
-        return tokens[pos:pos + self.page_size].tobytes()
+            return q.token(pos)
+        return q.tokens(pos, pos + self.page_size).tobytes()
 
     def _split(self, child: RadixNode, at: int) -> RadixNode:
         """Cut ``child``'s edge after ``at`` tokens; return the new upper node."""
         parent = child.parent
-        upper = RadixNode(child.key[:at], parent, child.created_us)
+        self._version += 1
+        upper = RadixNode(child.src, child.lo, at, child.ckey, parent, child.created_us)
         upper.lock_ref = child.lock_ref
         upper.last_access_us = child.last_access_us
         upper.hits = child.hits
-        parent.children[self._child_key(child.key, 0)] = upper
-        child.key = child.key[at:]
+        parent.children[child.ckey] = upper
+        child.lo += at
+        child.n -= at
+        child.ckey = self._child_key(child.src, child.lo)
         child.parent = upper
-        upper.children[self._child_key(child.key, 0)] = child
+        upper.children[child.ckey] = child
         self.num_nodes += 1
         return upper
 
@@ -239,9 +283,10 @@ class RadixTree:
 
     def _remove_leaf(self, node: RadixNode) -> int:
         parent = node.parent
-        del parent.children[self._child_key(node.key, 0)]
+        del parent.children[node.ckey]
+        self._version += 1
         node.is_alive = False
-        k = node.key.shape[0]
+        k = node.n
         self.evictable_tokens -= k
         self.num_nodes -= 1
         self.num_evicted += 1

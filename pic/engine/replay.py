@@ -99,36 +99,19 @@ def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Worklo
     rid = req["request_id"].to_numpy().astype(np.int64)[order]
     sess_all = req["session_id"].to_list()
     sess = [sess_all[i] for i in order]
-    # Everything per segment occurrence is gathered once, vectorized; a view is then a few slices.
-    a, b = seg.offsets[:-1][seg_idx], seg.offsets[1:][seg_idx]        # token range of each occurrence
+    # Everything per segment occurrence is gathered once, vectorized; a view is then a few slices, and
+    # its tokens are made only if a policy reads them (RequestView.tokens; opaque segments derived).
+    lens = seg.offsets[1:][seg_idx] - seg.offsets[:-1][seg_idx]
     cum = np.zeros(seg_idx.size + 1, np.int64)
-    np.cumsum(b - a, out=cum[1:])                                      # prompt offsets, all requests
+    np.cumsum(lens, out=cum[1:])                                       # prompt offsets, all requests
     ids_flat, kinds_flat = seg.ids[seg_idx], seg.kinds[seg_idx]
-    # NOTE: occurrences stored back to back in the token table form one run, copied as one slice
-    first = np.zeros(seg_idx.size, bool)
-    first[offs[:-1][offs[:-1] < seg_idx.size]] = True
-    run_head = first.copy()
-    run_head[1:] |= a[1:] != b[:-1]
-    heads = np.flatnonzero(run_head)
-    tails = np.r_[heads[1:], seg_idx.size] - 1
-    run_offs = np.searchsorted(heads, offs).tolist()                   # request row -> its runs
-    run_lo, run_hi = a[heads].tolist(), b[tails].tolist()
-    tokens, offs_l, rows, rid_l = seg.tokens, offs.tolist(), order.tolist(), rid.tolist()
-
-    opaque = seg.num_opaque > 0
+    offs_l, rows, rid_l = offs.tolist(), order.tolist(), rid.tolist()
 
     def view(i: int) -> RequestView:
         row = rows[i]
         s0, s1 = offs_l[row], offs_l[row + 1]
-        r0, r1 = run_offs[row], run_offs[row + 1]
-        if opaque:   # tokens derived on demand (traces.content)
-            toks = seg.gather(seg_idx[s0:s1])
-        elif r1 - r0 == 1:
-            toks = tokens[run_lo[r0]:run_hi[r0]]
-        else:
-            toks = np.concatenate([tokens[x:y] for x, y in zip(run_lo[r0:r1], run_hi[r0:r1], strict=True)])
-        return RequestView(rid_l[i], sess[i], toks, cum[s0:s1 + 1] - cum[s0], ids_flat[s0:s1],
-                           kinds_flat[s0:s1])
+        return RequestView(rid_l[i], sess[i], None, cum[s0:s1 + 1] - cum[s0], ids_flat[s0:s1],
+                           kinds_flat[s0:s1], seg_idx[s0:s1], seg)
 
     return Workload(rid, sess, trace.prompt_lengths[order].astype(np.int64),
                     req["output_tokens"].to_numpy().astype(np.int64)[order], arrival[order], view)

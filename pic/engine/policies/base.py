@@ -25,23 +25,48 @@ from typing import Any, ClassVar
 import numpy as np
 
 from pic.engine.plan import Plan
+from pic.engine.seq import Seq
 
 
-@dataclass(frozen=True, slots=True)
 class RequestView:
     """What a policy sees of one request. ``tokens``: int32 [N]; ``segment_bounds``: int64 [k+1]
-    token offsets of the trace's segments (content ids ``segment_ids`` uint64 [k], kinds uint8 [k])."""
+    token offsets of the trace's segments (content ids ``segment_ids`` uint64 [k], kinds uint8 [k]).
 
-    request_id: int
-    session_id: str
-    tokens: np.ndarray
-    segment_bounds: np.ndarray
-    segment_ids: np.ndarray
-    segment_kinds: np.ndarray
+    A view built by the replay engine refers to the trace's segments (``segment_rows`` into ``source``,
+    a :class:`~pic.traces.content.Segments`) and makes ``tokens`` only when a policy first reads them;
+    ``seq`` describes the prompt by its segments (:mod:`engine.seq`) for token-free prefix matching."""
+
+    __slots__ = ("request_id", "session_id", "segment_bounds", "segment_ids", "segment_kinds", "segment_rows",
+                 "source", "num_tokens", "_tokens", "_seq")
+
+    def __init__(self, request_id: int, session_id: str, tokens: np.ndarray | None, segment_bounds: np.ndarray,
+                 segment_ids: np.ndarray, segment_kinds: np.ndarray, segment_rows: np.ndarray | None = None,
+                 source: Any = None) -> None:
+        self.request_id, self.session_id = request_id, session_id
+        self.segment_bounds, self.segment_ids, self.segment_kinds = segment_bounds, segment_ids, segment_kinds
+        self.segment_rows, self.source = segment_rows, source
+        self._tokens, self._seq = tokens, None
+        if tokens is None and (segment_rows is None or source is None):
+            raise ValueError("RequestView needs tokens, or segment_rows with their source")
+        self.num_tokens = int(tokens.shape[0]) if tokens is not None else int(segment_bounds[-1])
 
     @property
-    def num_tokens(self) -> int:
-        return int(self.tokens.shape[0])
+    def tokens(self) -> np.ndarray:
+        if self._tokens is None:
+            self._tokens = self.source.gather(self.segment_rows)
+        return self._tokens
+
+    @property
+    def seq(self) -> Seq:
+        if self._seq is None:
+            if self._tokens is None or self.source is not None:
+                self._seq = Seq.of_segments(self.source, self.segment_rows, self.segment_bounds)
+            else:
+                self._seq = Seq.of_array(self._tokens)
+        return self._seq
+
+    def __repr__(self) -> str:
+        return f"RequestView(request_id={self.request_id}, session_id={self.session_id!r}, N={self.num_tokens})"
 
     @staticmethod
     def from_tokens(request_id: int, tokens, session_id: str = "s0") -> RequestView:

@@ -11,8 +11,10 @@ time, ``lfu`` = hit count then recency, ``fifo`` = creation time).
 
 Bytes: resident = tokens * ``bytes_per_token``; an admitted request reserves bytes for the tokens it
 will add (its whole pages minus the reused prefix) until ``commit`` inserts them, so capacity is never
-exceeded. Lookups compare tokens edge by edge, so a hit is always exact (``verified_hits`` counts them
-under ``--verify``; ``collisions`` stays 0 by construction).
+exceeded. Lookups compare prompts edge by edge (segment references first, tokens only where two
+different segments meet: :mod:`engine.seq`), so a hit is always exact (``verified_hits`` counts them
+under ``--verify``; ``collisions`` stays 0 by construction) and no token of an opaque segment is made
+unless two segments differ there.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class PrefixCache(CachePolicy):
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
         self.stats.lookups += 1
-        num, _ = self.tree.match_prefix(req.tokens, now_us, split=False)
+        num, _ = self.tree.match_prefix(req.seq, now_us, split=False)
         if num:
             self.stats.hits += 1
             if self.ctx.verify:
@@ -66,7 +68,7 @@ class PrefixCache(CachePolicy):
         if req.request_id in self._live:
             raise ValueError(f"request {req.request_id} admitted twice")
         want = plan.leading_reuse
-        num, node = self.tree.match_prefix(req.tokens[:want], now_us, split=True, count_hit=False)
+        num, node = self.tree.lock_point(req.seq, want, now_us)
         if num < want:                       # the plan's prefix was evicted since lookup
             self.stats.rejected += 1
             self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
@@ -88,7 +90,7 @@ class PrefixCache(CachePolicy):
     def commit(self, req: RequestView, now_us: int) -> None:
         node, need = self._live[req.request_id]
         self._reserved -= need
-        _, leaf = self.tree.insert(req.tokens, now_us)
+        _, leaf = self.tree.insert(req.seq, now_us)
         self.tree.inc_lock(leaf)
         self.tree.dec_lock(node)
         self._live[req.request_id] = (leaf, 0)

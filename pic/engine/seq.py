@@ -1,0 +1,182 @@
+"""Token sequences by reference: a prompt as its trace segments, compared without materializing tokens.
+
+A :class:`Seq` is a prompt ``[0, end)`` described by the trace segments it concatenates (``rows`` into a
+:class:`~pic.traces.content.Segments`, ``bounds`` their prompt offsets) or by one private token array.
+:func:`lcp` compares two sequences piece by piece: a piece of the same segment at the same offset on both
+sides is equal without looking at a token, so an exact-prefix walk over prompts that share segments costs
+O(segments), and tokens are read (or, for opaque segments, derived) only where two different segments
+meet. The radix tree (:mod:`engine.radix`) stores edges as ``(Seq, offset, length)`` references: no
+token is ever copied into the tree.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_right
+
+import numpy as np
+
+_M64 = (1 << 64) - 1
+_GOLD, _M1, _M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_PRIVATE = -1       # piece id of a Seq's own token array
+_PROBE = 32         # tokens compared first where two different pieces meet
+
+
+class Seq:
+    """Prompt ``[0, end)`` as pieces: ``rows[i]`` (a segment row of ``store``, or -1 = ``arr``) covers
+    ``[bounds[i], bounds[i+1])``. Build with :meth:`of_array` or :meth:`of_segments`."""
+
+    __slots__ = ("rows", "bounds", "store", "arr", "end")
+
+    def __init__(self, rows, bounds, store, arr, end: int) -> None:
+        self.rows, self.bounds, self.store, self.arr, self.end = rows, bounds, store, arr, end
+
+    @staticmethod
+    def of_array(tokens: np.ndarray) -> Seq:
+        n = int(tokens.shape[0])
+        return Seq((_PRIVATE,), (0, n), None, tokens, n)
+
+    @staticmethod
+    def of_segments(store, rows: np.ndarray, bounds: np.ndarray) -> Seq:
+        """``rows`` int [k] segment rows of ``store`` (a Segments), ``bounds`` int [k+1] prompt offsets."""
+        b = array("q", bounds.tolist())
+        return Seq(array("q", rows.tolist()), b, store, None, b[-1])
+
+    def prefix(self, n: int) -> Seq:
+        """The first ``n`` tokens (shares the pieces)."""
+        return Seq(self.rows, self.bounds, self.store, self.arr, min(n, self.end))
+
+    def tokens(self, lo: int, hi: int) -> np.ndarray:
+        """int32 tokens ``[lo, hi)`` (a view when they lie in one stored piece)."""
+        if self.arr is not None:
+            return self.arr[lo:hi]
+        b = self.bounds
+        i = bisect_right(b, lo) - 1
+        parts = []
+        while lo < hi:
+            e = min(hi, b[i + 1])
+            parts.append(self.store.segment(self.rows[i], lo - b[i], e - b[i]))
+            lo, i = e, i + 1
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def token(self, pos: int) -> int:
+        if self.arr is not None:
+            return int(self.arr[pos])
+        b = self.bounds
+        i = bisect_right(b, pos) - 1
+        if pos == b[i]:
+            return first_tokens(self.store)[self.rows[i]]
+        return token_at(self.store, self.rows[i], pos - b[i])
+
+
+def first_tokens(store) -> list[int]:
+    """Every segment's first token, as a list (made once per Segments, vectorized)."""
+    got = _FIRST.get(id(store))
+    if got is None or got[0] is not store:
+        t = store.token_offsets if store.token_offsets is not None else store.offsets
+        n = len(store)
+        first = np.zeros(n, np.int64)
+        stored = t[1:] > t[:-1]
+        first[stored] = store.tokens[t[:-1][stored]]
+        if not stored.all():
+            from pic.traces.content import opaque_bases, opaque_run
+            rows = np.flatnonzero(~stored)
+            first[rows] = opaque_run(opaque_bases(store.keys[rows], store.salts[rows]), np.zeros(rows.size, np.int64),
+                                     np.ones(rows.size, np.int64))
+        got = _FIRST[id(store)] = (store, first.tolist())
+        if len(_FIRST) > 8:
+            del _FIRST[next(iter(_FIRST))]
+    return got[1]
+
+
+_FIRST: dict[int, tuple[object, list[int]]] = {}
+
+
+def token_at(store, row: int, j: int) -> int:
+    """Token ``j`` of segment ``row`` of ``store`` (derived for an opaque segment, no array made)."""
+    t = store.token_offsets if store.token_offsets is not None else store.offsets
+    a = int(t[row])
+    if int(t[row + 1]) > a:
+        return int(store.tokens[a + j])
+    z = (opaque_base(store, row) + j * _GOLD) & _M64
+    z ^= z >> 30
+    z = (z * _M1) & _M64
+    z ^= z >> 27
+    z = (z * _M2) & _M64
+    z ^= z >> 31
+    return z & 0x1FFFF
+
+
+def opaque_base(store, row: int) -> int:
+    """``mix(key ^ salt)`` of opaque segment ``row`` (:func:`traces.content.opaque_bases`), as an int."""
+    z = (int(store.keys[row]) ^ int(store.salts[row])) & _M64
+    z ^= z >> 30
+    z = (z * _M1) & _M64
+    z ^= z >> 27
+    z = (z * _M2) & _M64
+    return z ^ (z >> 31)
+
+
+def lcp(A: Seq, a: int, B: Seq, b: int, m: int) -> int:
+    """Length of the common prefix of ``A[a:a+m]`` and ``B[b:b+m]`` (at most ``m``)."""
+    if A is B and a == b:
+        return m
+    ra, ba, rb, bb = A.rows, A.bounds, B.rows, B.bounds
+    i = bisect_right(ba, a) - 1
+    j = bisect_right(bb, b) - 1
+    done = 0
+    while done < m:
+        ea, eb = ba[i + 1], bb[j + 1]
+        x = ra[i]
+        step = m - done
+        if x == rb[j] and x >= 0 and a - ba[i] == b - bb[j]:
+            if ea - a < step:                 # the same segment at the same offset: equal
+                step = ea - a
+        else:
+            if ea - a < step:
+                step = ea - a
+            if eb - b < step:
+                step = eb - b
+            c = _compare(A, i, a - ba[i], B, j, b - bb[j], step)
+            if c < step:
+                return done + c
+        done += step
+        a += step
+        b += step
+        if a == ea:
+            i += 1
+        if b == eb:
+            j += 1
+    return m
+
+
+def _compare(A: Seq, i: int, oa: int, B: Seq, j: int, ob: int, n: int) -> int:
+    """First index where piece ``i`` of A (from ``oa``) and piece ``j`` of B (from ``ob``) differ, or ``n``."""
+    if _first(A, i, oa) != _first(B, j, ob):
+        return 0
+    done = 0
+    step = min(_PROBE, n)
+    while done < n:
+        ta = _piece(A, i, oa + done, oa + done + step)
+        tb = _piece(B, j, ob + done, ob + done + step)
+        neq = ta != tb
+        k = int(neq.argmax())
+        if neq[k]:
+            return done + k
+        done += step
+        step = min(n - done, 4 * step)
+    return n
+
+
+def _first(S: Seq, i: int, o: int) -> int:
+    if S.arr is not None:
+        return int(S.arr[o])
+    if o == 0:
+        return first_tokens(S.store)[S.rows[i]]
+    return token_at(S.store, S.rows[i], o)
+
+
+def _piece(S: Seq, i: int, lo: int, hi: int) -> np.ndarray:
+    if S.arr is not None:
+        return S.arr[lo:hi]
+    return S.store.segment(S.rows[i], lo, hi)
