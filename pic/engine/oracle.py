@@ -139,11 +139,13 @@ def trace_digest(trace) -> str:
 
 
 def cached_oracle(trace, prompts: Iterable[np.ndarray], *, request_ids: np.ndarray,
-                  min_match: int = DEFAULT_MIN_MATCH) -> np.ndarray:
+                  min_match: int = DEFAULT_MIN_MATCH, compute=None) -> np.ndarray:
     """The oracle's reuse of each request in ``request_ids`` (the first requests of ``trace`` in arrival
     order; ``prompts``: their tokens, same order, read only when nothing is cached), computed once per
     (trace content, min_match): memoized in this process and, when ``PIC_CACHE_DIR`` is set, in
-    ``$PIC_CACHE_DIR/oracle/<digest>-m<min_match>.npz``. Only whole-trace results are cached."""
+    ``$PIC_CACHE_DIR/oracle/<digest>-m<min_match>.npz``. Only whole-trace results are cached.
+    ``compute()``, when given, returns the same array as ``trace_oracle(prompts, min_match)`` (the
+    segment-structure version, :func:`engine.coverage.prompt_oracle`) and is used instead."""
     request_ids = np.asarray(request_ids, np.int64)
     complete = request_ids.shape[0] == trace.num_requests
     key = (trace_digest(trace), int(min_match))
@@ -156,7 +158,7 @@ def cached_oracle(trace, prompts: Iterable[np.ndarray], *, request_ids: np.ndarr
         except (OSError, ValueError, KeyError):
             got = None                     # unreadable cache file: recompute (and rewrite it)
     if got is None:
-        reused = trace_oracle(prompts, min_match)
+        reused = compute() if compute is not None else trace_oracle(prompts, min_match)
         if not complete:
             return reused
         got = (request_ids, reused)

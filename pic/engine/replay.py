@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from pic.engine import policies as registry
 from pic.engine.config import ReplayConfig, build_config
 from pic.engine.cost import CostConfig, CostModel
+from pic.engine.coverage import prompt_oracle
 from pic.engine.latency import serving_summary
 from pic.engine.metrics import SUMMARY_VERSION, request_frame, summarize
 from pic.engine.oracle import cached_oracle, duplicate_tokens
@@ -300,7 +301,11 @@ def _oracle(trace: Trace, work: Workload, config: ReplayConfig) -> np.ndarray:
     """The trace-level oracle's reuse of each workload request (engine.oracle; once per trace)."""
     m = registry.make_config("oracle", config.policy_options.get("oracle")).min_match
     prompts = (work.view(i).tokens for i in range(work.num_requests))
-    return cached_oracle(trace, prompts, request_ids=work.request_ids, min_match=m)
+    req = trace.requests
+    order = np.lexsort((req["request_id"].to_numpy(), req["arrival_us"].to_numpy()))[:work.num_requests]
+    # NOTE: decided from the segment structure, hashing only what it cannot tell (engine.coverage)
+    return cached_oracle(trace, prompts, request_ids=work.request_ids, min_match=m,
+                         compute=lambda: prompt_oracle(trace, order, m))
 
 
 def _summary(sim: _Sim, rows: pl.DataFrame, best: str, base: _Sim, window_us: int, cost: CostModel,

@@ -1,0 +1,59 @@
+"""engine.coverage: the segment-structure oracle equals the token-level one (engine.oracle.trace_oracle)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pic.engine.coverage import covered_counts, prompt_oracle
+from pic.engine.oracle import trace_oracle
+from pic.traces.schema import SegmentTable, Trace, requests_frame
+
+
+def _tricky_trace(seed: int, n: int = 60) -> Trace:
+    """Stored segments sharing substrings (a sentence pasted into others), short segments (windows over
+    three or more of them), repeats inside one prompt, opaque streams met full and partial."""
+    rng = np.random.default_rng(seed)
+    table = SegmentTable()
+    base = rng.integers(0, 40, 400, dtype=np.int32)          # low vocabulary: chance matches happen
+    pool = [table.add(base[a:a + ln], "document") for a, ln in ((0, 200), (50, 150), (120, 90), (300, 100))]
+    short = [table.add(rng.integers(0, 40, int(rng.integers(3, 30)), dtype=np.int32), "user") for _ in range(8)]
+    rows = {c: [] for c in ("request_id", "session_id", "agent_id", "arrival_us", "output_tokens", "segment_ids")}
+    for i in range(n):
+        sids = []
+        for _ in range(int(rng.integers(1, 7))):
+            r = rng.random()
+            if r < 0.3:
+                sids.append(pool[int(rng.integers(len(pool)))])
+            elif r < 0.55:
+                sids.append(short[int(rng.integers(len(short)))])
+            elif r < 0.8:
+                k = int(rng.integers(0, 4))
+                sids.append(table.add_opaque(k, 3, int(rng.choice([40, 64, 100, 512])), "block"))
+            else:
+                sids.append(table.add(rng.integers(0, 40, int(rng.integers(1, 120)), dtype=np.int32), "user"))
+        if rng.random() < 0.2:
+            sids = sids + sids[:2]                              # a repeat inside the prompt
+        for c, v in zip(rows, (i, f"s{i}", "a", i, 1, sids), strict=True):
+            rows[c].append(v)
+    return Trace(table.build(), requests_frame(rows), source="<tricky>")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("m", [8, 64])
+def test_prompt_oracle_equals_token_oracle(seed: int, m: int) -> None:
+    t = _tricky_trace(seed)
+    order = np.arange(t.num_requests)
+    want = trace_oracle((t.prompt(i) for i in order), m)
+    assert prompt_oracle(t, order, m).tolist() == want.tolist()
+    assert want.sum() > 0
+
+
+def test_counted_from_and_prefix() -> None:
+    """Positions before ``counted_from`` are not counted; ``prefix`` covers [0, prefix)."""
+    t = _tricky_trace(5, n=20)
+    offs, idx = t._csr
+    a = covered_counts(t.segments, idx, offs, 16)
+    b = covered_counts(t.segments, idx, offs, 16, prefix=t.prompt_lengths)
+    c = covered_counts(t.segments, idx, offs, 16, counted_from=t.prompt_lengths)
+    assert (b == t.prompt_lengths).all() and (c == 0).all() and (a <= t.prompt_lengths).all()
