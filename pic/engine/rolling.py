@@ -70,3 +70,135 @@ def span_hashes(h: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.nd
     starts, lengths = np.asarray(starts, np.int64), np.asarray(lengths, np.int64)
     pw, _ = _powers(int(lengths.max()) if lengths.size else 0)
     return h[starts + lengths] - h[starts] * pw[lengths]
+
+
+class BlockHasher:
+    """Chained block hashes of prompts made of trace segments, without hashing a prompt token by token.
+
+    ``hashes(view)[k]`` is the hash of the prompt's first ``(k + 1) * block`` tokens: with
+    ``S(e) = sum_{j<e} x_j B^-(j+1)`` it is ``B^e S(e)`` (= :func:`prefix_hashes` at ``e``), and for a
+    prompt of segments at offsets ``s_i``, ``S(s_i + o) = S(s_i) + B^-s_i g_i(o)`` where ``g_i`` sums segment
+    ``i``'s own tokens. ``g`` at the block ends a segment can hold (they depend on ``s_i mod block``) is
+    computed once per segment and phase into one pool, so a request costs O(blocks + segments).
+
+    Stored segments use their tokens (the values equal :func:`prefix_hashes` bit for bit). An opaque
+    segment (:mod:`traces.content`) starting on a block boundary uses one pseudo-random value per
+    ``block`` of its ``(key, salt)`` stream instead of its tokens (equal streams give equal values, so
+    equal content still gives equal hashes; opaque content equal to other content by chance is not
+    equal here); one starting off the grid is derived and hashed as tokens.
+    """
+
+    def __init__(self, block: int) -> None:
+        self.block = block
+        self._store = None
+
+    def hashes(self, view) -> np.ndarray:
+        """uint64 [N // block]: chained hashes at every full block end of ``view``'s prompt."""
+        bs, store = self.block, getattr(view, "source", None)
+        rows = getattr(view, "segment_rows", None)
+        if store is None or rows is None:
+            return prefix_hashes(view.tokens)[bs::bs]
+        if store is not self._store:
+            self._reset(store)
+        b = view.segment_bounds
+        n = int(b[-1])
+        nb = n // bs
+        pw, ipw = _powers(n)
+        k = rows.shape[0]
+        phase = b[:-1] % bs
+        start = np.where(phase == 0, self._opq_start[rows], -1)
+        full = self._opq_full[rows]
+        need = np.flatnonzero(start < 0)
+        if need.shape[0]:
+            keys = (rows[need] * bs + phase[need]).tolist()
+            got = [self._known.get(x) for x in keys]
+            miss = [j for j, x in enumerate(got) if x is None]
+            if miss:
+                self._add_stored(store, rows[need[miss]], phase[need[miss]], [keys[j] for j in miss])
+                got = [self._known[x] for x in keys]
+            start[need] = [x[0] for x in got]
+            full[need] = np.array([x[1] for x in got], np.uint64)
+        s = np.zeros(k + 1, np.uint64)
+        np.cumsum(ipw[b[:-1]] * full, out=s[1:])
+        if not nb:
+            return np.zeros(0, np.uint64)
+        ends = np.arange(bs, nb * bs + 1, bs, dtype=np.int64)
+        seg = np.searchsorted(b, ends, side="left") - 1
+        o = ends - b[seg]
+        first = (bs - phase[seg]) % bs
+        first[first == 0] = bs
+        g = self._pool[start[seg] + (o - first) // bs]
+        return pw[ends] * (s[seg] + ipw[b[seg]] * g)
+
+    # ---- Internal helpers -------------------------------------------------------------------------
+    def _reset(self, store) -> None:
+        """Pool the opaque segments' block values (all of them at once, vectorized)."""
+        bs = self.block
+        self._store = store
+        self._known: dict[int, tuple[int, int]] = {}      # row * block + phase -> (pool start, g(L))
+        n = len(store)
+        self._opq_start = np.full(n, -1, np.int64)
+        self._opq_full = np.zeros(n, np.uint64)
+        lens = np.diff(store.offsets)
+        t = store.token_offsets
+        rows = np.flatnonzero(t[1:] == t[:-1]) if t is not None else np.zeros(0, np.int64)
+        self._pool = np.zeros(0, np.uint64)
+        self._pool_n = 0
+        if not rows.shape[0]:
+            return
+        nblk = lens[rows] // bs
+        total = int(nblk.sum())
+        base = _mix_u64(store.keys[rows] ^ (store.salts[rows] * np.uint64(0x9E3779B97F4A7C15)))
+        k = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(nblk) - nblk, nblk) + 1
+        y = _mix_u64(np.repeat(base, nblk) + k.astype(np.uint64) * np.uint64(0xD1B54A32D192ED03))
+        c = np.cumsum(y, dtype=np.uint64)
+        lead = np.zeros(rows.shape[0], np.uint64)            # cumsum before each row's first block
+        has = nblk > 0
+        starts = np.cumsum(nblk) - nblk
+        lead[has & (starts > 0)] = c[starts[has & (starts > 0)] - 1]
+        self._pool = c - np.repeat(lead, nblk)                # per-row cumulative sums
+        self._pool_n = self._pool.shape[0]
+        last = np.zeros(rows.shape[0], np.uint64)
+        last[has] = self._pool[starts[has] + nblk[has] - 1]
+        tail = _mix_u64((base ^ lens[rows].astype(np.uint64)) * np.uint64(0xA24BAED4963EE407))
+        self._opq_start[rows] = starts
+        self._opq_full[rows] = np.where(lens[rows] % bs != 0, last + tail, last)
+
+    def _add_stored(self, store, rows: np.ndarray, phases: np.ndarray, keys: list[int]) -> None:
+        """Token partial sums of segments ``rows`` at ``phases`` (one vectorized pass), appended to the pool."""
+        bs = self.block
+        lens = np.diff(store.offsets)[rows]
+        toks = store.gather(rows) if rows.shape[0] > 1 else store.segment(int(rows[0]))
+        _, ipw = _powers(int(lens.max()))
+        within = np.arange(toks.shape[0], dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+        c = np.cumsum(mix(toks) * ipw[within + 1], dtype=np.uint64)
+        ends = np.cumsum(lens)
+        before = np.zeros(rows.shape[0], np.uint64)
+        before[1:] = c[ends[:-1] - 1]
+        first = (bs - phases) % bs
+        first[first == 0] = bs
+        out = []
+        pos = self._pool_n
+        for j in range(rows.shape[0]):
+            a = int(ends[j] - lens[j])
+            seg = c[a + int(first[j]) - 1:int(ends[j]):bs] - before[j]
+            self._known[keys[j]] = (pos, (int(c[int(ends[j]) - 1]) - int(before[j])) % (1 << 64))
+            out.append(seg)
+            pos += seg.shape[0]
+        if pos > self._pool.shape[0]:          # NOTE: grow geometrically (amortized O(1) per value)
+            self._pool = np.concatenate([self._pool[:self._pool_n],
+                                         np.zeros(max(pos, 2 * self._pool.shape[0]) - self._pool_n, np.uint64)])
+        if out:
+            self._pool[self._pool_n:pos] = np.concatenate(out)
+        self._pool_n = pos
+
+
+def _mix_u64(z: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer (a copy; uint64 arrays wrap silently)."""
+    z = np.asarray(z, np.uint64)
+    z = z ^ (z >> np.uint64(30))
+    z *= np.uint64(0xBF58476D1CE4E5B9)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
+    return z

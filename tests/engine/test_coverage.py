@@ -57,3 +57,31 @@ def test_counted_from_and_prefix() -> None:
     b = covered_counts(t.segments, idx, offs, 16, prefix=t.prompt_lengths)
     c = covered_counts(t.segments, idx, offs, 16, counted_from=t.prompt_lengths)
     assert (b == t.prompt_lengths).all() and (c == 0).all() and (a <= t.prompt_lengths).all()
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_block_hasher_matches_token_hashes(seed: int) -> None:
+    """BlockHasher (segment partial sums): equal to prefix_hashes bit for bit on stored content; with opaque
+    segments, two prompts get equal block hashes exactly where their token prefixes are equal."""
+    from pic.engine.policies.base import RequestView
+    from pic.engine.replay import workload_from_trace
+    from pic.engine.rolling import BlockHasher, prefix_hashes
+
+    t = _tricky_trace(seed, n=40)
+    work = workload_from_trace(t)
+    for bs in (1, 16, 64):
+        hasher = BlockHasher(bs)
+        views = [work.view(i) for i in range(work.num_requests)]
+        got = [hasher.hashes(v) for v in views]
+        opq = t.segments.opaque_mask
+        for v, h in zip(views, got, strict=True):
+            plain = RequestView.from_tokens(v.request_id, v.tokens)
+            assert h.shape[0] == v.num_tokens // bs
+            if not opq[v.segment_rows].any():
+                assert (h == prefix_hashes(v.tokens)[bs::bs]).all()
+            assert (hasher.hashes(plain) == prefix_hashes(v.tokens)[bs::bs]).all()
+        for i in range(0, len(views) - 1, 3):           # equal hash <=> equal tokens up to that block end
+            a, b = views[i], views[i + 1]
+            k = min(got[i].shape[0], got[i + 1].shape[0])
+            same_tok = [bool((a.tokens[:(j + 1) * bs] == b.tokens[:(j + 1) * bs]).all()) for j in range(k)]
+            assert (got[i][:k] == got[i + 1][:k]).tolist() == same_tok

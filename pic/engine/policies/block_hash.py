@@ -2,7 +2,8 @@
 
 Keeps: one entry per distinct full block of ``block_size`` tokens, keyed by its chained hash (the
 hash of the block's tokens *and* everything before it; here the polynomial hash of the whole prefix
-up to the block's end, :func:`engine.rolling.prefix_hashes`). Each entry has a reference count (the
+up to the block's end, :class:`engine.rolling.BlockHasher`: from per-segment partial sums, so a prompt
+is never rehashed token by token). Each entry has a reference count (the
 running requests holding it); blocks with ``ref == 0`` sit in an LRU free queue. A partial last block
 is never cached.
 
@@ -17,8 +18,10 @@ the block is. Whoever holds a block holds its whole chain (admit locks a leading
 rest), so ``ref(parent) >= ref(block)``; a release frees tail first, so a free parent always sits
 behind its free children in the LRU queue, and eviction (strictly in queue order) never takes a
 parent before its children. Hence a request's resident blocks are exactly a leading run of its
-hashes: its length is found by binary search (O(log n) dict probes), only the run's slots are
-fetched, and commit allocates everything after it without probing.
+hashes: its length is found by binary search (O(log n) dict probes), only the run's slots are fetched,
+and commit allocates everything after it without probing. (A numpy open-addressing table in place of
+the dict was tried during #12 and measured 3.4x slower at the ~70 blocks a request adds on Azure
+conversation: numpy's per-call cost dominates such small batches.)
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import numpy as np
 from pic.engine.plan import Plan
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
-from pic.engine.rolling import prefix_hashes
+from pic.engine.rolling import BlockHasher
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,7 @@ class BlockHashCache(CachePolicy):
     def __init__(self, ctx: PolicyContext, config: BlockHashConfig | None = None) -> None:
         super().__init__(ctx, config)
         self._bs = bs = self.config.block_size
+        self._hasher = BlockHasher(bs)
         self._slot_of: dict[int, int] = {}                   # chained hash -> slot
         # NOTE: per-slot state lives in numpy arrays so ref counting and eviction are vectorized
         # (block tokens only under --verify).
@@ -71,8 +75,8 @@ class BlockHashCache(CachePolicy):
         self._num_locked = 0                                  # blocks with ref > 0
         self._reserved = 0                                    # blocks reserved, not yet committed
         self._live: dict[int, tuple[np.ndarray, int, np.ndarray, int]] = {}  # held, reserved, hashes, want
-        self._memo: tuple[np.ndarray, np.ndarray, list[int], bool] | None = None
-        # (tokens, hashes, hashes as ints, hashes distinct) of the last request seen
+        self._memo: tuple[RequestView, np.ndarray, bool] | None = None
+        # (request, hashes, hashes distinct) of the last request seen
         cap = ctx.capacity_tokens
         self._cap_blocks = cap if cap == float("inf") else cap // bs
 
@@ -83,7 +87,7 @@ class BlockHashCache(CachePolicy):
         if self.ctx.verify:
             num = self._match(req, hashes).shape[0] * self._bs
         else:
-            num = self._run(self._memo[2], 0, hashes.shape[0]) * self._bs
+            num = self._run(hashes, 0, hashes.shape[0]) * self._bs
         if num:
             self.stats.hits += 1
         return Plan.from_prefix(req.num_tokens, num)
@@ -94,7 +98,7 @@ class BlockHashCache(CachePolicy):
         hashes = self._hashes(req)
         want = plan.leading_reuse // self._bs
         run = self._match(req, hashes, want)
-        held = run if self._memo[3] else _dedup(run)
+        held = run if self._memo[2] else _dedup(run)
         if run.shape[0] < want:
             self.stats.rejected += 1
             self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
@@ -115,12 +119,12 @@ class BlockHashCache(CachePolicy):
     def commit(self, req: RequestView, now_us: int) -> None:
         held, need, hashes, want = self._live[req.request_id]
         self._reserved -= need
-        _, hl, distinct = self._memo_of(req, hashes)
+        _, distinct = self._memo_of(req, hashes)
         n = hashes.shape[0]
-        run = self._run(hl, want, n)                        # the first `want` blocks are held
-        slots = self._slots(hl, want, run)
+        slots = self._resident(hashes, want, n)             # the first `want` blocks are held
+        run = want + slots.shape[0]
         if run < n:                                         # nothing after the resident run is resident
-            slots = np.r_[slots, self._allocate(req, hashes, hl, run)]
+            slots = np.concatenate([slots, self._allocate(req, hashes, run)])
         if not distinct:                                    # a repeated hash (collision): dedup
             slots = _dedup(slots)
             slots = slots[~np.isin(slots, held)]
@@ -160,43 +164,45 @@ class BlockHashCache(CachePolicy):
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _hashes(self, req: RequestView) -> np.ndarray:
-        """Chained hashes of the full blocks: uint64 [N // block_size] (memoized for lookup -> commit)."""
-        if self._memo is None or self._memo[0] is not req.tokens:
-            self._remember(req, prefix_hashes(req.tokens)[self._bs::self._bs])
+        """Chained hashes of the full blocks: uint64 [N // block_size] (memoized for lookup -> commit;
+        from the segments' cached partial sums, :class:`engine.rolling.BlockHasher`)."""
+        if self._memo is None or self._memo[0] is not req:
+            self._remember(req, self._hasher.hashes(req))
         return self._memo[1]
 
-    def _memo_of(self, req: RequestView, hashes: np.ndarray) -> tuple[np.ndarray, list[int], bool]:
-        """``(hashes, hashes as ints, all distinct)`` of ``req`` (recomputed if another request came
-        between)."""
+    def _memo_of(self, req: RequestView, hashes: np.ndarray) -> tuple[np.ndarray, bool]:
+        """``(hashes, all distinct)`` of ``req`` (recomputed if another request came between)."""
         if self._memo is None or self._memo[1] is not hashes:
             self._remember(req, hashes)
-        return self._memo[1], self._memo[2], self._memo[3]
+        return self._memo[1], self._memo[2]
 
     def _remember(self, req: RequestView, hashes: np.ndarray) -> None:
-        hl = hashes.tolist()
-        self._memo = (req.tokens, hashes, hl, len(set(hl)) == len(hl))
+        srt = np.sort(hashes)
+        self._memo = (req, hashes, bool((srt[1:] != srt[:-1]).all()))
 
-    def _run(self, hl: list[int], lo: int, hi: int) -> int:
-        """Length of the resident leading run of hashes ``hl``, clipped to ``hi``, given that the first
-        ``lo`` are resident (binary search: residency is prefix-closed, see the module NOTE)."""
+    def _resident(self, hashes: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """Slots of the resident leading run of ``hashes[lo:hi]`` (given ``hashes[:lo]`` resident): its
+        length by binary search, then one vectorized table lookup of just the run (residency is
+        prefix-closed, see the module NOTE)."""
+        run = self._run(hashes, lo, hi)
+        return np.fromiter(map(self._slot_of.__getitem__, hashes[lo:run].tolist()), np.int64, run - lo)
+
+    def _run(self, hashes: np.ndarray, lo: int, hi: int) -> int:
+        """Length of the resident leading run of ``hashes[:hi]`` (the first ``lo`` known resident): a
+        binary search of scalar probes (residency is prefix-closed, see the module NOTE)."""
         d = self._slot_of
         while lo < hi:
             mid = (lo + hi) // 2
-            if hl[mid] in d:
+            if int(hashes[mid]) in d:
                 lo = mid + 1
             else:
                 hi = mid
         return lo
 
-    def _slots(self, hl: list[int], lo: int, hi: int) -> np.ndarray:
-        """Slots of hashes ``hl[lo:hi]`` (all resident)."""
-        return np.fromiter(map(self._slot_of.__getitem__, hl[lo:hi]), np.int64, hi - lo)
-
     def _match(self, req: RequestView, hashes: np.ndarray, limit: int | None = None) -> np.ndarray:
         """Slots of the leading run of present blocks, at most ``limit`` (verified under --verify)."""
         end = hashes.shape[0] if limit is None else min(limit, hashes.shape[0])
-        hl = self._memo[2]                  # ``hashes`` are the memo's (just computed by _hashes)
-        run = self._slots(hl, 0, self._run(hl, 0, end))
+        run = self._resident(hashes, 0, end)
         if self.ctx.verify and run.shape[0]:
             k, bs = run.shape[0], self._bs
             self.stats.verified_hits += k
@@ -207,7 +213,7 @@ class BlockHashCache(CachePolicy):
                 run = run[: int(np.argmin(ok))]
         return run
 
-    def _allocate(self, req: RequestView, hashes: np.ndarray, hl: list[int], lo: int) -> np.ndarray:
+    def _allocate(self, req: RequestView, hashes: np.ndarray, lo: int) -> np.ndarray:
         """Fresh slots for blocks ``[lo, len(hashes))`` (none of them resident)."""
         k, bs = hashes.shape[0] - lo, self._bs
         take = min(k, self._num_spare)
@@ -232,7 +238,7 @@ class BlockHashCache(CachePolicy):
         self._alive[slots] = True
         if self.ctx.verify:                 # block tokens are read only by the --verify check
             self._tok[slots] = req.tokens[lo * bs:(lo + k) * bs].reshape(k, bs)
-        self._slot_of.update(zip(hl[lo:], slots.tolist(), strict=True))
+        self._slot_of.update(zip(hashes[lo:].tolist(), slots.tolist(), strict=True))
         return slots
 
     def _push_spare(self, slots: np.ndarray) -> None:
