@@ -13,6 +13,7 @@ Writes go to a temporary name in the same folder and are renamed into place only
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,9 +52,13 @@ STORED_TOKENS_KEY = b"pic.stored_tokens"
 _SEGMENT_BATCH_TOKENS = 1 << 22       # stored tokens per segment row group (bounded memory on both sides)
 _SEGMENT_BATCH_ROWS = 1 << 16
 _REQUEST_BATCH_ROWS = 1 << 16
-_RECORDS = pa.array(["segment", "request"])
 _RECORD_CODE = {"segment": 0, "request": 1}
-_KINDS = pa.array(KINDS)
+
+
+@functools.cache
+def _dictionary(values: tuple[str, ...]) -> pa.Array:
+    """A dictionary's values (made on first write: ``pa.array`` imports pandas when it is installed)."""
+    return pa.array(values, pa.string())
 
 
 def _fill(n: int, names) -> dict[str, pa.Array]:
@@ -65,7 +70,7 @@ def _fill(n: int, names) -> dict[str, pa.Array]:
 
 
 def _record(n: int, code: int) -> pa.Array:
-    return pa.DictionaryArray.from_arrays(pa.array(np.full(n, code, np.int8)), _RECORDS)
+    return pa.DictionaryArray.from_arrays(pa.array(np.full(n, code, np.int8)), _dictionary(("segment", "request")))
 
 
 def _segment_table(seg: Segments) -> pa.Table:
@@ -77,7 +82,7 @@ def _segment_table(seg: Segments) -> pa.Table:
     cols = {
         "record": _record(n, 0),
         "segment_id": pa.array(seg.ids, pa.uint64()),
-        "kind": pa.DictionaryArray.from_arrays(pa.array(seg.kinds.astype(np.int8), pa.int8()), _KINDS),
+        "kind": pa.DictionaryArray.from_arrays(pa.array(seg.kinds.astype(np.int8), pa.int8()), _dictionary(KINDS)),
         "length": pa.array(seg.lengths, pa.int64()),
         "opaque_key": pa.array(seg.keys if seg.keys is not None else np.zeros(n, np.uint64), pa.uint64()),
         "opaque_salt": pa.array(seg.salts if seg.salts is not None else np.zeros(n, np.uint64), pa.uint64()),
@@ -195,6 +200,30 @@ def user_meta(meta: dict[bytes, bytes]) -> dict[str, str]:
             if k.startswith(b"pic.") and k not in own}
 
 
+def _np(arr: pa.Array | pa.ChunkedArray, dtype) -> np.ndarray:
+    """numpy values of a primitive, null-free Arrow array read from its buffer. NOTE: pyarrow's own
+    ``to_numpy``/``np.asarray``/compute functions import pandas when it is installed (~0.6 s CPU per
+    process); reading the buffer does not."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    dt = np.dtype(dtype)
+    if arr.type.bit_width != 8 * dt.itemsize or pa.types.is_boolean(arr.type):
+        raise TypeError(f"{arr.type} is not {dt}")
+    buf = arr.buffers()[1]
+    if buf is None:
+        return np.zeros(len(arr), dt)
+    return np.frombuffer(buf, dtype=dt)[arr.offset:arr.offset + len(arr)]
+
+
+def _valid(arr: pa.Array) -> np.ndarray:
+    """bool [n]: the validity bitmap of an Arrow array (all True without one)."""
+    bitmap = arr.buffers()[0]
+    if bitmap is None or not arr.null_count:
+        return np.ones(len(arr), bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, np.uint8), bitorder="little")
+    return bits[arr.offset:arr.offset + len(arr)].astype(bool)
+
+
 def _family_tables(path: Path, pf: pq.ParquetFile, family: str, fields) -> Iterator[pa.Table]:
     """One table per row group holding rows of ``family`` (columns ``fields``). pic writes each family in
     row groups of its own, told apart by the first row's ``record`` (a mixed group, as a file rewritten by
@@ -206,7 +235,8 @@ def _family_tables(path: Path, pf: pq.ParquetFile, family: str, fields) -> Itera
             raise TraceError(str(path), None, "record", f"null value (row group {g})")
         if pa.types.is_dictionary(rec.type):
             lut = np.array([_RECORD_CODE.get(x, -1) for x in rec.dictionary.to_pylist()] or [-1], np.int8)
-            idx = lut[np.asarray(rec.indices, dtype=np.int64)]
+            idx = lut[_np(rec.indices, np.int8).astype(np.int64)] if rec.indices.type == pa.int8() else \
+                lut[np.asarray(rec.indices.to_pylist(), np.int64)]
         else:
             idx = np.array([_RECORD_CODE.get(x, -1) for x in rec.to_pylist()], np.int8)
         if (idx < 0).any():
@@ -233,15 +263,18 @@ def _read_segments(path: Path, pf: pq.ParquetFile, stored: int | None) -> Segmen
             col = t.column(name)
             if col.null_count:
                 raise TraceError(str(path), None, name, "null value in a segment row")
-            cols[name].append(col.to_numpy())
+            cols[name].append(_np(col, np.int64 if name == "length" else np.uint64))
         lengths = cols["length"][-1]
         cols["kind"].append(_kind_codes(path, t.column("kind")))
         tok = t.column("tokens").combine_chunks()
-        valid = np.asarray(tok.is_valid())
+        if pa.types.is_list(tok.type):
+            tok = tok.cast(pa.large_list(pa.int32()))
+        valid = _valid(tok)
         cols["has"].append(valid)
-        flat = np.asarray(tok.flatten(), dtype=np.int32) if n else np.zeros(0, np.int32)
-        got = np.zeros(n, np.int64)
-        got[valid] = np.asarray(tok.value_lengths().fill_null(0), dtype=np.int64)[valid]
+        offs = _np(tok.offsets, np.int64) if n else np.zeros(1, np.int64)
+        values = tok.values.cast(pa.int32()) if tok.values.type != pa.int32() else tok.values
+        flat = _np(values, np.int32)[offs[0]:offs[-1]] if n else np.zeros(0, np.int32)
+        got = np.where(valid, np.diff(offs), 0)
         bad = valid & (got != lengths)
         if bad.any():
             raise TraceError(str(path), None, "tokens", f"segment row {row + int(np.argmax(bad))}: "
@@ -286,7 +319,8 @@ def _kind_codes(path: Path, col: pa.ChunkedArray) -> np.ndarray:
         raise TraceError(str(path), None, "kind", "null value in a segment row")
     if pa.types.is_dictionary(col.type):
         names = col.dictionary.to_pylist()
-        idx = np.asarray(col.indices, dtype=np.int64)
+        idx = np.asarray(col.indices.to_pylist(), np.int64) if col.indices.type != pa.int8() else \
+            _np(col.indices, np.int8).astype(np.int64)
     else:
         names, inv = np.unique(np.asarray(col.to_pylist(), dtype=object), return_inverse=True)
         names, idx = list(names), inv
