@@ -7,11 +7,13 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import math
 import os
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,10 +199,11 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
     warnings = fit_warnings(model, gpu, config.capacity_bytes)
     ctx = PolicyContext(config.capacity_bytes, model.kv_bytes_per_token, model, config.seed, config.verify)
     sims: dict[str, _Sim] = {}
-    for p, name in enumerate(names):
-        base = p * work.num_requests
-        tick = None if progress is None else (lambda done, _n, base=base: progress(base + done, total))
-        sims[name] = _simulate(name, work, ctx, cost, config, tick)
+    with _no_cyclic_gc():
+        for p, name in enumerate(names):
+            base = p * work.num_requests
+            tick = None if progress is None else (lambda done, _n, base=base: progress(base + done, total))
+            sims[name] = _simulate(name, work, ctx, cost, config, tick)
     best = max(bases, key=lambda b: (sims[b].reused, -bases.index(b)))
     oracle = _oracle(trace, work, config)
     window = max(s.last_finish_us for s in sims.values()) - int(work.arrival_us.min(initial=0))
@@ -251,6 +254,23 @@ def write_run(result: RunResult, run_dir: str | os.PathLike, *, force: bool = Fa
 
 
 # ---- Internal helpers -----------------------------------------------------------------------------
+@contextmanager
+def _no_cyclic_gc():
+    """NOTE (speed): the trace and workload are frozen out of the cyclic GC's scans, and the GC is off
+    while the simulations run (they make no reference cycles that outlive a request; the GC's passes
+    over millions of live nodes cost 5-20 % of a replay). Both are restored afterwards."""
+    gc.collect()
+    gc.freeze()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+        gc.unfreeze()
+
+
 @dataclass
 class _Sim:
     """One policy's simulation: its request rows (by request_id), counters and what it holds at the end."""
