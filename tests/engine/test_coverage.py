@@ -85,3 +85,44 @@ def test_block_hasher_matches_token_hashes(seed: int) -> None:
             k = min(got[i].shape[0], got[i + 1].shape[0])
             same_tok = [bool((a.tokens[:(j + 1) * bs] == b.tokens[:(j + 1) * bs]).all()) for j in range(k)]
             assert (got[i][:k] == got[i + 1][:k]).tolist() == same_tok
+
+
+def _duplicate_tokens_reference(runs, m: int) -> int:
+    """The per-run token-level definition (one WindowIndex lookup and add per run)."""
+    from pic.engine.oracle import WindowIndex, covered
+    from pic.engine.rolling import window_hashes
+
+    index, num = WindowIndex(), 0
+    for toks, ctx in runs:
+        w = window_hashes(toks, m)
+        if not w.shape[0]:
+            continue
+        hit, _ = index.lookup(w)
+        num += int(covered(hit, toks.shape[0], m)[ctx:].sum())
+        new = np.flatnonzero(~hit)
+        new = new[new + m > ctx]
+        index.add(w[new], new)
+    return num
+
+
+@pytest.mark.parametrize("batch", [1 << 22, 300])
+def test_duplicate_tokens_batched_equals_per_run(monkeypatch, batch: int) -> None:
+    """duplicate_tokens (batched) counts what the per-run definition counts: contexts, repeats inside a
+    run, runs shorter than a window, content first met inside another run's context."""
+    from pic.engine import oracle
+
+    monkeypatch.setattr(oracle, "_DUP_BATCH_TOKENS", batch)
+    rng = np.random.default_rng(7)
+    base = rng.integers(0, 30, 3000, dtype=np.int32)
+    runs = []
+    for _ in range(120):
+        a = int(rng.integers(0, 2800))
+        n = int(rng.integers(1, 200))
+        toks = base[a:a + n] if rng.random() < 0.6 else rng.integers(0, 30, n, dtype=np.int32)
+        if rng.random() < 0.2:
+            toks = np.concatenate([toks, toks])
+        runs.append((toks, int(rng.integers(0, min(64, toks.shape[0]) + 1))))
+    for m in (4, 16, 64):
+        want = _duplicate_tokens_reference(runs, m)
+        assert oracle.duplicate_tokens(runs, m) == want
+        assert want > 0 or m == 64
