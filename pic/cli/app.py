@@ -81,7 +81,7 @@ def _quiet_stdout() -> None:
         pass
 
 
-app = typer.Typer(
+_app = typer.Typer(
     name="pic",
     cls=GuardedGroup,
     help="How much prefill position-independent KV caching saves on your traffic, and what it costs.",
@@ -100,7 +100,7 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
+@_app.callback()
 def _root(
     show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                       help="Print the version and exit."),
@@ -127,8 +127,34 @@ COMMANDS = {
     "calibrate": "calibrate",
 }
 
-for _name, _mod in COMMANDS.items():
-    app.command(name=_name)(importlib.import_module(f"pic.cli.{_mod}").command)
+_REGISTERED: set[str] = set()
+
+
+def _register(names) -> typer.Typer:
+    """Add the commands ``names`` to the app (each module imported once, in COMMANDS order)."""
+    for name in COMMANDS:
+        if name in names and name not in _REGISTERED:
+            _app.command(name=name)(importlib.import_module(f"pic.cli.{COMMANDS[name]}").command)
+            _REGISTERED.add(name)
+    return _app
+
+
+def __getattr__(name: str) -> Any:
+    # NOTE (speed): ``app`` with every command is built on first use; ``main`` registers only the command
+    # it runs (importing every command's module costs ~0.2 s CPU at each start)
+    if name == "app":
+        return _register(COMMANDS)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _invoked(argv: list[str]) -> str | None:
+    """The command ``argv`` runs (its first word that is not an option of the root), if it is one of ours."""
+    for a in argv:
+        if not a.startswith("-"):
+            return a if a in COMMANDS else None
+        if a in ("-h", "--help", "--version"):
+            return None
+    return None
 
 
 def main() -> None:
@@ -137,4 +163,5 @@ def main() -> None:
     from pic.cli import invocation
 
     invocation.ARGV = sys.argv[1:]   # what config.json records as the command
-    app()
+    cmd = _invoked(sys.argv[1:])
+    _register(COMMANDS if cmd is None else (cmd,))()

@@ -15,10 +15,8 @@ import typer
 
 from pic.engine.config import ROUTERS
 from pic.engine.specs.gpus import GPUS
-from pic.engine.sweep import BACKENDS
 from pic.traces.formats.detect import FORMATS
 from pic.traces.suggest import did_you_mean
-from pic.traces.synth import SCENARIOS
 
 
 class _Choice(str, enum.Enum):
@@ -55,8 +53,21 @@ def parser(choices: type[enum.Enum]) -> Callable[[Any], enum.Enum]:
 Router = choice_enum("Router", ROUTERS)
 Gpu = choice_enum("Gpu", GPUS)
 Format = choice_enum("Format", FORMATS)
-Backend = choice_enum("Backend", BACKENDS)
-Scenario = choice_enum("Scenario", SCENARIOS)
+
+
+def __getattr__(name: str) -> Any:
+    # NOTE (speed): Backend and Scenario are made on first use: their values live in pic.engine.sweep and
+    # pic.traces.synth, which `pic replay` never needs (~0.1 s CPU of imports at each start)
+    if name == "Backend":
+        from pic.engine.sweep import BACKENDS
+        globals()[name] = made = choice_enum("Backend", BACKENDS)
+    elif name == "Scenario":
+        from pic.traces.synth import SCENARIOS
+        globals()[name] = made = choice_enum("Scenario", SCENARIOS)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return made
+
 
 GpuOption = Annotated[Gpu, typer.Option(parser=parser(Gpu), help="GPU preset (see `pic models`).")]
 RouterOption = Annotated[Router, typer.Option(
