@@ -108,7 +108,8 @@ class Irminsul(CachePolicy):
         super().__init__(ctx, config)
         c = self.config
         self._cdc, self._marker, self._key = c.cdc, c.marker, eviction.key(c.eviction)
-        self._store = ChunkStore(self._key, c.s1_window, ctx.bytes_per_token, tails=c.tails)
+        self._store = ChunkStore(self._key, c.s1_window, ctx.bytes_per_token, tails=c.tails,
+                                 min_match=c.min_match)
         self._entries = self._store.entries
         self._pending: dict[int, tuple[list[int], list[int], list[_Use]]] = {}   # rid -> lookup's analysis
         self._live: dict[int, tuple[list[Extent], list[Chunk]]] = {}    # rid -> locked extents, new chunks
@@ -266,8 +267,12 @@ class Irminsul(CachePolicy):
             if e is not None and pos == a:
                 ex["chunk_hits"] += 1
             # NOTE: a longer run than the hit chunk needs a stored chunk that extends it (a trie child)
-            t_len, t_e = (0, None) if e is not None and (e.node is None or not e.node.children) else \
-                self._store.longest(toks[pos:pos + self.config.max_chunk])
+            if e is None:
+                t_len, t_e = self._store.longest(toks[pos:pos + self.config.max_chunk])
+            elif self._store.extendable(e):
+                t_len, t_e = self._store.longest(toks[pos:pos + self.config.max_chunk], short=True)
+            else:
+                t_len, t_e = 0, None
             if t_len > (b - pos if e is not None else self.config.min_match - 1):
                 ex["extended_tokens"] += t_len - (b - pos if e is not None else 0)
                 self._span(uses, t_e, pos, pos + t_len, 0)

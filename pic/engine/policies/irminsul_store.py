@@ -60,7 +60,7 @@ class Chunk:
     """One registry entry: a content-defined chunk as pieces ``[extent, offset, length]`` in token order;
     ``node``: its end node in the chunk trie (None until ready)."""
 
-    __slots__ = ("fp", "tokens", "pieces", "owner", "ready", "windows", "node", "rnode", "own")
+    __slots__ = ("fp", "tokens", "pieces", "owner", "ready", "windows", "node", "rnode", "own", "indexed")
 
     def __init__(self, fp: int, tokens: np.ndarray, pieces: list[list[Any]], owner: int,
                  own: list[Extent]) -> None:
@@ -69,6 +69,7 @@ class Chunk:
         self.windows: list[int] = []
         self.node: RadixNode | None = None       # end node of its tokens in the chunk trie
         self.rnode: RadixNode | None = None      # end node of its reversed tokens in the tail trie
+        self.indexed: np.ndarray | None = None   # the tokens it is indexed under in the tries (None: not)
 
 
 class ChunkStore:
@@ -77,7 +78,7 @@ class ChunkStore:
     ``key`` orders eviction (smallest first); ``s1_window`` is the S1 window size in tokens."""
 
     def __init__(self, key: Callable[[Any], tuple[int, ...]], s1_window: int, bytes_per_token: int,
-                 tails: bool = False) -> None:
+                 tails: bool = False, min_match: int = 16) -> None:
         # NOTE: among extents equally recent (or frequent), the one produced later in its prompt goes first
         # (position before creation time): the tail of a prompt before its head, so chunks lose tails
         # (cut) rather than heads (dropped with everything after them)
@@ -91,6 +92,15 @@ class ChunkStore:
         self.trie = RadixTree()                             # index of ready chunks' tokens
         self.rtrie = RadixTree() if tails else None         # index of ready chunks' reversed tokens
         self.prompts = RadixTree()                          # index of committed prompts -> chunk layout
+        # NOTE: the tries are built lazily. Indexing a chunk appends to ``_log``; the log is replayed into the
+        # tries (same operations, same order, so the same trees) only when a lookup needs them: a walk whose
+        # first (last) ``min_match`` tokens begin (end) some indexed chunk (``_heads``/``_tails``: how many
+        # indexed chunks of >= min_match tokens begin / end with each such run), or a hit chunk that another
+        # indexed chunk may extend. Without content reuse beyond the exact prefix no trie is ever built.
+        self.min_match = min_match
+        self._heads: dict[bytes, int] = {}
+        self._tails: dict[bytes, int] = {}
+        self._log: list[tuple[bool, Chunk, np.ndarray]] = []   # (index?, chunk, its tokens then)
         self.evictable = self.protected = 0
         self.num_extents = 0
         self._heap: list[tuple[tuple[int, ...], int, Extent]] = []
@@ -271,8 +281,15 @@ class ChunkStore:
             if x.refs == 0 and x.alive:
                 self._trim(x)
 
-    def longest(self, toks: np.ndarray) -> tuple[int, Chunk | None]:
-        """Longest leading run of ``toks`` that equals the beginning of a stored chunk (trie walk)."""
+    def longest(self, toks: np.ndarray, short: bool = False) -> tuple[int, Chunk | None]:
+        """Longest leading run of ``toks`` that equals the beginning of a stored chunk (trie walk). Unless
+        ``short``, a run under ``min_match`` tokens may be reported as ``(0, None)`` (the walk is skipped
+        when no indexed chunk begins with the first ``min_match`` tokens)."""
+        if not short:
+            m = self.min_match
+            if toks.shape[0] < m or toks[:m].tobytes() not in self._heads:
+                return 0, None
+        self._flush()
         num, node = self.trie.match_prefix(toks, None, split=True)
         if num == 0:
             return 0, None
@@ -286,9 +303,12 @@ class ChunkStore:
 
     def longest_tail(self, toks: np.ndarray) -> tuple[int, Chunk | None]:
         """Longest trailing run of ``toks`` that equals the end of a stored chunk (tail-trie walk over the
-        reversed tokens); (0, None) without a tail trie."""
-        if self.rtrie is None:
+        reversed tokens); (0, None) without a tail trie, and for a run under ``min_match`` tokens (the walk
+        is skipped when no indexed chunk ends with the last ``min_match`` tokens)."""
+        m = self.min_match
+        if self.rtrie is None or toks.shape[0] < m or toks[-m:].tobytes() not in self._tails:
             return 0, None
+        self._flush()
         num, node = self.rtrie.match_prefix(np.ascontiguousarray(toks[::-1]), None, split=True)
         if num == 0:
             return 0, None
@@ -299,6 +319,15 @@ class ChunkStore:
                 return num, self.entries[nd.value]
             stack.extend(reversed(list(nd.children.values())))
         return 0, None
+
+    def extendable(self, c: Chunk) -> bool:
+        """Whether another indexed chunk may begin with all of ready chunk ``c``'s tokens (``c``'s end node
+        in the chunk trie has children)."""
+        m = self.min_match
+        if c.tokens.shape[0] >= m and self._heads.get(c.tokens[:m].tobytes(), 0) < 2:
+            return False                      # c is the only indexed chunk beginning with its first m tokens
+        self._flush()
+        return c.node is not None and bool(c.node.children)
 
     def window(self, toks: np.ndarray) -> tuple[Chunk, int] | None:
         """The ready chunk and offset holding the S1 window ``toks`` (by fingerprint), if any."""
@@ -379,21 +408,49 @@ class ChunkStore:
 
     def _index(self, c: Chunk) -> None:
         """Put a ready chunk's tokens in the trie (and reversed in the tail trie), each end node locked
-        and naming it; a path another chunk already names (same tokens) stays that chunk's."""
-        c.node = _claim(self.trie, c.tokens, c.fp)
-        if self.rtrie is not None:
-            c.rnode = _claim(self.rtrie, np.ascontiguousarray(c.tokens[::-1]), c.fp)
+        and naming it; a path another chunk already names (same tokens) stays that chunk's. Logged now,
+        done in :meth:`_flush`."""
+        c.indexed = t = c.tokens
+        if t.shape[0] >= self.min_match:
+            m = self.min_match
+            for d, k in ((self._heads, t[:m].tobytes()), (self._tails, t[-m:].tobytes())):
+                d[k] = d.get(k, 0) + 1
+        self._log.append((True, c, t))
+        if len(self._log) > 2 * len(self.entries) + 4096:     # bounded: replay it now and then
+            self._flush()
 
     def _unindex(self, c: Chunk) -> None:
-        for tree, attr in ((self.trie, "node"), (self.rtrie, "rnode")):
-            node = getattr(c, attr)
-            if node is None:
+        t = c.indexed
+        if t is None:
+            return
+        c.indexed = None
+        if t.shape[0] >= self.min_match:
+            m = self.min_match
+            for d, k in ((self._heads, t[:m].tobytes()), (self._tails, t[-m:].tobytes())):
+                if d[k] == 1:
+                    del d[k]
+                else:
+                    d[k] -= 1
+        self._log.append((False, c, t))
+
+    def _flush(self) -> None:
+        """Replay the logged index operations into the tries, in order."""
+        log, self._log = self._log, []
+        for add, c, t in log:
+            if add:
+                c.node = _claim(self.trie, t, c.fp)
+                if self.rtrie is not None:
+                    c.rnode = _claim(self.rtrie, np.ascontiguousarray(t[::-1]), c.fp)
                 continue
-            if node.value == c.fp:
-                node.value = None
-            tree.dec_lock(node)
-            tree.evict(tree.evictable_tokens)
-            setattr(c, attr, None)
+            for tree, attr in ((self.trie, "node"), (self.rtrie, "rnode")):
+                node = getattr(c, attr)
+                if node is None:
+                    continue
+                if node.value == c.fp:
+                    node.value = None
+                tree.dec_lock(node)
+                tree.evict(tree.evictable_tokens)
+                setattr(c, attr, None)
 
     def _trim(self, x: Extent) -> None:
         """Free the parts of unlocked ``x`` that no chunk reads any more (all of it when none does)."""
