@@ -57,7 +57,7 @@ def _views(prompts: list[np.ndarray], seed: int) -> list[RequestView]:
     return out
 
 
-def _plans(reqs: list[RequestView], capacity_tokens: float, eager: bool, monkeypatch) -> list:
+def _plans(reqs: list[RequestView], capacity_tokens: float, eager: bool, monkeypatch, s1: bool = False) -> list:
     if eager:                             # replay the index log after every operation: the plain algorithm
         index, unindex = ChunkStore._index, ChunkStore._unindex
 
@@ -75,7 +75,8 @@ def _plans(reqs: list[RequestView], capacity_tokens: float, eager: bool, monkeyp
                             lambda self, toks, short=False, _f=ChunkStore.longest: _f(self, toks, True))
     cap = math.inf if math.isinf(capacity_tokens) else capacity_tokens * BPT
     pol = policies.build("irminsul", PolicyContext(cap, BPT, verify=True), {"avg_chunk": 128, "min_chunk": 32,
-                                                                           "max_chunk": 256})
+                                                                           "max_chunk": 256, "s1": s1,
+                                                                           "s1_window": 48})
     out = []
     for rid, req in enumerate(reqs):
         plan = pol.lookup(req, 10 * rid)
@@ -92,8 +93,8 @@ def _plans(reqs: list[RequestView], capacity_tokens: float, eager: bool, monkeyp
 @pytest.mark.parametrize("seed", [0, 1])
 def test_lazy_tries_give_the_plans_of_eager_tries(seed, capacity, monkeypatch):
     prompts = _views(_stream(seed), seed)
-    lazy = _plans(prompts, capacity, False, monkeypatch)
-    eager = _plans(prompts, capacity, True, monkeypatch)
+    lazy = _plans(prompts, capacity, False, monkeypatch, s1=bool(seed))
+    eager = _plans(prompts, capacity, True, monkeypatch, s1=bool(seed))
     assert lazy == eager
     assert sum(s[1] - s[0] for p in lazy for s in p if s[2] != 2) > 0      # the stream reuses
 

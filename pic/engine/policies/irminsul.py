@@ -35,6 +35,7 @@ and add.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -171,8 +172,10 @@ class Irminsul(CachePolicy):
         for k, fp in enumerate(fps):
             if fp not in self._entries and fp not in new:
                 new[fp] = k
-        gaps = {k: _gaps(views, bounds[k], bounds[k + 1]) for k in new.values()}
-        need = sum(b - a for g in gaps.values() for a, b in g)
+        ends = [e for _, e, _ in views]       # views are disjoint, in target order
+        gaps = {k: _gaps(views, bisect_right(ends, bounds[k]), bounds[k], bounds[k + 1]) for k in new.values()}
+        sizes = {k: sum(b - a for a, b in g) for k, g in gaps.items()}
+        need = sum(sizes.values())
         bpt = self.ctx.bytes_per_token
         room = self.ctx.capacity_bytes - st.evictable - st.protected
         if need * bpt > room:
@@ -180,16 +183,19 @@ class Irminsul(CachePolicy):
             room = self.ctx.capacity_bytes - st.evictable - st.protected
         toks, chunks, full = req.tokens, [], True
         for fp, k in new.items():
-            cost = sum(b - a for a, b in gaps[k]) * bpt
+            cost = sizes[k] * bpt
             if cost > room or (cost and not full):
                 full = False
                 self.stats.extra["unstored_tokens"] += cost // bpt
                 continue
             room -= cost
             a, b = bounds[k], bounds[k + 1]
-            own = [st.new_extent(np.array(toks[g0:g1], dtype=np.int32), g0, now_us) for g0, g1 in gaps[k]]
-            chunks.append(st.register(fp, np.array(toks[a:b], dtype=np.int32), _pieces(views, own, gaps[k], a, b),
-                                      rid, own))
+            ctoks = np.array(toks[a:b], dtype=np.int32)      # one copy: its own extents are views of it
+            g = gaps[k]
+            own = [st.new_extent(ctoks[g0 - a:g1 - a], g0, now_us) for g0, g1 in g]
+            pieces = [[own[0], 0, b - a]] if len(g) == 1 and g[0] == (a, b) else \
+                _pieces(views, bisect_right(ends, a), own, g, a, b)
+            chunks.append(st.register(fp, ctoks, pieces, rid, own))
         self.stats.extra["partly_stored"] += not full
         self._live[rid] = (locked, chunks)
         self._pending[rid] = (bounds, fps, [])       # the layout, for commit
@@ -391,12 +397,14 @@ def marker_boundaries(req: RequestView, marker: np.ndarray) -> np.ndarray:
 _Use = tuple[int, int, Extent, int]   # target start, target end, extent, offset in the extent
 
 
-def _gaps(views: list[tuple[int, int, list[Extent]]], a: int, b: int) -> list[tuple[int, int]]:
-    """The recomputed runs of target ``[a, b)``: what no reused range covers."""
+def _gaps(views: list[tuple[int, int, list[Extent]]], i: int, a: int, b: int) -> list[tuple[int, int]]:
+    """The recomputed runs of target ``[a, b)``: what no reused range covers (``views`` in target order;
+    ``views[i]`` is the first that ends after ``a``)."""
     out, pos = [], a
-    for s, e, _ in views:
-        if e <= a or s >= b:
-            continue
+    for j in range(i, len(views)):
+        s, e, _ = views[j]
+        if s >= b:
+            break
         if s > pos:
             out.append((pos, s))
         pos = max(pos, e)
@@ -405,14 +413,16 @@ def _gaps(views: list[tuple[int, int, list[Extent]]], a: int, b: int) -> list[tu
     return out
 
 
-def _pieces(views: list[tuple[int, int, list[Extent]]], own: list[Extent], gaps: list[tuple[int, int]],
+def _pieces(views: list[tuple[int, int, list[Extent]]], i: int, own: list[Extent], gaps: list[tuple[int, int]],
             a: int, b: int) -> list[list]:
     """Pieces ``[extent, offset, length]`` of target ``[a, b)``: views into the locked extents of the
-    reused ranges, and the chunk's own new extents over its recomputed runs, in token order."""
+    reused ranges (from ``views[i]``, the first that ends after ``a``), and the chunk's own new extents
+    over its recomputed runs, in token order."""
     parts: list[tuple[int, list]] = [(g0, [x, 0, g1 - g0]) for x, (g0, g1) in zip(own, gaps, strict=True)]
-    for s, e, xs in views:
-        if e <= a or s >= b:
-            continue
+    for j in range(i, len(views)):
+        s, e, xs = views[j]
+        if s >= b:
+            break
         t = s
         for x in xs:                       # the locked extents tile [s, e) in order
             lo, hi = max(t, a), min(t + x.size, b)

@@ -35,6 +35,7 @@ from pic.engine.policies.base import PolicyStats
 from pic.engine.radix import RadixNode, RadixTree
 
 _LAYOUTS = 16  # committed-prompt layouts tried for the exact prefix
+_NONE: list[int] = []  # shared by every chunk without S1 windows (never appended to)
 
 
 class Extent:
@@ -66,7 +67,7 @@ class Chunk:
                  own: list[Extent]) -> None:
         self.fp, self.tokens, self.pieces, self.owner, self.own = fp, tokens, pieces, owner, own
         self.ready = False
-        self.windows: list[int] = []
+        self.windows: list[int] = _NONE            # S1 window fingerprints it registered (a list once it has)
         self.node: RadixNode | None = None       # end node of its tokens in the chunk trie
         self.rnode: RadixNode | None = None      # end node of its reversed tokens in the tail trie
         self.indexed: np.ndarray | None = None   # the tokens it is indexed under in the tries (None: not)
@@ -261,7 +262,7 @@ class ChunkStore:
                     del self.windows[wfp]
                 else:
                     kept.append(wfp)
-        c.windows = kept
+        c.windows = kept if kept else _NONE
         still = {id(x) for x, _, _ in keep}
         for x in {id(x): x for x in lost}.values():
             if id(x) not in still:
@@ -352,10 +353,18 @@ class ChunkStore:
         num, node = self.prompts.match_prefix(toks, None, split=True)
         best, best_len, tried, depth, skip = None, 0, 0, num, None
         while node is not None and best_len < depth and tried < _LAYOUTS:
-            stack = [node]                # prompts below ``node`` (minus the branch done) share ``depth``
+            # prompts below ``node`` (minus the branch done) share ``depth``; pre-order, children in order
+            # NOTE: iterators, not lists of children: a hub node (a shared system prompt) has thousands
+            stack = [iter((node,))]
             while stack and tried < _LAYOUTS and best_len < depth:
-                nd = stack.pop()
-                stack.extend(reversed([c for c in nd.children.values() if c is not skip]))
+                nd = next(stack[-1], None)
+                if nd is None:
+                    stack.pop()
+                    continue
+                if nd is skip:
+                    continue
+                if nd.children:
+                    stack.append(iter(nd.children.values()))
                 if nd.value is not None:
                     tried += 1
                     got = self._served(*nd.value, depth)
@@ -497,6 +506,8 @@ class ChunkStore:
 
     def _add_windows(self, c: Chunk) -> None:
         w, n = self.s1_window, c.tokens.shape[0]
+        if c.windows is _NONE:
+            c.windows = []
         offs = set(range(0, n - w + 1, w)) | set(range(n - w, -1, -w))
         for off in sorted(offs):
             wfp = cdc.fingerprint(c.tokens[off:off + w])
