@@ -49,6 +49,7 @@ from pic.traces.markers import BOUNDARY_MARKER, find_markers
 from pic.traces.schema import KIND_CODE
 
 _MARKER_KIND = KIND_CODE["marker"]
+_NO_CUTS = np.zeros(0, np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,6 +391,8 @@ def marker_boundaries(req: RequestView, marker: np.ndarray) -> np.ndarray:
     m = marker.shape[0]
     starts = find_markers(req.tokens, marker)
     idx = np.flatnonzero(req.segment_kinds == _MARKER_KIND)
+    if not starts.shape[0] and not idx.shape[0]:
+        return _NO_CUTS
     sb = req.segment_bounds
     return np.concatenate([starts, starts + m, sb[idx], sb[idx + 1]]).astype(np.int64)
 
