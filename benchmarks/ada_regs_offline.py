@@ -65,7 +65,7 @@ def capture(tier: int, cfg: dict, T: int = 2048, B: int = 2, H: int = 8, G: int 
 def compile_offline(fn, args: tuple, kw: dict):
     """triton.compile for sm_90 with the JIT's own specialization of ``args``."""
     backend = make_backend(TARGET)
-    opts = {k: kw[k] for k in ("num_warps", "num_stages") if k in kw}
+    opts = {k: kw[k] for k in ("num_warps", "num_stages", "maxnreg") if k in kw}
     call_kw = {k: v for k, v in kw.items() if k not in opts}
     binder = create_function_from_signature(fn.signature, fn.params, backend)
     bound, spec, _ = binder(*args, **call_kw)
@@ -123,14 +123,17 @@ def main() -> int:
     ap.add_argument("--block-n", type=int, default=64)
     ap.add_argument("--warps", type=int, default=4)
     ap.add_argument("--stages", type=int, default=2)
+    ap.add_argument("--maxnreg", type=int, help="register cap per thread (ptx .maxnreg; the kernel's config key)")
     ap.add_argument("--dump", help="write <kernel>.ttgir / .ptx here")
     ap.add_argument("--set", nargs="*", default=[], metavar="NAME=INT",
                     help="override kernel constexprs / options (experiments), e.g. Q_ROT=0")
     args = ap.parse_args()
     cfg = {"BLOCK_N": args.block_n, "num_warps": args.warps, "num_stages": args.stages, "ctas_per_sm": 2}
+    if args.maxnreg:
+        cfg["maxnreg"] = args.maxnreg
     print(f"triton {triton.__version__}, target sm_90, {cfg}")
     print(f"{'kernel':8s} {'regs':>5s} {'spill st':>9s} {'spill ld':>9s} {'shared':>7s} {'loop instr':>10s} "
-          f"{'compile s':>9s}")
+          f"{'CTAs/SM':>7s} {'compile s':>9s}")
     jobs, rot = [], None
     for t in args.tiers:
         (a, kw), r = capture(t, cfg)
@@ -145,7 +148,8 @@ def main() -> int:
         secs = time.process_time() - t0
         u = ptxas_usage(ck.asm["ptx"])
         print(f"{name:8s} {u['regs']!s:>5s} {u['spill_stores']!s:>9s} {u['spill_loads']!s:>9s} "
-              f"{ck.metadata.shared:>7d} {loop_instructions(ck.asm['cubin'])!s:>10s} {secs:9.1f}")
+              f"{ck.metadata.shared:>7d} {loop_instructions(ck.asm['cubin'])!s:>10s} "
+              f"{K.resident_ctas(u['regs'] or 255, ck.metadata.shared, kw.get('num_warps', 4)):>7d} {secs:9.1f}")
         if args.dump:
             os.makedirs(args.dump, exist_ok=True)
             for ext in ("ttgir", "ptx"):

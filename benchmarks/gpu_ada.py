@@ -33,14 +33,29 @@ from pic.kernels.ada import (  # noqa: E402
     store,
 )
 from pic.kernels.ada import kernel as ada_kernel  # noqa: E402
+from pic.kernels.mla_decode.kernel import pick_num_splits  # noqa: E402
 
 H_KV, GROUP, D, PAGE = 8, 4, 128, 64
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPE = torch.bfloat16 if DEV == "cuda" else torch.float16   # the interpreter's bf16 dot is wrong
 BATCH = 8
 BUDGET_S = 330          # throughput rows past this many seconds are skipped (the GPU is shared)
+SWEEP_BUDGET_S = math.inf   # --sweep: configs past this many seconds are skipped
 LOG2E = 1.4426950408889634
 RES: dict = {"checks": [], "quality": [], "decode": [], "configs": [], "encode": [], "errors": []}
+# --sweep: (BLOCK_N, warps, stages, ctas_per_sm, maxnreg) per kernel (0 = dense); ctas_per_sm is the
+# residency the offline compile predicts (benchmarks/ada_regs_offline.py), or twice it (a second wave of
+# splits); the first entry of each is the config before this sweep. "np" = code prefetch off.
+SWEEP = {
+    0: [(64, 4, 3, 2, None), (32, 4, 3, 4, None), (32, 4, 4, 4, None), (32, 4, 5, 4, None), (64, 4, 4, 3, None)],
+    4: [(64, 4, 2, 2, None), (64, 4, 3, 2, None), (64, 4, 4, 2, None), (64, 4, 3, 3, 168), (64, 4, 3, 4, None),
+        (32, 4, 3, 4, None), (32, 4, 4, 4, None), (32, 4, 4, 8, None), (32, 4, 5, 3, None), (16, 4, 4, 5, None),
+        (64, 8, 3, 2, None)],
+    8: [(64, 4, 2, 2, None), (32, 4, 3, 3, None), (32, 4, 4, 2, None), (16, 4, 4, 4, None)],
+    3: [(64, 4, 2, 2, "np"), (64, 4, 2, 2, None), (64, 4, 3, 2, None), (32, 4, 3, 3, None), (32, 4, 4, 3, None),
+        (32, 4, 3, 4, 128), (16, 4, 4, 4, None)],
+    2: [(64, 4, 2, 2, None), (64, 4, 3, 2, None), (32, 4, 3, 4, None), (32, 4, 4, 3, None), (16, 4, 4, 4, None)],
+}
 T0 = time.time()
 
 
@@ -218,6 +233,96 @@ def tune(T: int, quick: bool, grid: dict | None = None) -> dict:
     return best
 
 
+def _cfg(entry: tuple) -> dict:
+    bn, w, st, c, extra = entry
+    cfg = {"BLOCK_N": bn, "num_warps": w, "num_stages": st, "ctas_per_sm": c}
+    if extra == "np":
+        cfg["code_prefetch"] = False
+    elif extra:
+        cfg["maxnreg"] = extra
+    return cfg
+
+
+@section
+def sweep(T: int, kernels: tuple = (0, 4, 8, 3, 2)) -> dict:
+    """Each kernel's SWEEP configs at context T, batch 8. Every config is first checked against the float64
+    reference on small shapes (bf16, NaN-poisoned output); then timed. Records registers, spills, shared
+    memory, the residency they allow, the split count and the grid. Returns the fastest passing config per
+    kernel (0 = dense)."""
+    B = BATCH
+    g = torch.Generator(device=DEV).manual_seed(6)
+    k, v = keys(B, T, "gauss", g)
+    q = torch.randn(B, H_KV * GROUP, D, device=DEV, generator=g).to(DTYPE)
+    lens_s = [1, 300, 700]
+    ks, vs = keys(3, max(lens_s), "gauss", g)
+    qs = torch.randn(3, H_KV * GROUP, D, device=DEV, generator=g).to(DTYPE)
+    best = {}
+    for bits in kernels:
+        fn = dense_decode if bits == 0 else ada_decode
+        small = store(allocate(lens_s, H_KV, PAGE, D, DTYPE, bits, DEV, shuffle=5), ks, vs)
+        ref = decode_attention_reference(qs, small)
+        cache = store(allocate([T] * B, H_KV, PAGE, D, DTYPE, bits, DEV, shuffle=1), k, v)
+        nbytes = cache.resident_bytes()
+        times = []
+        for entry in SWEEP[bits][:2] if "--cpu-dry-run" in sys.argv else SWEEP[bits]:
+            cfg = _cfg(entry)
+            name = "dense" if bits == 0 else f"ada-b{bits}"
+            if time.time() - T0 > SWEEP_BUDGET_S:
+                log(f"  skipped {name} {cfg}: past the {SWEEP_BUDGET_S} s sweep budget")
+                continue
+            row = {"kernel": name, "T": T, **cfg}
+            try:
+                out = torch.full_like(qs, float("nan"))
+                fn(qs, small, config=cfg, out=out)
+                err = rel_rms(ref, out)
+                row["check_out_rel"] = err
+                if not err <= 1e-2:
+                    RES["checks"].append({"name": f"{name} {cfg}", "out_rel": err, "ok": False})
+                    log(f"  BAD {name} {cfg}: out {err:.2e}")
+                    continue
+                ms = _time_kernel(fn, q, cache, cfg)
+            except Exception as e:  # noqa: BLE001 - a config that does not compile is skipped
+                log(f"  config {cfg} failed for {name}: {str(e).splitlines()[0][:200]}")
+                RES["configs"].append({**row, "error": str(e)[:300]})
+                continue
+            comp = _compiled("dense" if bits == 0 else "ada")
+            splits = pick_num_splits(B, T, H_KV, cfg["BLOCK_N"], torch.cuda.get_device_properties(0).multi_processor_count
+                                     if DEV == "cuda" else 132, cfg["ctas_per_sm"])
+            res = ada_kernel.resident_ctas(comp["regs"], comp["shared"], cfg["num_warps"]) if comp else None
+            row.update(ms=ms, GBps=nbytes / ms / 1e6, splits=splits, grid=H_KV * splits * B, resident_per_sm=res,
+                       **comp)
+            RES["configs"].append(row)
+            times.append((ms, cfg))
+            log(f"  sweep {name:8s} {cfg}: {ms * 1e3:7.1f} us  {row['GBps']:6.0f} GB/s  splits {splits} "
+                f"grid {row['grid']}  {comp} -> {res} CTAs/SM")
+        if times:
+            best[bits] = min(times, key=lambda t: t[0])[1]
+        del cache, small
+        if DEV == "cuda":
+            torch.cuda.empty_cache()
+    RES["best_config"] = {str(b): c for b, c in best.items()}
+    with open(os.path.join(os.environ.get("OUT", "out"), "best_configs.json"), "w") as f:
+        json.dump({str(b): c for b, c in best.items()}, f)
+    return best
+
+
+def profile_ncu(T: int) -> None:
+    """For ncu (--ncu-target): one launch each of dense, tier 4 at its old config and tier 4 (and 3) at the
+    sweep's best (read from $OUT/best_configs.json); ncu filters ada_decode_kernel."""
+    path = os.path.join(os.environ.get("OUT", "out"), "best_configs.json")
+    best = json.load(open(path)) if os.path.exists(path) else {}
+    g = torch.Generator(device=DEV).manual_seed(7)
+    k, v = keys(BATCH, T, "gauss", g)
+    q = torch.randn(BATCH, H_KV * GROUP, D, device=DEV, generator=g).to(DTYPE)
+    runs = [(0, best.get("0")), (4, _cfg(SWEEP[4][0])), (4, best.get("4")), (3, best.get("3"))]
+    for bits, cfg in runs:
+        cache = store(allocate([T] * BATCH, H_KV, PAGE, D, DTYPE, bits, DEV, shuffle=1), k, v)
+        (dense_decode if bits == 0 else ada_decode)(q, cache, config=cfg)
+        sync()
+        log(f"  ncu target: tier {bits} {cfg}")
+        del cache
+
+
 def sdpa_time(B: int, T: int, k: torch.Tensor, v: torch.Tensor, q: torch.Tensor) -> float | None:
     kk, vv = k.permute(0, 2, 1, 3).contiguous(), v.permute(0, 2, 1, 3).contiguous()
     qq = q[:, :, None, :]
@@ -230,12 +335,14 @@ def sdpa_time(B: int, T: int, k: torch.Tensor, v: torch.Tensor, q: torch.Tensor)
 
 
 @section
-def throughput(contexts: list[int], best: dict | None, bw: float | None, kinds: tuple | None = None) -> None:
+def throughput(contexts: list[int], best: dict | None, bw: float | None, kinds: tuple | None = None,
+               old_b4: dict | None = None) -> None:
     """Decode step time of dense bf16 / ADA tiers / SDPA at batch 8; GB/s and bytes per token.
     ``kinds`` (default: dense, every tier, mixed, SDPA) may also name diagnostics of tier 4:
     "b4-prerotated" (q already rotated: no rotate launch, as with Π folded into W_q), "b4-splitlut"
     (separate θ / ρ lookups: is the joint table's L1 gather the bottleneck?) and "b4-noprefetch" (the
-    code prefetch off: the kernel before it). Speed-ups use this call's dense row, else an earlier one."""
+    code prefetch off: the kernel before it), "b4-old" (tier 4 at ``old_b4``). "mixed" runs each tier at
+    its default (``kernel.TUNED``). Speed-ups use this call's dense row, else an earlier one."""
     B = BATCH
     best = best or {}
     for T in contexts:
@@ -246,7 +353,7 @@ def throughput(contexts: list[int], best: dict | None, bw: float | None, kinds: 
         # "mixed": page tiers drawn as an rdr allocation at a 60 % budget lands (mostly tier 4)
         mix = torch.tensor([8, 4, 3])[torch.multinomial(torch.tensor([0.1, 0.8, 0.1]), B * H_KV * (T // PAGE), True,
                                                         generator=torch.Generator().manual_seed(T))]
-        extra = ("b4-prerotated", "b4-splitlut", "b4-noprefetch")
+        extra = ("b4-prerotated", "b4-splitlut", "b4-noprefetch", "b4-old")
         for bits in kinds or (0, *TIERS, "mixed", "sdpa"):
             if bits == "sdpa":
                 continue
@@ -258,7 +365,8 @@ def throughput(contexts: list[int], best: dict | None, bw: float | None, kinds: 
                 tiers = mix.view(B, H_KV, -1) if bits == "mixed" else 4 if bits in extra else bits
                 cache = store(allocate([T] * B, H_KV, PAGE, D, DTYPE, tiers, DEV, shuffle=T), k, v)
                 nbytes = cache.resident_bytes()
-                cfg = best.get("dense" if bits == 0 else "ada-b4")
+                cfg = best.get("dense" if bits == 0 else f"ada-b{bits}" if isinstance(bits, int) else "ada-b4")
+                cfg = None if bits == "mixed" else old_b4 if bits == "b4-old" else cfg
                 if bits == "b4-prerotated":
                     qr = (q.float() @ rotation(D).T.float().to(DEV)).to(DTYPE)
                     ms = _time_kernel(ada_decode, qr, cache, cfg, prerotated=True)
@@ -319,21 +427,42 @@ def main() -> int:
     ap.add_argument("--final", action="store_true",
                     help="after the q-rotation fix (about 80 s): correctness on small shapes, 2 ADA tile configs "
                          "at 32K, throughput at 32K (+ tier-4 diagnostics), 8K and 128K (rows past 72 s skipped)")
+    ap.add_argument("--sweep", action="store_true",
+                    help="occupancy / pipelining sweep (about 3 min): correctness, every SWEEP config of each kernel "
+                         "at 32K (each checked first), then 8K / 32K / 128K rows at the best configs, with tier 4 "
+                         "at its old config as an A/B row")
+    ap.add_argument("--ncu-target", action="store_true",
+                    help="one launch each of the kernels to profile (run under ncu after --sweep)")
     ap.add_argument("--cpu-dry-run", action="store_true",
                     help="no GPU: tiny shapes under TRITON_INTERPRET=1, to check the script itself")
     args = ap.parse_args()
-    global BATCH, BUDGET_S
+    global BATCH, BUDGET_S, SWEEP_BUDGET_S
     if args.cpu_dry_run:
         BATCH = 2
         BUDGET_S = math.inf
     elif args.final:
         BUDGET_S = 72
+    elif args.sweep:
+        SWEEP_BUDGET_S, BUDGET_S = 120, 170
+    if args.ncu_target:
+        profile_ncu(256 if args.cpu_dry_run else 32768)
+        return 0
     RES["device"] = torch.cuda.get_device_name() if DEV == "cuda" else "cpu (interpreter dry run)"
     RES["torch"], RES["triton"] = torch.__version__, __import__("triton").__version__
     log(f"{RES['device']} torch {RES['torch']} triton {RES['triton']}")
     bw = ceiling()
     correctness([1, 70, 200] if args.cpu_dry_run else [1, 300, 700] if args.final else [1, 700, 2000])
-    if args.cpu_dry_run and args.final:
+    if args.sweep:
+        T = 256 if args.cpu_dry_run else 32768
+        best = sweep(T) or {}
+        best_named = {"dense": best.get(0), **{f"ada-b{b}": c for b, c in best.items() if b}}
+        ada_kernel.TUNED.update(best)   # the mixed rows run each tier at the sweep's best
+        old = _cfg(SWEEP[4][0])
+        for ctx, kinds in ((T, (0, 4, "b4-old", 3, 8, 2, "mixed", "sdpa")),
+                           (T // 4, (0, 4, "b4-old", 3, 8, 2, "mixed", "sdpa")),
+                           (T * 4, (0, 4, "b4-old", 3, 8, "mixed", "sdpa"))):
+            throughput([ctx], best_named, bw, kinds, old)
+    elif args.cpu_dry_run and args.final:
         best = tune(256, False, {"ada-b4": ((16, 4, 1, 2), (16, 4, 1, 4))}) or {}
         throughput([256], best, bw)
         throughput([256], best, bw, ("b4-noprefetch", "b4-splitlut", "b4-prerotated"))

@@ -239,3 +239,28 @@ def test_code_prefetch_off_matches_reference(bits, device):
     tol = 1e-5 if device == "cpu" else 3e-3
     out = ada_decode(q.to(device), cache, num_splits=2, config={"code_prefetch": False})
     assert_close("no prefetch", decode_attention_reference(q, cache), out, tol)
+
+
+def test_resident_ctas_follows_hopper_limits():
+    """The residency the split count is sized for: registers rounded up to 8 per thread and allocated per
+    warp out of 64 K, 228 KB of shared memory with 1 KB reserved per program, at most 64 warps."""
+    from pic.kernels.ada.kernel import resident_ctas
+    assert resident_ctas(178, 39168, 4) == 2     # the third kernel's tier 4: registers bind
+    assert resident_ctas(168, 72192, 4) == 3     # 168 x 128 x 3 = 64,512 registers; 3 x 71 KB shared
+    assert resident_ctas(122, 39168, 4) == 4     # 128 x 128 x 4 = 65,536
+    assert resident_ctas(128, 105216, 4) == 2    # shared memory binds
+    assert resident_ctas(32, 1024, 4) == 16      # the 64-warp limit
+
+
+@pytest.mark.parametrize("bits", [8, 3], ids=["b8", "b3"])
+def test_tuned_launch_options_keep_results(bits, device):
+    """Launch options of the GPU tile configs (register cap, stages, BLOCK_N 32, twice the splits) do not
+    change the result (the interpreter ignores the register cap; the GPU sweep checks it in bf16)."""
+    lens = [150, 33]
+    q, k, v = _inputs(lens, 2, 4, 64, torch.float32, seed=51 + bits)
+    cache = store(allocate(lens, 2, 64, 64, torch.float32, bits, device), k.to(device), v.to(device))
+    tol = 1e-5 if device == "cpu" else 3e-3
+    cfg = {"BLOCK_N": 32, "num_warps": 4, "num_stages": 3, "ctas_per_sm": 8, "maxnreg": 128}
+    out = torch.full_like(q, float("nan")).to(device)
+    ada_decode(q.to(device), cache, config=cfg, out=out)
+    assert_close("tuned options", decode_attention_reference(q, cache), out, tol)

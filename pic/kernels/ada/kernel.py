@@ -4,7 +4,7 @@ The queries are rotated once per step outside the attention kernel (``ada_rotate
 caller: Π can be folded into W_q): Πq = (q_x | q_y), q_x = q·Π[:D/2]^T, q_y = q·Π[D/2:]^T, in fp32.
 Holding Π's two [D, D/2] fp32 halves in the attention kernel's prologue made ptxas spill ~1.5-2 KB per
 thread (in the prologue, not the tile loop; benchmarks/ada_regs_offline.py). One-tier pages of tiers
-8 / 4 / 2 load the next tile's codes into registers one tile ahead. Grid (KV head, KV split, sequence). A
+8 / 4 / 3 / 2 load the next tile's codes into registers one tile ahead. Grid (KV head, KV split, sequence). A
 program loads its GROUP rotated query heads (padded to BLOCK_G rows), folds in the softmax scale, then
 streams BLOCK_N-token tiles of its split. Per tile it reads the page header (tier), the radii and the packed
 codes, unpacks them in registers — (ρ̂ cos θ̂, ρ̂ sin θ̂) from two small L1-resident tables — and gets
@@ -47,10 +47,11 @@ def _half2(xy):
 
 
 @triton.jit
-def _load_codes(A_U8, A_I16, unit, rows, mask_n, UNIT_I32: tl.constexpr, PAGE: tl.constexpr,
-                HALF: tl.constexpr, T_PB: tl.constexpr, T_W: tl.constexpr):
-    """The raw code tile of BLOCK_N token rows of a one-tier page, one contiguous load per row: int16 per
-    pair (tier 8), uint8 per pair (tier 4), uint8 per two pairs (tier 2)."""
+def _load_codes(A_U8, A_I16, A_I32, unit, rows, mask_n, UNIT_I32: tl.constexpr, PAGE: tl.constexpr,
+                HALF: tl.constexpr, T_PB: tl.constexpr, T_W: tl.constexpr, T_CPW: tl.constexpr):
+    """The raw code tile of BLOCK_N token rows of a one-tier page: int16 per pair (tier 8), uint8 per pair
+    (tier 4), uint8 per two pairs (tier 2), one contiguous load per row; tier 3 (5 codes per int32 word):
+    the word of each pair (5 lanes share one)."""
     codes_b = unit * (4 * UNIT_I32) + HDR + 4 * PAGE           # byte offset of the page's codes
     if T_PB == 16:
         raw = tl.load(A_I16 + codes_b // 2 + rows[:, None] * (2 * T_W) + tl.arange(0, HALF)[None, :],
@@ -58,9 +59,12 @@ def _load_codes(A_U8, A_I16, unit, rows, mask_n, UNIT_I32: tl.constexpr, PAGE: t
     elif T_PB == 8:
         raw = tl.load(A_U8 + codes_b + rows[:, None] * (4 * T_W) + tl.arange(0, HALF)[None, :],
                       mask=mask_n[:, None], other=0)
-    else:
-        tl.static_assert(T_PB == 4, "tier 3 loads its own codes (no prefetch)")
+    elif T_PB == 4:
         raw = tl.load(A_U8 + codes_b + rows[:, None] * (4 * T_W) + tl.arange(0, HALF // 2)[None, :],
+                      mask=mask_n[:, None], other=0)
+    else:
+        tl.static_assert(T_PB == 6, "pair bits 16 / 8 / 6 / 4")
+        raw = tl.load(A_I32 + codes_b // 4 + rows[:, None] * T_W + (tl.arange(0, HALF) // T_CPW)[None, :],
                       mask=mask_n[:, None], other=0)
     return raw
 
@@ -139,8 +143,8 @@ def ada_decode_kernel(
     last_j = (tl.maximum(end, 1) - 1) // PAGE
     unit = tl.load(bt_row + start // PAGE).to(tl.int64)
     if not DENSE and TIER > 0 and PREFETCH:   # the first tile's codes; each tile then loads the next one's
-        raw_nx = _load_codes(A_U8, A_I16, unit, start % PAGE + offs_j, start + offs_j < end,
-                             UNIT_I32, PAGE, HALF, T_PB, T_W)
+        raw_nx = _load_codes(A_U8, A_I16, A_I32, unit, start % PAGE + offs_j, start + offs_j < end,
+                             UNIT_I32, PAGE, HALF, T_PB, T_W, T_CPW)
     # runtime-tier path: the page's table row, carried to the next tile like the page index
     n_words, pair_bits, cpw, theta_bits, cs_off, rho_off, v_off, xy_off = 0, 0, 0, 0, 0, 0, 0, 0
     if not DENSE and TIER == 0:
@@ -180,10 +184,11 @@ def ada_decode_kernel(
                 if PREFETCH:
                     raw = raw_nx
                     n2 = n1 + BLOCK_N
-                    raw_nx = _load_codes(A_U8, A_I16, unit_nx, n2 % PAGE + offs_j, n2 + offs_j < end,
-                                         UNIT_I32, PAGE, HALF, T_PB, T_W)
-                elif T_PB != 6:
-                    raw = _load_codes(A_U8, A_I16, unit, rows, mask_n, UNIT_I32, PAGE, HALF, T_PB, T_W)
+                    raw_nx = _load_codes(A_U8, A_I16, A_I32, unit_nx, n2 % PAGE + offs_j, n2 + offs_j < end,
+                                         UNIT_I32, PAGE, HALF, T_PB, T_W, T_CPW)
+                else:
+                    raw = _load_codes(A_U8, A_I16, A_I32, unit, rows, mask_n, UNIT_I32, PAGE, HALF, T_PB, T_W,
+                                      T_CPW)
                 if T_PB == 16:
                     code = raw.to(tl.int32) & 0xFFFF
                 elif T_PB == 8:
@@ -191,10 +196,8 @@ def ada_decode_kernel(
                 elif T_PB == 4:   # one byte per two pairs; nibbles interleaved back in registers
                     byte = raw.to(tl.int32)
                     code = tl.reshape(tl.join(byte & 15, byte >> 4), [BLOCK_N, HALF])
-                else:   # tier 3, 5 codes per word: the word of each pair, read per pair (5 lanes share one)
-                    word = tl.load(A_I32 + codes_b // 4 + rows[:, None] * T_W + (offs_p // T_CPW)[None, :],
-                                   mask=mask_n[:, None], other=0)
-                    code = (word >> ((offs_p % T_CPW) * T_PB)[None, :]) & ((1 << T_PB) - 1)
+                else:   # tier 3: each pair's field of its word
+                    code = (raw >> ((offs_p % T_CPW) * T_PB)[None, :]) & ((1 << T_PB) - 1)
                 if T_PB <= 8 and not (SPLIT_LUT and T_CPW != 5):
                     kx, ky = _half2(tl.load(XY_LUT + t_xy_off + code))
                 else:   # separate θ (cos, sin) and ρ lookups: tier 8, or the SPLIT_LUT diagnostic
@@ -236,13 +239,34 @@ def ada_decode_kernel(
     tl.store(LSE_PART + b * stride_lse_b + heads * stride_lse_h + slot, lse, mask=mask_g)
 
 
-def default_config(dense: bool, max_len: int | None = None, batch: int | None = None) -> dict:
-    """Tile sizes and launch options (one config under the interpreter)."""
+# Tile configs per kernel (H200, batch 8, docs/bench-ada.md §3). ``ctas_per_sm`` is the residency the
+# compiled kernel reaches (registers, shared memory: benchmarks/ada_regs_offline.py); the split count
+# is chosen so that (KV head, split, sequence) programs fill that many slots on every SM.
+TUNED = {
+    DENSE: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "ctas_per_sm": 2},
+    8: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2},
+    4: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2},
+    3: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2},
+    2: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2},
+}
+
+
+def resident_ctas(regs: int, shared: int, warps: int) -> int:
+    """Programs of a compiled kernel that fit on one H100/H200 SM at once: 64 K registers (allocated per
+    warp in 256-register units, i.e. per-thread counts rounded up to 8), 228 KB of shared memory (1 KB
+    reserved per program), 64 warps, 32 programs."""
+    by_regs = 65536 // (-(-regs // 8) * 8 * 32 * warps)
+    by_smem = (228 * 1024) // (shared + 1024)
+    return max(0, min(by_regs, by_smem, 64 // warps, 32))
+
+
+def default_config(dense: bool, max_len: int | None = None, batch: int | None = None, bits: int = 4) -> dict:
+    """Tile sizes and launch options of the dense kernel or of the kernel specialized to tier ``bits``
+    (0: the runtime-tier path, which uses tier 4's); one config under the interpreter. Keys: BLOCK_N,
+    num_warps, num_stages, ctas_per_sm (sets the split count), optional maxnreg (register cap)."""
     if INTERPRET or not torch.cuda.is_available():
         return {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1, "ctas_per_sm": 1}
-    if dense:   # measured best of 6 at batch 8 / 32K on the H200 (docs/bench-ada.md)
-        return {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "ctas_per_sm": 2}
-    return {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2}
+    return dict(TUNED[DENSE if dense else (bits or 4)])
 
 
 def rotate_queries(q: torch.Tensor, cache: AdaCache, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -273,9 +297,6 @@ def _decode(q: torch.Tensor, cache: AdaCache, dense: bool, sm_scale: float | Non
     any_dense, any_coded = cache.page_kinds()
     if (dense and any_coded) or (not dense and any_dense):
         raise ValueError("dense_decode needs dense pages only, ada_decode coded pages only")
-    cfg = {**default_config(dense, max_seq_len, B), **(config or {})}
-    if cache.page_size % cfg["BLOCK_N"]:
-        cfg["BLOCK_N"] = math.gcd(cfg["BLOCK_N"], cache.page_size)
     one = cache.single_tier() if specialize and not dense else None
     if not dense and specialize and one is None and logits is None:
         groups = cache.tier_groups()                 # mixed: one tier-specialized launch per tier
@@ -284,9 +305,12 @@ def _decode(q: torch.Tensor, cache: AdaCache, dense: bool, sm_scale: float | Non
         groups = [(one or 0, cache.block_table, cache.seq_lens, 0, max_len)]
     plan = []
     for bits, bt, lens, lens_stride_h, max_len in groups:
+        cfg = {**default_config(dense, max_len, B, bits), **(config or {})}
+        if cache.page_size % cfg["BLOCK_N"]:
+            cfg["BLOCK_N"] = math.gcd(cfg["BLOCK_N"], cache.page_size)
         S = num_splits or pick_num_splits(B, max_len, H, cfg["BLOCK_N"], num_sms(q.device), cfg["ctas_per_sm"])
         per_split = triton.cdiv(triton.cdiv(max(max_len, 1), S), cfg["BLOCK_N"]) * cfg["BLOCK_N"]
-        plan.append((bits, bt, lens, lens_stride_h, triton.cdiv(max(max_len, 1), per_split), per_split))
+        plan.append((bits, bt, lens, lens_stride_h, triton.cdiv(max(max_len, 1), per_split), per_split, cfg))
     S_all = sum(p[4] for p in plan)
     if workspace is None:
         o_part = torch.empty(B, HQ, S_all, D, dtype=torch.float32, device=q.device)
@@ -301,7 +325,7 @@ def _decode(q: torch.Tensor, cache: AdaCache, dense: bool, sm_scale: float | Non
     lg = logits if logits is not None else o_part
     scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)) * LOG2E
     base = 0
-    for bits, bt, lens, lens_stride_h, S, per_split in plan:
+    for bits, bt, lens, lens_stride_h, S, per_split, cfg in plan:
         t = tier(bits) if bits else None
         row = _tables_cpu(D, cache.page_size, esize)[0][bits]
         LAUNCHED["dense" if dense else "ada"] = ada_decode_kernel[(H, S, B)](
@@ -318,8 +342,9 @@ def _decode(q: torch.Tensor, cache: AdaCache, dense: bool, sm_scale: float | Non
             TIER=bits if not dense else 0, T_W=t.words(D) if t else 0, T_CPW=t.codes_per_word if t else 0,
             T_PB=t.pair_bits if t else 0, T_TB=t.theta_bits if t else 0, T_VOFF=int(row[6]),
             SPLIT_LUT=bool(cfg.get("split_lut")),
-            PREFETCH=bool(cfg.get("code_prefetch", True)) and bool(t) and t.pair_bits != 6,
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+            PREFETCH=bool(cfg.get("code_prefetch", True)) and bool(t),
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") and not INTERPRET else {}))
         base += S
     S = S_all
     out = torch.empty(B, HQ, D, dtype=cache.dtype, device=q.device) if out is None else out
