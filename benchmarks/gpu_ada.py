@@ -43,19 +43,33 @@ BUDGET_S = 330          # throughput rows past this many seconds are skipped (th
 SWEEP_BUDGET_S = math.inf   # --sweep: configs past this many seconds are skipped
 LOG2E = 1.4426950408889634
 RES: dict = {"checks": [], "quality": [], "decode": [], "configs": [], "encode": [], "errors": []}
-# --sweep: (BLOCK_N, warps, stages, ctas_per_sm, maxnreg) per kernel (0 = dense); ctas_per_sm is the
+# --sweep: (BLOCK_N, warps, stages, ctas_per_sm, options) per kernel (0 = dense); ctas_per_sm is the
 # residency the offline compile predicts (benchmarks/ada_regs_offline.py), or twice it (a second wave of
-# splits); the first entry of each is the config before this sweep. "np" = code prefetch off.
-SWEEP = {
-    0: [(64, 4, 3, 2, None), (32, 4, 3, 4, None), (32, 4, 4, 4, None), (32, 4, 5, 4, None), (64, 4, 4, 3, None)],
-    4: [(64, 4, 2, 2, None), (64, 4, 3, 2, None), (64, 4, 4, 2, None), (64, 4, 3, 3, 168), (64, 4, 3, 4, None),
-        (32, 4, 3, 4, None), (32, 4, 4, 4, None), (32, 4, 4, 8, None), (32, 4, 5, 3, None), (16, 4, 4, 5, None),
-        (64, 8, 3, 2, None)],
-    8: [(64, 4, 2, 2, None), (32, 4, 3, 3, None), (32, 4, 4, 2, None), (16, 4, 4, 4, None)],
-    3: [(64, 4, 2, 2, "np"), (64, 4, 2, 2, None), (64, 4, 3, 2, None), (32, 4, 3, 3, None), (32, 4, 4, 3, None),
-        (32, 4, 3, 4, 128), (16, 4, 4, 4, None)],
-    2: [(64, 4, 2, 2, None), (64, 4, 3, 2, None), (32, 4, 3, 4, None), (32, 4, 4, 3, None), (16, 4, 4, 4, None)],
+# splits). Options, "+"-joined: "np" code prefetch off, "mrN" register cap N, "smem" shared-memory table
+# gather (lut_smem), "split" split θ / ρ tables. Set 1 ran on 2026-11-30 (first entry of each = the config
+# before it); set 2 follows from its ncu profile (L1 data pipe the busiest unit) and the dense V-load fix.
+SWEEPS = {
+    1: {
+        0: [(64, 4, 3, 2, ""), (32, 4, 3, 4, ""), (32, 4, 4, 4, ""), (32, 4, 5, 4, ""), (64, 4, 4, 3, "")],
+        4: [(64, 4, 2, 2, ""), (64, 4, 3, 2, ""), (64, 4, 4, 2, ""), (64, 4, 3, 3, "mr168"), (64, 4, 3, 4, ""),
+            (32, 4, 3, 4, ""), (32, 4, 4, 4, ""), (32, 4, 4, 8, ""), (32, 4, 5, 3, ""), (16, 4, 4, 5, ""),
+            (64, 8, 3, 2, "")],
+        8: [(64, 4, 2, 2, ""), (32, 4, 3, 3, ""), (32, 4, 4, 2, ""), (16, 4, 4, 4, "")],
+        3: [(64, 4, 2, 2, "np"), (64, 4, 2, 2, ""), (64, 4, 3, 2, ""), (32, 4, 3, 3, ""), (32, 4, 4, 3, ""),
+            (32, 4, 3, 4, "mr128"), (16, 4, 4, 4, "")],
+        2: [(64, 4, 2, 2, ""), (64, 4, 3, 2, ""), (32, 4, 3, 4, ""), (32, 4, 4, 3, ""), (16, 4, 4, 4, "")],
+    },
+    2: {
+        0: [(64, 4, 3, 3, ""), (64, 4, 2, 5, ""), (32, 4, 3, 6, ""), (32, 4, 4, 4, ""), (16, 4, 4, 7, "")],
+        4: [(64, 4, 3, 3, "mr168"), (64, 4, 3, 3, "mr168+split"), (64, 4, 3, 3, "mr168+smem"),
+            (64, 4, 3, 4, "mr128+smem"), (64, 4, 2, 4, "mr128+smem"), (32, 4, 3, 4, "smem"), (32, 4, 4, 4, "smem"),
+            (64, 4, 4, 3, "mr168+smem")],
+        8: [(32, 4, 3, 3, "")],
+        3: [(32, 4, 3, 4, "mr128"), (64, 4, 3, 3, "mr168+smem"), (32, 4, 3, 3, "smem"), (32, 4, 4, 3, "smem")],
+        2: [(32, 4, 3, 4, ""), (32, 4, 3, 5, "smem"), (64, 4, 3, 4, "mr128+smem"), (32, 4, 4, 4, "smem")],
+    },
 }
+SWEEP = SWEEPS[2]
 T0 = time.time()
 
 
@@ -234,12 +248,13 @@ def tune(T: int, quick: bool, grid: dict | None = None) -> dict:
 
 
 def _cfg(entry: tuple) -> dict:
-    bn, w, st, c, extra = entry
+    bn, w, st, c, opts = entry
     cfg = {"BLOCK_N": bn, "num_warps": w, "num_stages": st, "ctas_per_sm": c}
-    if extra == "np":
-        cfg["code_prefetch"] = False
-    elif extra:
-        cfg["maxnreg"] = extra
+    for o in filter(None, opts.split("+")):
+        if o.startswith("mr"):
+            cfg["maxnreg"] = int(o[2:])
+        else:
+            cfg[{"np": "code_prefetch", "smem": "lut_smem", "split": "split_lut"}[o]] = o != "np"
     return cfg
 
 
@@ -314,7 +329,7 @@ def profile_ncu(T: int) -> None:
     g = torch.Generator(device=DEV).manual_seed(7)
     k, v = keys(BATCH, T, "gauss", g)
     q = torch.randn(BATCH, H_KV * GROUP, D, device=DEV, generator=g).to(DTYPE)
-    runs = [(0, best.get("0")), (4, _cfg(SWEEP[4][0])), (4, best.get("4")), (3, best.get("3"))]
+    runs = [(0, best.get("0")), (4, _cfg(SWEEP[4][0])), (4, best.get("4"))]
     for bits, cfg in runs:
         cache = store(allocate([T] * BATCH, H_KV, PAGE, D, DTYPE, bits, DEV, shuffle=1), k, v)
         (dense_decode if bits == 0 else ada_decode)(q, cache, config=cfg)
@@ -427,8 +442,8 @@ def main() -> int:
     ap.add_argument("--final", action="store_true",
                     help="after the q-rotation fix (about 80 s): correctness on small shapes, 2 ADA tile configs "
                          "at 32K, throughput at 32K (+ tier-4 diagnostics), 8K and 128K (rows past 72 s skipped)")
-    ap.add_argument("--sweep", action="store_true",
-                    help="occupancy / pipelining sweep (about 3 min): correctness, every SWEEP config of each kernel "
+    ap.add_argument("--sweep", type=int, nargs="?", const=2, choices=sorted(SWEEPS),
+                    help="occupancy / pipelining sweep SET (default 2; about 2 min): correctness, every config of the set "
                          "at 32K (each checked first), then 8K / 32K / 128K rows at the best configs, with tier 4 "
                          "at its old config as an A/B row")
     ap.add_argument("--ncu-target", action="store_true",
@@ -436,7 +451,7 @@ def main() -> int:
     ap.add_argument("--cpu-dry-run", action="store_true",
                     help="no GPU: tiny shapes under TRITON_INTERPRET=1, to check the script itself")
     args = ap.parse_args()
-    global BATCH, BUDGET_S, SWEEP_BUDGET_S
+    global BATCH, BUDGET_S, SWEEP_BUDGET_S, SWEEP
     if args.cpu_dry_run:
         BATCH = 2
         BUDGET_S = math.inf
@@ -452,15 +467,16 @@ def main() -> int:
     log(f"{RES['device']} torch {RES['torch']} triton {RES['triton']}")
     bw = ceiling()
     correctness([1, 70, 200] if args.cpu_dry_run else [1, 300, 700] if args.final else [1, 700, 2000])
+    SWEEP = SWEEPS[args.sweep or 2]
     if args.sweep:
         T = 256 if args.cpu_dry_run else 32768
         best = sweep(T) or {}
         best_named = {"dense": best.get(0), **{f"ada-b{b}": c for b, c in best.items() if b}}
         ada_kernel.TUNED.update(best)   # the mixed rows run each tier at the sweep's best
-        old = _cfg(SWEEP[4][0])
+        old = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2}   # the third kernel's
         for ctx, kinds in ((T, (0, 4, "b4-old", 3, 8, 2, "mixed", "sdpa")),
                            (T // 4, (0, 4, "b4-old", 3, 8, 2, "mixed", "sdpa")),
-                           (T * 4, (0, 4, "b4-old", 3, 8, "mixed", "sdpa"))):
+                           (T * 4, (0, 4, "b4-old", 3, 8, "mixed", "sdpa"))):   # (tier 2: off the rdr hull)
             throughput([ctx], best_named, bw, kinds, old)
     elif args.cpu_dry_run and args.final:
         best = tune(256, False, {"ada-b4": ((16, 4, 1, 2), (16, 4, 1, 4))}) or {}

@@ -24,7 +24,7 @@ import triton.language as tl
 
 from pic.engine.angle_codes import tier
 from pic.kernels._mla import INTERPRET, LOG2E, num_sms
-from pic.kernels.ada.cache import DENSE, HEADER, UNIT, AdaCache, _tables_cpu, page_layout
+from pic.kernels.ada.cache import DENSE, HEADER, UNIT, AdaCache, _tables_cpu
 from pic.kernels.mla_decode.kernel import mla_decode_combine_kernel, pick_num_splits
 
 HDR = tl.constexpr(HEADER)   # page header bytes, as a kernel constant
@@ -90,14 +90,14 @@ def ada_rotate_q_kernel(Q, ROT, QR, n_rows, HQ, stride_q_b, stride_q_h,
 def ada_decode_kernel(
     Q, A_I32, A_F32, A_V, A_U8, A_I16, BLOCK_TABLE, SEQ_LENS, TAB, CS_LUT, RHO_LUT, XY_LUT,
     O_PART, LSE_PART, LOGITS,
-    qk_scale, tokens_per_split, dense_v_off, t_cs_off, t_rho_off, t_xy_off, split_base,
+    qk_scale, tokens_per_split, t_cs_off, t_rho_off, t_xy_off, split_base,
     stride_q_b, stride_q_h, stride_bt_b, stride_bt_h, stride_sl_b, stride_sl_h, stride_op_b, stride_op_h, stride_op_s,
     stride_lse_b, stride_lse_h, stride_lg_b, stride_lg_h,
     PAGE: tl.constexpr, D: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
     UNIT_I32: tl.constexpr, UNIT_V: tl.constexpr, ESIZE: tl.constexpr, DENSE: tl.constexpr,
     DOT_F16: tl.constexpr, STORE_LOGITS: tl.constexpr,
     TIER: tl.constexpr, T_W: tl.constexpr, T_CPW: tl.constexpr, T_PB: tl.constexpr, T_TB: tl.constexpr,
-    T_VOFF: tl.constexpr, SPLIT_LUT: tl.constexpr, PREFETCH: tl.constexpr,
+    T_VOFF: tl.constexpr, SPLIT_LUT: tl.constexpr, PREFETCH: tl.constexpr, LUT_SMEM: tl.constexpr = False,
 ):
     """One (KV head, split, sequence): normalized partial output [GROUP, D] and its log2-sum-exp.
 
@@ -107,6 +107,10 @@ def ada_decode_kernel(
     SPLIT_LUT (config ``split_lut``, a diagnostic for tiers 4 and 2): look θ and ρ up in their own small
     tables (128 B and <= 32 B: one L1 line per warp access) instead of the joint table (up to 1 KB,
     8 lines); the product ρ̂·fp16(cos θ̂) differs from the joint fp16(ρ̂ cos θ̂) by fp16 rounding.
+
+    LUT_SMEM (config ``lut_smem``, tiers 4 / 3 / 2): the joint table is loaded once into registers and each
+    tile gathers from it with ``tl.gather`` (through shared memory: a 32-bank gather instead of an L1 gather
+    over the table's 128-byte lines; ncu shows the L1 data pipe as the busiest unit of the tile loop).
 
     TIER > 0: every page has that tier (compile-time layout: contiguous code loads, one joint table
     lookup per pair for <= 8-bit codes, all addresses from the prefetched page). TIER == 0: pages of
@@ -142,6 +146,8 @@ def ada_decode_kernel(
     bt_row = BLOCK_TABLE + b * stride_bt_b + h * stride_bt_h
     last_j = (tl.maximum(end, 1) - 1) // PAGE
     unit = tl.load(bt_row + start // PAGE).to(tl.int64)
+    if not DENSE and TIER > 0 and LUT_SMEM:
+        lut = tl.load(XY_LUT + t_xy_off + tl.arange(0, 1 << T_PB))
     if not DENSE and TIER > 0 and PREFETCH:   # the first tile's codes; each tile then loads the next one's
         raw_nx = _load_codes(A_U8, A_I16, A_I32, unit, start % PAGE + offs_j, start + offs_j < end,
                              UNIT_I32, PAGE, HALF, T_PB, T_W, T_CPW)
@@ -160,7 +166,7 @@ def ada_decode_kernel(
             k = tl.load(A_V + unit * UNIT_V + HDR // ESIZE + rows[:, None] * D + offs_d[None, :],
                         mask=mask_n[:, None], other=0.0)
             s = tl.dot(q_s, tl.trans(k)) * qk_scale
-            p_v = A_V + unit * UNIT_V + dense_v_off
+            p_v = A_V + unit * UNIT_V + T_VOFF // ESIZE   # compile-time: 16-byte aligned, vectorized V loads
         else:
             r = tl.load(A_F32 + unit * UNIT_I32 + HDR // 4 + rows, mask=mask_n, other=0.0)
             codes_b = unit * (4 * UNIT_I32) + HDR + 4 * PAGE           # byte offset of the page's codes
@@ -198,7 +204,9 @@ def ada_decode_kernel(
                     code = tl.reshape(tl.join(byte & 15, byte >> 4), [BLOCK_N, HALF])
                 else:   # tier 3: each pair's field of its word
                     code = (raw >> ((offs_p % T_CPW) * T_PB)[None, :]) & ((1 << T_PB) - 1)
-                if T_PB <= 8 and not (SPLIT_LUT and T_CPW != 5):
+                if T_PB <= 8 and LUT_SMEM:
+                    kx, ky = _half2(tl.reshape(tl.gather(lut, tl.reshape(code, [BLOCK_N * HALF]), 0), [BLOCK_N, HALF]))
+                elif T_PB <= 8 and not (SPLIT_LUT and T_CPW != 5):
                     kx, ky = _half2(tl.load(XY_LUT + t_xy_off + code))
                 else:   # separate θ (cos, sin) and ρ lookups: tier 8, or the SPLIT_LUT diagnostic
                     cth, sth = _half2(tl.load(CS_LUT + t_cs_off + (code & ((1 << T_TB) - 1))))
@@ -331,7 +339,7 @@ def _decode(q: torch.Tensor, cache: AdaCache, dense: bool, sm_scale: float | Non
         LAUNCHED["dense" if dense else "ada"] = ada_decode_kernel[(H, S, B)](
             q_in, i32, f32, val, cache.arena, cache.arena.view(torch.int16), bt,
             lens, tb.tab, tb.cs_lut, tb.rho_lut, tb.xy_lut,
-            o_part, lse, lg, scale, per_split, page_layout(DENSE, cache.page_size, D, esize)[0] // esize,
+            o_part, lse, lg, scale, per_split,
             int(row[4]), int(row[5]), int(row[7]), base,
             q_in.stride(0), q_in.stride(1), bt.stride(0), bt.stride(1), lens.stride(0), lens_stride_h,
             o_part.stride(0), o_part.stride(1), o_part.stride(2), lse.stride(0), lse.stride(1),
@@ -341,7 +349,7 @@ def _decode(q: torch.Tensor, cache: AdaCache, dense: bool, sm_scale: float | Non
             DOT_F16=cache.dtype in (torch.float16, torch.bfloat16), STORE_LOGITS=logits is not None,
             TIER=bits if not dense else 0, T_W=t.words(D) if t else 0, T_CPW=t.codes_per_word if t else 0,
             T_PB=t.pair_bits if t else 0, T_TB=t.theta_bits if t else 0, T_VOFF=int(row[6]),
-            SPLIT_LUT=bool(cfg.get("split_lut")),
+            SPLIT_LUT=bool(cfg.get("split_lut")), LUT_SMEM=bool(cfg.get("lut_smem")) and bool(t) and t.pair_bits <= 8,
             PREFETCH=bool(cfg.get("code_prefetch", True)) and bool(t),
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
             **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") and not INTERPRET else {}))
