@@ -2,7 +2,10 @@
 dense bf16 kernel of the same structure and torch SDPA, HBM GB/s against the copy ceiling.
 
 Usage (device machine, repo root): ``PYTHONUNBUFFERED=1 PYTHONPATH=. python benchmarks/gpu_ada.py [--quick]
-[--smoke]``. Every section runs in its own try/except; results go to $OUT/gpu_ada.json (or ./out).
+[--smoke] [--sweep [1|2]]``; ``--sweep`` (about 90 s) is the tile / occupancy sweep and the 8K/32K/128K rows
+at the best configs; ``--ncu-target`` (after it, under ncu) launches the kernels to profile once each, e.g.
+``ncu --clock-control none -k regex:ada_decode_kernel -o $OUT/ada_ncu python benchmarks/gpu_ada.py
+--ncu-target``. Every section runs in its own try/except; results go to $OUT/gpu_ada.json (or ./out).
 Shapes: Llama-3.1-8B attention (32 query heads, 8 KV heads × 128), page 64, batch 8, 8K/32K/128K tokens.
 """
 
@@ -473,7 +476,10 @@ def main() -> int:
         best = sweep(T) or {}
         best_named = {"dense": best.get(0), **{f"ada-b{b}": c for b, c in best.items() if b}}
         ada_kernel.TUNED.update(best)   # the mixed rows run each tier at the sweep's best
-        old = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2}   # the third kernel's
+        # the third kernel's config, complete (launch options not named here would come from kernel.TUNED,
+        # which is updated just below: the "b4-old" row of the run of 2026-11-30 16:24 had the sweep's
+        # register cap and shared-memory table leak in this way)
+        old = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2, "maxnreg": None, "lut_smem": False}
         for ctx, kinds in ((T, (0, 4, "b4-old", 3, 8, 2, "mixed", "sdpa")),
                            (T // 4, (0, 4, "b4-old", 3, 8, 2, "mixed", "sdpa")),
                            (T * 4, (0, 4, "b4-old", 3, 8, "mixed", "sdpa"))):   # (tier 2: off the rdr hull)

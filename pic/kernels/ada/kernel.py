@@ -7,7 +7,8 @@ thread (in the prologue, not the tile loop; benchmarks/ada_regs_offline.py). One
 8 / 4 / 3 / 2 load the next tile's codes into registers one tile ahead. Grid (KV head, KV split, sequence). A
 program loads its GROUP rotated query heads (padded to BLOCK_G rows), folds in the softmax scale, then
 streams BLOCK_N-token tiles of its split. Per tile it reads the page header (tier), the radii and the packed
-codes, unpacks them in registers — (ρ̂ cos θ̂, ρ̂ sin θ̂) from two small L1-resident tables — and gets
+codes, unpacks them in registers — (ρ̂ cos θ̂, ρ̂ sin θ̂) from a small table (a shared-memory gather with
+``lut_smem``) — and gets
 the logits as s = r̃ · (q_x·(ρ̂ cos θ̂)^T + q_y·(ρ̂ sin θ̂)^T): no dense key ever reaches HBM. Pages of
 any tier mix in one launch (per-page table row, no branch). Values stay in the cache dtype (bf16) and
 feed p·V; an online softmax in base 2 gives each split a normalized partial and its log2-sum-exp,
@@ -247,15 +248,18 @@ def ada_decode_kernel(
     tl.store(LSE_PART + b * stride_lse_b + heads * stride_lse_h + slot, lse, mask=mask_g)
 
 
-# Tile configs per kernel (H200, batch 8, docs/bench-ada.md §3). ``ctas_per_sm`` is the residency the
-# compiled kernel reaches (registers, shared memory: benchmarks/ada_regs_offline.py); the split count
-# is chosen so that (KV head, split, sequence) programs fill that many slots on every SM.
+# Tile configs per kernel: the fastest of gpu_ada --sweep sets 1 and 2 at batch 8 / 32K on the H200
+# (docs/bench-ada.md §3, fourth kernel). ``ctas_per_sm`` is the residency the compiled kernel reaches
+# (registers, shared memory: benchmarks/ada_regs_offline.py); the split count is chosen so that the
+# (KV head, split, sequence) programs fill that many slots on every SM. ``maxnreg`` caps registers (no
+# spills at these caps); ``lut_smem`` gathers the joint table through shared memory.
 TUNED = {
-    DENSE: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "ctas_per_sm": 2},
-    8: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2},
-    4: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2},
-    3: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2},
-    2: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2},
+    DENSE: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "ctas_per_sm": 3},
+    8: {"BLOCK_N": 32, "num_warps": 4, "num_stages": 3, "ctas_per_sm": 3},
+    4: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "ctas_per_sm": 4, "maxnreg": 128, "lut_smem": True},
+    3: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "ctas_per_sm": 3, "maxnreg": 168, "lut_smem": True},
+    2: {"BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "ctas_per_sm": 4, "maxnreg": 128, "lut_smem": True},
+    "runtime": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "ctas_per_sm": 2},   # header-driven mixed path
 }
 
 
@@ -270,11 +274,12 @@ def resident_ctas(regs: int, shared: int, warps: int) -> int:
 
 def default_config(dense: bool, max_len: int | None = None, batch: int | None = None, bits: int = 4) -> dict:
     """Tile sizes and launch options of the dense kernel or of the kernel specialized to tier ``bits``
-    (0: the runtime-tier path, which uses tier 4's); one config under the interpreter. Keys: BLOCK_N,
-    num_warps, num_stages, ctas_per_sm (sets the split count), optional maxnreg (register cap)."""
+    (0: the header-driven runtime-tier path); one config under the interpreter. Keys: BLOCK_N, num_warps,
+    num_stages, ctas_per_sm (sets the split count), optional maxnreg (register cap), lut_smem, split_lut,
+    code_prefetch."""
     if INTERPRET or not torch.cuda.is_available():
         return {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1, "ctas_per_sm": 1}
-    return dict(TUNED[DENSE if dense else (bits or 4)])
+    return dict(TUNED[DENSE if dense else (bits or "runtime")])
 
 
 def rotate_queries(q: torch.Tensor, cache: AdaCache, out: torch.Tensor | None = None) -> torch.Tensor:
