@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -22,17 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout
 
 import numpy as np  # noqa: E402
 import xxhash  # noqa: E402
+from _timing import best_cpu  # noqa: E402
 
 from pic.engine.cdc import CDCConfig, chunk, fingerprints, gear_hash, gear_hash_gathers  # noqa: E402
-
-
-def _best(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.process_time()
-        fn()
-        best = min(best, time.process_time() - t0)
-    return best
 
 
 def main() -> None:
@@ -55,15 +46,15 @@ def main() -> None:
     gsub = toks[: n // 10]
     raw = toks.tobytes()
     rows = [
-        ("xxh64 of the token bytes (reference)", _best(lambda: xxhash.xxh64_intdigest(raw), a.repeats), n),
-        ("np.copy (reference)", _best(lambda: np.copy(toks), a.repeats), n),
-        ("gear hash, log-doubling", _best(lambda: gear_hash(toks), a.repeats), n),
-        ("gear hash, 64 shifted gathers", _best(lambda: gear_hash_gathers(gsub), max(1, a.repeats // 2)),
+        ("xxh64 of the token bytes (reference)", best_cpu(lambda: xxhash.xxh64_intdigest(raw), a.repeats), n),
+        ("np.copy (reference)", best_cpu(lambda: np.copy(toks), a.repeats), n),
+        ("gear hash, log-doubling", best_cpu(lambda: gear_hash(toks), a.repeats), n),
+        ("gear hash, 64 shifted gathers", best_cpu(lambda: gear_hash_gathers(gsub), max(1, a.repeats // 2)),
          gsub.size),
-        ("chunk (hash + boundaries)", _best(lambda: chunk(toks, cfg), a.repeats), n),
-        ("fingerprints (xxh64 per chunk)", _best(lambda: fingerprints(toks, bounds), a.repeats), n),
-        ("chunk + fingerprints, one stream", _best(lambda: fingerprints(toks, chunk(toks, cfg)), a.repeats), n),
-        (f"chunk + fingerprints, per {a.prompt_tokens}-token prompt", _best(per_prompt, a.repeats), n),
+        ("chunk (hash + boundaries)", best_cpu(lambda: chunk(toks, cfg), a.repeats), n),
+        ("fingerprints (xxh64 per chunk)", best_cpu(lambda: fingerprints(toks, bounds), a.repeats), n),
+        ("chunk + fingerprints, one stream", best_cpu(lambda: fingerprints(toks, chunk(toks, cfg)), a.repeats), n),
+        (f"chunk + fingerprints, per {a.prompt_tokens}-token prompt", best_cpu(per_prompt, a.repeats), n),
     ]
     xxh_rate, copy_rate = n / rows[0][1], n / rows[1][1]
     print(f"{n:,} random token ids, avg_chunk={cfg.avg_chunk} -> {bounds.size - 1:,} chunks "

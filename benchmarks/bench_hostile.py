@@ -13,27 +13,23 @@ seconds of the shared real traces.
 from __future__ import annotations
 
 import argparse
-import time
+import sys
 from pathlib import Path
 
-from pic.traces.formats.lmcache_agent import split_prompt
-from pic.traces.ingest import read_sources
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))     # this checkout's pic
+
+from _timing import best_cpu  # noqa: E402
+
+from pic.traces.formats.lmcache_agent import split_prompt  # noqa: E402
+from pic.traces.ingest import read_sources  # noqa: E402
+
 UNITS = ["\n<br>", "\n<a>", "\n<a>x</b>", "\n<a></a>\n<b>"]
 SIZES_MB = [0.25, 0.5, 1, 2, 4]
 INPUTS = [("lmcache-agent miniswe (dir)", ("lmcache-agent-trace", "miniswe")),
           ("mooncake conversation", ("mooncake", "conversation_trace.jsonl")),
           ("azure conv", ("azure-llm-2023", "AzureLLMInferenceTrace_conv.csv"))]
 
-
-def cpu(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.process_time()
-        fn()
-        best = min(best, time.process_time() - t0)
-    return best
 
 
 def main() -> None:
@@ -44,7 +40,7 @@ def main() -> None:
     print("| unit repeated | " + " | ".join(f"{mb:g} MB" for mb in SIZES_MB) + " |")
     print("|---|" + "---:|" * len(SIZES_MB))
     for unit in UNITS:
-        cells = [f"{cpu(lambda u=unit, mb=mb: split_prompt(u * int(mb * 2**20 // len(u))), args.repeats):.3f}"
+        cells = [f"{best_cpu(lambda u=unit, mb=mb: split_prompt(u * int(mb * 2**20 // len(u))), args.repeats):.3f}"
                  for mb in SIZES_MB]
         print(f"| `{unit.encode('unicode_escape').decode()}` | " + " | ".join(cells) + " |")
     print()
@@ -56,7 +52,7 @@ def main() -> None:
             print(f"| {label} | (absent) | |")
             continue
         n = read_sources([p])[0].num_requests
-        print(f"| {label} | {n:,} | {cpu(lambda p=p: read_sources([p]), args.repeats):.2f} |")
+        print(f"| {label} | {n:,} | {best_cpu(lambda p=p: read_sources([p]), args.repeats):.2f} |")
 
 
 if __name__ == "__main__":
