@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from pic.engine.rolling import _powers, prefix_hashes
-from pic.traces.content import opaque_bases, opaque_run
+from pic.traces.content import opaque_bases, opaque_run, splitmix64
 
 _BATCH_TOKENS = 1 << 23       # tokens hashed per batch of items
 
@@ -117,11 +117,10 @@ def covered_counts(store, rows: np.ndarray, item_offs: np.ndarray, width: int,
 # ---- Internal helpers -----------------------------------------------------------------------------
 def _mix_keys(*cols) -> np.ndarray:
     """uint64 key of a piece boundary (both pieces' rows and extents): splitmix-combined."""
-    from pic.traces.content import _mix
     z = np.zeros(cols[0].shape[0], np.uint64)
     with np.errstate(over="ignore"):
         for x in cols:
-            z = _mix(z * np.uint64(0x9E3779B97F4A7C15) + np.asarray(x).astype(np.uint64))
+            z = splitmix64(z * np.uint64(0x9E3779B97F4A7C15) + np.asarray(x).astype(np.uint64))
     return z
 
 

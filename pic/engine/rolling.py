@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pic.traces.content import splitmix64
+
 _M64 = (1 << 64) - 1
 BASE = 0x9E3779B97F4A7C15 | 1
 BASE_INV = pow(BASE, -1, 1 << 64)
@@ -35,10 +37,7 @@ def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def mix(tokens: np.ndarray) -> np.ndarray:
     """splitmix64 finalizer of each token id: uint64 [N]."""
-    z = tokens.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
+    return splitmix64(tokens.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15))
 
 
 def prefix_hashes(tokens: np.ndarray) -> np.ndarray:
@@ -148,9 +147,9 @@ class BlockHasher:
             return
         nblk = lens[rows] // bs
         total = int(nblk.sum())
-        base = _mix_u64(store.keys[rows] ^ (store.salts[rows] * np.uint64(0x9E3779B97F4A7C15)))
+        base = splitmix64(store.keys[rows] ^ (store.salts[rows] * np.uint64(0x9E3779B97F4A7C15)))
         k = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(nblk) - nblk, nblk) + 1
-        y = _mix_u64(np.repeat(base, nblk) + k.astype(np.uint64) * np.uint64(0xD1B54A32D192ED03))
+        y = splitmix64(np.repeat(base, nblk) + k.astype(np.uint64) * np.uint64(0xD1B54A32D192ED03))
         c = np.cumsum(y, dtype=np.uint64)
         lead = np.zeros(rows.shape[0], np.uint64)            # cumsum before each row's first block
         has = nblk > 0
@@ -160,7 +159,7 @@ class BlockHasher:
         self._pool_n = self._pool.shape[0]
         last = np.zeros(rows.shape[0], np.uint64)
         last[has] = self._pool[starts[has] + nblk[has] - 1]
-        tail = _mix_u64((base ^ lens[rows].astype(np.uint64)) * np.uint64(0xA24BAED4963EE407))
+        tail = splitmix64((base ^ lens[rows].astype(np.uint64)) * np.uint64(0xA24BAED4963EE407))
         self._opq_start[rows] = starts
         self._opq_full[rows] = np.where(lens[rows] % bs != 0, last + tail, last)
 
@@ -192,13 +191,3 @@ class BlockHasher:
             self._pool[self._pool_n:pos] = np.concatenate(out)
         self._pool_n = pos
 
-
-def _mix_u64(z: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer (a copy; uint64 arrays wrap silently)."""
-    z = np.asarray(z, np.uint64)
-    z = z ^ (z >> np.uint64(30))
-    z *= np.uint64(0xBF58476D1CE4E5B9)
-    z ^= z >> np.uint64(27)
-    z *= np.uint64(0x94D049BB133111EB)
-    z ^= z >> np.uint64(31)
-    return z

@@ -30,8 +30,8 @@ _MASK = np.uint64(OPAQUE_VOCAB - 1)
 _OPAQUE_ID_SEED = 0x6F70617175650000  # "opaque": opaque ids never hash token bytes with seed 0
 
 
-def _mix(z: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer, in place on a uint64 array."""
+def splitmix64(z: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer, in place on a uint64 array (returned); the one copy every module uses."""
     z ^= z >> np.uint64(30)
     z *= _M1
     z ^= z >> np.uint64(27)
@@ -45,7 +45,7 @@ def opaque_bases(keys: np.ndarray, salts: np.ndarray | int = 0) -> np.ndarray:
     k = np.asarray(keys, dtype=np.uint64)
     s = np.asarray(salts, dtype=np.uint64) if not isinstance(salts, int) else np.uint64(salts & (2**64 - 1))
     with np.errstate(over="ignore"):
-        return _mix(k ^ s)
+        return splitmix64(k ^ s)
 
 
 def opaque_run(bases: np.ndarray, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray | None = None
@@ -68,7 +68,7 @@ def opaque_run(bases: np.ndarray, starts: np.ndarray, lengths: np.ndarray, out: 
             z -= (offs[:-1] - np.asarray(starts, np.int64))[seg].astype(np.uint64)
             z *= _GOLDEN
             z += np.asarray(bases, np.uint64)[seg]
-        _mix(z)
+        splitmix64(z)
     z &= _MASK
     if out is None:
         return z.astype(np.int32)
