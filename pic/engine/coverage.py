@@ -52,53 +52,44 @@ def covered_counts(store, rows: np.ndarray, item_offs: np.ndarray, width: int,
     cf = np.zeros(I, np.int64) if counted_from is None else np.asarray(counted_from, np.int64)
     pf = np.zeros(I, np.int64) if prefix is None else np.asarray(prefix, np.int64)
     opq = store.opaque_mask[rows] if store.token_offsets is not None else np.zeros(O, bool)
-    whole = (p_lo == 0) & (p_hi == seg_len)
-    big = np.iinfo(np.int64).max
-    first_whole = np.full(store.ids.shape[0], big, np.int64)
-    w = np.flatnonzero(whole)
-    if w.shape[0]:
-        first_whole[rows[w][::-1]] = item[w][::-1]            # the last write per row is its first item
-    seen = first_whole[rows] < item                           # the whole segment was in an earlier item
-    head = opq & (p_lo == 0)                                  # an opaque stream from its start
-    smax = _stream_max_before(store, rows, item, p_hi, head, I)
-    opq = head                                                # (other opaque pieces: hashed)
-    has_next = np.zeros(O, bool)
-    has_next[:-1] = item[1:] == item[:-1]
-    nxt = np.minimum(np.arange(O) + 1, O - 1)
-    pair_seen = np.zeros(O, bool)
-    if has_next.any():
-        p = np.flatnonzero(has_next)
-        # NOTE: the key holds both pieces' whole extents: an earlier pair with a shorter left or right
-        # piece (a run's context tail, an edge cut short) did not hold every window across its boundary
-        pkey = _mix_keys(rows[p], p_lo[p], p_hi[p], rows[p + 1], p_lo[p + 1], p_hi[p + 1])
-        pair_seen[p] = _first_item(pkey, item[p], None) < item[p]
+    sid = _content_ids(store, rows, opq)
     last = N[item] - W                                        # last window start of the item
-    hit_a, hit_b, hash_a, hash_b, hit_item, hash_item = [], [], [], [], [], []
+    hit_a, hit_b, hit_item, hash_a, hash_b, hash_item = [], [], [], [], [], []
 
-    def add(dst_a, dst_b, dst_i, mask, a, b) -> None:
-        a, b = a[mask], np.minimum(b[mask], last[mask])
+    def decide(k, key, a, b, to_pos, hash_rest) -> None:
+        """Window starts ``[a, b]`` (content coordinates) of pieces ``k``: held by an earlier item's piece
+        of the same ``key`` -> seen; the rest hashed (``hash_rest``) or, opaque on every side, unseen."""
         ok = a <= b
-        dst_a.append(a[ok])
-        dst_b.append(b[ok])
-        dst_i.append(item[mask][ok])
+        k, key, a, b, to_pos, hash_rest = k[ok], key[ok], a[ok], b[ok], to_pos[ok], hash_rest[ok]
+        rec, ca, cb = _earlier_cover(key, item[k], a, b)
+        hit_a.append(ca + to_pos[rec])
+        hit_b.append(cb + to_pos[rec])
+        hit_item.append(item[k][rec])
+        h = np.flatnonzero(hash_rest)
+        sel = hash_rest[rec]
+        ga, gb, gr = _complement(h, a[h], b[h], np.searchsorted(h, rec[sel]), ca[sel], cb[sel])
+        hash_a.append(ga + to_pos[h][gr])
+        hash_b.append(gb + to_pos[h][gr])
+        hash_item.append(item[k][h][gr])
 
-    inner = L >= W
-    add(hit_a, hit_b, hit_item, inner & seen, lo, end - W)
-    m = np.minimum(L, smax)
-    add(hit_a, hit_b, hit_item, inner & ~seen & opq & (m >= W), lo, lo + m - W)
-    add(hash_a, hash_b, hash_item, inner & ~seen & ~opq, lo, end - W)
-    # windows across the boundary after each occurrence
-    e = end
-    two_a = np.maximum(lo, e - W + 1)
-    two_b = np.minimum(e - 1, end[nxt] - W)
-    both_opq = (store.opaque_mask[rows] if store.token_offsets is not None else np.zeros(O, bool))
-    both_opq = both_opq & both_opq[nxt]
-    add(hit_a, hit_b, hit_item, has_next & pair_seen, two_a, two_b)
-    add(hash_a, hash_b, hash_item, has_next & ~pair_seen & ~both_opq, two_a, two_b)
-    # windows over three or more segments: hashed
-    add(hash_a, hash_b, hash_item, has_next & (lo > e - W + 1), np.maximum(e - W + 1, 0), lo - 1)
-    add(hash_a, hash_b, hash_item, has_next & (end[nxt] - W + 1 <= e - 1), np.maximum(end[nxt] - W + 1, lo),
-        e - 1)
+    # windows inside one piece: content (segment row, offset), or (stream, offset) for opaque content
+    k = np.flatnonzero(L >= W)
+    decide(k, sid[k], p_lo[k], p_hi[k] - W, lo[k] - p_lo[k], ~opq[k])
+    # windows across the boundary after a piece, over two pieces: content (left content and its end,
+    # right content and its start, offset in the left piece)
+    k = np.flatnonzero(item[1:] == item[:-1]) if O > 1 else np.zeros(0, np.int64)
+    e, n = end[k], k + 1
+    two_a, two_b = np.maximum(lo[k], e - W + 1), np.minimum(e - 1, end[n] - W)
+    pkey = _mix_keys(sid[k], p_hi[k], sid[n], p_lo[n])
+    decide(k, pkey, two_a - lo[k] + p_lo[k], two_b - lo[k] + p_lo[k], lo[k] - p_lo[k], ~(opq[k] & opq[n]))
+    # windows over three or more pieces: hashed
+    for a, b, m in ((np.maximum(e - W + 1, 0), lo[k] - 1, lo[k] > e - W + 1),
+                    (np.maximum(end[n] - W + 1, lo[k]), e - 1, end[n] - W + 1 <= e - 1)):
+        b = np.minimum(b, last[k])
+        m &= a <= b
+        hash_a.append(a[m])
+        hash_b.append(b[m])
+        hash_item.append(item[k][m])
     ha, hb, hi = (np.concatenate(x) for x in (hash_a, hash_b, hash_item))
     ha, hb, hi = _union(hi, ha, hb)
     ja, ji = _hashed_hits(store, rows, p_lo, offs, cum, ha, hb, hi, W)
@@ -124,58 +115,88 @@ def _mix_keys(*cols) -> np.ndarray:
     return z
 
 
-def _first_item(keys: np.ndarray, item: np.ndarray, size: int | None) -> np.ndarray:
-    """For each entry: the first (smallest) item holding its key (entries come in item order)."""
-    if size is not None:
-        first = np.full(size, np.iinfo(np.int64).max, np.int64)
-        first[keys[::-1]] = item[::-1]                        # the last write per key is its first item
-        return first[keys]
-    order = np.argsort(keys, kind="stable")
-    sk = keys[order]
-    head = np.ones(sk.shape[0], bool)
-    head[1:] = sk[1:] != sk[:-1]
-    out = np.empty(keys.shape[0], np.int64)
-    out[order] = item[order][head][np.cumsum(head) - 1]
-    return out
-
-
-def _stream_max_before(store, rows, item, L, opq, I) -> np.ndarray:
-    """Per opaque occurrence: the longest occurrence of its (key, salt) stream in earlier items."""
-    out = np.zeros(rows.shape[0], np.int64)
+def _content_ids(store, rows: np.ndarray, opq: np.ndarray) -> np.ndarray:
+    """int64 per piece: its content's identity. A stored segment is its row; an opaque segment is its
+    ``(key, salt)`` stream (a shorter block of a stream is a prefix of a longer one), numbered after the
+    rows."""
+    sid = rows.astype(np.int64, copy=True)
     k = np.flatnonzero(opq)
-    if not k.shape[0]:
-        return out
-    pair = np.stack([store.keys[rows[k]], store.salts[rows[k]]], axis=1)
-    _, stream = np.unique(pair, axis=0, return_inverse=True)
-    stream = stream.ravel().astype(np.int64)
-    key = stream * np.int64(I + 1) + item[k]
-    order = np.argsort(key, kind="stable")
-    sk, sl, ss = key[order], L[k][order], stream[order]
-    big = np.int64(1) << 36
-    run = np.maximum.accumulate(ss * big + sl) - ss * big        # max length so far within each stream
-    pos = np.searchsorted(sk, stream * np.int64(I + 1) + item[k], side="left") - 1
-    okp = pos >= 0
-    same = np.zeros(k.shape[0], bool)
-    same[okp] = ss[pos[okp]] == stream[okp]
-    out[k[same]] = run[pos[same]]
-    return out
+    if k.shape[0]:
+        pair = np.stack([store.keys[rows[k]], store.salts[rows[k]]], axis=1)
+        _, stream = np.unique(pair, axis=0, return_inverse=True)
+        sid[k] = len(store) + stream.ravel().astype(np.int64)
+    return sid
+
+
+def _earlier_cover(key: np.ndarray, item: np.ndarray, a: np.ndarray, b: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Records ``(key, item, [a, b])`` (inclusive, in item order): the parts of each record's interval held by the union
+    of the intervals of records with the same key in earlier (smaller) items, as ``(record, a, b)``
+    pieces. Vectorized over elementary intervals: each key's interval ends cut its line into pieces, and
+    a piece is held for a record when a record of a smaller item covers it too."""
+    none = np.zeros(0, np.int64)
+    n = key.shape[0]
+    if n < 2:
+        return none, none, none
+    order = np.argsort(key, kind="stable")                    # records come in item order
+    k, it = key[order], item[order]
+    head = np.ones(n, bool)
+    head[1:] = k[1:] != k[:-1]
+    gid = np.cumsum(head) - 1
+    hs = np.flatnonzero(head)
+    he = np.r_[hs[1:], n] - 1
+    multi = (it[he] > it[hs])[gid]                             # keys met in more than one item
+    sel = order[multi]
+    if not sel.shape[0]:
+        return none, none, none
+    g, it, A, B = gid[multi], it[multi], a[sel].astype(np.int64), b[sel].astype(np.int64)
+    span = np.int64(max(int(B.max()) + 2, 1))
+    base = g * span
+    cuts = np.unique(np.concatenate([base + A, base + B + 1]))
+    s = np.searchsorted(cuts, base + A)
+    cnt = np.searchsorted(cuts, base + B + 1) - s
+    rec = np.repeat(np.arange(sel.shape[0]), cnt)
+    el = np.repeat(s, cnt) + _ramp(cnt)
+    first = np.full(cuts.shape[0], np.iinfo(np.int64).max, np.int64)
+    first[el[::-1]] = it[rec][::-1]                           # the last write per piece is its first item
+    held = first[el] < it[rec]
+    rec, el = rec[held], el[held]
+    return sel[rec], cuts[el] - base[rec], cuts[el + 1] - base[rec] - 1
+
+
+def _complement(recs: np.ndarray, A: np.ndarray, B: np.ndarray, rec: np.ndarray, a: np.ndarray,
+                b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per record ``r`` (index into ``recs``/``A``/``B``): ``[A[r], B[r]]`` minus its pieces
+    ``(rec, [a, b])`` (inclusive, inside it), as ``(a, b, r)`` gaps."""
+    if not rec.shape[0]:
+        return A, B, np.arange(A.shape[0])
+    ma, mb, mr = _union(rec, a, b)                            # sorted by record, then start
+    first = np.ones(mr.shape[0], bool)
+    first[1:] = mr[1:] != mr[:-1]
+    lastm = np.ones(mr.shape[0], bool)
+    lastm[:-1] = mr[1:] != mr[:-1]
+    prev_end = np.where(first, A[mr] - 1, np.r_[np.int64(0), mb[:-1]])
+    bare = np.ones(A.shape[0], bool)
+    bare[mr] = False
+    ga = np.concatenate([prev_end + 1, mb[lastm] + 1, A[bare]])
+    gb = np.concatenate([ma - 1, B[mr[lastm]], B[bare]])
+    gr = np.concatenate([mr, mr[lastm], np.flatnonzero(bare)])
+    ok = ga <= gb
+    return ga[ok], gb[ok], gr[ok]
 
 
 def _union(item: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Merge inclusive intervals ``[a, b]`` per item (sorted by item, then start)."""
     if not a.shape[0]:
         return a, b, item
-    order = np.lexsort((a, item))
+    big = np.int64(1) << 36                                   # positions < 2^36, items < 2^27
+    order = np.argsort(item * big + a, kind="stable")         # (timsort: runs come mostly in order)
     item, a, b = item[order], a[order], b[order]
-    big = np.int64(1) << 36
     reach = np.maximum.accumulate(item * big + b) - item * big
     start = np.ones(a.shape[0], bool)
     start[1:] = (item[1:] != item[:-1]) | (a[1:] > reach[:-1] + 1)
-    grp = np.cumsum(start) - 1
     s = np.flatnonzero(start)
-    ends = np.zeros(s.shape[0], np.int64)
-    np.maximum.at(ends, grp, b)
-    return a[s], ends, item[s]
+    return a[s], reach[np.r_[s[1:], a.shape[0]] - 1], item[s]    # a group's end: its last running max
 
 
 def _union_length(item: np.ndarray, a: np.ndarray, b: np.ndarray, I: int) -> np.ndarray:

@@ -245,6 +245,18 @@ class RadixTree:
             stack.extend((c, tail) for c in node.children.values())
         return out
 
+    def run_refs(self, context: int = 63) -> list[tuple[Seq, int, int, int]]:
+        """:meth:`runs` by reference, same order: ``(src, lo, hi, c)``, tokens ``[lo, hi)`` of ``src``
+        whose first ``c`` are context (an edge's source prompt holds its whole root path before it)."""
+        out: list[tuple[Seq, int, int, int]] = []
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            c = min(node.lo, context)
+            out.append((node.src, node.lo - c, node.lo + node.n, c))
+            stack.extend(node.children.values())
+        return out
+
     def tokens_of(self, node: RadixNode) -> np.ndarray:
         """The full root-path token sequence ending at ``node`` (tests, debugging)."""
         parts = []

@@ -50,6 +50,8 @@ class Seq:
         """int32 tokens ``[lo, hi)`` (a view when they lie in one stored piece)."""
         if self.arr is not None:
             return self.arr[lo:hi]
+        if lo >= hi:
+            return np.zeros(0, np.int32)
         b = self.bounds
         i = bisect_right(b, lo) - 1
         parts = []

@@ -126,3 +126,32 @@ def test_duplicate_tokens_batched_equals_per_run(monkeypatch, batch: int) -> Non
         want = _duplicate_tokens_reference(runs, m)
         assert oracle.duplicate_tokens(runs, m) == want
         assert want > 0 or m == 64
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 4])
+def test_duplicate_tokens_by_reference_equals_tokens(seed: int) -> None:
+    """Runs given as references into a trace's segments (radix edges, random sub-ranges of prompts with a
+    context, opaque streams cut anywhere) count what their tokens count."""
+    from pic.engine import oracle
+    from pic.engine.radix import RadixTree
+    from pic.engine.replay import workload_from_trace
+
+    t = _tricky_trace(seed, n=80)
+    work = workload_from_trace(t)
+    seqs = [work.view(i).seq for i in range(work.num_requests)]
+    tree = RadixTree()
+    for i, q in enumerate(seqs):
+        tree.insert(q, i)
+    rng = np.random.default_rng(seed)
+    cuts = []
+    for _ in range(150):
+        q = seqs[int(rng.integers(len(seqs)))]
+        lo = int(rng.integers(0, q.end))
+        hi = int(rng.integers(lo, q.end + 1))
+        cuts.append((q, lo, hi, int(rng.integers(0, min(80, hi - lo) + 1))))
+    for refs in (tree.run_refs(), cuts, tree.run_refs(context=100) + cuts):
+        toks = [(q.tokens(lo, hi), c) for q, lo, hi, c in refs]
+        for m in (8, 16, 64):
+            want = oracle.duplicate_tokens(toks, m)
+            assert oracle.duplicate_tokens(refs, m) == want
+    assert want > 0

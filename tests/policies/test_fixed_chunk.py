@@ -70,7 +70,8 @@ def test_verify_rejects_collision() -> None:
     """Under --verify a hit whose stored tokens differ is a counted collision, not a reuse."""
     p = _grid_only(verify=True)
     serve(p, view(0, np.arange(32)), 1)
-    next(iter(p._store.values())).tokens[3] = -1
+    ch = next(iter(p._store.values()))
+    ch.src.arr[ch.pos + 3] = -1           # a chunk refers to the prompt that stored it: corrupt that
     assert p.lookup(view(1, np.arange(32)), 2).num_reused == 0
     assert p.stats.collisions == 1
 

@@ -41,6 +41,7 @@ from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
 from pic.engine.radix import RadixNode, RadixTree
 from pic.engine.rolling import prefix_hashes, span_hashes, window_hashes
+from pic.engine.seq import Seq
 
 _FILTER_BITS = 22
 _FILTER_SHIFT = 64 - _FILTER_BITS
@@ -68,10 +69,13 @@ class FixedChunkConfig:
 
 
 class _Chunk:
-    __slots__ = ("key", "pos", "tokens", "size", "ref", "last_access_us", "hits", "created_us", "is_alive")
+    """A stored chunk: tokens ``[pos, pos + size)`` of ``src``, the prompt that stored it (a reference,
+    never a copy)."""
 
-    def __init__(self, key: int, pos: int, size: int, tokens: np.ndarray | None, now_us: int) -> None:
-        self.key, self.pos, self.size, self.tokens = key, pos, size, tokens
+    __slots__ = ("key", "pos", "src", "size", "ref", "last_access_us", "hits", "created_us", "is_alive")
+
+    def __init__(self, key: int, pos: int, size: int, src: Seq, now_us: int) -> None:
+        self.key, self.pos, self.size, self.src = key, pos, size, src
         self.ref = 0
         self.last_access_us = self.created_us = now_us
         self.hits = 0
@@ -137,7 +141,7 @@ class FixedChunkCache(CachePolicy):
         if pfx + sum(size for _, size, _ in uses) != plan.num_reused:
             return self._stale(held, node)       # not the plan this cache answered
         if pfx:
-            num, node = self._tree.match_prefix(req.tokens[:pfx], now_us, split=True, count_hit=False)
+            num, node = self._tree.match_prefix(req.seq.prefix(pfx), now_us, split=True, count_hit=False)
             if num < pfx:                        # the prefix was evicted since lookup
                 return self._stale(held, None)
             self._tree.inc_lock(node)
@@ -177,7 +181,7 @@ class FixedChunkCache(CachePolicy):
         held, need, node = self._live[req.request_id]
         self._reserved -= need
         if self._tree is not None:
-            _, leaf = self._tree.insert(req.tokens, now_us)
+            _, leaf = self._tree.insert(req.seq, now_us)
             self._tree.inc_lock(leaf)
             if node is not None:
                 self._tree.dec_lock(node)
@@ -189,7 +193,7 @@ class FixedChunkCache(CachePolicy):
         for i, h, size in self._grid(req):
             ch = store.get(h)
             if ch is None:
-                ch = store[h] = _Chunk(h, i, size, toks[i:i + size].copy(), now_us)
+                ch = store[h] = _Chunk(h, i, size, req.seq, now_us)
                 self._chunk_tokens += size
                 if size == self._c:
                     new.append(h)
@@ -227,8 +231,8 @@ class FixedChunkCache(CachePolicy):
     def footprint(self) -> Footprint:
         """Registry entries = stored chunks (LMCache's index); runs = the chunks and the prefix stage's
         radix edges (the engine's copy of the same content)."""
-        runs = [(ch.tokens, 0) for ch in self._store.values()]
-        return Footprint(len(self._store), (self._tree.runs() if self._tree is not None else []) + runs)
+        runs = [(ch.src, ch.pos, ch.pos + ch.size, 0) for ch in self._store.values()]
+        return Footprint(len(self._store), (self._tree.run_refs() if self._tree is not None else []) + runs)
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _scan(self, req: RequestView, now_us: int | None) -> tuple[int, list[tuple[int, int, _Chunk]]]:
@@ -237,7 +241,7 @@ class FixedChunkCache(CachePolicy):
         recency bookkeeping (a re-scan in ``admit``)."""
         c, toks = self._c, req.tokens
         _, w = self._hashes(req)
-        pfx = self._tree.match_prefix(toks, now_us, split=False)[0] if self._tree is not None else 0
+        pfx = self._tree.match_prefix(req.seq, now_us, split=False)[0] if self._tree is not None else 0
         uses: list[tuple[int, int, _Chunk]] = []
         # Leading run from the prefix end: while the window at the cursor is a hit it is the first
         # candidate at or after the cursor, hence the greedy pick, so no filter pass is needed for it.
@@ -324,7 +328,7 @@ class FixedChunkCache(CachePolicy):
         if not self.ctx.verify:
             return True
         self.stats.verified_hits += 1
-        if np.array_equal(ch.tokens, toks):
+        if np.array_equal(ch.src.tokens(ch.pos, ch.pos + ch.size), toks):
             return True
         self.stats.collisions += 1
         return False

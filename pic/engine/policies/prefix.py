@@ -111,7 +111,7 @@ class PrefixCache(CachePolicy):
 
     def footprint(self) -> Footprint:
         """Registry entries = radix nodes; runs = every node's edge (with its parent path as context)."""
-        return Footprint(self.tree.num_nodes, self.tree.runs())
+        return Footprint(self.tree.num_nodes, self.tree.run_refs())
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _evict_tokens(self, num_tokens: int) -> int:
