@@ -221,35 +221,42 @@ def _duplicate_refs(runs: list[tuple], store, W: int) -> int:
     window of an item touches its own tokens, as the definition adds them."""
     from bisect import bisect_left, bisect_right
 
-    from pic.engine.coverage import covered_counts
+    from pic.engine.coverage import _ramp, covered_counts
 
-    rows, starts, ends, lo_l, hi_l, ctx_l, npieces = [], [], [], [], [], [], []
+    # NOTE (speed): per run only two bisects in Python; pieces are gathered vectorized from the
+    # concatenated rows/bounds of the distinct source prompts
+    where: dict[int, int] = {}
+    srcs: list = []
+    sel: list[tuple[int, int, int, int, int, int]] = []
     for seq, lo, hi, ctx in runs:
         own = lo + ctx
         lo = max(lo, own - (W - 1))
         if hi - lo < W:
             continue
+        k = where.get(id(seq))
+        if k is None:
+            k = where[id(seq)] = len(srcs)
+            srcs.append(seq)
         bd = seq.bounds
-        i0, i1 = bisect_right(bd, lo) - 1, bisect_left(bd, hi)
-        b = np.frombuffer(bd, np.int64)
-        rows.append(np.frombuffer(seq.rows, np.int64)[i0:i1])
-        starts.append(b[i0:i1])
-        ends.append(b[i0 + 1:i1 + 1])
-        lo_l.append(lo)
-        hi_l.append(hi)
-        ctx_l.append(own - lo)
-        npieces.append(i1 - i0)
-    if not rows:
+        sel.append((k, bisect_right(bd, lo) - 1, bisect_left(bd, hi), lo, hi, own - lo))
+    if not sel:
         return 0
-    cnt = np.asarray(npieces, np.int64)
+    k, i0, i1, lo, hi, ctx = (np.asarray(c, np.int64) for c in zip(*sel, strict=True))
+    nrows = np.array([len(q.rows) for q in srcs], np.int64)
+    base = np.zeros(nrows.shape[0] + 1, np.int64)
+    np.cumsum(nrows, out=base[1:])
+    all_rows = np.concatenate([np.frombuffer(q.rows, np.int64) for q in srcs])
+    all_bd = np.concatenate([np.frombuffer(q.bounds, np.int64)[:-1] for q in srcs])
+    all_end = np.concatenate([np.frombuffer(q.bounds, np.int64)[1:] for q in srcs])
+    cnt = i1 - i0
     item_offs = np.zeros(cnt.shape[0] + 1, np.int64)
     np.cumsum(cnt, out=item_offs[1:])
-    s, e = np.concatenate(starts), np.concatenate(ends)
-    lo, hi = np.repeat(np.asarray(lo_l, np.int64), cnt), np.repeat(np.asarray(hi_l, np.int64), cnt)
+    g = np.repeat(base[k] + i0, cnt) + _ramp(cnt)
+    s, e = all_bd[g], all_end[g]
+    lo, hi = np.repeat(lo, cnt), np.repeat(hi, cnt)
     p_lo = np.maximum(lo, s) - s
     p_hi = np.minimum(hi, e) - s
-    return int(covered_counts(store, np.concatenate(rows), item_offs, W, counted_from=np.asarray(ctx_l, np.int64),
-                              p_lo=p_lo, p_hi=p_hi).sum())
+    return int(covered_counts(store, all_rows[g], item_offs, W, counted_from=ctx, p_lo=p_lo, p_hi=p_hi).sum())
 
 
 _DUP_BATCH_TOKENS = 1 << 22
