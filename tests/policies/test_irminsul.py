@@ -11,6 +11,7 @@ import pytest
 from pic.engine import policies
 from pic.engine.plan import Action, Plan
 from pic.engine.policies import PolicyContext, RequestView
+from pic.engine.seq import Seq
 from pic.traces.markers import BOUNDARY_MARKER
 
 BPT = 2
@@ -292,7 +293,7 @@ def test_overlapping_locks_of_one_extent_leave_live_parts():
     from pic.engine.policies.irminsul_store import ChunkStore
 
     st = ChunkStore(lru, 128, BPT)
-    x = st.new_extent(_rand(32, 40), 100, 0)
+    x = st.new_extent(Seq.of_array(_rand(32, 140)), 100, 40, 0)
     st.register(1, x.tokens.copy(), [[x, 0, 40]], 0, [x])
     st.unlock(x)
     first = st.lock_range(x, 0, 20)
@@ -302,3 +303,68 @@ def test_overlapping_locks_of_one_extent_leave_live_parts():
     assert [(e.base_pos, e.size) for e in parts] == [(100, 10), (110, 10)] and all(e.alive for e in parts)
     assert [(e.base_pos, e.size) for e in second] == [(110, 10), (120, 10)]
     assert st.protected == 30 * BPT and st.evictable == 10 * BPT
+
+
+def _shared_trace(seed: int, n: int = 60):
+    """Prompts of shared documents in varying order (stored and opaque segments), continued conversations
+    and fresh text: irminsul reuses chunks off the prefix, splits extents and, when tight, evicts."""
+    from pic.traces.schema import SegmentTable, Trace, requests_frame
+
+    rng = np.random.default_rng(seed)
+    table = SegmentTable()
+    docs = [table.add(rng.integers(0, 5000, int(rng.integers(150, 700)), dtype=np.int32), "document")
+            for _ in range(6)]
+    docs += [table.add_opaque(k, 7, int(rng.choice([128, 512])), "block") for k in range(3)]
+    rows = {c: [] for c in ("request_id", "session_id", "agent_id", "arrival_us", "output_tokens", "segment_ids")}
+    prev: list[int] = []
+    for i in range(n):
+        r = rng.random()
+        if r < 0.3 and prev:
+            sids = prev + [table.add(rng.integers(0, 5000, int(rng.integers(20, 200)), dtype=np.int32), "user")]
+        else:
+            k = int(rng.integers(1, 4))
+            sids = [docs[j] for j in rng.choice(len(docs), k, replace=False)]
+            sids.append(table.add(rng.integers(0, 5000, int(rng.integers(5, 120)), dtype=np.int32), "user"))
+        prev = sids
+        for c, v in zip(rows, (i, f"s{i}", "a", i, 1, sids), strict=True):
+            rows[c].append(v)
+    return Trace(table.build(), requests_frame(rows), source="<shared>")
+
+
+@pytest.mark.parametrize("seed,capacity", [(0, math.inf), (1, 3000), (2, 6000)])
+def test_stored_runs_are_references_counting_what_their_tokens_count(seed: int, capacity: float):
+    """Extents refer to their prompt's segments, ``(seq, lo, hi, 0)``, through splits and evictions: every
+    chunk's pieces read back exactly the chunk's own token copy, duplicate_stored_tokens by reference
+    equals the count over the materialized runs, and the plans equal those of the same prompts given as
+    bare token arrays (private-array Seqs: prompt index and extents over copies)."""
+    from pic.engine.oracle import duplicate_tokens
+    from pic.engine.replay import workload_from_trace
+
+    t = _shared_trace(seed)
+    work = workload_from_trace(t)
+    by_ref, by_tok = _pol(capacity), _pol(capacity)
+    dups, splits = [], 0
+    for i in range(work.num_requests):
+        v = work.view(i)
+        a = _serve_view(by_ref, v, 10 * i)
+        b = _serve_view(by_tok, RequestView.from_tokens(v.request_id, v.tokens.copy()), 10 * i)
+        assert a == b, f"request {i}: plans differ"
+        by_ref.usage().check()
+        st = by_ref._store
+        for c in st.entries.values():
+            got = np.concatenate([x.src.tokens(x.base_pos + xo, x.base_pos + xo + n) for x, xo, n in c.pieces])
+            assert np.array_equal(got, c.tokens), f"request {i}: chunk {c.fp:x} reads other tokens"
+            splits += sum(x.base_pos != c.pieces[0][0].base_pos for x, _, _ in c.pieces[1:])
+        if i % 15 == 14 or i == work.num_requests - 1:
+            runs = by_ref.footprint().runs
+            assert all(len(r) == 4 and r[0].store is t.segments and r[3] == 0 for r in runs)
+            assert sum(hi - lo for _, lo, hi, _ in runs) * BPT == by_ref.usage().total     # every stored token once
+            toks = [(q.tokens(lo, hi), c) for q, lo, hi, c in runs]
+            for m in (16, 64):
+                want = duplicate_tokens(toks, m)
+                assert duplicate_tokens(runs, m) == want
+                assert want == duplicate_tokens([(q.tokens(lo, hi), c) for q, lo, hi, c in by_tok.footprint().runs], m)
+                dups.append(want)
+    assert max(dups) > 0 and splits > 0
+    if not math.isinf(capacity):
+        assert by_ref.stats.evictions > 0

@@ -182,7 +182,7 @@ class Irminsul(CachePolicy):
         if need * bpt > room:
             self.evict(int(need * bpt - room), now_us)
             room = self.ctx.capacity_bytes - st.evictable - st.protected
-        toks, chunks, full = req.tokens, [], True
+        toks, src, chunks, full = req.tokens, req.seq, [], True
         for fp, k in new.items():
             cost = sizes[k] * bpt
             if cost > room or (cost and not full):
@@ -191,9 +191,9 @@ class Irminsul(CachePolicy):
                 continue
             room -= cost
             a, b = bounds[k], bounds[k + 1]
-            ctoks = np.array(toks[a:b], dtype=np.int32)      # one copy: its own extents are views of it
+            ctoks = np.array(toks[a:b], dtype=np.int32)      # one copy (the tries index it)
             g = gaps[k]
-            own = [st.new_extent(ctoks[g0 - a:g1 - a], g0, now_us) for g0, g1 in g]
+            own = [st.new_extent(src, g0, g1 - g0, now_us) for g0, g1 in g]
             pieces = [[own[0], 0, b - a]] if len(g) == 1 and g[0] == (a, b) else \
                 _pieces(views, bisect_right(ends, a), own, g, a, b)
             chunks.append(st.register(fp, ctoks, pieces, rid, own))
@@ -207,7 +207,7 @@ class Irminsul(CachePolicy):
         for c in self._live.get(req.request_id, ([], []))[1]:
             self._store.make_ready(c, now_us, self.config.s1)
         if fps:
-            self._store.add_prompt(req.tokens, bounds, fps, now_us, 4 * self.ctx.capacity_tokens + 2**20)
+            self._store.add_prompt(req.seq, bounds, fps, now_us, 4 * self.ctx.capacity_tokens + 2**20)
 
     def release(self, req: RequestView, now_us: int) -> None:
         self._pending.pop(req.request_id, None)
@@ -241,7 +241,7 @@ class Irminsul(CachePolicy):
     def footprint(self) -> Footprint:
         """Registry entries = chunk fingerprints + S1 window fingerprints; runs = the extents."""
         st = self._store
-        return Footprint(len(st.entries) + len(st.windows), [(t, 0) for t in st.stored_runs()])
+        return Footprint(len(st.entries) + len(st.windows), st.stored_runs())
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _stale(self, locked: list[Extent]) -> bool:
@@ -262,7 +262,7 @@ class Irminsul(CachePolicy):
         self._chunks_used: list[Chunk] = []
         ex = self.stats.extra
         n, k = toks.shape[0], 0
-        pos = self._prefix(toks, uses)
+        pos = self._prefix(req, uses)
         ex["prefix_tokens"] += pos
         while pos < n:
             while bl[k + 1] <= pos:
@@ -322,10 +322,11 @@ class Irminsul(CachePolicy):
             t = a + cpos - off
             uses.append((t, t + hi - lo, x, lo))
 
-    def _prefix(self, toks: np.ndarray, uses: list[_Use]) -> int:
+    def _prefix(self, req: RequestView, uses: list[_Use]) -> int:
         """Exact prefix from the prompt index, served by the resident chunks of the committed prompt
-        that covers most of it (:meth:`ChunkStore.best_layout`); its length."""
-        best, best_len = self._store.best_layout(toks)
+        that covers most of it (:meth:`ChunkStore.best_layout`, matched by segments: ``req.seq``); its
+        length."""
+        best, best_len = self._store.best_layout(req.seq)
         if best is None:
             return 0
         bounds, fps = best
@@ -337,7 +338,7 @@ class Irminsul(CachePolicy):
             e = self._entries[fp]
             if self.ctx.verify:
                 self.stats.verified_hits += 1
-                if not np.array_equal(e.tokens[:b - a], toks[a:b]):
+                if not np.array_equal(e.tokens[:b - a], req.tokens[a:b]):
                     self.stats.collisions += 1
                     return a
             self._span(uses, e, a, b, 0)

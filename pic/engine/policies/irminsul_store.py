@@ -1,15 +1,16 @@
 """Chunk store of the ``irminsul`` policy: KV extents, the chunk registry over them, and its indexes.
 
 * extents: the physical KV, one per run of tokens a request recomputed inside one of its new chunks
-  (tokens, the position the KV was produced at, bytes, lock refs, recency). Bytes are counted here and
+  (its tokens by reference ``(prompt Seq, position)`` — the position the KV was produced at —, bytes,
+  lock refs, recency). Bytes are counted here and
   only here: a token's KV is stored once. An extent can be split where a lock starts or ends, so a plan
   locks exactly the tokens it reuses;
 * registry ``fingerprint -> Chunk``: a content-defined chunk is a list of pieces ``(extent, offset,
   length)`` — its own recomputed extents and views into the extents of the chunks it reused — so a chunk
   whose tokens were mostly reused from elsewhere indexes that existing KV under its own boundaries
   instead of storing it again;
-* prompt index: a radix tree over committed prompts (tokens only, no KV) whose nodes carry each prompt's
-  chunk layout, for the exact-prefix stage;
+* prompt index: a radix tree over committed prompts (references to their segments, no KV) whose nodes
+  carry each prompt's chunk layout, for the exact-prefix stage;
 * chunk trie: a radix tree over the ready chunks' tokens (:mod:`engine.radix`, an index only) answering
   "the longest stored chunk whose beginning equals these tokens";
 * S1 window index ``window fingerprint -> (chunk fingerprint, offset)``: every ready chunk registers its
@@ -33,28 +34,35 @@ import numpy as np
 from pic.engine import cdc
 from pic.engine.policies.base import PolicyStats
 from pic.engine.radix import RadixNode, RadixTree
+from pic.engine.seq import Seq
 
 _LAYOUTS = 16  # committed-prompt layouts tried for the exact prefix
 _NONE: list[int] = []  # shared by every chunk without S1 windows (never appended to)
 
 
 class Extent:
-    """Stored KV of ``tokens`` produced at ``base_pos``; ``users``: fingerprints of chunks that read it;
+    """Stored KV of tokens ``[base_pos, base_pos + size)`` of prompt ``src`` (a :class:`~engine.seq.Seq`:
+    a reference, no token copy), produced at ``base_pos``; ``users``: fingerprints of chunks that read it;
     ``parts``: after a split, ``(left, right, at)`` (the extent itself is then dead)."""
 
-    __slots__ = ("tokens", "base_pos", "nbytes", "refs", "last_access_us", "hits", "created_us", "alive",
+    __slots__ = ("src", "base_pos", "size", "nbytes", "refs", "last_access_us", "hits", "created_us", "alive",
                  "users", "parts")
 
-    def __init__(self, tokens: np.ndarray, base_pos: int, nbytes: int, now: int) -> None:
-        self.tokens, self.base_pos, self.nbytes = tokens, base_pos, nbytes
+    def __init__(self, src: Seq, base_pos: int, size: int, nbytes: int, now: int) -> None:
+        self.src, self.base_pos, self.size, self.nbytes = src, base_pos, size, nbytes
         self.refs, self.last_access_us, self.hits, self.created_us = 0, now, 0, now
         self.alive = True
         self.users: set[int] = set()
         self.parts: tuple[Extent, Extent, int] | None = None
 
     @property
-    def size(self) -> int:
-        return int(self.tokens.shape[0])
+    def tokens(self) -> np.ndarray:
+        """int32 [size]: its tokens (materialized on each call: tests, debugging, ``--verify``)."""
+        return self.src.tokens(self.base_pos, self.base_pos + self.size)
+
+    def ref(self) -> tuple[Seq, int, int, int]:
+        """``(src, lo, hi, 0)``: the stored run by reference (:func:`engine.oracle.duplicate_tokens`)."""
+        return self.src, self.base_pos, self.base_pos + self.size, 0
 
 
 class Chunk:
@@ -108,9 +116,10 @@ class ChunkStore:
         self._seq = itertools.count()
 
     # ---- Public API: extents --------------------------------------------------------------------
-    def new_extent(self, tokens: np.ndarray, base_pos: int, now_us: int) -> Extent:
-        """New KV produced now: locked once (protected until its producer releases it)."""
-        x = Extent(tokens, base_pos, int(tokens.shape[0]) * self.bpt, now_us)
+    def new_extent(self, src: Seq, base_pos: int, size: int, now_us: int) -> Extent:
+        """New KV of tokens ``[base_pos, base_pos + size)`` of prompt ``src``, produced now at ``base_pos``:
+        locked once (protected until its producer releases it)."""
+        x = Extent(src, base_pos, size, size * self.bpt, now_us)
         x.refs = 1
         self.protected += x.nbytes
         self.num_extents += 1
@@ -338,15 +347,16 @@ class ChunkStore:
             return None
         return c, ref[1]
 
-    def add_prompt(self, tokens: np.ndarray, bounds: list[int], fps: list[int], now_us: int,
+    def add_prompt(self, tokens: Seq | np.ndarray, bounds: list[int], fps: list[int], now_us: int,
                    cap_tokens: float) -> None:
-        """Index a committed prompt with its chunk layout; keep the index under ``cap_tokens``."""
+        """Index a committed prompt (its :class:`~engine.seq.Seq`: edges are references) with its chunk
+        layout; keep the index under ``cap_tokens``."""
         _, node = self.prompts.insert(tokens, now_us)
         node.value = (bounds, fps)
         if self.prompts.total_tokens > cap_tokens:
             self.prompts.evict(int(self.prompts.total_tokens - cap_tokens))
 
-    def best_layout(self, toks: np.ndarray) -> tuple[tuple[list[int], list[int]] | None, int]:
+    def best_layout(self, toks: Seq | np.ndarray) -> tuple[tuple[list[int], list[int]] | None, int]:
         """``((bounds, fps), num)``: the layout of the committed prompt whose resident chunks serve the
         longest exact prefix ``num`` of ``toks`` (trying at most ``_LAYOUTS`` prompts, deepest shared
         prefix first); ``(None, 0)`` when none serves any."""
@@ -370,22 +380,23 @@ class ChunkStore:
                     got = self._served(*nd.value, depth)
                     if got > best_len:
                         best, best_len = nd.value, got
-            skip, depth, node = node, depth - node.key.shape[0], node.parent
+            skip, depth, node = node, depth - node.n, node.parent
         return best, best_len
 
-    def stored_runs(self) -> list[np.ndarray]:
-        """Token arrays of every live extent (what is physically stored)."""
+    def stored_runs(self) -> list[tuple[Seq, int, int, int]]:
+        """Every live extent (what is physically stored) by reference, ``(src, lo, hi, 0)``, in registry
+        order."""
         seen: dict[int, Extent] = {}
         for c in self.entries.values():
             for x, _, _ in c.pieces:
                 seen.setdefault(id(x), x)
-        return [x.tokens for x in seen.values()]
+        return [x.ref() for x in seen.values()]
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _split(self, x: Extent, at: int) -> tuple[Extent, Extent]:
         """Cut live extent ``x`` after ``at`` tokens into two extents with its locks and recency."""
-        left = Extent(x.tokens[:at], x.base_pos, at * self.bpt, x.created_us)
-        right = Extent(x.tokens[at:], x.base_pos + at, x.nbytes - at * self.bpt, x.created_us)
+        left = Extent(x.src, x.base_pos, at, at * self.bpt, x.created_us)
+        right = Extent(x.src, x.base_pos + at, x.size - at, x.nbytes - at * self.bpt, x.created_us)
         for y in (left, right):
             y.refs, y.last_access_us, y.hits = x.refs, x.last_access_us, x.hits
         x.alive, x.parts = False, (left, right, at)
