@@ -1,18 +1,24 @@
 """Window coverage over prompts made of trace segments, without hashing what the segments already tell.
 
-Question (the trace-level oracle): for each item (a prompt, made of whole segments) in order, which of
-its positions lie inside a ``W``-token window whose content occurred in an *earlier* item? The token-level answer hashes every window of every item (:func:`engine.oracle.trace_oracle`).
-Here most windows are decided from the segment structure, vectorized over the whole trace:
+Question (the trace-level oracle, and the duplicate count over what a cache stores): for each item (a
+prompt made of whole segments, or a stored run: a piece of a prompt, its first tokens context) in order,
+which of its positions lie inside a ``W``-token window whose content occurred in an *earlier* item? The
+token-level answer hashes every window of every item (:func:`engine.oracle.trace_oracle`,
+:func:`engine.oracle.duplicate_tokens` on token runs). Here most windows are decided from the segment
+structure, vectorized over the whole trace. A window's content is named by where it lies:
 
-* a window inside a segment that occurred in an earlier item: seen (same tokens);
-* a window inside an opaque segment (:mod:`traces.content`): seen iff an earlier item held the same
-  ``(key, salt)`` stream at least that far (a shorter block of the same key is a prefix of a longer one);
-* a window across the boundary of two segments that stood side by side in an earlier item: seen; across
-  two opaque segments that never did: not seen;
-* every other window (inside a stored segment met for the first time, across a boundary with stored
-  content, over three or more segments) is hashed (:func:`engine.rolling.window_hashes`) and looked up
-  among the hashed windows of earlier items (batches of items; sorted arrays, one ``searchsorted`` pass
-  per level).
+* inside one piece: ``(segment row, offset)``; for an opaque segment (:mod:`traces.content`)
+  ``(stream, offset)``: a shorter block of a ``(key, salt)`` stream is a prefix of a longer one;
+* across one boundary, over two pieces: ``(left content and its end, right content and its start,
+  offset)``;
+
+and a window is seen when an earlier item's piece (or pair of pieces) with the same name held it: per
+name, the union of the earlier items' intervals of window starts (:func:`_earlier_cover`; pieces may be
+cut anywhere, e.g. a radix edge that starts mid-segment). Every other window touching stored content
+(met for the first time under its name, or over three or more pieces) is hashed
+(:func:`engine.rolling.window_hashes`) and looked up among the hashed windows of earlier items (batches
+of items; sorted arrays, one ``searchsorted`` pass per level); a window of opaque content only that no
+earlier item held under its name is not seen.
 
 Equal to the token-level count except when opaque content equals other content by chance (pseudo-random
 ids from a 2^17 vocabulary: a 64-token coincidence has probability ~2^-1088) or two hashes collide (64-bit).

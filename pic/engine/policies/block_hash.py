@@ -230,9 +230,13 @@ class BlockHashCache(CachePolicy):
             if self.ctx.verify:
                 self._tok = np.concatenate([self._tok, np.zeros((grow, bs), np.int32)])
             self._push_spare(np.arange(n + grow - 1, n + k - take - 1, -1))
-            slots = np.r_[slots, np.arange(n, n + k - take)]
+            fresh = np.arange(n, n + k - take)
+            slots = np.concatenate([slots, fresh]) if take else fresh
         self._hash[slots] = hashes[lo:]
-        self._parent[slots] = hashes[lo - 1:-1] if lo else np.r_[np.uint64(0), hashes[:-1]]
+        parent = np.empty(k, np.uint64)                     # (np.r_ costs ~10 us a call)
+        parent[1:] = hashes[lo:-1]
+        parent[0] = hashes[lo - 1] if lo else 0
+        self._parent[slots] = parent
         self._ref[slots] = 0
         self._free_seq[slots] = -1
         self._alive[slots] = True
