@@ -56,11 +56,11 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTH
 
 
 # ---- child processes --------------------------------------------------------------------------------
-def run_child(cmd: list[str], timeout: float | None = None) -> dict:
-    """Run ``cmd``; return its exit code, CPU seconds (user + sys, from wait4), peak RSS and stdout."""
+def run_child(cmd: list[str], timeout: float | None = None, cwd: Path = REPO) -> dict:
+    """Run ``cmd`` in ``cwd``; return its exit code, CPU seconds (user + sys, from wait4), peak RSS, stdout."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        p = subprocess.Popen(cmd, stdout=out, stderr=err, env=ENV, cwd=REPO)
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, env=ENV, cwd=cwd)
         try:
             _, status, ru = os.wait4(p.pid, 0)
         except KeyboardInterrupt:
