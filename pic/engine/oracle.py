@@ -219,6 +219,7 @@ def _duplicate_refs(runs: list[tuple], store, W: int) -> int:
     """:func:`duplicate_tokens` over references into ``store``'s segments, from the segment structure.
     Each run is cut to the context its own windows need (its last ``W - 1`` context tokens), so every
     window of an item touches its own tokens, as the definition adds them."""
+    from array import array
     from bisect import bisect_left, bisect_right
 
     from pic.engine.coverage import _ramp, covered_counts
@@ -242,17 +243,20 @@ def _duplicate_refs(runs: list[tuple], store, W: int) -> int:
     if not sel:
         return 0
     k, i0, i1, lo, hi, ctx = (np.asarray(c, np.int64) for c in zip(*sel, strict=True))
+    rows_a, bounds_a = array("q"), array("q")              # (one buffer each: no array per prompt)
+    for q in srcs:
+        rows_a.extend(q.rows)
+        bounds_a.extend(q.bounds)
     nrows = np.array([len(q.rows) for q in srcs], np.int64)
     base = np.zeros(nrows.shape[0] + 1, np.int64)
     np.cumsum(nrows, out=base[1:])
-    all_rows = np.concatenate([np.frombuffer(q.rows, np.int64) for q in srcs])
-    all_bd = np.concatenate([np.frombuffer(q.bounds, np.int64)[:-1] for q in srcs])
-    all_end = np.concatenate([np.frombuffer(q.bounds, np.int64)[1:] for q in srcs])
+    all_rows, all_bd = np.frombuffer(rows_a, np.int64), np.frombuffer(bounds_a, np.int64)
     cnt = i1 - i0
     item_offs = np.zeros(cnt.shape[0] + 1, np.int64)
     np.cumsum(cnt, out=item_offs[1:])
     g = np.repeat(base[k] + i0, cnt) + _ramp(cnt)
-    s, e = all_bd[g], all_end[g]
+    gb = g + np.repeat(k, cnt)                               # a prompt's bounds hold one more entry
+    s, e = all_bd[gb], all_bd[gb + 1]
     lo, hi = np.repeat(lo, cnt), np.repeat(hi, cnt)
     p_lo = np.maximum(lo, s) - s
     p_hi = np.minimum(hi, e) - s
