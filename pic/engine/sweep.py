@@ -369,6 +369,7 @@ def _run_ray(config: SweepConfig, out_dir: Path, todo: list[Cell], record: Calla
     (``max_retries=0``) so that a cell runs at most ``RAY_TRIES`` times."""
     ray = _import_ray()
     owned = not ray.is_initialized()
+    handlers = _signal_handlers()
     if owned:
         ray.init(**ray_init_args(config))
     pending: dict[Any, Cell] = {}
@@ -396,6 +397,23 @@ def _run_ray(config: SweepConfig, out_dir: Path, todo: list[Cell], record: Calla
     finally:
         if owned:
             ray.shutdown()
+            _restore_signal_handlers(handlers)     # (ray.init installs its own SIGTERM handler)
         else:   # interrupted: do not leave this sweep's tasks running in the caller's Ray
             for ref in pending:
                 ray.cancel(ref, force=True)
+
+
+def _signal_handlers() -> dict:
+    """SIGINT/SIGTERM handlers now (empty off the main thread, where they cannot be set)."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore_signal_handlers(handlers: dict) -> None:
+    import signal
+    for s, h in handlers.items():
+        if h is not None:
+            signal.signal(s, h)

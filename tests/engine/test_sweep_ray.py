@@ -34,9 +34,11 @@ def local_ray():
     if ray.is_initialized():
         ray.shutdown()
     args = sweep.ray_init_args(SweepConfig(traces=(str(SAMPLE),), backend="ray", num_jobs=2))
+    handlers = sweep._signal_handlers()
     ray.init(object_store_memory=128 * 2**20, **args)
     yield ray
     ray.shutdown()
+    sweep._restore_signal_handlers(handlers)      # ray.init's SIGTERM handler would outlive the module
 
 
 def _cfg(trace: Path, models=MODELS, caps=CAPS, **kw) -> SweepConfig:
