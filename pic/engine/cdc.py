@@ -142,9 +142,19 @@ def natural_boundaries(tokens: np.ndarray, cfg: CDCConfig, hard: np.ndarray | No
     n = toks.size
     if n <= WINDOW:
         return np.zeros(0, np.int64)
-    h = gear_hash(toks, cfg.seed)
-    cand = np.flatnonzero(h[WINDOW - 1: n - 1] < cfg.threshold) + WINDOW  # b = i + 1 for i >= 63, b < n
-    hard = _clean_hard(hard, n)
+    return _natural(toks, 0, n, 0, cfg, clean_hard(hard, n))
+
+
+def _natural(tail: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig, hard: np.ndarray) -> np.ndarray:
+    """Kept content-defined cuts ``b`` in ``(start, n)`` of a prompt of ``n`` tokens of which ``tail`` holds
+    ``[base, n)`` (``base <= max(0, start - 63)``: every window ending after ``start`` is whole); ``hard``:
+    the prompt's cleaned hard boundaries. The rules read candidates after ``b`` and hard boundaries only."""
+    i0 = max(start, WINDOW - 1)                  # b = i + 1 with i >= 63 (a full window), b > start
+    if n - 1 <= i0:
+        return _EMPTY
+    h = gear_hash(tail[max(0, i0 - (WINDOW - 1) - base):], cfg.seed)
+    off = i0 - max(0, i0 - (WINDOW - 1) - base) - base      # index of i0 in h
+    cand = np.flatnonzero(h[off: off + n - 1 - i0] < cfg.threshold) + (i0 + 1)
     m = cfg.min_chunk
     # next cut-like event after each candidate: next candidate or next hard boundary
     nxt = np.empty_like(cand)
@@ -162,7 +172,8 @@ def natural_boundaries(tokens: np.ndarray, cfg: CDCConfig, hard: np.ndarray | No
     return cand[keep]
 
 
-def _clean_hard(hard: np.ndarray | None, n: int) -> np.ndarray:
+def clean_hard(hard: np.ndarray | None, n: int) -> np.ndarray:
+    """Hard boundaries as :func:`chunk` uses them: sorted, distinct, inside ``(0, n)`` (int64)."""
     if hard is None or len(hard) == 0:
         return _EMPTY
     h = np.unique(np.asarray(hard, dtype=np.int64))
@@ -175,27 +186,61 @@ def chunk(tokens: np.ndarray, cfg: CDCConfig | None = None, hard_boundaries: np.
 
     ``hard_boundaries``: offsets that must be cuts (S2 marker edges); out-of-range values are ignored.
     """
+    return layout(tokens, cfg, hard_boundaries)[0]
+
+
+def layout(tokens: np.ndarray, cfg: CDCConfig | None = None, hard_boundaries: np.ndarray | None = None
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """``(bounds, anchor)``: :func:`chunk`'s boundaries and, for each, whether it is an *anchor* — 0, a kept
+    content-defined cut or a hard boundary (not a cut made inside an over-long gap).
+
+    Anchors make chunking resumable: the cuts up to an anchor ``c`` depend only on the tokens before
+    ``c + min_chunk`` (candidates up to ``c + min_chunk - 1`` decide which are kept) and on the hard
+    boundaries before ``c + min_chunk``. So a prompt that shares its first ``c + min_chunk`` tokens and those
+    hard boundaries with a chunked one has the same cuts up to ``c``, and :func:`layout_from` gives the rest
+    from its tokens after ``c - 63`` alone."""
     cfg = cfg or CDCConfig()
-    n = int(np.asarray(tokens).shape[0])
+    toks = np.ascontiguousarray(tokens, dtype=np.int32)
+    n = int(toks.shape[0])
     if n == 0:
-        return np.zeros(1, np.int64)
-    hard = _clean_hard(hard_boundaries, n)
-    nat = natural_boundaries(tokens, cfg, hard)
+        return np.zeros(1, np.int64), np.ones(1, bool)
+    return _layout(toks, 0, n, 0, cfg, clean_hard(hard_boundaries, n))
+
+
+def layout_from(tail: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig,
+                hard_boundaries: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`layout` of a prompt of ``n`` tokens from anchor ``start`` on (``start`` first, ``n`` last), given
+    ``tail`` = its tokens ``[base, n)`` with ``base <= max(0, start - 63)`` and all its hard boundaries
+    (absolute). Equal to the bounds of :func:`layout` that are ``>= start`` whenever ``start`` is one of its
+    anchors."""
+    if not 0 <= base <= max(0, start - (WINDOW - 1)) or not start < n or tail.shape[0] != n - base:
+        raise ValueError(f"layout_from: need 0 <= base <= start - 63, start < n, tail = [base, n); got base={base}, "
+                         f"start={start}, n={n}, {tail.shape[0]} tokens")
+    toks = np.ascontiguousarray(tail, dtype=np.int32)
+    return _layout(toks, base, n, start, cfg, clean_hard(hard_boundaries, n))
+
+
+def _layout(toks: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig, hard: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds ``>= start`` (anchor mask with them) of a prompt of ``n`` tokens, ``toks`` = ``[base, n)``."""
+    nat = _natural(toks, base, n, start, cfg, hard) if n > WINDOW else _EMPTY
+    hard = hard[hard > start]
     cuts = np.union1d(nat, hard) if hard.size else nat
-    b = np.concatenate(([0], cuts, [n])).astype(np.int64)
+    b = np.concatenate(([start], cuts, [n])).astype(np.int64)
     gaps = np.diff(b)
     big = gaps > cfg.max_chunk
     if not big.any():
-        return b
+        return b, np.ones(b.shape[0], bool)
+    anchors = b
     # NOTE: a Python loop over the over-long gaps only (rare: runs with no content-defined cut)
-    toks = np.ascontiguousarray(tokens, dtype=np.int32)
-    per = [_periodic_cuts(toks, int(a), int(a + g), cfg) for a, g in zip(b[:-1][big], gaps[big], strict=True)]
+    per = [_periodic_cuts(toks, int(a) - base, int(a + g) - base, cfg) + base
+           for a, g in zip(b[:-1][big], gaps[big], strict=True)]
     b = np.union1d(b, np.concatenate(per)).astype(np.int64)
     gaps = np.diff(b)
     big = gaps > cfg.max_chunk
-    if not big.any():
-        return b
-    return np.union1d(b, _forced_cuts(b[:-1][big], gaps[big], cfg.max_chunk)).astype(np.int64)
+    if big.any():
+        b = np.union1d(b, _forced_cuts(b[:-1][big], gaps[big], cfg.max_chunk)).astype(np.int64)
+    return b, np.isin(b, anchors)
 
 
 def _periodic_cuts(toks: np.ndarray, s: int, e: int, cfg: CDCConfig) -> np.ndarray:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -113,7 +114,7 @@ class Irminsul(CachePolicy):
         self._store = ChunkStore(self._key, c.s1_window, ctx.bytes_per_token, tails=c.tails,
                                  min_match=c.min_match)
         self._entries = self._store.entries
-        self._pending: dict[int, tuple[list[int], list[int], list[_Use]]] = {}   # rid -> lookup's analysis
+        self._pending: dict[int, _Analysis] = {}   # rid -> lookup's analysis
         self._live: dict[int, tuple[list[Extent], list[Chunk]]] = {}    # rid -> locked extents, new chunks
         self._chunks_used: list[Chunk] = []       # chunks the last _analyze read
         self.stats.extra.update(prefix_tokens=0, chunk_lookups=0, chunk_hits=0, extended_tokens=0, window_lookups=0,
@@ -123,7 +124,8 @@ class Irminsul(CachePolicy):
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
         self.stats.lookups += 1
-        bounds, fps, uses = self._analyze(req)
+        got = self._analyze(req)
+        uses = got.uses
         # NOTE: recency per chunk: every extent of a chunk the plan reads is touched, so a chunk's unused
         # tail does not age out alone and take the chunk (its index entry) with it
         for x in {id(x): x for c in self._chunks_used for x, _, _ in c.pieces}.values():
@@ -141,7 +143,7 @@ class Irminsul(CachePolicy):
         if plan.num_reused:
             self.stats.hits += 1
             self.stats.extra["rotated_tokens"] += plan.num_rotated
-        self._pending[req.request_id] = (bounds, fps, uses)
+        self._pending[req.request_id] = got
         if len(self._pending) > 4096:       # lookups never followed by admit (probes) must not pile up
             del self._pending[next(iter(self._pending))]
         return plan
@@ -152,9 +154,8 @@ class Irminsul(CachePolicy):
             raise ValueError(f"request {rid} admitted twice")
         got = self._pending.pop(rid, None)
         if got is None:
-            bounds, fps, uses = self._analyze(req)
-        else:
-            bounds, fps, uses = got
+            got = self._analyze(req)
+        bounds, fps, uses, toks, off = got.bounds, got.fps, got.uses, got.toks, got.off
         st = self._store
         if sum(b - a for a, b, _, _ in uses) != plan.num_reused:
             return self._stale([])            # not the plan this cache answered
@@ -182,7 +183,7 @@ class Irminsul(CachePolicy):
         if need * bpt > room:
             self.evict(int(need * bpt - room), now_us)
             room = self.ctx.capacity_bytes - st.evictable - st.protected
-        toks, src, chunks, full = req.tokens, req.seq, [], True
+        src, chunks, full = req.seq, [], True
         for fp, k in new.items():
             cost = sizes[k] * bpt
             if cost > room or (cost and not full):
@@ -191,7 +192,8 @@ class Irminsul(CachePolicy):
                 continue
             room -= cost
             a, b = bounds[k], bounds[k + 1]
-            ctoks = np.array(toks[a:b], dtype=np.int32)      # one copy (the tries index it)
+            # one copy (the tries index it); a chunk before the tokens the lookup made is read by reference
+            ctoks = np.array(toks[a - off:b - off] if a >= off else src.tokens(a, b), dtype=np.int32)
             g = gaps[k]
             own = [st.new_extent(src, g0, g1 - g0, now_us) for g0, g1 in g]
             pieces = [[own[0], 0, b - a]] if len(g) == 1 and g[0] == (a, b) else \
@@ -199,15 +201,16 @@ class Irminsul(CachePolicy):
             chunks.append(st.register(fp, ctoks, pieces, rid, own))
         self.stats.extra["partly_stored"] += not full
         self._live[rid] = (locked, chunks)
-        self._pending[rid] = (bounds, fps, [])       # the layout, for commit
+        self._pending[rid] = got._replace(uses=[], toks=_NO_TOKENS)       # the layout, for commit
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:
-        bounds, fps, _ = self._pending.pop(req.request_id, ([], [], []))
+        got = self._pending.pop(req.request_id, None)
         for c in self._live.get(req.request_id, ([], []))[1]:
             self._store.make_ready(c, now_us, self.config.s1)
-        if fps:
-            self._store.add_prompt(req.seq, bounds, fps, now_us, 4 * self.ctx.capacity_tokens + 2**20)
+        if got is not None and got.fps:
+            self._store.add_prompt(req.seq, (got.bounds, got.fps, got.anchors, got.hard, got.marked), now_us,
+                                   4 * self.ctx.capacity_tokens + 2**20)
 
     def release(self, req: RequestView, now_us: int) -> None:
         self._pending.pop(req.request_id, None)
@@ -251,18 +254,19 @@ class Irminsul(CachePolicy):
         self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
         return False
 
-    def _analyze(self, req: RequestView) -> tuple[list[int], list[int], list[_Use]]:
-        """``(bounds, fingerprints, uses)``: the prompt's CDC layout and, for each reused target range,
-        ``(start, end, extent, offset in the extent)`` in prompt order (the source position is
-        ``extent.base_pos + offset``)."""
-        toks = req.tokens
-        bounds = cdc.chunk(toks, self._cdc, self._hard(req) if self.config.s2 else None)
-        bl, fl = bounds.tolist(), cdc.fingerprints(toks, bounds).tolist()
+    def _analyze(self, req: RequestView) -> _Analysis:
+        """The prompt's CDC layout and, for each reused target range, ``(start, end, extent, offset in the
+        extent)`` in prompt order (the source position is ``extent.base_pos + offset``)."""
+        best, best_len, shared, other = self._store.best_layout(req.seq)
+        got = self._layout(req, shared, other, best_len) if other is not None else None
+        if got is None:
+            got = self._full_layout(req)
+        bl, fl, toks, off = got.bounds, got.fps, got.toks, got.off
         uses: list[_Use] = []
         self._chunks_used: list[Chunk] = []
         ex = self.stats.extra
-        n, k = toks.shape[0], 0
-        pos = self._prefix(req, uses)
+        n, k = req.num_tokens, 0
+        pos = self._prefix(req, best, best_len, uses)
         ex["prefix_tokens"] += pos
         while pos < n:
             while bl[k + 1] <= pos:
@@ -270,14 +274,14 @@ class Irminsul(CachePolicy):
             a, b = bl[k], bl[k + 1]
             if pos == a:
                 ex["chunk_lookups"] += 1
-            e = self._get(fl[k], toks, a, b)
+            e = self._get(fl[k], toks, a - off, b - off)
             if e is not None and pos == a:
                 ex["chunk_hits"] += 1
             # NOTE: a longer run than the hit chunk needs a stored chunk that extends it (a trie child)
             if e is None:
-                t_len, t_e = self._store.longest(toks[pos:pos + self.config.max_chunk])
+                t_len, t_e = self._store.longest(toks[pos - off:pos - off + self.config.max_chunk])
             elif self._store.extendable(e):
-                t_len, t_e = self._store.longest(toks[pos:pos + self.config.max_chunk], short=True)
+                t_len, t_e = self._store.longest(toks[pos - off:pos - off + self.config.max_chunk], short=True)
             else:
                 t_len, t_e = 0, None
             if t_len > (b - pos if e is not None else self.config.min_match - 1):
@@ -288,12 +292,57 @@ class Irminsul(CachePolicy):
                 self._span(uses, e, pos, b, pos - a)
                 pos = b
             else:
-                rest = self._tail(toks, pos, b, uses) if self.config.tails else b
+                rest = self._tail(toks, off, pos, b, uses) if self.config.tails else b
                 if self.config.s1 and rest > pos:
-                    self._s1(toks, pos, rest, uses)
+                    self._s1(toks, off, pos, rest, uses)
                 pos = b
         uses.sort(key=lambda u: u[0])        # S1 adds end-aligned windows after start-aligned ones
-        return bl, fl, uses
+        return got._replace(uses=uses)
+
+    def _full_layout(self, req: RequestView) -> _Analysis:
+        """CDC over the whole prompt."""
+        toks, n = req.tokens, req.num_tokens
+        hard, marked = _marker_cuts(req, toks, 0, self._marker) if self.config.s2 else (_NO_CUTS, False)
+        hard = cdc.clean_hard(hard, n)
+        bounds, anchors = cdc.layout(toks, self._cdc, hard)
+        return _Analysis(bounds.tolist(), cdc.fingerprints(toks, bounds).tolist(), anchors.tolist(), hard, marked,
+                         toks, 0, [])
+
+    def _layout(self, req: RequestView, shared: int, other: tuple, best_len: int) -> _Analysis | None:
+        """The layout from a committed prompt ``other`` that shares the first ``shared`` tokens: its cuts up
+        to its last anchor ``c`` with ``c + min_chunk <= shared`` (:func:`engine.cdc.layout`: the same cuts
+        when the hard boundaries before ``c + min_chunk`` are the same too), CDC from ``c`` on. Only tokens
+        from ``c - 63`` (and from where a marker could straddle the shared prefix's end, and from the chunk
+        where the walk starts) are made. None when no anchor qualifies (CDC over the whole prompt then)."""
+        pb, pf, panc, phard, pmarked = other
+        m, n = self._cdc.min_chunk, req.num_tokens
+        if pmarked:                           # marker occurrences in the shared prefix: found from scratch
+            return None
+        k = bisect_right(pb, shared - m) - 1
+        while k > 0 and not panc[k]:
+            k -= 1
+        if k <= 0:
+            return None
+        c = pb[k]
+        lo = max(0, c - (cdc.WINDOW - 1))
+        ms = max(0, shared - self._marker.shape[0] + 1)    # a marker occurrence ending after the shared prefix
+        if self.config.s2:
+            lo = min(lo, ms)
+        if best_len < c:
+            lo = min(lo, pb[bisect_right(pb, best_len) - 1])
+        toks = req.seq.tokens(lo, n)
+        hard, marked = _NO_CUTS, False
+        if self.config.s2:
+            # NOTE: ``other`` holds no marker occurrence, so none lies wholly in the shared prefix here either
+            hard, marked = _marker_cuts(req, toks[ms - lo:], ms, self._marker)
+            hard = cdc.clean_hard(hard, n)
+            cap = c + m
+            if not np.array_equal(hard[:np.searchsorted(hard, cap)], phard[:np.searchsorted(phard, cap)]):
+                return None
+        tb, tanc = cdc.layout_from(toks[max(0, c - (cdc.WINDOW - 1)) - lo:], max(0, c - (cdc.WINDOW - 1)), n, c,
+                                   self._cdc, hard)
+        fps = cdc.fingerprints(toks[c - lo:], tb - c).tolist()
+        return _Analysis(pb[:k] + tb.tolist(), pf[:k] + fps, panc[:k] + tanc.tolist(), hard, marked, toks, lo, [])
 
     def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Chunk | None:
         e = self._entries.get(fp)
@@ -322,14 +371,13 @@ class Irminsul(CachePolicy):
             t = a + cpos - off
             uses.append((t, t + hi - lo, x, lo))
 
-    def _prefix(self, req: RequestView, uses: list[_Use]) -> int:
+    def _prefix(self, req: RequestView, best: tuple | None, best_len: int, uses: list[_Use]) -> int:
         """Exact prefix from the prompt index, served by the resident chunks of the committed prompt
-        that covers most of it (:meth:`ChunkStore.best_layout`, matched by segments: ``req.seq``); its
-        length."""
-        best, best_len = self._store.best_layout(req.seq)
+        that covers most of it (``best``, ``best_len`` from :meth:`ChunkStore.best_layout`, matched by
+        segments: ``req.seq``); its length."""
         if best is None:
             return 0
-        bounds, fps = best
+        bounds, fps = best[0], best[1]
         for j, fp in enumerate(fps):
             a = bounds[j]
             if a >= best_len:
@@ -338,24 +386,26 @@ class Irminsul(CachePolicy):
             e = self._entries[fp]
             if self.ctx.verify:
                 self.stats.verified_hits += 1
-                if not np.array_equal(e.tokens[:b - a], req.tokens[a:b]):
+                if not np.array_equal(e.tokens[:b - a], req.seq.tokens(a, b)):
                     self.stats.collisions += 1
                     return a
             self._span(uses, e, a, b, 0)
         return best_len
 
-    def _tail(self, toks: np.ndarray, lo: int, hi: int, uses: list[_Use]) -> int:
+    def _tail(self, toks: np.ndarray, off: int, lo: int, hi: int, uses: list[_Use]) -> int:
         """A missed chunk ``[lo, hi)``: reuse the longest run ending at ``hi`` that ends a stored chunk
-        (>= ``min_match`` tokens, tail trie); returns where the rest of the miss ends."""
-        n, c = self._store.longest_tail(toks[lo:hi])
+        (>= ``min_match`` tokens, tail trie); returns where the rest of the miss ends. ``toks``: the
+        prompt's tokens from ``off`` on."""
+        n, c = self._store.longest_tail(toks[lo - off:hi - off])
         if n < self.config.min_match:
             return hi
         self.stats.extra["tail_tokens"] += n
         self._span(uses, c, hi - n, hi, c.tokens.shape[0] - n)
         return hi - n
 
-    def _s1(self, toks: np.ndarray, lo: int, hi: int, uses: list[_Use]) -> None:
-        """Look ``[lo, hi)`` up as start-aligned, then end-aligned fixed windows."""
+    def _s1(self, toks: np.ndarray, base: int, lo: int, hi: int, uses: list[_Use]) -> None:
+        """Look ``[lo, hi)`` up as start-aligned, then end-aligned fixed windows (``toks``: the prompt's
+        tokens from ``base`` on)."""
         w = self.config.s1_window
         num = (hi - lo) // w
         if num == 0:
@@ -369,36 +419,58 @@ class Irminsul(CachePolicy):
             if any(s < b and a < s + w for a, b in covered):
                 continue
             ex["window_lookups"] += 1
-            got = self._store.window(toks[s:s + w])
+            got = self._store.window(toks[s - base:s - base + w])
             if got is None:
                 continue
             e, off = got
             if self.ctx.verify:
                 self.stats.verified_hits += 1
-                if not np.array_equal(e.tokens[off:off + w], toks[s:s + w]):
+                if not np.array_equal(e.tokens[off:off + w], toks[s - base:s - base + w]):
                     self.stats.collisions += 1
                     continue
             ex["window_hits"] += 1
             covered.append((s, s + w))
             self._span(uses, e, s, s + w, off)
 
-    def _hard(self, req: RequestView) -> np.ndarray:
-        return marker_boundaries(req, self._marker)
 
 
 def marker_boundaries(req: RequestView, marker: np.ndarray) -> np.ndarray:
     """S2 hard chunk boundaries: both edges of every occurrence of ``marker`` and of every ``marker``
     segment (int64, unsorted; ``cdc.chunk`` cleans them)."""
+    return _marker_cuts(req, req.tokens, 0, marker)[0]
+
+
+def _marker_cuts(req: RequestView, toks: np.ndarray, off: int, marker: np.ndarray) -> tuple[np.ndarray, bool]:
+    """:func:`marker_boundaries` with the occurrences searched in ``toks`` = the prompt's tokens from ``off``
+    on (exact when no occurrence lies wholly before ``off + len(marker) - 1``), and whether any was found."""
     m = marker.shape[0]
-    starts = find_markers(req.tokens, marker)
+    starts = find_markers(toks, marker)
     idx = np.flatnonzero(req.segment_kinds == _MARKER_KIND)
     if not starts.shape[0] and not idx.shape[0]:
-        return _NO_CUTS
+        return _NO_CUTS, False
     sb = req.segment_bounds
-    return np.concatenate([starts, starts + m, sb[idx], sb[idx + 1]]).astype(np.int64)
+    return np.concatenate([starts + off, starts + (off + m), sb[idx], sb[idx + 1]]).astype(np.int64), \
+        bool(starts.shape[0])
 
 
 _Use = tuple[int, int, Extent, int]   # target start, target end, extent, offset in the extent
+_NO_TOKENS = np.zeros(0, np.int32)
+
+
+class _Analysis(NamedTuple):
+    """A lookup's analysis of one prompt: its CDC layout (``bounds``, chunk fingerprints ``fps``, which
+    bounds are ``anchors``, its cleaned ``hard`` boundaries, whether a marker occurrence was ``marked``;
+    kept in the prompt index at commit), the reused target ranges ``uses``, and the prompt's tokens from
+    ``off`` on (``toks``) that admit copies new chunks from."""
+
+    bounds: list[int]
+    fps: list[int]
+    anchors: list[bool]
+    hard: np.ndarray
+    marked: bool
+    toks: np.ndarray
+    off: int
+    uses: list[_Use]
 
 
 def _gaps(views: list[tuple[int, int, list[Extent]]], i: int, a: int, b: int) -> list[tuple[int, int]]:

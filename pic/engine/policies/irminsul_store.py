@@ -347,21 +347,21 @@ class ChunkStore:
             return None
         return c, ref[1]
 
-    def add_prompt(self, tokens: Seq | np.ndarray, bounds: list[int], fps: list[int], now_us: int,
-                   cap_tokens: float) -> None:
+    def add_prompt(self, tokens: Seq | np.ndarray, layout: tuple, now_us: int, cap_tokens: float) -> None:
         """Index a committed prompt (its :class:`~engine.seq.Seq`: edges are references) with its chunk
-        layout; keep the index under ``cap_tokens``."""
+        layout (``(bounds, fps, ...)``: what the policy keeps of it); keep the index under ``cap_tokens``."""
         _, node = self.prompts.insert(tokens, now_us)
-        node.value = (bounds, fps)
+        node.value = layout
         if self.prompts.total_tokens > cap_tokens:
             self.prompts.evict(int(self.prompts.total_tokens - cap_tokens))
 
-    def best_layout(self, toks: Seq | np.ndarray) -> tuple[tuple[list[int], list[int]] | None, int]:
-        """``((bounds, fps), num)``: the layout of the committed prompt whose resident chunks serve the
-        longest exact prefix ``num`` of ``toks`` (trying at most ``_LAYOUTS`` prompts, deepest shared
-        prefix first); ``(None, 0)`` when none serves any."""
+    def best_layout(self, toks: Seq | np.ndarray) -> tuple[tuple | None, int, int, tuple | None]:
+        """``(layout, num, shared, other)``: the layout (``(bounds, fps, ...)``) of the committed prompt whose
+        resident chunks serve the longest exact prefix ``num`` of ``toks`` (trying at most ``_LAYOUTS``
+        prompts, deepest shared prefix first; ``(None, 0)`` when none serves any), and the layout ``other``
+        of a committed prompt sharing the longest prefix, ``shared`` tokens (None when none shares any)."""
         num, node = self.prompts.match_prefix(toks, None, split=True)
-        best, best_len, tried, depth, skip = None, 0, 0, num, None
+        best, best_len, tried, depth, skip, other = None, 0, 0, num, None, None
         while node is not None and best_len < depth and tried < _LAYOUTS:
             # prompts below ``node`` (minus the branch done) share ``depth``; pre-order, children in order
             # NOTE: iterators, not lists of children: a hub node (a shared system prompt) has thousands
@@ -377,11 +377,13 @@ class ChunkStore:
                     stack.append(iter(nd.children.values()))
                 if nd.value is not None:
                     tried += 1
-                    got = self._served(*nd.value, depth)
+                    if other is None and depth == num:
+                        other = nd.value
+                    got = self._served(nd.value[0], nd.value[1], depth)
                     if got > best_len:
                         best, best_len = nd.value, got
             skip, depth, node = node, depth - node.n, node.parent
-        return best, best_len
+        return best, best_len, num, other
 
     def stored_runs(self) -> list[tuple[Seq, int, int, int]]:
         """Every live extent (what is physically stored) by reference, ``(src, lo, hi, 0)``, in registry
