@@ -38,6 +38,8 @@ from pic.traces.io import atomic_dir
 from pic.traces.schema import Trace
 from pic.traces.suggest import did_you_mean
 
+#: the row columns read from a baseline that is not itself replayed (prefix_* columns, _hit)
+_BASELINE_COLUMNS = ("reused_tokens", "prefill_joules", "prompt_tokens")
 #: policy config fields naming the smallest unit a cache stores (capacity must hold one)
 _UNIT_FIELDS = ("page_size", "block_size", "chunk_size", "min_chunk")
 
@@ -198,14 +200,24 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
     total = work.num_requests * len(names)
     warnings = fit_warnings(model, gpu, config.capacity_bytes)
     ctx = PolicyContext(config.capacity_bytes, model.kv_bytes_per_token, model, config.seed, config.verify)
+    # NOTE (memory): the oracle runs first (its working set then sits on the trace alone, not on every
+    # policy's final state too); each simulation's policy state is reduced to the summary values it feeds
+    # and dropped before the next one is built; a baseline keeps only the row columns read from it.
+    oracle = _oracle(trace, work, config)
+    min_match = registry.make_config("oracle", config.policy_options.get("oracle")).min_match
     sims: dict[str, _Sim] = {}
     with _no_cyclic_gc():
         for p, name in enumerate(names):
             base = p * work.num_requests
             tick = None if progress is None else (lambda done, _n, base=base: progress(base + done, total))
-            sims[name] = _simulate(name, work, ctx, cost, config, tick)
+            sims[name] = sim = _simulate(name, work, ctx, cost, config, tick)
+            if name in config.policies:
+                sim.held = _held(sim.pols, min_match)
+            else:
+                sim.rows, sim.itl = sim.rows.select(_BASELINE_COLUMNS), []
+            sim.pols = []
+            gc.collect()          # a radix tree's parent links are cycles: freed only by the cyclic GC
     best = max(bases, key=lambda b: (sims[b].reused, -bases.index(b)))
-    oracle = _oracle(trace, work, config)
     window = max(s.last_finish_us for s in sims.values()) - int(work.arrival_us.min(initial=0))
     frames, summary = [], {}
     base_sim = sims[best]
@@ -221,7 +233,9 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
             warnings.append(sat)
     warnings += resident_warnings(model, gpu, config.capacity_bytes, config.replicas,
                                   {n: s["peak_resident_bytes"] for n, s in summary.items()})
-    requests = pl.concat(frames).sort(["policy", "request_id"])
+    # each frame is in request_id order: in policy order they are sorted by (policy, request_id), uncopied
+    frames = [f for _, f in sorted(zip(config.policies, frames, strict=True), key=lambda x: x[0])]
+    requests = frames[0] if len(frames) == 1 else pl.concat(frames, rechunk=False)
     cap = None if math.isinf(config.capacity_bytes) else config.capacity_bytes
     head = {"version": SUMMARY_VERSION, "trace": trace.source, "model": model.name, "gpu": gpu.name,
             "capacity_bytes": cap, "replicas": config.replicas}
@@ -287,6 +301,7 @@ class _Sim:
     itl: list
     config: dict[str, Any]
     stats: dict[str, int]
+    held: dict[str, Any] = dataclasses.field(default_factory=dict)   # _held(pols), once pols are dropped
 
     @property
     def reused(self) -> int:
@@ -311,9 +326,9 @@ def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, co
     reqs = sm.run()
     wall = time.perf_counter() - t0
     rows = request_frame(name, reqs)
-    order = np.argsort(np.fromiter((r.request_id for r in reqs), np.int64, len(reqs)), kind="stable")
+    order = np.argsort(reqs.column("request_id"), kind="stable")
     return _Sim(name, rows, order, sum(rep.busy_us for rep in sm.replicas) / 1e6,
-                max((r.finish_us for r in reqs), default=0), sm.peak_resident, sm.sim.num_events, wall, pols,
+                int(reqs.column("finish_us").max(initial=0)), sm.peak_resident, sm.sim.num_events, wall, pols,
                 [seg for rep in sm.replicas for seg in rep.itl], pols[0].describe(), _stats(pols))
 
 
@@ -331,23 +346,29 @@ def _oracle(trace: Trace, work: Workload, config: ReplayConfig) -> np.ndarray:
 def _summary(sim: _Sim, rows: pl.DataFrame, best: str, base: _Sim, window_us: int, cost: CostModel,
              config: ReplayConfig) -> dict[str, Any]:
     """One policy's summary.json entry: engine.metrics.summarize + whole-GPU energy, serving, footprint."""
-    pols = sim.pols
-    out = summarize(rows, peak_resident_bytes=sim.peak_resident,
-                    evictions=sum(q.stats.evictions for q in pols), collisions=sum(q.stats.collisions for q in pols),
-                    num_events=sim.num_events, wall_seconds=sim.wall)
+    held = sim.held
+    out = summarize(rows, peak_resident_bytes=sim.peak_resident, evictions=held["evictions"],
+                    collisions=held["collisions"], num_events=sim.num_events, wall_seconds=sim.wall)
     span = out["sim_seconds"] * config.replicas
     mine, theirs = sim.gpu_joules(window_us, cost, config.replicas), base.gpu_joules(window_us, cost, config.replicas)
     out.update(baseline=best, busy_seconds=sim.busy_s,
                gpu_joules=cost.energy(sim.busy_s, max(span - sim.busy_s, 0.0)),
                gpu_energy_saved_vs_baseline=1.0 - mine / theirs if theirs else None)
     out.update(serving_summary(rows, sim.itl, percentiles=config.percentiles, slo=config.slo))
-    kv_bpt = getattr(pols[0], "kv_bytes_per_token", pols[0].ctx.bytes_per_token)
+    kv_bpt = held["kv_bytes_per_token"]
     out["kv_bytes_per_token"] = kv_bpt
     out["capacity_tokens"] = None if math.isinf(config.capacity_bytes) else int(config.capacity_bytes // kv_bpt)
-    if hasattr(pols[0], "merged_summary"):
-        out.update(pols[0].merged_summary(pols))
-    out.update(_footprint(pols, registry.make_config("oracle", config.policy_options.get("oracle")).min_match))
+    out.update(held["merged"])
+    out.update(held["footprint"])
     return out
+
+
+def _held(pols: list, min_match: int) -> dict[str, Any]:
+    """What a policy's summary reads from its final state (the state itself is dropped after this)."""
+    return {"evictions": sum(q.stats.evictions for q in pols), "collisions": sum(q.stats.collisions for q in pols),
+            "kv_bytes_per_token": getattr(pols[0], "kv_bytes_per_token", pols[0].ctx.bytes_per_token),
+            "merged": pols[0].merged_summary(pols) if hasattr(pols[0], "merged_summary") else {},
+            "footprint": _footprint(pols, min_match)}
 
 
 def _footprint(pols: list, min_match: int) -> dict[str, Any]:

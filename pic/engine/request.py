@@ -1,8 +1,13 @@
-"""Request entity of the serving simulation: trace facts, lifecycle timestamps and ``num_*`` counters."""
+"""Request entity of the serving simulation: trace facts, lifecycle timestamps and ``num_*`` counters;
+:class:`RequestTable` holds one simulation's requests (objects while in flight, numpy columns after)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from enum import IntEnum
+from operator import attrgetter
+
+import numpy as np
 
 
 class Status(IntEnum):
@@ -53,3 +58,104 @@ class Request:
     def __repr__(self) -> str:
         return (f"Request(id={self.request_id}, status={self.status.name}, replica={self.replica}, "
                 f"N={self.num_prompt_tokens}, out={self.num_output_tokens})")
+
+
+#: per-request values a RequestTable keeps in numpy columns once a request finishes, by dtype
+_INT_FIELDS = (
+    "request_id", "num_prompt_tokens", "num_output_tokens", "replica", "arrival_us", "start_us",
+    "first_token_us", "finish_us", "num_reused", "num_rotated", "num_recomputed", "num_prefix_reused",
+    "num_evictions", "num_oracle_reused", "num_recurrent_tokens",
+)
+_FLOAT_FIELDS = (
+    "prefill_flops", "prefill_hbm_bytes", "cache_read_bytes", "prefill_joules", "nocache_prefill_joules",
+    "prefix_prefill_joules", "attn_layer_s", "recurrent_layer_s", "nocache_attn_layer_s",
+    "nocache_recurrent_layer_s",
+)
+_BOOL_FIELDS = ("uncached", "admitted")
+_FLUSH = 4096     # finished requests copied into the columns at a time
+
+
+class RequestTable(Sequence):
+    """The requests of one simulation, index = workload row. A request is a :class:`Request` object only
+    while it is in flight (made at first access); when it finishes (:meth:`finish`) its values move into
+    numpy columns and the object is dropped.
+
+    NOTE (memory): 10^6 live Request objects hold ~850 B each (slots plus boxed ints and floats); the
+    columns hold 27 x 8 B. Finished requests are copied in batches (``np.fromiter`` per field), so the
+    copy costs what building the rows frame from the objects cost before. ``table[i]`` of a finished
+    request, and iteration, give read-only copies rebuilt from the columns."""
+
+    def __init__(self, request_ids: np.ndarray, session_ids: Sequence[str], num_prompt: np.ndarray,
+                 num_output: np.ndarray, arrival_us: np.ndarray) -> None:
+        n = int(np.asarray(request_ids).shape[0])
+        self._n = n
+        self.session_ids = session_ids
+        self._cols: dict[str, np.ndarray] = {f: np.zeros(n, np.int64) for f in _INT_FIELDS}
+        self._cols.update({f: np.zeros(n, np.float64) for f in _FLOAT_FIELDS})
+        self._cols.update({f: np.zeros(n, np.bool_) for f in _BOOL_FIELDS})
+        self._cols["request_id"][:] = request_ids
+        self._cols["num_prompt_tokens"][:] = num_prompt
+        self._cols["num_output_tokens"][:] = num_output
+        self._cols["arrival_us"][:] = arrival_us
+        for f in ("replica", "start_us", "first_token_us", "finish_us"):   # as Request() starts them
+            self._cols[f][:] = -1
+        self._done = np.zeros(n, np.bool_)
+        self._live: dict[int, Request] = {}
+        self._pending: list[Request] = []
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> Request:   # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._n))]
+        r = self._live.get(i)
+        if r is not None:
+            return r
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        if self._done[i]:
+            self._flush()
+            return self._rebuild(i)
+        c = self._cols
+        r = self._live[i] = Request(i, int(c["request_id"][i]), self.session_ids[i],
+                                    int(c["num_prompt_tokens"][i]), int(c["num_output_tokens"][i]),
+                                    int(c["arrival_us"][i]))
+        return r
+
+    def __iter__(self) -> Iterator[Request]:
+        for i in range(self._n):
+            yield self[i]
+
+    def finish(self, i: int) -> None:
+        """Request ``i`` is finished: its values go to the columns (batched) and its object is dropped."""
+        r = self._live.pop(i)
+        self._done[i] = True
+        self._pending.append(r)
+        if len(self._pending) >= _FLUSH:
+            self._flush()
+
+    def column(self, field: str) -> np.ndarray:
+        """numpy values of ``field`` (a Request attribute) for every request; a request still in flight
+        has the value it had when it was made (``Request()``'s initial values)."""
+        self._flush()
+        return self._cols[field]
+
+    # ---- Internal helpers -------------------------------------------------------------------------
+    def _flush(self) -> None:
+        done = self._pending
+        if not done:
+            return
+        idx = np.fromiter((r.idx for r in done), np.int64, len(done))
+        for f, col in self._cols.items():
+            col[idx] = np.fromiter(map(attrgetter(f), done), col.dtype, len(done))
+        self._pending = []
+
+    def _rebuild(self, i: int) -> Request:
+        c = self._cols
+        r = Request(i, int(c["request_id"][i]), self.session_ids[i], int(c["num_prompt_tokens"][i]),
+                    int(c["num_output_tokens"][i]), int(c["arrival_us"][i]))
+        for f, col in c.items():
+            setattr(r, f, col[i].item())
+        r.status = Status.FINISHED
+        return r

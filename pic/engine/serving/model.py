@@ -20,7 +20,7 @@ import numpy as np
 from pic.engine.events import Event, EventKind
 from pic.engine.loop import Simulator
 from pic.engine.plan import NO_CORRECTION, Action, Plan
-from pic.engine.request import Request, Status
+from pic.engine.request import RequestTable, Status
 from pic.engine.serving.replica import Phase, Replica
 from pic.engine.serving.router import Router
 
@@ -57,9 +57,9 @@ class ServingModel:
         self.router = Router(router, self.replicas, self.policies)
         self.progress = progress
         n = workload.num_requests
-        self.requests = [Request(i, int(workload.request_ids[i]), workload.session_ids[i],
-                                 int(workload.num_prompt[i]), int(workload.num_output[i]),
-                                 int(workload.arrival_us[i])) for i in range(n)]
+        # NOTE (memory): a Request object exists only while its request is in flight (engine.request)
+        self.requests = RequestTable(workload.request_ids, workload.session_ids, workload.num_prompt,
+                                     workload.num_output, workload.arrival_us)
         self._chain, self._next_turn, self._gap = self._arrival_order(closed_loop)
         self.resident = [0] * len(self.policies)
         self.peak_resident = 0
@@ -72,8 +72,9 @@ class ServingModel:
                               ARRIVAL: self._on_arrival, SCHEDULE: self._on_schedule})
 
     # ---- Public API -------------------------------------------------------------------------------
-    def run(self) -> list[Request]:
-        """Replay every request to completion; returns the Request entities (index = workload row)."""
+    def run(self) -> RequestTable:
+        """Replay every request to completion; returns the requests (index = workload row; iterating gives
+        finished Request entities, ``request_frame`` reads the columns)."""
         if self._chain.size:
             first = int(self._chain[0])
             self.sim.schedule(Event(ARRIVAL, -1, first), int(self.w.arrival_us[first]))
@@ -195,6 +196,7 @@ class ServingModel:
         r.finish_us = now
         r.status = Status.FINISHED
         r.view = None
+        self.requests.finish(i)
         self.replicas[k].num_outstanding -= 1
         self.num_finished += 1
         if self.progress is not None and (self.num_finished % self._tick == 0
