@@ -30,7 +30,13 @@ extent are cut to their head.
 
 The extents, the registry and its indexes (prompt index, chunk trie, tail trie, S1 windows), accounting
 and eviction live in :mod:`engine.policies.irminsul_store`; this module decides what to look up, lock
-and add.
+and add. Extents and the prompt index refer to the prompts' segments (:class:`~engine.seq.Seq`), so
+``footprint()`` gives stored runs by reference.
+
+NOTE (speed): the prompt index keeps each committed prompt's CDC layout; a prompt sharing ``L`` tokens with
+one takes its cuts and fingerprints up to its last anchor ``c`` with ``c + min_chunk <= L`` and chunks
+only from there (:func:`engine.cdc.layout_from`; the same cuts as chunking the whole prompt, tested), so
+the tokens of a continued conversation's shared prefix are never made.
 """
 
 from __future__ import annotations
@@ -330,7 +336,7 @@ class Irminsul(CachePolicy):
             lo = min(lo, ms)
         if best_len < c:
             lo = min(lo, pb[bisect_right(pb, best_len) - 1])
-        toks = req.seq.tokens(lo, n)
+        toks = _tokens_from(req, lo)
         hard, marked = _NO_CUTS, False
         if self.config.s2:
             # NOTE: ``other`` holds no marker occurrence, so none lies wholly in the shared prefix here either
@@ -432,6 +438,16 @@ class Irminsul(CachePolicy):
             covered.append((s, s + w))
             self._span(uses, e, s, s + w, off)
 
+
+
+def _tokens_from(req: RequestView, lo: int) -> np.ndarray:
+    """int32: the prompt's tokens ``[lo, N)``, its segments from the one holding ``lo`` gathered in one
+    vectorized call (as ``req.tokens`` makes all of them; ``Seq.tokens`` derives opaque pieces one by one)."""
+    if req.source is None or req.segment_rows is None:
+        return req.tokens[lo:]
+    sb = req.segment_bounds
+    i = int(np.searchsorted(sb, lo, side="right")) - 1
+    return req.source.gather(req.segment_rows[i:])[lo - int(sb[i]):]
 
 
 def marker_boundaries(req: RequestView, marker: np.ndarray) -> np.ndarray:
