@@ -23,16 +23,24 @@ BASE = 0x9E3779B97F4A7C15 | 1
 BASE_INV = pow(BASE, -1, 1 << 64)
 _pow = np.ones(1, np.uint64)      # B^i, grown on demand
 _ipow = np.ones(1, np.uint64)     # B^-i
+_CACHE_MAX = 1 << 20              # power-table entries kept between calls (2 x 8 MiB)
 
 
 def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """B^i and B^-i for i in [0, n] (cached, grown geometrically)."""
+    """B^i and B^-i for i in [0, n] (cached up to ``_CACHE_MAX`` entries, grown geometrically; a longer
+    table is made for the call and not kept)."""
     global _pow, _ipow
-    if _pow.shape[0] <= n:
-        m = max(n + 1, 2 * _pow.shape[0])
-        _pow = np.cumprod(np.r_[np.uint64(1), np.full(m - 1, BASE, np.uint64)], dtype=np.uint64)
-        _ipow = np.cumprod(np.r_[np.uint64(1), np.full(m - 1, BASE_INV, np.uint64)], dtype=np.uint64)
+    if _pow.shape[0] > n:
+        return _pow, _ipow
+    if n >= _CACHE_MAX:
+        return _table(BASE, n + 1), _table(BASE_INV, n + 1)
+    m = min(max(n + 1, 2 * _pow.shape[0]), _CACHE_MAX)
+    _pow, _ipow = _table(BASE, m), _table(BASE_INV, m)
     return _pow, _ipow
+
+
+def _table(base: int, m: int) -> np.ndarray:
+    return np.cumprod(np.r_[np.uint64(1), np.full(m - 1, base, np.uint64)], dtype=np.uint64)
 
 
 def mix(tokens: np.ndarray) -> np.ndarray:
@@ -43,11 +51,18 @@ def mix(tokens: np.ndarray) -> np.ndarray:
 def prefix_hashes(tokens: np.ndarray) -> np.ndarray:
     """uint64 [N+1]: ``out[i]`` hashes ``tokens[:i]`` (``out[0] == 0``)."""
     n = tokens.shape[0]
-    pw, ipw = _powers(n)
     out = np.zeros(n + 1, np.uint64)
-    if n:
-        s = np.cumsum(mix(tokens) * ipw[1:n + 1], dtype=np.uint64)
-        out[1:] = pw[1:n + 1] * s
+    # NOTE (memory): in pieces of < _CACHE_MAX tokens, H[o + k] = H[o] * B^k + (hash of the piece's first
+    # k tokens), so the power tables stay bounded (a 2^23-token oracle batch grew them to 2 x 2^24
+    # entries, 256 MiB kept for the rest of the process); the values are the same modulo 2^64
+    step = min(n, _CACHE_MAX - 1)
+    pw, ipw = _powers(step)
+    for o in range(0, n, max(step, 1)):
+        k = min(step, n - o)
+        part = pw[1:k + 1] * np.cumsum(mix(tokens[o:o + k]) * ipw[1:k + 1], dtype=np.uint64)
+        if o:
+            part += out[o] * pw[1:k + 1]
+        out[o + 1:o + k + 1] = part
     return out
 
 
