@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pic.engine.rolling import _powers, prefix_hashes
+from pic.engine.rolling import prefix_hashes, ramp, range_window_hashes
 from pic.traces.content import opaque_bases, opaque_run, splitmix64
 
 _BATCH_TOKENS = 1 << 23       # tokens hashed per batch of items
@@ -57,7 +57,7 @@ def covered_counts(store, rows: np.ndarray, item_offs: np.ndarray, width: int,
     N = cum[offs[1:]] - cum[offs[:-1]]
     cf = np.zeros(I, np.int64) if counted_from is None else np.asarray(counted_from, np.int64)
     pf = np.zeros(I, np.int64) if prefix is None else np.asarray(prefix, np.int64)
-    opq = store.opaque_mask[rows] if store.token_offsets is not None else np.zeros(O, bool)
+    opq = store.opaque_mask[rows]
     sid = _content_ids(store, rows, opq)
     last = N[item] - W                                        # last window start of the item
     hit_a, hit_b, hit_item, hash_a, hash_b, hash_item = [], [], [], [], [], []
@@ -113,7 +113,8 @@ def covered_counts(store, rows: np.ndarray, item_offs: np.ndarray, width: int,
 
 # ---- Internal helpers -----------------------------------------------------------------------------
 def _mix_keys(*cols) -> np.ndarray:
-    """uint64 key of a piece boundary (both pieces' rows and extents): splitmix-combined."""
+    """uint64 name of a piece boundary (left content id and end, right content id and start):
+    splitmix-combined."""
     z = np.zeros(cols[0].shape[0], np.uint64)
     with np.errstate(over="ignore"):
         for x in cols:
@@ -162,7 +163,7 @@ def _earlier_cover(key: np.ndarray, item: np.ndarray, a: np.ndarray, b: np.ndarr
     s = np.searchsorted(cuts, base + A)
     cnt = np.searchsorted(cuts, base + B + 1) - s
     rec = np.repeat(np.arange(sel.shape[0]), cnt)
-    el = np.repeat(s, cnt) + _ramp(cnt)
+    el = np.repeat(s, cnt) + ramp(cnt)
     first = np.full(cuts.shape[0], np.iinfo(np.int64).max, np.int64)
     first[el[::-1]] = it[rec][::-1]                           # the last write per piece is its first item
     held = first[el] < it[rec]
@@ -230,13 +231,7 @@ def _hashed_hits(store, rows, p_lo, offs, cum, ha, hb, hi, W) -> tuple[np.ndarra
     for lo_r, hi_r in zip(bounds[:-1], bounds[1:], strict=False):
         a, b, it = ha[lo_r:hi_r], hb[lo_r:hi_r], hi[lo_r:hi_r]
         toks, starts = _range_tokens(store, rows, p_lo, offs, cum, it, a, b + W)
-        h = prefix_hashes(toks)
-        nwin = b - a + 1
-        rng_of = np.repeat(np.arange(a.shape[0]), nwin)
-        within = np.arange(int(nwin.sum())) - np.repeat(np.cumsum(nwin) - nwin, nwin)
-        p = starts[rng_of] + within                              # window start in the concatenation
-        pw, _ = _powers(W)
-        wh = h[p + W] - h[p] * pw[W]
+        wh, rng_of, within = range_window_hashes(prefix_hashes(toks), starts, b - a + 1, W)
         wj, wi = a[rng_of] + within, it[rng_of]
         j, i = _first_held(levels, wh, wi)
         hits_j.append(wj[j])
@@ -292,15 +287,6 @@ def _sorted_unique(x: np.ndarray, kind: str = "quicksort") -> np.ndarray:
     return s[keep]
 
 
-def _in_levels(levels: list[np.ndarray], keys: np.ndarray) -> np.ndarray:
-    out = np.zeros(keys.shape[0], bool)
-    if not levels or not keys.shape[0]:
-        return out
-    order = np.argsort(keys)
-    out[order] = _in_levels_sorted(levels, keys[order])
-    return out
-
-
 def _in_levels_sorted(levels: list[np.ndarray], ks: np.ndarray) -> np.ndarray:
     """bool per key of the sorted ``ks``: held by one of the sorted ``levels`` (sorted queries make each
     ``searchsorted`` walk a level nearly sequentially)."""
@@ -320,12 +306,6 @@ def _add_level(levels: list[np.ndarray], keys: np.ndarray) -> None:
         levels.append(_sorted_unique(np.concatenate([a, b]), kind="stable"))   # two sorted runs: merged
 
 
-def _ramp(lens: np.ndarray) -> np.ndarray:
-    """0..len-1 for each length, concatenated."""
-    total = int(lens.sum())
-    return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
-
-
 def _range_tokens(store, rows, pl0, offs, cum, it, a, b) -> tuple[np.ndarray, np.ndarray]:
     """Tokens of item ranges ``[a, b)`` (item ``it``), concatenated; ``starts`` [n]: where each begins.
     Vectorized over the ranges: each range is cut at segment bounds, stored pieces gathered by index,
@@ -340,7 +320,7 @@ def _range_tokens(store, rows, pl0, offs, cum, it, a, b) -> tuple[np.ndarray, np
     o1 = np.searchsorted(cum, base + b - 1, side="right") - 1
     cnt = o1 - o0 + 1
     rid = np.repeat(np.arange(n), cnt)
-    occ = np.repeat(o0, cnt) + np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    occ = np.repeat(o0, cnt) + ramp(cnt)
     p_lo = np.maximum(cum[occ], base[rid] + a[rid]) - cum[occ] + pl0[occ]   # offset within the segment
     p_hi = np.minimum(cum[occ + 1], base[rid] + b[rid]) - cum[occ] + pl0[occ]
     r = rows[occ]
@@ -352,11 +332,11 @@ def _range_tokens(store, rows, pl0, offs, cum, it, a, b) -> tuple[np.ndarray, np
     stored = t[r + 1] > t[r]
     if stored.any():
         s = np.flatnonzero(stored)
-        step = _ramp(plen[s])
+        step = ramp(plen[s])
         out[np.repeat(dst0[s], plen[s]) + step] = store.tokens[np.repeat(t[r[s]] + p_lo[s], plen[s]) + step]
     if not stored.all():
         q = np.flatnonzero(~stored)
-        out[np.repeat(dst0[q], plen[q]) + _ramp(plen[q])] = opaque_run(
+        out[np.repeat(dst0[q], plen[q]) + ramp(plen[q])] = opaque_run(
             opaque_bases(store.keys[r[q]], store.salts[r[q]]), p_lo[q], plen[q])
     return out, starts
 
@@ -371,7 +351,7 @@ def prompt_oracle(trace, order: np.ndarray, min_match: int) -> np.ndarray:
     cnt = offs[order + 1] - offs[order]
     item_offs = np.zeros(order.shape[0] + 1, np.int64)
     np.cumsum(cnt, out=item_offs[1:])
-    rows = idx[np.repeat(offs[order], cnt) + _ramp(cnt)]
+    rows = idx[np.repeat(offs[order], cnt) + ramp(cnt)]
     seg = trace.segments
     lens = np.diff(seg.offsets)[rows]
     bounds = np.zeros(rows.shape[0] + 1, np.int64)

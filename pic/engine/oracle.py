@@ -29,7 +29,7 @@ import numpy as np
 import xxhash
 
 from pic.engine.radix import RadixTree
-from pic.engine.rolling import _powers, prefix_hashes, window_hashes
+from pic.engine.rolling import prefix_hashes, ramp, range_window_hashes, window_hashes
 
 #: bump when the oracle's definition or hashing changes (part of the cache key)
 ORACLE_VERSION = 2
@@ -182,8 +182,8 @@ def duplicate_tokens(runs: Iterable[tuple], min_match: int = DEFAULT_MIN_MATCH) 
     NOTE (speed): when every run is a reference into one trace's segments, the count is decided from the
     segment structure (:func:`engine.coverage.covered_counts`), hashing only stored content met for the
     first time (Azure conversation, 22.4 M stored tokens: 12.6 -> ~0.3 CPU s). Otherwise runs are taken in
-    batches of ~4 M tokens: one hash pass, one sorted lookup per level of the index and one stable sort
-    that tells which windows an earlier run of the same batch holds."""
+    batches of ~4 M tokens: one hash pass, then the same sorted-level test as the hashed windows there
+    (:func:`engine.coverage._first_held`)."""
     W = int(min_match)
     runs = list(runs)
     store = _common_store(runs)
@@ -193,6 +193,8 @@ def duplicate_tokens(runs: Iterable[tuple], min_match: int = DEFAULT_MIN_MATCH) 
     num, batch, size = 0, [], 0
     for run in runs:
         toks, ctx = (run[0].tokens(run[1], run[2]), run[3]) if len(run) == 4 else run
+        cut = max(0, ctx - (W - 1))          # only the last W - 1 context tokens reach an own window
+        toks, ctx = toks[cut:], ctx - cut
         if toks.shape[0] < W:
             continue
         batch.append((toks, ctx))
@@ -222,7 +224,7 @@ def _duplicate_refs(runs: list[tuple], store, W: int) -> int:
     from array import array
     from bisect import bisect_left, bisect_right
 
-    from pic.engine.coverage import _ramp, covered_counts
+    from pic.engine.coverage import covered_counts
 
     # NOTE (speed): per run only two bisects in Python; pieces are gathered vectorized from the
     # concatenated rows/bounds of the distinct source prompts
@@ -254,7 +256,7 @@ def _duplicate_refs(runs: list[tuple], store, W: int) -> int:
     cnt = i1 - i0
     item_offs = np.zeros(cnt.shape[0] + 1, np.int64)
     np.cumsum(cnt, out=item_offs[1:])
-    g = np.repeat(base[k] + i0, cnt) + _ramp(cnt)
+    g = np.repeat(base[k] + i0, cnt) + ramp(cnt)
     gb = g + np.repeat(k, cnt)                               # a prompt's bounds hold one more entry
     s, e = all_bd[gb], all_bd[gb + 1]
     lo, hi = np.repeat(lo, cnt), np.repeat(hi, cnt)
@@ -267,39 +269,21 @@ _DUP_BATCH_TOKENS = 1 << 22
 
 
 def _duplicate_batch(batch: list[tuple[np.ndarray, int]], W: int, levels: list[np.ndarray]) -> int:
-    """:func:`duplicate_tokens` over one batch of runs, given the sorted ``levels`` of earlier windows
-    (updated in place)."""
-    from pic.engine.coverage import _add_level, _in_levels, _sorted_unique, _union_length
+    """:func:`duplicate_tokens` over one batch of runs (each cut to ``< W`` context tokens, so every
+    window touches its run's own tokens), given the sorted ``levels`` of earlier windows (updated in
+    place)."""
+    from pic.engine.coverage import _first_held, _union_length
 
     lens = np.array([t.shape[0] for t, _ in batch], np.int64)
     ctx = np.array([c for _, c in batch], np.int64)
-    nwin = lens - W + 1
-    h = prefix_hashes(np.concatenate([t for t, _ in batch]))
     starts = np.zeros(lens.shape[0], np.int64)
     np.cumsum(lens[:-1], out=starts[1:])
-    item = np.repeat(np.arange(lens.shape[0]), nwin)
-    j = np.arange(int(nwin.sum()), dtype=np.int64) - np.repeat(np.cumsum(nwin) - nwin, nwin)
-    p = starts[item] + j
-    wh = h[p + W] - h[p] * _powers(W)[0][W]
-    own = j + W > ctx[item]                                  # windows that touch the run's own tokens
-    seen = _in_levels(levels, wh)
-    order = np.lexsort((item, wh))                           # by hash, then run
-    sh = wh[order]
-    head = np.ones(sh.shape[0], bool)
-    head[1:] = sh[1:] != sh[:-1]
-    first_own = np.where(own, item, np.iinfo(np.int64).max)[order]
-    grp_min = np.minimum.reduceat(first_own, np.flatnonzero(head)) if sh.shape[0] else first_own
-    earlier = np.zeros(wh.shape[0], bool)
-    earlier[order] = grp_min[np.cumsum(head) - 1] < item[order]
-    hit = seen | earlier
-    a = np.maximum(j[hit], ctx[item[hit]])
-    b = j[hit] + W
+    wh, item, j = range_window_hashes(prefix_hashes(np.concatenate([t for t, _ in batch])), starts, lens - W + 1, W)
+    k, it = _first_held(levels, wh, item)
+    a = np.maximum(j[k], ctx[it])
+    b = j[k] + W
     ok = b > a
-    num = int(_union_length(item[hit][ok], a[ok], b[ok], lens.shape[0]).sum())
-    new = wh[own & ~seen]
-    if new.shape[0]:
-        _add_level(levels, _sorted_unique(new))   # (np.unique's hash path is ~5x slower here)
-    return num
+    return int(_union_length(it[ok], a[ok], b[ok], lens.shape[0]).sum())
 
 
 # ---- Internal helpers -----------------------------------------------------------------------------

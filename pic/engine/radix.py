@@ -232,22 +232,10 @@ class RadixTree:
             return k
         return None
 
-    def runs(self, context: int = 63) -> list[tuple[np.ndarray, int]]:
-        """Every node's tokens as ``(parent path's last <= context tokens + edge, len of that context)``,
-        parents first (for content statistics over what the tree stores)."""
-        out: list[tuple[np.ndarray, int]] = []
-        stack = [(c, _EMPTY) for c in self.root.children.values()]
-        while stack:
-            node, ctx = stack.pop()
-            run = np.concatenate([ctx, node.key]) if ctx.shape[0] else node.key
-            out.append((run, ctx.shape[0]))
-            tail = run[-context:] if context else _EMPTY
-            stack.extend((c, tail) for c in node.children.values())
-        return out
-
     def run_refs(self, context: int = 63) -> list[tuple[Seq, int, int, int]]:
-        """:meth:`runs` by reference, same order: ``(src, lo, hi, c)``, tokens ``[lo, hi)`` of ``src``
-        whose first ``c`` are context (an edge's source prompt holds its whole root path before it)."""
+        """Every node's edge with its parent path's last <= ``context`` tokens, parents first (for content
+        statistics over what the tree stores), by reference: ``(src, lo, hi, c)``, tokens ``[lo, hi)`` of
+        ``src`` whose first ``c`` are context (an edge's source prompt holds its whole root path before it)."""
         out: list[tuple[Seq, int, int, int]] = []
         stack = list(self.root.children.values())
         while stack:

@@ -205,8 +205,8 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
     # NOTE (memory): the oracle runs first (its working set then sits on the trace alone, not on every
     # policy's final state too); each simulation's policy state is reduced to the summary values it feeds
     # and dropped before the next one is built; a baseline keeps only the row columns read from it.
-    oracle = _oracle(trace, work, config)
     min_match = registry.make_config("oracle", config.policy_options.get("oracle")).min_match
+    oracle = _oracle(trace, work, min_match)
     sims: dict[str, _Sim] = {}
     with _no_cyclic_gc():
         for p, name in enumerate(names):
@@ -355,9 +355,9 @@ def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, co
                 [seg for rep in sm.replicas for seg in rep.itl], pols[0].describe(), _stats(pols))
 
 
-def _oracle(trace: Trace, work: Workload, config: ReplayConfig) -> np.ndarray:
-    """The trace-level oracle's reuse of each workload request (engine.oracle; once per trace)."""
-    m = registry.make_config("oracle", config.policy_options.get("oracle")).min_match
+def _oracle(trace: Trace, work: Workload, m: int) -> np.ndarray:
+    """The trace-level oracle's reuse (``min_match`` ``m``) of each workload request (engine.oracle; once
+    per trace)."""
     prompts = (work.view(i).tokens for i in range(work.num_requests))
     req = trace.requests
     order = np.lexsort((req["request_id"].to_numpy(), req["arrival_us"].to_numpy()))[:work.num_requests]

@@ -78,6 +78,23 @@ def window_hashes(tokens: np.ndarray, width: int, h: np.ndarray | None = None) -
     return h[width:] - h[:n - width + 1] * pw[width]
 
 
+def ramp(lens: np.ndarray) -> np.ndarray:
+    """int64: ``0 .. len - 1`` for each length, concatenated."""
+    lens = np.asarray(lens, np.int64)
+    return np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+
+
+def range_window_hashes(h: np.ndarray, starts: np.ndarray, nwin: np.ndarray, width: int
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Hashes of ``nwin[r]`` consecutive ``width``-token windows from offset ``starts[r]`` of the tokens
+    whose :func:`prefix_hashes` are ``h``, for every range ``r``: ``(hashes, range of each, its window
+    index in the range)``, all ranges concatenated in order."""
+    rng = np.repeat(np.arange(nwin.shape[0]), nwin)
+    j = ramp(nwin)
+    p = starts[rng] + j
+    return h[p + width] - h[p] * _powers(width)[0][width], rng, j
+
+
 def span_hashes(h: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """uint64: the hash of ``tokens[s:s+m]`` for each ``(s, m)`` from ``h`` = :func:`prefix_hashes` of
     ``tokens`` (same values as :func:`window_hashes` at width ``m``)."""
@@ -161,9 +178,8 @@ class BlockHasher:
         if not rows.shape[0]:
             return
         nblk = lens[rows] // bs
-        total = int(nblk.sum())
         base = splitmix64(store.keys[rows] ^ (store.salts[rows] * np.uint64(0x9E3779B97F4A7C15)))
-        k = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(nblk) - nblk, nblk) + 1
+        k = ramp(nblk) + 1
         y = splitmix64(np.repeat(base, nblk) + k.astype(np.uint64) * np.uint64(0xD1B54A32D192ED03))
         c = np.cumsum(y, dtype=np.uint64)
         lead = np.zeros(rows.shape[0], np.uint64)            # cumsum before each row's first block
@@ -184,7 +200,7 @@ class BlockHasher:
         lens = np.diff(store.offsets)[rows]
         toks = store.gather(rows) if rows.shape[0] > 1 else store.segment(int(rows[0]))
         _, ipw = _powers(int(lens.max()))
-        within = np.arange(toks.shape[0], dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+        within = ramp(lens)
         c = np.cumsum(mix(toks) * ipw[within + 1], dtype=np.uint64)
         ends = np.cumsum(lens)
         before = np.zeros(rows.shape[0], np.uint64)
