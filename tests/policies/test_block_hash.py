@@ -80,7 +80,8 @@ def test_residency_prefix_closed_under_eviction() -> None:
     num_evicted_mid = 0
     for t, req in enumerate(request_stream(seed=5, num_requests=120)):
         hashes = p._hashes(req).tolist()
-        present = [h in p._slot_of for h in hashes]
+        resident = set(p._hash[p._alive].tolist())
+        present = [h in resident for h in hashes]
         run = present.index(False) if False in present else len(present)
         assert not any(present[run:])                     # resident hashes form a leading run
         plan = p.lookup(req, t)
@@ -100,6 +101,29 @@ def test_residency_prefix_closed_under_eviction() -> None:
             num_evicted_mid += p.evict(int(rng.integers(1, 200)) * BYTES_PER_TOKEN, t) > 0
         alive = np.flatnonzero(p._alive)
         parents = p._parent[alive].tolist()
-        assert all(h == 0 or h in p._slot_of for h in parents)
+        resident = set(p._hash[alive].tolist())
+        assert all(h == 0 or h in resident for h in parents)
+        _check_tree(p)
         p.usage().check()
     assert p.stats.evictions > 50 and num_evicted_mid > 5
+
+
+def _check_tree(p) -> None:
+    """The block tree holds exactly the resident blocks, each once, where its per-slot index says, along
+    chains whose stored parent hashes agree with the tree's edges."""
+    tree, seen, stack = p._tree, [], [(tree_root := p._tree.root, 0)]
+    while stack:
+        e, parent_hash = stack.pop()
+        if e is not tree_root:
+            assert e.slots.shape[0] >= 1 and (p._alive[e.slots]).all()
+            assert (tree.eid[e.slots] == e.eid).all() and (tree.off[e.slots] == np.arange(e.slots.shape[0])).all()
+            assert (p._hash[e.slots] == e.hashes).all()
+            assert p._parent[e.slots[0]] == parent_hash and (p._parent[e.slots[1:]] == e.hashes[:-1]).all()
+            seen.append(e.slots)
+            parent_hash = e.hashes[-1]
+        for key, c in e.children.items():
+            assert key == c.hashes[0] and c.parent is e
+            stack.append((c, parent_hash))
+    slots = np.concatenate(seen) if seen else np.zeros(0, np.int64)
+    assert np.unique(slots).shape[0] == slots.shape[0] == p._num_resident == int(p._alive.sum())
+    assert len(tree._edges) == len(seen)

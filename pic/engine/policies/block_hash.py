@@ -17,14 +17,14 @@ NOTE (speed): residency is prefix-closed along every chain: a block's parent is 
 the block is. Whoever holds a block holds its whole chain (admit locks a leading run, commit the
 rest), so ``ref(parent) >= ref(block)``; a release frees tail first, so a free parent always sits
 behind its free children in the LRU queue, and eviction (strictly in queue order) never takes a
-parent before its children. Hence a request's resident blocks are exactly a leading run of its
-hashes: its length is found by binary search (O(log n) dict probes), only the run's slots are fetched,
-and commit allocates everything after it without probing. (A numpy open-addressing table in place of
-the dict was tried twice during #12: 3.4x slower at the ~70 blocks a request adds on Azure conversation;
-then with 8 slots probed per key per pass, batch insert was still 3.6x slower than ``dict.update`` at 72
-keys and 1.7x at 470 (Mooncake conversation's new blocks per request), batch lookup 5x / 1.7x slower:
-numpy's per-call cost dominates such batches. On Mooncake the dict's cache misses are most of this
-policy's time: ~290 us per request inserting, ~140 us looking up, of ~690 us.)
+parent before its children. Hence the resident blocks form a tree of chains, kept as a radix tree of
+block-hash runs (:class:`~engine.policies.block_chains.BlockChains`): a request's resident blocks are
+the run its walk matches, and commit adds everything after it as one edge. Until #12 they were a dict
+from hash to slot, one entry per block: on Mooncake conversation (5.6 M resident blocks) its cache
+misses were ~430 of ~690 us per request (~290 inserting, ~140 looking up); numpy open-addressing
+tables were tried twice in its place and lost to the dict at the 70-470 keys a request brings.
+A chained-hash collision (2^-64 per pair) used to merge two chains in the dict; in the tree, blocks
+match only along their whole path.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import numpy as np
 from pic.engine.plan import Plan
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
+from pic.engine.policies.block_chains import BlockChains
 from pic.engine.rolling import BlockHasher
 
 
@@ -59,7 +60,9 @@ class BlockHashCache(CachePolicy):
         super().__init__(ctx, config)
         self._bs = bs = self.config.block_size
         self._hasher = BlockHasher(bs)
-        self._slot_of: dict[int, int] = {}                   # chained hash -> slot
+        self._tree = BlockChains()                            # the resident blocks, by chain
+        self._num_resident = 0
+        self._num_born = 0
         # NOTE: per-slot state lives in numpy arrays so ref counting and eviction are vectorized
         # (block tokens only under --verify).
         self._hash = np.zeros(0, np.uint64)
@@ -67,6 +70,7 @@ class BlockHashCache(CachePolicy):
         self._ref = np.zeros(0, np.int32)
         self._free_seq = np.zeros(0, np.int64)                # order in the LRU free queue (ref == 0)
         self._alive = np.zeros(0, bool)
+        self._birth = np.zeros(0, np.int64)                   # storing order (--verify footprint)
         self._tok = np.zeros((0, bs), np.int32)
         self._spare = np.zeros(0, np.int64)                   # dead slots to recycle (a stack)
         self._num_spare = 0
@@ -78,8 +82,8 @@ class BlockHashCache(CachePolicy):
         self._num_locked = 0                                  # blocks with ref > 0
         self._reserved = 0                                    # blocks reserved, not yet committed
         self._live: dict[int, tuple[np.ndarray, int, np.ndarray, int]] = {}  # held, reserved, hashes, want
-        self._memo: tuple[RequestView, np.ndarray, bool] | None = None
-        # (request, hashes, hashes distinct) of the last request seen
+        self._memo: tuple[RequestView, np.ndarray] | None = None   # (request, hashes) of the last one
+        self._walked: tuple | None = None       # (request, tree version, end, pieces) of the last walk
         cap = ctx.capacity_tokens
         self._cap_blocks = cap if cap == float("inf") else cap // bs
 
@@ -90,7 +94,7 @@ class BlockHashCache(CachePolicy):
         if self.ctx.verify:
             num = self._match(req, hashes).shape[0] * self._bs
         else:
-            num = self._run(hashes, 0, hashes.shape[0]) * self._bs
+            num = self._walk(req, hashes)[0] * self._bs
         if num:
             self.stats.hits += 1
         return Plan.from_prefix(req.num_tokens, num)
@@ -100,18 +104,17 @@ class BlockHashCache(CachePolicy):
             raise ValueError(f"request {req.request_id} admitted twice")
         hashes = self._hashes(req)
         want = plan.leading_reuse // self._bs
-        run = self._match(req, hashes, want)
-        held = run if self._memo[2] else _dedup(run)
-        if run.shape[0] < want:
+        held = self._match(req, hashes, want)
+        if held.shape[0] < want:
             self.stats.rejected += 1
             self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
             return False
         self._lock(held)
         need = hashes.shape[0] - want
-        over = len(self._slot_of) + self._reserved + need - self._cap_blocks
+        over = self._num_resident + self._reserved + need - self._cap_blocks
         if over > 0:
             self._evict_blocks(int(over))
-            if len(self._slot_of) + self._reserved + need > self._cap_blocks:
+            if self._num_resident + self._reserved + need > self._cap_blocks:
                 self._unlock(held)
                 self.stats.rejected += 1
                 return False
@@ -122,15 +125,12 @@ class BlockHashCache(CachePolicy):
     def commit(self, req: RequestView, now_us: int) -> None:
         held, need, hashes, want = self._live[req.request_id]
         self._reserved -= need
-        _, distinct = self._memo_of(req, hashes)
         n = hashes.shape[0]
-        slots = self._resident(hashes, want, n)             # the first `want` blocks are held
-        run = want + slots.shape[0]
-        if run < n:                                         # nothing after the resident run is resident
-            slots = np.concatenate([slots, self._allocate(req, hashes, run)])
-        if not distinct:                                    # a repeated hash (collision): dedup
-            slots = _dedup(slots)
-            slots = slots[~np.isin(slots, held)]
+        # the first `want` blocks are held: walk on from the last of them
+        run, pieces, pos = self._tree.walk(hashes, want, self._tree.after(int(held[want - 1]) if want else -1), n)
+        if run < n:                                         # nothing after the matched run is resident
+            pieces.append(self._allocate(req, hashes, run, pos))
+        slots = pieces[0] if len(pieces) == 1 else np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
         self._lock(slots)
         self._live[req.request_id] = (np.concatenate([held, slots]), 0, hashes, want)
 
@@ -145,7 +145,7 @@ class BlockHashCache(CachePolicy):
 
     def usage(self) -> Usage:
         per = self._bs * self.ctx.bytes_per_token
-        n = len(self._slot_of)
+        n = self._num_resident
         return Usage((n - self._num_locked) * per, (self._num_locked + self._reserved) * per,
                      (n + self._reserved) * per, self.ctx.capacity_bytes)
 
@@ -153,59 +153,43 @@ class BlockHashCache(CachePolicy):
         """Registry entries = resident blocks; runs (only under --verify, the one mode that keeps block
         tokens): each block after up to 3 ancestor blocks of context."""
         if not self.ctx.verify:
-            return Footprint(len(self._slot_of), None)
+            return Footprint(self._num_resident, None)
         runs, bs = [], self._bs
-        for slot in self._slot_of.values():
+        alive = np.flatnonzero(self._alive)
+        alive = alive[np.argsort(self._birth[alive])]
+        slot_of = dict(zip(self._hash[alive].tolist(), alive.tolist(), strict=True))
+        for slot in slot_of.values():
             chain, cur = [slot], slot
             for _ in range(-(-63 // bs)):
-                cur = self._slot_of.get(int(self._parent[cur]), -1)
+                cur = slot_of.get(int(self._parent[cur]), -1)
                 if cur < 0:
                     break
                 chain.append(cur)
             runs.append((self._tok[chain[::-1]].reshape(-1), (len(chain) - 1) * bs))
-        return Footprint(len(self._slot_of), runs)
+        return Footprint(self._num_resident, runs)
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _hashes(self, req: RequestView) -> np.ndarray:
         """Chained hashes of the full blocks: uint64 [N // block_size] (memoized for lookup -> commit;
         from the segments' cached partial sums, :class:`engine.rolling.BlockHasher`)."""
         if self._memo is None or self._memo[0] is not req:
-            self._remember(req, self._hasher.hashes(req))
+            self._memo = (req, self._hasher.hashes(req))
         return self._memo[1]
 
-    def _memo_of(self, req: RequestView, hashes: np.ndarray) -> tuple[np.ndarray, bool]:
-        """``(hashes, all distinct)`` of ``req`` (recomputed if another request came between)."""
-        if self._memo is None or self._memo[1] is not hashes:
-            self._remember(req, hashes)
-        return self._memo[1], self._memo[2]
-
-    def _remember(self, req: RequestView, hashes: np.ndarray) -> None:
-        srt = np.sort(hashes)
-        self._memo = (req, hashes, bool((srt[1:] != srt[:-1]).all()))
-
-    def _resident(self, hashes: np.ndarray, lo: int, hi: int) -> np.ndarray:
-        """Slots of the resident leading run of ``hashes[lo:hi]`` (given ``hashes[:lo]`` resident): its
-        length by binary search, then one vectorized table lookup of just the run (residency is
-        prefix-closed, see the module NOTE)."""
-        run = self._run(hashes, lo, hi)
-        return np.fromiter(map(self._slot_of.__getitem__, hashes[lo:run].tolist()), np.int64, run - lo)
-
-    def _run(self, hashes: np.ndarray, lo: int, hi: int) -> int:
-        """Length of the resident leading run of ``hashes[:hi]`` (the first ``lo`` known resident): a
-        binary search of scalar probes (residency is prefix-closed, see the module NOTE)."""
-        d = self._slot_of
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if int(hashes[mid]) in d:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+    def _walk(self, req: RequestView, hashes: np.ndarray) -> tuple[int, list[np.ndarray]]:
+        """``(length, slot pieces)`` of the resident leading run of ``req``'s blocks (memoized while the
+        tree is unchanged: admit reuses lookup's walk)."""
+        w = self._walked
+        if w is None or w[0] is not req or w[1] != self._tree.version:
+            run, pieces, _ = self._tree.walk(hashes, 0, self._tree.after(-1), hashes.shape[0])
+            self._walked = w = (req, self._tree.version, run, pieces)
+        return w[2], w[3]
 
     def _match(self, req: RequestView, hashes: np.ndarray, limit: int | None = None) -> np.ndarray:
         """Slots of the leading run of present blocks, at most ``limit`` (verified under --verify)."""
         end = hashes.shape[0] if limit is None else min(limit, hashes.shape[0])
-        run = self._resident(hashes, 0, end)
+        num, pieces = self._walk(req, hashes)
+        run = np.concatenate(pieces)[:end] if num else np.zeros(0, np.int64)
         if self.ctx.verify and run.shape[0]:
             k, bs = run.shape[0], self._bs
             self.stats.verified_hits += k
@@ -216,8 +200,9 @@ class BlockHashCache(CachePolicy):
                 run = run[: int(np.argmin(ok))]
         return run
 
-    def _allocate(self, req: RequestView, hashes: np.ndarray, lo: int) -> np.ndarray:
-        """Fresh slots for blocks ``[lo, len(hashes))`` (none of them resident)."""
+    def _allocate(self, req: RequestView, hashes: np.ndarray, lo: int, pos) -> np.ndarray:
+        """Fresh slots for blocks ``[lo, len(hashes))`` (none of them resident), stored after walk
+        position ``pos``."""
         k, bs = hashes.shape[0] - lo, self._bs
         take = min(k, self._num_spare)
         self._num_spare -= take
@@ -225,13 +210,11 @@ class BlockHashCache(CachePolicy):
         if take < k:
             n = self._hash.shape[0]
             grow = max(k - take, n)
-            self._hash = np.r_[self._hash, np.zeros(grow, np.uint64)]
-            self._parent = np.r_[self._parent, np.zeros(grow, np.uint64)]
-            self._ref = np.r_[self._ref, np.zeros(grow, np.int32)]
-            self._free_seq = np.r_[self._free_seq, np.zeros(grow, np.int64)]
-            self._alive = np.r_[self._alive, np.zeros(grow, bool)]
+            for a in (self._hash, self._parent, self._ref, self._free_seq, self._alive, self._birth):
+                _extend(a, n + grow)
+            self._tree.grow(n + grow)
             if self.ctx.verify:
-                self._tok = np.concatenate([self._tok, np.zeros((grow, bs), np.int32)])
+                _extend(self._tok, n + grow)
             self._push_spare(np.arange(n + grow - 1, n + k - take - 1, -1))
             fresh = np.arange(n, n + k - take)
             slots = np.concatenate([slots, fresh]) if take else fresh
@@ -243,16 +226,19 @@ class BlockHashCache(CachePolicy):
         self._ref[slots] = 0
         self._free_seq[slots] = -1
         self._alive[slots] = True
+        self._birth[slots] = np.arange(self._num_born, self._num_born + k)
+        self._num_born += k
         if self.ctx.verify:                 # block tokens are read only by the --verify check
             self._tok[slots] = req.tokens[lo * bs:(lo + k) * bs].reshape(k, bs)
-        self._slot_of.update(zip(hashes[lo:].tolist(), slots.tolist(), strict=True))
+        self._tree.insert(pos, hashes[lo:], slots)
+        self._num_resident += k
         return slots
 
     def _push_spare(self, slots: np.ndarray) -> None:
         """Push dead slots on the recycling stack."""
         n = self._num_spare + slots.shape[0]
         if n > self._spare.shape[0]:
-            self._spare = np.r_[self._spare[:self._num_spare], np.zeros(max(n, 2 * self._spare.shape[0]), np.int64)]
+            _extend(self._spare, max(n, 2 * self._spare.shape[0]))
         self._spare[self._num_spare:n] = slots
         self._num_spare = n
 
@@ -273,7 +259,7 @@ class BlockHashCache(CachePolicy):
         self._next_free_seq += zero.shape[0]
         self._queue.append((seq, zero))
         self._num_queued += zero.shape[0]
-        if self._num_queued > 2 * len(self._slot_of) + 65_536:
+        if self._num_queued > 2 * self._num_resident + 65_536:
             seq, sl = (np.concatenate(a) for a in zip(*self._queue, strict=True))
             keep = self._valid(seq, sl)
             self._queue = deque([(seq[keep], sl[keep])])
@@ -296,8 +282,9 @@ class BlockHashCache(CachePolicy):
         if not got:
             return 0
         cand = np.concatenate(got)
-        deque(map(self._slot_of.__delitem__, self._hash[cand].tolist()), maxlen=0)
         self._alive[cand] = False
+        self._tree.evicted(cand, self._alive)
+        self._num_resident -= cand.shape[0]
         self._push_spare(cand)
         freed = cand.shape[0]
         self.stats.evictions += freed
@@ -309,7 +296,8 @@ class BlockHashCache(CachePolicy):
         return self._alive[slots] & (self._ref[slots] == 0) & (self._free_seq[slots] == seq)
 
 
-def _dedup(slots: np.ndarray) -> np.ndarray:
-    """Unique slots in first-seen order."""
-    _, first = np.unique(slots, return_index=True)
-    return slots[np.sort(first)]
+def _extend(a: np.ndarray, n: int) -> None:
+    """Grow ``a`` (which owns its data and has no views) to ``n`` rows in place, zero-filled: a realloc,
+    which for large arrays remaps pages instead of copying them (``np.r_`` copies were 0.9 of 4.3 CPU s
+    on Mooncake conversation)."""
+    a.resize((n,) + a.shape[1:], refcheck=False)
