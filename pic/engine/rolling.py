@@ -197,7 +197,7 @@ class BlockHasher:
     def _add_stored(self, store, rows: np.ndarray, phases: np.ndarray, keys: list[int]) -> None:
         """Token partial sums of segments ``rows`` at ``phases`` (one vectorized pass), appended to the pool."""
         bs = self.block
-        lens = np.diff(store.offsets)[rows]
+        lens = store.offsets[rows + 1] - store.offsets[rows]   # (not a diff over the whole store)
         toks = store.gather(rows) if rows.shape[0] > 1 else store.segment(int(rows[0]))
         _, ipw = _powers(int(lens.max()))
         within = ramp(lens)
@@ -215,9 +215,8 @@ class BlockHasher:
             self._known[keys[j]] = (pos, (int(c[int(ends[j]) - 1]) - int(before[j])) % (1 << 64))
             out.append(seg)
             pos += seg.shape[0]
-        if pos > self._pool.shape[0]:          # NOTE: grow geometrically (amortized O(1) per value)
-            self._pool = np.concatenate([self._pool[:self._pool_n],
-                                         np.zeros(max(pos, 2 * self._pool.shape[0]) - self._pool_n, np.uint64)])
+        if pos > self._pool.shape[0]:          # NOTE: grow geometrically, in place (no views are kept)
+            self._pool.resize(max(pos, 2 * self._pool.shape[0]), refcheck=False)
         if out:
             self._pool[self._pool_n:pos] = np.concatenate(out)
         self._pool_n = pos

@@ -39,9 +39,9 @@ class BlockChains:
     def __init__(self) -> None:
         self.root = _Edge(_EMPTY_H, _EMPTY_S, None, 0)
         self._edges: dict[int, _Edge] = {}
-        self._next_eid = 1
-        self.eid = np.zeros(0, np.int64)      # per slot: id of the edge holding it (0: none)
-        self.off = np.zeros(0, np.int64)      # per slot: its index in that edge
+        self._next_eid = 1                    # (int32 ids: one or two edges per request)
+        self.eid = np.zeros(0, np.int32)      # per slot: id of the edge holding it (0: none)
+        self.off = np.zeros(0, np.int32)      # per slot: its index in that edge
         self.version = 0                      # bumped by every change (memo key for walks)
 
     def grow(self, num_slots: int) -> None:

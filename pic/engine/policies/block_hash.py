@@ -64,15 +64,17 @@ class BlockHashCache(CachePolicy):
         self._num_resident = 0
         self._num_born = 0
         # NOTE: per-slot state lives in numpy arrays so ref counting and eviction are vectorized
-        # (block tokens only under --verify).
-        self._hash = np.zeros(0, np.uint64)
-        self._parent = np.zeros(0, np.uint64)
+        # (NOTE (memory): 17 B per block, 25 with the tree's; hashes, parents, storing order and tokens,
+        # read only by the --verify check and footprint, are kept only under --verify).
         self._ref = np.zeros(0, np.int32)
         self._free_seq = np.zeros(0, np.int64)                # order in the LRU free queue (ref == 0)
         self._alive = np.zeros(0, bool)
-        self._birth = np.zeros(0, np.int64)                   # storing order (--verify footprint)
-        self._tok = np.zeros((0, bs), np.int32)
-        self._spare = np.zeros(0, np.int64)                   # dead slots to recycle (a stack)
+        self._hash = np.zeros(0, np.uint64)                   # --verify only: chained hash,
+        self._parent = np.zeros(0, np.uint64)                 # its parent's,
+        self._birth = np.zeros(0, np.int64)                   # storing order,
+        self._tok = np.zeros((0, bs), np.int32)               # and tokens
+        self._top = 0                                         # slots [0, top) were ever used
+        self._spare = np.zeros(0, np.int64)                   # evicted slots to recycle (a stack)
         self._num_spare = 0
         self._next_free_seq = 0
         # LRU free queue as a FIFO of (seq, slot) array pieces in increasing seq; entries whose slot
@@ -204,31 +206,30 @@ class BlockHashCache(CachePolicy):
         """Fresh slots for blocks ``[lo, len(hashes))`` (none of them resident), stored after walk
         position ``pos``."""
         k, bs = hashes.shape[0] - lo, self._bs
-        take = min(k, self._num_spare)
+        take = min(k, self._num_spare)                      # evicted slots first, then never-used ones
         self._num_spare -= take
-        slots = self._spare[self._num_spare:self._num_spare + take].copy()
-        if take < k:
-            n = self._hash.shape[0]
-            grow = max(k - take, n)
-            for a in (self._hash, self._parent, self._ref, self._free_seq, self._alive, self._birth):
-                _extend(a, n + grow)
-            self._tree.grow(n + grow)
+        fresh, top = k - take, self._top
+        if top + fresh > self._ref.shape[0]:
+            n = max(top + fresh, 2 * self._ref.shape[0])
+            arrays = [self._ref, self._free_seq, self._alive]
             if self.ctx.verify:
-                _extend(self._tok, n + grow)
-            self._push_spare(np.arange(n + grow - 1, n + k - take - 1, -1))
-            fresh = np.arange(n, n + k - take)
-            slots = np.concatenate([slots, fresh]) if take else fresh
-        self._hash[slots] = hashes[lo:]
-        parent = np.empty(k, np.uint64)                     # (np.r_ costs ~10 us a call)
-        parent[1:] = hashes[lo:-1]
-        parent[0] = hashes[lo - 1] if lo else 0
-        self._parent[slots] = parent
+                arrays += [self._hash, self._parent, self._birth, self._tok]
+            for a in arrays:
+                _extend(a, n)
+            self._tree.grow(n)
+        slots = np.arange(top, top + fresh)
+        if take:
+            slots = np.concatenate([self._spare[self._num_spare:self._num_spare + take], slots])
+        self._top = top + fresh
         self._ref[slots] = 0
         self._free_seq[slots] = -1
         self._alive[slots] = True
-        self._birth[slots] = np.arange(self._num_born, self._num_born + k)
-        self._num_born += k
-        if self.ctx.verify:                 # block tokens are read only by the --verify check
+        if self.ctx.verify:
+            self._hash[slots] = hashes[lo:]
+            self._parent[slots[0]] = hashes[lo - 1] if lo else 0
+            self._parent[slots[1:]] = hashes[lo:-1]
+            self._birth[slots] = np.arange(self._num_born, self._num_born + k)
+            self._num_born += k
             self._tok[slots] = req.tokens[lo * bs:(lo + k) * bs].reshape(k, bs)
         self._tree.insert(pos, hashes[lo:], slots)
         self._num_resident += k
