@@ -153,13 +153,11 @@ class BlockHasher:
         np.cumsum(ipw[b[:-1]] * full, out=s[1:])
         if not nb:
             return np.zeros(0, np.uint64)
-        ends = np.arange(bs, nb * bs + 1, bs, dtype=np.int64)
-        seg = np.searchsorted(b, ends, side="left") - 1
-        o = ends - b[seg]
-        first = (bs - phase[seg]) % bs
-        first[first == 0] = bs
-        g = self._pool[start[seg] + (o - first) // bs]
-        return pw[ends] * (s[seg] + ipw[b[seg]] * g)
+        # block ends per segment: those in (b_i, b_i+1], the j-th at pool value start_i + j
+        cnt = b[1:] // bs - b[:-1] // bs
+        first = np.cumsum(cnt) - cnt
+        g = self._pool[np.repeat(start - first, cnt) + np.arange(nb)]
+        return pw[bs:nb * bs + 1:bs] * (np.repeat(s[:-1], cnt) + np.repeat(ipw[b[:-1]], cnt) * g)
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _reset(self, store) -> None:
