@@ -12,7 +12,7 @@ from pic.engine import cdc, policies
 from pic.engine.cdc import CDCConfig
 from pic.engine.policies import PolicyContext, RequestView
 from pic.engine.policies import irminsul as irm
-from pic.traces.markers import BOUNDARY_MARKER
+from pic.traces.markers import BOUNDARY_MARKER, find_markers
 
 BPT = 2
 CFGS = [CDCConfig(), CDCConfig(avg_chunk=180, min_chunk=16, max_chunk=256)]
@@ -41,7 +41,7 @@ def _stream(rng: np.random.Generator, n: int, marker: bool) -> np.ndarray:
 def _hard(t: np.ndarray, marker: bool) -> np.ndarray:
     if not marker:
         return np.zeros(0, np.int64)
-    s = irm.find_markers(t, BOUNDARY_MARKER)
+    s = find_markers(t, BOUNDARY_MARKER)
     return cdc.clean_hard(np.concatenate([s, s + BOUNDARY_MARKER.shape[0]]), t.shape[0])
 
 

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 
@@ -51,12 +50,22 @@ from pic.engine import cdc, eviction
 from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
-from pic.engine.policies.irminsul_store import Chunk, ChunkStore, Extent
-from pic.traces.markers import BOUNDARY_MARKER, find_markers
-from pic.traces.schema import KIND_CODE
+from pic.engine.policies.irminsul_layout import (
+    NO_CUTS,
+    NO_TOKENS,
+    Analysis,
+    Use,
+    marker_boundaries,
+    marker_cuts,
+    tokens_from,
+)
+from pic.engine.policies.irminsul_layout import gaps as layout_gaps
+from pic.engine.policies.irminsul_layout import pieces as layout_pieces
+from pic.engine.policies.irminsul_records import Chunk, Extent
+from pic.engine.policies.irminsul_store import ChunkStore
+from pic.traces.markers import BOUNDARY_MARKER
 
-_MARKER_KIND = KIND_CODE["marker"]
-_NO_CUTS = np.zeros(0, np.int64)
+__all__ = ["Irminsul", "IrminsulConfig", "marker_boundaries"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +129,7 @@ class Irminsul(CachePolicy):
         self._store = ChunkStore(self._key, c.s1_window, ctx.bytes_per_token, tails=c.tails,
                                  min_match=c.min_match)
         self._entries = self._store.entries
-        self._pending: dict[int, _Analysis] = {}   # rid -> lookup's analysis
+        self._pending: dict[int, Analysis] = {}   # rid -> lookup's analysis
         self._live: dict[int, tuple[list[Extent], list[Chunk]]] = {}    # rid -> locked extents, new chunks
         self._chunks_used: list[Chunk] = []       # chunks the last _analyze read
         self.stats.extra.update(prefix_tokens=0, chunk_lookups=0, chunk_hits=0, extended_tokens=0, window_lookups=0,
@@ -181,7 +190,7 @@ class Irminsul(CachePolicy):
             if fp not in self._entries and fp not in new:
                 new[fp] = k
         ends = [e for _, e, _ in views]       # views are disjoint, in target order
-        gaps = {k: _gaps(views, bisect_right(ends, bounds[k]), bounds[k], bounds[k + 1]) for k in new.values()}
+        gaps = {k: layout_gaps(views, bisect_right(ends, bounds[k]), bounds[k], bounds[k + 1]) for k in new.values()}
         sizes = {k: sum(b - a for a, b in g) for k, g in gaps.items()}
         need = sum(sizes.values())
         bpt = self.ctx.bytes_per_token
@@ -203,11 +212,11 @@ class Irminsul(CachePolicy):
             g = gaps[k]
             own = [st.new_extent(src, g0, g1 - g0, now_us) for g0, g1 in g]
             pieces = [[own[0], 0, b - a]] if len(g) == 1 and g[0] == (a, b) else \
-                _pieces(views, bisect_right(ends, a), own, g, a, b)
+                layout_pieces(views, bisect_right(ends, a), own, g, a, b)
             chunks.append(st.register(fp, ctoks, pieces, rid, own))
         self.stats.extra["partly_stored"] += not full
         self._live[rid] = (locked, chunks)
-        self._pending[rid] = got._replace(uses=[], toks=_NO_TOKENS)       # the layout, for commit
+        self._pending[rid] = got._replace(uses=[], toks=NO_TOKENS)       # the layout, for commit
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:
@@ -260,7 +269,7 @@ class Irminsul(CachePolicy):
         self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
         return False
 
-    def _analyze(self, req: RequestView) -> _Analysis:
+    def _analyze(self, req: RequestView) -> Analysis:
         """The prompt's CDC layout and, for each reused target range, ``(start, end, extent, offset in the
         extent)`` in prompt order (the source position is ``extent.base_pos + offset``)."""
         best, best_len, shared, other = self._store.best_layout(req.seq)
@@ -268,7 +277,7 @@ class Irminsul(CachePolicy):
         if got is None:
             got = self._full_layout(req)
         bl, fl, toks, off = got.bounds, got.fps, got.toks, got.off
-        uses: list[_Use] = []
+        uses: list[Use] = []
         self._chunks_used: list[Chunk] = []
         ex = self.stats.extra
         n, k = req.num_tokens, 0
@@ -305,16 +314,16 @@ class Irminsul(CachePolicy):
         uses.sort(key=lambda u: u[0])        # S1 adds end-aligned windows after start-aligned ones
         return got._replace(uses=uses)
 
-    def _full_layout(self, req: RequestView) -> _Analysis:
+    def _full_layout(self, req: RequestView) -> Analysis:
         """CDC over the whole prompt."""
         toks, n = req.tokens, req.num_tokens
-        hard, marked = _marker_cuts(req, toks, 0, self._marker) if self.config.s2 else (_NO_CUTS, False)
+        hard, marked = marker_cuts(req, toks, 0, self._marker) if self.config.s2 else (NO_CUTS, False)
         hard = cdc.clean_hard(hard, n)
         bounds, anchors = cdc.layout(toks, self._cdc, hard)
-        return _Analysis(bounds.tolist(), cdc.fingerprints(toks, bounds).tolist(), anchors.tolist(), hard, marked,
+        return Analysis(bounds.tolist(), cdc.fingerprints(toks, bounds).tolist(), anchors.tolist(), hard, marked,
                          toks, 0, [])
 
-    def _layout(self, req: RequestView, shared: int, other: tuple, best_len: int) -> _Analysis | None:
+    def _layout(self, req: RequestView, shared: int, other: tuple, best_len: int) -> Analysis | None:
         """The layout from a committed prompt ``other`` that shares the first ``shared`` tokens: its cuts up
         to its last anchor ``c`` with ``c + min_chunk <= shared`` (:func:`engine.cdc.layout`: the same cuts
         when the hard boundaries before ``c + min_chunk`` are the same too), CDC from ``c`` on. Only tokens
@@ -336,11 +345,11 @@ class Irminsul(CachePolicy):
             lo = min(lo, ms)
         if best_len < c:
             lo = min(lo, pb[bisect_right(pb, best_len) - 1])
-        toks = _tokens_from(req, lo)
-        hard, marked = _NO_CUTS, False
+        toks = tokens_from(req, lo)
+        hard, marked = NO_CUTS, False
         if self.config.s2:
             # NOTE: ``other`` holds no marker occurrence, so none lies wholly in the shared prefix here either
-            hard, marked = _marker_cuts(req, toks[ms - lo:], ms, self._marker)
+            hard, marked = marker_cuts(req, toks[ms - lo:], ms, self._marker)
             hard = cdc.clean_hard(hard, n)
             cap = c + m
             if not np.array_equal(hard[:np.searchsorted(hard, cap)], phard[:np.searchsorted(phard, cap)]):
@@ -348,7 +357,7 @@ class Irminsul(CachePolicy):
         tb, tanc = cdc.layout_from(toks[max(0, c - (cdc.WINDOW - 1)) - lo:], max(0, c - (cdc.WINDOW - 1)), n, c,
                                    self._cdc, hard)
         fps = cdc.fingerprints(toks[c - lo:], tb - c).tolist()
-        return _Analysis(pb[:k] + tb.tolist(), pf[:k] + fps, panc[:k] + tanc.tolist(), hard, marked, toks, lo, [])
+        return Analysis(pb[:k] + tb.tolist(), pf[:k] + fps, panc[:k] + tanc.tolist(), hard, marked, toks, lo, [])
 
     def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Chunk | None:
         e = self._entries.get(fp)
@@ -361,7 +370,7 @@ class Irminsul(CachePolicy):
                 return None
         return e
 
-    def _span(self, uses: list[_Use], c: Chunk, a: int, b: int, off: int) -> None:
+    def _span(self, uses: list[Use], c: Chunk, a: int, b: int, off: int) -> None:
         """Reuse chunk ``c``'s KV from offset ``off`` for target ``[a, b)``, piece by piece (first-chunk
         clip at position 0)."""
         self._chunks_used.append(c)
@@ -377,7 +386,7 @@ class Irminsul(CachePolicy):
             t = a + cpos - off
             uses.append((t, t + hi - lo, x, lo))
 
-    def _prefix(self, req: RequestView, best: tuple | None, best_len: int, uses: list[_Use]) -> int:
+    def _prefix(self, req: RequestView, best: tuple | None, best_len: int, uses: list[Use]) -> int:
         """Exact prefix from the prompt index, served by the resident chunks of the committed prompt
         that covers most of it (``best``, ``best_len`` from :meth:`ChunkStore.best_layout`, matched by
         segments: ``req.seq``); its length."""
@@ -398,7 +407,7 @@ class Irminsul(CachePolicy):
             self._span(uses, e, a, b, 0)
         return best_len
 
-    def _tail(self, toks: np.ndarray, off: int, lo: int, hi: int, uses: list[_Use]) -> int:
+    def _tail(self, toks: np.ndarray, off: int, lo: int, hi: int, uses: list[Use]) -> int:
         """A missed chunk ``[lo, hi)``: reuse the longest run ending at ``hi`` that ends a stored chunk
         (>= ``min_match`` tokens, tail trie); returns where the rest of the miss ends. ``toks``: the
         prompt's tokens from ``off`` on."""
@@ -409,7 +418,7 @@ class Irminsul(CachePolicy):
         self._span(uses, c, hi - n, hi, c.tokens.shape[0] - n)
         return hi - n
 
-    def _s1(self, toks: np.ndarray, base: int, lo: int, hi: int, uses: list[_Use]) -> None:
+    def _s1(self, toks: np.ndarray, base: int, lo: int, hi: int, uses: list[Use]) -> None:
         """Look ``[lo, hi)`` up as start-aligned, then end-aligned fixed windows (``toks``: the prompt's
         tokens from ``base`` on)."""
         w = self.config.s1_window
@@ -437,89 +446,3 @@ class Irminsul(CachePolicy):
             ex["window_hits"] += 1
             covered.append((s, s + w))
             self._span(uses, e, s, s + w, off)
-
-
-
-def _tokens_from(req: RequestView, lo: int) -> np.ndarray:
-    """int32: the prompt's tokens ``[lo, N)``, its segments from the one holding ``lo`` gathered in one
-    vectorized call (as ``req.tokens`` makes all of them; ``Seq.tokens`` derives opaque pieces one by one)."""
-    if req.source is None or req.segment_rows is None:
-        return req.tokens[lo:]
-    sb = req.segment_bounds
-    i = int(np.searchsorted(sb, lo, side="right")) - 1
-    return req.source.gather(req.segment_rows[i:])[lo - int(sb[i]):]
-
-
-def marker_boundaries(req: RequestView, marker: np.ndarray) -> np.ndarray:
-    """S2 hard chunk boundaries: both edges of every occurrence of ``marker`` and of every ``marker``
-    segment (int64, unsorted; ``cdc.chunk`` cleans them)."""
-    return _marker_cuts(req, req.tokens, 0, marker)[0]
-
-
-def _marker_cuts(req: RequestView, toks: np.ndarray, off: int, marker: np.ndarray) -> tuple[np.ndarray, bool]:
-    """:func:`marker_boundaries` with the occurrences searched in ``toks`` = the prompt's tokens from ``off``
-    on (exact when no occurrence lies wholly before ``off + len(marker) - 1``), and whether any was found."""
-    m = marker.shape[0]
-    starts = find_markers(toks, marker)
-    idx = np.flatnonzero(req.segment_kinds == _MARKER_KIND)
-    if not starts.shape[0] and not idx.shape[0]:
-        return _NO_CUTS, False
-    sb = req.segment_bounds
-    return np.concatenate([starts + off, starts + (off + m), sb[idx], sb[idx + 1]]).astype(np.int64), \
-        bool(starts.shape[0])
-
-
-_Use = tuple[int, int, Extent, int]   # target start, target end, extent, offset in the extent
-_NO_TOKENS = np.zeros(0, np.int32)
-
-
-class _Analysis(NamedTuple):
-    """A lookup's analysis of one prompt: its CDC layout (``bounds``, chunk fingerprints ``fps``, which
-    bounds are ``anchors``, its cleaned ``hard`` boundaries, whether a marker occurrence was ``marked``;
-    kept in the prompt index at commit), the reused target ranges ``uses``, and the prompt's tokens from
-    ``off`` on (``toks``) that admit copies new chunks from."""
-
-    bounds: list[int]
-    fps: list[int]
-    anchors: list[bool]
-    hard: np.ndarray
-    marked: bool
-    toks: np.ndarray
-    off: int
-    uses: list[_Use]
-
-
-def _gaps(views: list[tuple[int, int, list[Extent]]], i: int, a: int, b: int) -> list[tuple[int, int]]:
-    """The recomputed runs of target ``[a, b)``: what no reused range covers (``views`` in target order;
-    ``views[i]`` is the first that ends after ``a``)."""
-    out, pos = [], a
-    for j in range(i, len(views)):
-        s, e, _ = views[j]
-        if s >= b:
-            break
-        if s > pos:
-            out.append((pos, s))
-        pos = max(pos, e)
-    if pos < b:
-        out.append((pos, b))
-    return out
-
-
-def _pieces(views: list[tuple[int, int, list[Extent]]], i: int, own: list[Extent], gaps: list[tuple[int, int]],
-            a: int, b: int) -> list[list]:
-    """Pieces ``[extent, offset, length]`` of target ``[a, b)``: views into the locked extents of the
-    reused ranges (from ``views[i]``, the first that ends after ``a``), and the chunk's own new extents
-    over its recomputed runs, in token order."""
-    parts: list[tuple[int, list]] = [(g0, [x, 0, g1 - g0]) for x, (g0, g1) in zip(own, gaps, strict=True)]
-    for j in range(i, len(views)):
-        s, e, xs = views[j]
-        if s >= b:
-            break
-        t = s
-        for x in xs:                       # the locked extents tile [s, e) in order
-            lo, hi = max(t, a), min(t + x.size, b)
-            if lo < hi:
-                parts.append((lo, [x, lo - t, hi - lo]))
-            t += x.size
-    parts.sort(key=lambda p: p[0])
-    return [p for _, p in parts]

@@ -1,0 +1,55 @@
+"""Records of the ``irminsul`` chunk store (:mod:`engine.policies.irminsul_store`): an :class:`Extent` of
+stored KV (tokens by reference into the prompt that produced it) and a :class:`Chunk`, one registry entry
+made of pieces of extents."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pic.engine.radix import RadixNode
+from pic.engine.seq import Seq
+
+NONE: list[int] = []  # shared by every chunk without S1 windows (never appended to)
+
+
+class Extent:
+    """Stored KV of tokens ``[base_pos, base_pos + size)`` of prompt ``src`` (a :class:`~engine.seq.Seq`:
+    a reference, no token copy), produced at ``base_pos``; ``users``: fingerprints of chunks that read it;
+    ``parts``: after a split, ``(left, right, at)`` (the extent itself is then dead)."""
+
+    __slots__ = ("src", "base_pos", "size", "nbytes", "refs", "last_access_us", "hits", "created_us", "alive",
+                 "users", "parts")
+
+    def __init__(self, src: Seq, base_pos: int, size: int, nbytes: int, now: int) -> None:
+        self.src, self.base_pos, self.size, self.nbytes = src, base_pos, size, nbytes
+        self.refs, self.last_access_us, self.hits, self.created_us = 0, now, 0, now
+        self.alive = True
+        self.users: set[int] = set()
+        self.parts: tuple[Extent, Extent, int] | None = None
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """int32 [size]: its tokens (materialized on each call: tests, debugging, ``--verify``)."""
+        return self.src.tokens(self.base_pos, self.base_pos + self.size)
+
+    def ref(self) -> tuple[Seq, int, int, int]:
+        """``(src, lo, hi, 0)``: the stored run by reference (:func:`engine.oracle.duplicate_tokens`)."""
+        return self.src, self.base_pos, self.base_pos + self.size, 0
+
+
+class Chunk:
+    """One registry entry: a content-defined chunk as pieces ``[extent, offset, length]`` in token order;
+    ``node``: its end node in the chunk trie (None until ready)."""
+
+    __slots__ = ("fp", "tokens", "pieces", "owner", "ready", "windows", "node", "rnode", "own", "indexed")
+
+    def __init__(self, fp: int, tokens: np.ndarray, pieces: list[list[Any]], owner: int,
+                 own: list[Extent]) -> None:
+        self.fp, self.tokens, self.pieces, self.owner, self.own = fp, tokens, pieces, owner, own
+        self.ready = False
+        self.windows: list[int] = NONE            # S1 window fingerprints it registered (a list once it has)
+        self.node: RadixNode | None = None       # end node of its tokens in the chunk trie
+        self.rnode: RadixNode | None = None      # end node of its reversed tokens in the tail trie
+        self.indexed: np.ndarray | None = None   # the tokens it is indexed under in the tries (None: not)
