@@ -427,11 +427,13 @@ class Bench:
 
 
 def child_cdc(num_tokens: int) -> dict:
-    """CDC + fingerprints vs raw xxh64 over the same bytes (one stream), best of 5, this process."""
+    """CDC + fingerprints vs raw xxh64 over the same bytes (one stream), best of 5, this process: the numpy
+    paths and, where numba loads, the compiled kernels (``pic.accel``), side by side."""
     import numpy as np
     import xxhash
 
     sys.path.insert(0, str(REPO))
+    from pic import accel
     from pic.engine.cdc import CDCConfig, chunk, fingerprints, gear_hash
 
     toks = np.random.default_rng(0).integers(0, 150_000, num_tokens, dtype=np.int32)
@@ -446,21 +448,32 @@ def child_cdc(num_tokens: int) -> dict:
             b = min(b, time.process_time() - t0)
         return b
 
-    t_xxh = best(lambda: xxhash.xxh64_intdigest(raw))
-    t_gear = best(lambda: gear_hash(toks))
-    t_cdc = best(lambda: fingerprints(toks, chunk(toks, cfg)))
     prompts = [toks[s:s + 4096] for s in range(0, num_tokens, 4096)]
 
     def per_prompt() -> None:
         for p in prompts:
             fingerprints(p, chunk(p, cfg))
-    t_pp = best(per_prompt)
-    return {"tokens": num_tokens, "xxh64_Mtok_s": round(num_tokens / t_xxh / 1e6, 1),
-            "gear_Mtok_s": round(num_tokens / t_gear / 1e6, 1),
-            "cdc_fp_Mtok_s": round(num_tokens / t_cdc / 1e6, 1),
-            "cdc_fp_per_4096_prompt_Mtok_s": round(num_tokens / t_pp / 1e6, 1),
-            "gear_vs_xxh64": round(t_xxh / t_gear, 3), "cdc_fp_vs_xxh64": round(t_xxh / t_cdc, 3),
-            "cdc_fp_per_prompt_vs_xxh64": round(t_xxh / t_pp, 3)}
+
+    t_xxh = best(lambda: xxhash.xxh64_intdigest(raw))
+    out = {"tokens": num_tokens, "xxh64_Mtok_s": round(num_tokens / t_xxh / 1e6, 1)}
+    t0 = time.process_time()
+    compiled = accel.available()
+    out["accel_load_cpu_s"] = round(time.process_time() - t0, 3)
+    for m, tag in (("0", "numpy"), ("1", "compiled")):
+        if m == "1" and not compiled:
+            out["compiled"] = "numba not available"
+            continue
+        accel.set_mode(m)
+        t_gear = best(lambda: gear_hash(toks))
+        t_cdc = best(lambda: fingerprints(toks, chunk(toks, cfg)))
+        t_pp = best(per_prompt)
+        out[tag] = {"gear_Mtok_s": round(num_tokens / t_gear / 1e6, 1),
+                    "cdc_fp_Mtok_s": round(num_tokens / t_cdc / 1e6, 1),
+                    "cdc_fp_per_4096_prompt_Mtok_s": round(num_tokens / t_pp / 1e6, 1),
+                    "gear_vs_xxh64": round(t_xxh / t_gear, 3), "cdc_fp_vs_xxh64": round(t_xxh / t_cdc, 3),
+                    "cdc_fp_per_prompt_vs_xxh64": round(t_xxh / t_pp, 3)}
+    accel.set_mode(None)
+    return out
 
 
 def machine() -> dict:

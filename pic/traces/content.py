@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import xxhash
 
+from pic import accel
+
 #: opaque tokens are drawn from [0, OPAQUE_VOCAB); a power of two (a realistic vocabulary size)
 OPAQUE_VOCAB = 1 << 17
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -54,6 +56,13 @@ def opaque_run(bases: np.ndarray, starts: np.ndarray, lengths: np.ndarray, out: 
     (given by its base, :func:`opaque_bases`), concatenated. Vectorized over all pieces."""
     lengths = np.asarray(lengths, dtype=np.int64)
     total = int(lengths.sum())
+    fast = accel.kernels(total)
+    if fast is not None and (out is None or (out.dtype == np.int32 and out.flags.c_contiguous)):
+        res = np.empty(total, np.int32) if out is None else out
+        fast.opaque_fill(np.ascontiguousarray(bases, np.uint64).ravel(), False,
+                         np.ascontiguousarray(np.broadcast_to(starts, lengths.shape), np.int64),
+                         np.ascontiguousarray(lengths), _MASK, res)
+        return res
     with np.errstate(over="ignore"):
         if lengths.size == 1 or (lengths.size and (lengths == lengths[0]).all()
                                  and (np.asarray(starts) == 0).all()):
@@ -140,6 +149,12 @@ class Segments:
         a, b = self.stored_range(i)
         if b > a:
             return self.tokens[a + lo:a + hi]
+        fast = accel.kernels(hi - lo)
+        if fast is not None:          # NOTE (speed): one call, no per-call numpy set-up (one per prompt)
+            out = np.empty(hi - lo, np.int32)
+            fast.opaque_fill(self.keys[i:i + 1] ^ self.salts[i:i + 1], True, np.array([lo], np.int64),
+                             np.array([hi - lo], np.int64), _MASK, out)
+            return out
         base = opaque_bases(self.keys[i:i + 1], self.salts[i:i + 1])
         return opaque_run(base, np.array([lo]), np.array([hi - lo]))
 

@@ -1,0 +1,165 @@
+"""numba kernels behind :mod:`pic.accel` (imported only through it). Each one computes exactly what its
+numpy reference computes (uint64 arithmetic wraps the same way); tests compare both on random inputs.
+
+Compiled eagerly with explicit signatures and cached on disk (``cache=True``): the first import after an
+install compiles (~2 s CPU), later ones load the machine code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, types
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_OPTS = {"cache": True, "nogil": True, "boundscheck": False}
+# inputs typed read-only: trace arrays are read-only views of Arrow buffers (a writable array converts)
+_I32, _I64, _U64 = (types.Array(t, 1, "C", readonly=True) for t in (types.int32, types.int64, types.uint64))
+
+
+@njit("uint64(uint64)", inline="always", **_OPTS)
+def _mix(z):
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(types.void(_U64, types.boolean, _I64, _I64, types.uint64, types.int32[::1]), **_OPTS)
+def opaque_fill(keys, mix, starts, lengths, mask, out):
+    """``out`` = tokens ``starts[p] .. starts[p] + lengths[p]`` of each opaque piece ``p`` concatenated; its
+    base is ``keys[p]`` (``mix``: ``splitmix64(keys[p])``, i.e. keys given as ``key ^ salt``). Token ``j`` is
+    ``splitmix64(base + j * golden) & mask`` (:func:`traces.content.opaque_run`)."""
+    k = 0
+    for p in range(keys.shape[0]):
+        b = _mix(keys[p]) if mix else keys[p]
+        s = np.uint64(starts[p])
+        for j in range(lengths[p]):
+            out[k] = np.int32(_mix(b + (s + np.uint64(j)) * _GOLDEN) & mask)
+            k += 1
+
+
+@njit(inline="always", **_OPTS)
+def _g(toks, table, i):
+    """Gear table entry of token ``toks[i]``: ``G[(t * 0x9E3779B1 mod 2**32) >> 16]`` (:mod:`engine.cdc`)."""
+    m32 = np.uint64(0xFFFFFFFF)
+    return table[(((np.uint64(toks[i]) & m32) * np.uint64(0x9E3779B1)) & m32) >> np.uint64(16)]
+
+
+@njit(types.int64[::1](_I32, _U64, types.uint64, types.int64, types.int64), **_OPTS)
+def gear_candidates(toks, table, thr, first, last):
+    """Indices ``i`` in ``[first, last)`` (``first >= 63``) whose 64-token Gear hash ``h_i = sum_{j<64}
+    G[t_{i-j}] << j mod 2**64`` is below ``thr``, ascending (:func:`engine.cdc._natural`'s candidates).
+
+    NOTE: four independent lanes (each warmed up over the 63 tokens before its start) break the serial
+    ``h = (h << 1) + G[t]`` chain so the table loads of four positions overlap."""
+    n = last - first
+    if n <= 0:
+        return np.zeros(0, np.int64)
+    hit = np.zeros(n, np.uint8)
+    one = np.uint64(1)
+    span = n // 4 if n >= 1024 else 0
+    if span:
+        p0, p1, p2, p3 = first, first + span, first + 2 * span, first + 3 * span
+        h0 = h1 = h2 = h3 = np.uint64(0)
+        for j in range(-63, 0):
+            h0 = (h0 << one) + _g(toks, table, p0 + j)
+            h1 = (h1 << one) + _g(toks, table, p1 + j)
+            h2 = (h2 << one) + _g(toks, table, p2 + j)
+            h3 = (h3 << one) + _g(toks, table, p3 + j)
+        for j in range(span):
+            h0 = (h0 << one) + _g(toks, table, p0 + j)
+            h1 = (h1 << one) + _g(toks, table, p1 + j)
+            h2 = (h2 << one) + _g(toks, table, p2 + j)
+            h3 = (h3 << one) + _g(toks, table, p3 + j)
+            hit[j] = h0 < thr
+            hit[span + j] = h1 < thr
+            hit[2 * span + j] = h2 < thr
+            hit[3 * span + j] = h3 < thr
+        h, start = h3, 4 * span           # lane 3 goes on over the remainder
+    else:
+        h, start = np.uint64(0), 0
+        for j in range(-63, 0):
+            h = (h << one) + _g(toks, table, first + j)
+    for j in range(start, n):
+        h = (h << one) + _g(toks, table, first + j)
+        hit[j] = h < thr
+    k = 0
+    for j in range(n):
+        k += hit[j]
+    out = np.empty(k, np.int64)
+    k = 0
+    for j in range(n):
+        if hit[j]:
+            out[k] = first + j
+            k += 1
+    return out
+
+
+@njit(types.uint64[::1](_I32, _U64), **_OPTS)
+def gear_hash(toks, table):
+    """``h_i = sum_{j<min(64, i+1)} G[t_{i-j}] << j mod 2**64`` for every ``i`` (:func:`engine.cdc.gear_hash`)."""
+    n = toks.shape[0]
+    out = np.empty(n, np.uint64)
+    h = np.uint64(0)
+    for i in range(n):
+        h = (h << np.uint64(1)) + _g(toks, table, i)
+        out[i] = h
+    return out
+
+
+_P1, _P2, _P3 = np.uint64(0x9E3779B185EBCA87), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
+_P4, _P5 = np.uint64(0x85EBCA77C2B2AE63), np.uint64(0x27D4EB2F165667C5)
+
+
+@njit("uint64(uint64, uint64)", inline="always", **_OPTS)
+def _rotl(x, r):
+    return (x << r) | (x >> (np.uint64(64) - r))
+
+
+@njit("uint64(uint64, uint64)", inline="always", **_OPTS)
+def _round(acc, v):
+    return _rotl(acc + v * _P2, np.uint64(31)) * _P1
+
+
+@njit(inline="always", **_OPTS)
+def _lane(toks, k):
+    """Little-endian 8 bytes = tokens ``k`` and ``k + 1``."""
+    m32 = np.uint64(0xFFFFFFFF)
+    return (np.uint64(toks[k]) & m32) | ((np.uint64(toks[k + 1]) & m32) << np.uint64(32))
+
+
+@njit(types.uint64[::1](_I32, _I64), **_OPTS)
+def fingerprints(toks, bounds):
+    """xxh64 (seed 0) of each chunk's little-endian int32 token bytes ``[bounds[c], bounds[c + 1])``
+    (:func:`engine.cdc.fingerprints`; the XXH64 specification, 4-byte inputs)."""
+    out = np.empty(bounds.shape[0] - 1, np.uint64)
+    m32 = np.uint64(0xFFFFFFFF)
+    for c in range(out.shape[0]):
+        k, e = bounds[c], bounds[c + 1]
+        nbytes = np.uint64(4 * (e - k))
+        if e - k >= 8:
+            v1, v2, v3, v4 = _P1 + _P2, _P2, np.uint64(0), np.uint64(0) - _P1
+            while k + 8 <= e:
+                v1 = _round(v1, _lane(toks, k))
+                v2 = _round(v2, _lane(toks, k + 2))
+                v3 = _round(v3, _lane(toks, k + 4))
+                v4 = _round(v4, _lane(toks, k + 6))
+                k += 8
+            h = _rotl(v1, np.uint64(1)) + _rotl(v2, np.uint64(7)) + _rotl(v3, np.uint64(12)) + _rotl(v4, np.uint64(18))
+            for v in (v1, v2, v3, v4):
+                h = (h ^ _round(np.uint64(0), v)) * _P1 + _P4
+        else:
+            h = _P5
+        h += nbytes
+        while k + 2 <= e:
+            h = _rotl(h ^ _round(np.uint64(0), _lane(toks, k)), np.uint64(27)) * _P1 + _P4
+            k += 2
+        if k < e:
+            h = _rotl(h ^ ((np.uint64(toks[k]) & m32) * _P1), np.uint64(23)) * _P2 + _P3
+        h ^= h >> np.uint64(33)
+        h *= _P2
+        h ^= h >> np.uint64(29)
+        h *= _P3
+        h ^= h >> np.uint64(32)
+        out[c] = h
+    return out

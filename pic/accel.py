@@ -1,0 +1,73 @@
+"""Optional compiled kernels for the per-token hot paths (numba; the ``fast`` extra). Same results as the
+numpy paths, bit for bit (tested both ways): the numpy code stays the reference and the fallback.
+
+Two loops dominate a content-addressed replay of large traces (``irminsul`` on Mooncake: ~90 M prompt tokens
+derived and chunked), and numpy spends ~10-20 passes and ~25 calls per prompt on them:
+
+* deriving opaque tokens (:func:`traces.content.opaque_run`: splitmix64 per token);
+* the Gear hash's candidate cuts (:func:`engine.cdc._natural`: a table gather and 6 shift+add passes).
+
+NOTE (cost of the accelerator itself): importing numba and loading the cached machine code costs ~0.5 s CPU
+per process (a first compile, once per install, ~2 s); it saves ~30-70 ns per token. So by default (``auto``)
+the kernels are loaded only once the numpy paths have seen ``AUTO_TOKENS`` tokens in this process: runs on
+small traces (tests, samples) never pay for it. ``PIC_ACCEL=0`` turns it off, ``PIC_ACCEL=1`` loads it on
+the first call; without numba everything runs the numpy paths.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+AUTO_TOKENS = 1 << 22
+
+_state: dict = {"mode": None, "seen": 0, "mod": None, "failed": False}
+
+
+def set_mode(mode: str | None) -> None:
+    """``"0"`` (numpy only), ``"1"`` (compiled from the first call), ``"auto"``; None: from ``PIC_ACCEL``
+    again. Resets the token count (tests)."""
+    if mode not in (None, "0", "1", "auto"):
+        raise ValueError(f"accel mode must be 0, 1 or auto, got {mode!r}")
+    _state.update(mode=mode, seen=0)
+
+
+def mode() -> str:
+    m = _state["mode"]
+    if m is None:
+        m = os.environ.get("PIC_ACCEL", "auto").strip() or "auto"
+        if m not in ("0", "1", "auto"):
+            m = "auto"
+        _state["mode"] = m
+    return m
+
+
+def kernels(num_tokens: int) -> ModuleType | None:
+    """The compiled kernels (:mod:`pic._accel_numba`) for a call over ``num_tokens`` tokens, or None: use the
+    numpy path (mode ``0``, numba absent or failing, or ``auto`` below ``AUTO_TOKENS`` tokens seen so far)."""
+    mod = _state["mod"]
+    if mod is not None:
+        m = _state["mode"] or mode()
+        return None if m == "0" else mod
+    m = mode()
+    if m == "0" or _state["failed"]:
+        return None
+    _state["seen"] += num_tokens
+    if m == "auto" and _state["seen"] < AUTO_TOKENS:
+        return None
+    try:
+        from pic import _accel_numba as mod
+    except Exception:          # numba absent, or no compiler for this platform: the numpy paths
+        _state["failed"] = True
+        return None
+    _state["mod"] = mod
+    return mod
+
+
+def available() -> bool:
+    """Whether the compiled kernels load here (loads them)."""
+    try:
+        from pic import _accel_numba  # noqa: F401
+    except Exception:
+        return False
+    return True

@@ -1,0 +1,108 @@
+"""The optional compiled kernels (pic.accel, numba) give exactly what the numpy paths give."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pic import accel
+from pic.engine import cdc
+from pic.traces.content import Segments, opaque_bases, opaque_run
+
+pytest.importorskip("numba")
+
+
+@pytest.fixture
+def modes():
+    """Run a function under the numpy path and under the compiled kernels; restore the mode after."""
+    def both(fn):
+        out = []
+        for m in ("0", "1"):
+            accel.set_mode(m)
+            out.append(fn())
+        return out
+    yield both
+    accel.set_mode(None)
+
+
+def test_auto_mode_waits_for_enough_tokens() -> None:
+    accel.set_mode("auto")
+    try:
+        assert accel.kernels(10) is None or accel._state["mod"] is not None
+        accel.set_mode("0")
+        assert accel.kernels(10**9) is None
+        accel.set_mode("1")
+        assert accel.kernels(1) is not None
+        with pytest.raises(ValueError):
+            accel.set_mode("fast")
+    finally:
+        accel.set_mode(None)
+
+
+def test_opaque_tokens_equal(modes) -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(30):
+        k = int(rng.integers(1, 12))
+        bases = opaque_bases(rng.integers(0, 2**63, k).astype(np.uint64), rng.integers(0, 2**63, k).astype(np.uint64))
+        starts = rng.integers(0, 5000, k)
+        lengths = rng.integers(0, 700, k)
+        if rng.random() < 0.3:
+            starts[:] = 0
+            lengths[:] = lengths[0]
+        a, b = modes(lambda b=bases, s=starts, n=lengths: opaque_run(b, s, n))
+        assert a.dtype == b.dtype == np.int32 and np.array_equal(a, b)
+        out = np.full(int(lengths.sum()), -1, np.int32)
+        c, _ = modes(lambda b=bases, s=starts, n=lengths, out=out: opaque_run(b, s, n, out=out).copy())
+        assert np.array_equal(c, a)
+    n = 3
+    segs = Segments(np.arange(n, dtype=np.uint64), np.zeros(n, np.uint8), np.array([0, 100, 700, 2000]),
+                    np.zeros(0, np.int32), np.zeros(n + 1, np.int64), rng.integers(0, 2**63, n).astype(np.uint64),
+                    rng.integers(0, 2**63, n).astype(np.uint64))
+    for i, lo, hi in ((0, 0, 100), (1, 17, 600), (2, 0, 1300), (2, 1299, 1300)):
+        a, b = modes(lambda i=i, lo=lo, hi=hi: segs.segment(i, lo, hi))
+        assert np.array_equal(a, b)
+    a, b = modes(lambda: segs.gather(np.array([2, 0, 1, 2])))
+    assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("cfg", [cdc.CDCConfig(), cdc.CDCConfig(avg_chunk=180, min_chunk=16, max_chunk=256)])
+def test_cdc_cuts_equal(modes, cfg) -> None:
+    rng = np.random.default_rng(3)
+    for n in [0, 1, 63, 64, 65, 66, 127, 200, 1023, 1024, 1025, 1090, 4099, 30_000]:
+        for kind in ("random", "negative", "low-entropy", "periodic"):
+            if kind == "random":
+                t = rng.integers(0, 150_000, n, dtype=np.int32)
+            elif kind == "negative":
+                t = rng.integers(-2**31, 2**31 - 1, n, dtype=np.int32)
+            elif kind == "low-entropy":
+                t = rng.integers(0, 3, n, dtype=np.int32)
+            else:
+                t = np.tile(rng.integers(0, 1000, 37, dtype=np.int32), n // 37 + 1)[:n]
+            hard = np.sort(rng.choice(max(n, 1), size=min(n, 5), replace=False)) if n and rng.random() < 0.5 else None
+            a, b = modes(lambda t=t, hard=hard: cdc.layout(t, cfg, hard))
+            assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]), (n, kind)
+            if n > 400:
+                # resumed from an anchor: the tail alone, the same cuts
+                bounds, anc = a
+                c = int(bounds[np.flatnonzero(anc)[len(np.flatnonzero(anc)) // 2]])
+                if c < n:
+                    lo = max(0, c - 63)
+                    x, y = modes(lambda t=t, c=c, lo=lo, n=n, hard=hard: cdc.layout_from(t[lo:], lo, n, c, cfg, hard))
+                    assert np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1])
+                    assert np.array_equal(x[0], bounds[bounds >= c])
+    for n in (0, 1, 5, 63, 64, 65, 70_000):
+        t = rng.integers(-2**31, 2**31 - 1, n, dtype=np.int32)
+        a, b = modes(lambda t=t: cdc.gear_hash(t, seed=3))
+        assert a.dtype == b.dtype == np.uint64 and np.array_equal(a, b)
+        assert np.array_equal(a, cdc.gear_hash_gathers(t, seed=3))
+    for n in (0, 1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 1000):
+        t = rng.integers(-2**31, 2**31 - 1, n, dtype=np.int32)
+        bounds = np.sort(np.r_[0, rng.integers(0, n + 1, 6), n])      # (empty chunks too)
+        a, b = modes(lambda t=t, bounds=bounds: cdc.fingerprints(t, bounds))
+        assert np.array_equal(a, b)
+        assert b.tolist() == [cdc.fingerprint(t[x:y]) for x, y in zip(bounds[:-1], bounds[1:], strict=True)]
+    # a large input goes through the four-lane path with every remainder
+    for n in (4096 + 64, 4096 + 65, 4096 + 66, 4096 + 67):
+        t = rng.integers(0, 2**17, n, dtype=np.int32)
+        a, b = modes(lambda t=t: cdc.natural_boundaries(t, cfg))
+        assert np.array_equal(a, b)
