@@ -224,7 +224,7 @@ class Irminsul(CachePolicy):
         for c in self._live.get(req.request_id, ([], []))[1]:
             self._store.make_ready(c, now_us, self.config.s1)
         if got is not None and got.fps:
-            self._store.add_prompt(req.seq, (got.bounds, got.fps, got.anchors, got.hard, got.marked), now_us,
+            self._store.prompts.add(req.seq, (got.bounds, got.fps, got.anchors, got.hard, got.marked), now_us,
                                    4 * self.ctx.capacity_tokens + 2**20)
 
     def release(self, req: RequestView, now_us: int) -> None:
@@ -272,7 +272,7 @@ class Irminsul(CachePolicy):
     def _analyze(self, req: RequestView) -> Analysis:
         """The prompt's CDC layout and, for each reused target range, ``(start, end, extent, offset in the
         extent)`` in prompt order (the source position is ``extent.base_pos + offset``)."""
-        best, best_len, shared, other = self._store.best_layout(req.seq)
+        best, best_len, shared, other = self._store.prompts.best_layout(req.seq)
         got = self._layout(req, shared, other, best_len) if other is not None else None
         if got is None:
             got = self._full_layout(req)
@@ -388,7 +388,7 @@ class Irminsul(CachePolicy):
 
     def _prefix(self, req: RequestView, best: tuple | None, best_len: int, uses: list[Use]) -> int:
         """Exact prefix from the prompt index, served by the resident chunks of the committed prompt
-        that covers most of it (``best``, ``best_len`` from :meth:`ChunkStore.best_layout`, matched by
+        that covers most of it (``best``, ``best_len`` from :meth:`PromptIndex.best_layout <engine.policies.irminsul_prompts.PromptIndex.best_layout>`, matched by
         segments: ``req.seq``); its length."""
         if best is None:
             return 0

@@ -33,12 +33,11 @@ import numpy as np
 
 from pic.engine import cdc
 from pic.engine.policies.base import PolicyStats
+from pic.engine.policies.irminsul_prompts import PromptIndex
 from pic.engine.policies.irminsul_records import NONE as _NONE
 from pic.engine.policies.irminsul_records import Chunk, Extent
 from pic.engine.radix import RadixNode, RadixTree
 from pic.engine.seq import Seq
-
-_LAYOUTS = 16  # committed-prompt layouts tried for the exact prefix
 
 
 class ChunkStore:
@@ -60,7 +59,7 @@ class ChunkStore:
         self.windows: dict[int, tuple[int, int]] = {}       # window fp -> (chunk fp, offset)
         self.trie = RadixTree()                             # index of ready chunks' tokens
         self.rtrie = RadixTree() if tails else None         # index of ready chunks' reversed tokens
-        self.prompts = RadixTree()                          # index of committed prompts -> chunk layout
+        self.prompts = PromptIndex(self.entries)            # committed prompts -> chunk layout
         # NOTE: the tries are built lazily. Indexing a chunk appends to ``_log``; the log is replayed into the
         # tries (same operations, same order, so the same trees) only when a lookup needs them: a walk whose
         # first (last) ``min_match`` tokens begin (end) some indexed chunk (``_heads``/``_tails``: how many
@@ -307,44 +306,6 @@ class ChunkStore:
             return None
         return c, ref[1]
 
-    def add_prompt(self, tokens: Seq | np.ndarray, layout: tuple, now_us: int, cap_tokens: float) -> None:
-        """Index a committed prompt (its :class:`~engine.seq.Seq`: edges are references) with its chunk
-        layout (``(bounds, fps, ...)``: what the policy keeps of it); keep the index under ``cap_tokens``."""
-        _, node = self.prompts.insert(tokens, now_us)
-        node.value = layout
-        if self.prompts.total_tokens > cap_tokens:
-            self.prompts.evict(int(self.prompts.total_tokens - cap_tokens))
-
-    def best_layout(self, toks: Seq | np.ndarray) -> tuple[tuple | None, int, int, tuple | None]:
-        """``(layout, num, shared, other)``: the layout (``(bounds, fps, ...)``) of the committed prompt whose
-        resident chunks serve the longest exact prefix ``num`` of ``toks`` (trying at most ``_LAYOUTS``
-        prompts, deepest shared prefix first; ``(None, 0)`` when none serves any), and the layout ``other``
-        of a committed prompt sharing the longest prefix, ``shared`` tokens (None when none shares any)."""
-        num, node = self.prompts.match_prefix(toks, None, split=True)
-        best, best_len, tried, depth, skip, other = None, 0, 0, num, None, None
-        while node is not None and best_len < depth and tried < _LAYOUTS:
-            # prompts below ``node`` (minus the branch done) share ``depth``; pre-order, children in order
-            # NOTE: iterators, not lists of children: a hub node (a shared system prompt) has thousands
-            stack = [iter((node,))]
-            while stack and tried < _LAYOUTS and best_len < depth:
-                nd = next(stack[-1], None)
-                if nd is None:
-                    stack.pop()
-                    continue
-                if nd is skip:
-                    continue
-                if nd.children:
-                    stack.append(iter(nd.children.values()))
-                if nd.value is not None:
-                    tried += 1
-                    if other is None and depth == num:
-                        other = nd.value
-                    got = self._served(nd.value[0], nd.value[1], depth)
-                    if got > best_len:
-                        best, best_len = nd.value, got
-            skip, depth, node = node, depth - node.n, node.parent
-        return best, best_len, num, other
-
     def stored_runs(self) -> list[tuple[Seq, int, int, int]]:
         """Every live extent (what is physically stored) by reference, ``(src, lo, hi, 0)``, in registry
         order."""
@@ -455,17 +416,6 @@ class ChunkStore:
         x.alive = False
         self.evictable -= x.nbytes
         self.num_extents -= 1
-
-    def _served(self, bounds: list[int], fps: list[int], num: int) -> int:
-        for j, fp in enumerate(fps):
-            if bounds[j] >= num:
-                break
-            c = self.entries.get(fp)
-            if c is None or not c.ready:
-                return bounds[j]
-            if c.tokens.shape[0] < bounds[j + 1] - bounds[j]:     # cut chunk: its head only
-                return min(num, bounds[j] + c.tokens.shape[0])
-        return num
 
     @staticmethod
     def _offset(c: Chunk, x: Extent) -> int:

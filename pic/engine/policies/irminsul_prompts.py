@@ -1,0 +1,71 @@
+"""Prompt index of the ``irminsul`` chunk store (:mod:`engine.policies.irminsul_store`): a radix tree over
+committed prompts (references to their segments, no KV) whose nodes carry each prompt's chunk layout, for
+the exact-prefix stage: which committed prompt's resident chunks serve the longest exact prefix of a new one,
+and which shares the longest prefix (its layout lets the new prompt resume CDC from an anchor)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pic.engine.policies.irminsul_records import Chunk
+from pic.engine.radix import RadixTree
+from pic.engine.seq import Seq
+
+_LAYOUTS = 16  # committed-prompt layouts tried for the exact prefix
+
+
+class PromptIndex:
+    """Committed prompts -> chunk layout; ``entries``: the store's registry (read, never written)."""
+
+    def __init__(self, entries: dict[int, Chunk]) -> None:
+        self.entries = entries
+        self.tree = RadixTree()
+
+    def add(self, tokens: Seq | np.ndarray, layout: tuple, now_us: int, cap_tokens: float) -> None:
+        """Index a committed prompt (its :class:`~engine.seq.Seq`: edges are references) with its chunk
+        layout (``(bounds, fps, ...)``: what the policy keeps of it); keep the index under ``cap_tokens``."""
+        _, node = self.tree.insert(tokens, now_us)
+        node.value = layout
+        if self.tree.total_tokens > cap_tokens:
+            self.tree.evict(int(self.tree.total_tokens - cap_tokens))
+
+    def best_layout(self, toks: Seq | np.ndarray) -> tuple[tuple | None, int, int, tuple | None]:
+        """``(layout, num, shared, other)``: the layout (``(bounds, fps, ...)``) of the committed prompt whose
+        resident chunks serve the longest exact prefix ``num`` of ``toks`` (trying at most ``_LAYOUTS``
+        prompts, deepest shared prefix first; ``(None, 0)`` when none serves any), and the layout ``other``
+        of a committed prompt sharing the longest prefix, ``shared`` tokens (None when none shares any)."""
+        num, node = self.tree.match_prefix(toks, None, split=True)
+        best, best_len, tried, depth, skip, other = None, 0, 0, num, None, None
+        while node is not None and best_len < depth and tried < _LAYOUTS:
+            # prompts below ``node`` (minus the branch done) share ``depth``; pre-order, children in order
+            # NOTE: iterators, not lists of children: a hub node (a shared system prompt) has thousands
+            stack = [iter((node,))]
+            while stack and tried < _LAYOUTS and best_len < depth:
+                nd = next(stack[-1], None)
+                if nd is None:
+                    stack.pop()
+                    continue
+                if nd is skip:
+                    continue
+                if nd.children:
+                    stack.append(iter(nd.children.values()))
+                if nd.value is not None:
+                    tried += 1
+                    if other is None and depth == num:
+                        other = nd.value
+                    got = self._served(nd.value[0], nd.value[1], depth)
+                    if got > best_len:
+                        best, best_len = nd.value, got
+            skip, depth, node = node, depth - node.n, node.parent
+        return best, best_len, num, other
+
+    def _served(self, bounds: list[int], fps: list[int], num: int) -> int:
+        for j, fp in enumerate(fps):
+            if bounds[j] >= num:
+                break
+            c = self.entries.get(fp)
+            if c is None or not c.ready:
+                return bounds[j]
+            if c.tokens.shape[0] < bounds[j + 1] - bounds[j]:     # cut chunk: its head only
+                return min(num, bounds[j] + c.tokens.shape[0])
+        return num
