@@ -72,6 +72,11 @@ def command(
     sets: Annotated[list[str] | None, typer.Option(
         "--set", help="Policy option POLICY.KEY=VALUE (repeatable), e.g. prefix.page_size=16; cost.KEY=VALUE "
              "sets a cost-model factor (cost.mfu=0.5).")] = None,
+    baseline: Annotated[str, typer.Option(
+        help="Exact-prefix caches replayed beside the policies (comma-separated); each policy is compared with "
+             "whichever reuses more. One of them (prefix: SGLang's radix cache; block-hash: vLLM's prefix "
+             "caching) compares with that engine alone and skips the other's simulation.")]
+    = "prefix,block-hash",
     seed: SeedOption = 0,
     verify: Annotated[bool, typer.Option(
         "--verify", help="Compare tokens on every hit and check cache invariants after every event.")] = False,
@@ -103,6 +108,8 @@ def command(
       pic replay trace.parquet --policy irminsul --set irminsul.avg_chunk=256 --replicas 4 --router cache-aware -o runs/x
 
       pic replay trace.parquet --policy prefix,irminsul --rate 8 --slo ttft=200ms,tpot=40ms --percentiles 50,99,99.9 -o runs/load
+
+      pic replay vllm-trace.parquet --policy irminsul --baseline block-hash -o runs/vs-vllm
 
       pic replay --config run.toml --capacity 8GiB -o runs/8g
 

@@ -37,7 +37,8 @@ SloOption = Annotated[str | None, typer.Option(
 CLI_KEYS = {"policy": "policy", "model": "model", "gpu": "gpu", "capacity": "capacity", "replicas": "replicas",
             "router": "router", "token_budget": "token_budget", "closed_loop": "closed_loop", "sets": "set",
             "seed": "seed", "verify": "verify", "limit": "limit", "profile": "profile",
-            "time_scale": "time_scale", "rate": "rate", "percentiles": "percentiles", "slo": "slo"}
+            "time_scale": "time_scale", "rate": "rate", "percentiles": "percentiles", "slo": "slo",
+            "baseline": "baseline"}
 
 
 def given_options(ctx: typer.Context, keys: dict[str, str] = CLI_KEYS) -> dict[str, Any]:
@@ -90,7 +91,7 @@ def summary_headline(s: dict[str, Any]) -> str | None:
     cols = ("token_hit_rate", "prefix_hit_rate", "ttft_p50_s", "prefill_joules", "energy_saved_vs_prefix",
             "oracle_share")
     rows = pl.DataFrame([{"policy": n, **{c: float(p[c]) if p.get(c) is not None else float("nan") for c in cols},
-                          "baseline": s.get("baseline")} for n, p in s["policies"].items()])
+                          "baseline": p.get("baseline")} for n, p in s["policies"].items()])
     return headline(rows) if rows.height else None
 
 

@@ -12,6 +12,8 @@ from pic.traces.options import build_config, coerce_fields, coerce_value, defaul
 ROUTERS = ("round-robin", "least-loaded", "cache-aware")
 #: metrics a goodput SLO may bound (vLLM --goodput keys)
 SLO_KEYS = ("ttft", "tpot", "e2el")
+#: the exact-prefix caches a run may compare with (``baselines``): SGLang's radix cache and vLLM's prefix caching
+EXACT_PREFIX = ("prefix", "block-hash")
 #: bounds of what is physically meaningful (each replica is simulated; a step's token budget is a batch)
 MAX_REPLICAS = 4096
 MAX_TOKEN_BUDGET = 1 << 24
@@ -108,7 +110,11 @@ class ReplayConfig:
             if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
                 raise ValueError(f"slo.{k}: must be a finite duration > 0 seconds, got {v!r}")
         if not self.baselines or len(set(self.baselines)) != len(self.baselines):
-            raise ValueError(f"baselines: one or more distinct policy names needed, got {list(self.baselines)}")
+            raise ValueError(f"baseline: one or more distinct policy names needed, got {list(self.baselines)}")
+        odd = [b for b in self.baselines if b not in EXACT_PREFIX]
+        if odd:
+            raise ValueError(f"baseline: {', '.join(odd)} is not an exact-prefix cache; baselines are "
+                             f"{' and '.join(EXACT_PREFIX)}")
         extra = sorted(set(self.policy_options) - set(self.policies) - set(self.baselines) - {"oracle"})
         if extra:
             raise ValueError(f"policy_options: options given for policy not replayed: {', '.join(extra)}")

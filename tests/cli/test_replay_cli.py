@@ -60,6 +60,8 @@ def test_json_prints_summary(trace_file, tmp_path):
     (["--capacity", "10K"], "below one token"),
     (["--capacity", "lots"], "size 'lots'"),
     (["--set", "prefix.nope=1"], "unknown option"),
+    (["--baseline", "irminsul"], "not an exact-prefix cache"),
+    (["--baseline", "block-hash,block-hash"], "distinct"),
 ])
 def test_bad_options_fail_before_any_work(trace_file, tmp_path, monkeypatch, args, message):
     """Impossible settings exit 1 with one clear line and never start a replay."""
@@ -83,3 +85,17 @@ def test_cost_overrides_reach_the_cost_model(trace_file, tmp_path):
     assert res.exit_code == 0, res.output
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["replay"]["cost"] == {"mfu": "0.25"} and cfg["cost"]["config"]["mfu"] == 0.25
+
+
+def test_one_baseline_replays_only_it(trace_file, tmp_path):
+    """--baseline block-hash compares with vLLM's prefix caching alone: only it is simulated beside the policy,
+    named as the baseline in the summary, the headline and config.json (which replays it again)."""
+    out = tmp_path / "run"
+    res = runner.invoke(app, ["replay", str(trace_file), "--policy", "fixed-chunk", "--baseline", "block-hash",
+                              "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    s = json.loads((out / "summary.json").read_text())
+    assert set(s["baselines"]) == {"best", "block-hash"} and s["baselines"]["best"] == "block-hash"
+    assert s["policies"]["fixed-chunk"]["baseline"] == "block-hash" and "(block-hash)" in res.output
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["replay"]["baselines"] == ["block-hash"] and set(cfg["policies"]) == {"fixed-chunk", "block-hash"}

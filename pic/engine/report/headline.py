@@ -70,10 +70,10 @@ def headline(rows: pl.DataFrame) -> str | None:
     b = best_prefix(rows)
     name = f["policy"]
     if b is None:
+        base = f.get("baseline") or "prefix"
         return (f"{name} reuses {fmt_pct(f['token_hit_rate'])} of prompt tokens vs "
-                f"{fmt_pct(f['prefix_hit_rate'])} for the exact-prefix baseline ({f.get('baseline') or 'prefix'}); "
-                f"prefill energy "
-                f"{signed_pct(-f['energy_saved_vs_prefix'])} (replay prefix too for a TTFT comparison)")
+                f"{fmt_pct(f['prefix_hit_rate'])} for the exact-prefix baseline ({base}); prefill energy "
+                f"{signed_pct(-f['energy_saved_vs_prefix'])} (replay {base} too for a TTFT comparison)")
     energy = _ratio(f["prefill_joules"], b["prefill_joules"])
     ttft = _ratio(f["ttft_p50_s"], b["ttft_p50_s"])
     share = f.get("oracle_share")
