@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from typing import Annotated
@@ -115,6 +116,7 @@ def command(
 
       pic replay --config runs/x/config.json -o runs/x-again
     """
+    gc.freeze()   # NOTE (speed): what the imports built lives to the end: no GC pass need walk it again
     with user_errors():
         file_values, cli_values, extras = load_settings(config, ctx)
         cfg = replay_config(file_values, cli_values)
