@@ -17,7 +17,7 @@ _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
 _I32, _I64, _U64 = (types.Array(t, 1, "C", readonly=True) for t in (types.int32, types.int64, types.uint64))
 
 
-@njit("uint64(uint64)", inline="always", **_OPTS)
+@njit(inline="always", **_OPTS)
 def _mix(z):
     z = (z ^ (z >> np.uint64(30))) * _M1
     z = (z ^ (z >> np.uint64(27))) * _M2
@@ -111,12 +111,12 @@ _P1, _P2, _P3 = np.uint64(0x9E3779B185EBCA87), np.uint64(0xC2B2AE3D27D4EB4F), np
 _P4, _P5 = np.uint64(0x85EBCA77C2B2AE63), np.uint64(0x27D4EB2F165667C5)
 
 
-@njit("uint64(uint64, uint64)", inline="always", **_OPTS)
+@njit(inline="always", **_OPTS)
 def _rotl(x, r):
     return (x << r) | (x >> (np.uint64(64) - r))
 
 
-@njit("uint64(uint64, uint64)", inline="always", **_OPTS)
+@njit(inline="always", **_OPTS)
 def _round(acc, v):
     return _rotl(acc + v * _P2, np.uint64(31)) * _P1
 

@@ -17,6 +17,7 @@ the first call; without numba everything runs the numpy paths.
 from __future__ import annotations
 
 import os
+import sys
 from types import ModuleType
 
 AUTO_TOKENS = 1 << 22
@@ -55,9 +56,8 @@ def kernels(num_tokens: int) -> ModuleType | None:
     _state["seen"] += num_tokens
     if m == "auto" and _state["seen"] < AUTO_TOKENS:
         return None
-    try:
-        from pic import _accel_numba as mod
-    except Exception:          # numba absent, or no compiler for this platform: the numpy paths
+    mod = _load()
+    if mod is None:            # numba absent, or no compiler for this platform: the numpy paths
         _state["failed"] = True
         return None
     _state["mod"] = mod
@@ -66,8 +66,21 @@ def kernels(num_tokens: int) -> ModuleType | None:
 
 def available() -> bool:
     """Whether the compiled kernels load here (loads them)."""
+    return _load() is not None
+
+
+def _load() -> ModuleType | None:
+    # NOTE (speed): numba probes ``scipy.linalg`` for a BLAS (np.dot in jitted code) when its numpy support
+    # loads: ~0.3 s CPU of scipy imports where scipy is installed. The kernels use no BLAS, so while they
+    # load ``scipy.linalg`` is hidden (numba then records "no BLAS"); it is importable again afterwards.
+    hide = "scipy.linalg" not in sys.modules
+    if hide:
+        sys.modules["scipy.linalg"] = None  # type: ignore[assignment]
     try:
-        from pic import _accel_numba  # noqa: F401
+        from pic import _accel_numba as mod
     except Exception:
-        return False
-    return True
+        return None
+    finally:
+        if hide and sys.modules.get("scipy.linalg", 0) is None:
+            del sys.modules["scipy.linalg"]
+    return mod
