@@ -41,6 +41,7 @@ the tokens of a continued conversation's shared prefix are never made.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
@@ -64,6 +65,8 @@ from pic.engine.policies.irminsul_layout import pieces as layout_pieces
 from pic.engine.policies.irminsul_records import Chunk, Extent
 from pic.engine.policies.irminsul_store import ChunkStore
 from pic.traces.markers import BOUNDARY_MARKER
+
+_RELEASED: list = []  # never appended to
 
 __all__ = ["Irminsul", "IrminsulConfig", "marker_boundaries"]
 
@@ -127,7 +130,7 @@ class Irminsul(CachePolicy):
         c = self.config
         self._cdc, self._marker, self._key = c.cdc, c.marker, eviction.key(c.eviction)
         self._store = ChunkStore(self._key, c.s1_window, ctx.bytes_per_token, tails=c.tails,
-                                 min_match=c.min_match)
+                                 min_match=c.min_match, bounded=not math.isinf(ctx.capacity_bytes))
         self._entries = self._store.entries
         self._pending: dict[int, Analysis] = {}   # rid -> lookup's analysis
         self._live: dict[int, tuple[list[Extent], list[Chunk]]] = {}    # rid -> locked extents, new chunks
@@ -184,7 +187,8 @@ class Irminsul(CachePolicy):
             views.append((a, b, got_x))
         # a later lock may have split an extent an earlier use locked (the prompt reuses the same stored
         # run twice): views point at the live parts
-        views = [(a, b, [y for x in xs for y in st.parts_of(x)]) for a, b, xs in views]
+        views = [(a, b, xs if all(x.parts is None for x in xs) else [y for x in xs for y in st.parts_of(x)])
+                 for a, b, xs in views]
         new: dict[int, int] = {}              # fp -> chunk index, first occurrence, in prompt order
         for k, fp in enumerate(fps):
             if fp not in self._entries and fp not in new:
@@ -239,6 +243,7 @@ class Irminsul(CachePolicy):
                 st.drop(c)
             for x in reversed(c.own):
                 st.unlock(x)
+            c.own = _RELEASED       # read only while its producer runs (fewer live objects for the GC)
         for x in reversed(locked):
             st.unlock(x)
 
@@ -374,6 +379,10 @@ class Irminsul(CachePolicy):
         """Reuse chunk ``c``'s KV from offset ``off`` for target ``[a, b)``, piece by piece (first-chunk
         clip at position 0)."""
         self._chunks_used.append(c)
+        if a and len(c.pieces) == 1 and b > a:      # the common case: one piece, no clip
+            x, xo, _ = c.pieces[0]
+            uses.append((a, b, x, xo + off))
+            return
         pieces = self._store.pieces(c, off, off + b - a)
         if a == 0 and pieces[0][0].base_pos + pieces[0][1] != 0:
             clip = min(self.config.sink_tokens, b)
@@ -388,8 +397,9 @@ class Irminsul(CachePolicy):
 
     def _prefix(self, req: RequestView, best: tuple | None, best_len: int, uses: list[Use]) -> int:
         """Exact prefix from the prompt index, served by the resident chunks of the committed prompt
-        that covers most of it (``best``, ``best_len`` from :meth:`PromptIndex.best_layout <engine.policies.irminsul_prompts.PromptIndex.best_layout>`, matched by
-        segments: ``req.seq``); its length."""
+        that covers most of it (``best``, ``best_len`` from
+        :meth:`engine.policies.irminsul_prompts.PromptIndex.best_layout`, matched by segments: ``req.seq``);
+        its length."""
         if best is None:
             return 0
         bounds, fps = best[0], best[1]

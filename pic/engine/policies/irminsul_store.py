@@ -46,7 +46,7 @@ class ChunkStore:
     ``key`` orders eviction (smallest first); ``s1_window`` is the S1 window size in tokens."""
 
     def __init__(self, key: Callable[[Any], tuple[int, ...]], s1_window: int, bytes_per_token: int,
-                 tails: bool = False, min_match: int = 16) -> None:
+                 tails: bool = False, min_match: int = 16, bounded: bool = True) -> None:
         # NOTE: among extents equally recent (or frequent), the one produced later in its prompt goes first
         # (position before creation time): the tail of a prompt before its head, so chunks lose tails
         # (cut) rather than heads (dropped with everything after them)
@@ -68,11 +68,14 @@ class ChunkStore:
         self.min_match = min_match
         self._heads: dict[bytes, int] = {}
         self._tails: dict[bytes, int] = {}
-        self._log: list[tuple[bool, Chunk, np.ndarray]] = []   # (index?, chunk, its tokens then)
+        self._log: list = []        # index?, chunk, its tokens then; flat (no tuple per entry: fewer GC objects)
         self.evictable = self.protected = 0
         self.num_extents = 0
         self._heap: list[tuple[tuple[int, ...], int, Extent]] = []
         self._seq = itertools.count()
+        # NOTE (speed): an unbounded store never evicts in a replay (admit always has room), so it keeps no
+        # heap: unlocked extents are only listed, and an explicit evict() builds the heap from the list then
+        self._unheaped: list[Extent] | None = None if bounded else []
 
     # ---- Public API: extents --------------------------------------------------------------------
     def new_extent(self, src: Seq, base_pos: int, size: int, now_us: int) -> Extent:
@@ -108,6 +111,11 @@ class ChunkStore:
     def lock_range(self, x: Extent, lo: int, hi: int) -> list[Extent]:
         """Lock exactly tokens ``[lo, hi)`` of ``x`` (splitting it where the range starts or ends); the
         locked extents, or ``[]`` when some of the range is gone."""
+        if x.parts is None and lo == 0 and hi == x.size:      # the common case: a whole, unsplit extent
+            if not x.alive:
+                return []
+            self.lock(x)
+            return [x]
         parts = self.live(x, lo, hi)
         if parts is None:
             return []
@@ -142,15 +150,28 @@ class ChunkStore:
         if not x.users:                   # nothing indexes it any more: unreachable
             self._free(x)
             return
+        self._push(x)
+
+    def _push(self, x: Extent) -> None:
+        """``x`` became evictable: on the heap (or the list of an unbounded store)."""
+        if self._unheaped is not None:
+            self._unheaped.append(x)
+            if len(self._unheaped) > 4 * self.num_extents + 1024:
+                self._unheaped = list({id(e): e for e in self._unheaped if _evictable(e)}.values())
+            return
         heapq.heappush(self._heap, (self.key(x), next(self._seq), x))
         if len(self._heap) > 4 * self.num_extents + 1024:     # drop stale entries, one per free extent
-            live = {id(e): (k, s, e) for k, s, e in self._heap if e.alive and e.refs == 0 and e.parts is None}
+            live = {id(e): (k, s, e) for k, s, e in self._heap if _evictable(e)}
             self._heap = list(live.values())
             heapq.heapify(self._heap)
 
     def evict(self, num_bytes: int, stats: PolicyStats) -> int:
         """Free unlocked extents, smallest key first (with the chunks that read them and whatever only
         those chunks held), until ``num_bytes`` are freed; bytes freed."""
+        if self._unheaped is not None:        # first eviction of an unbounded store: keep a heap from now on
+            listed, self._unheaped = self._unheaped, None
+            for x in {id(e): e for e in listed if _evictable(e)}.values():
+                self._push(x)
         freed, heap = 0, self._heap
         while freed < num_bytes and heap:
             k, _, x = heapq.heappop(heap)
@@ -309,11 +330,8 @@ class ChunkStore:
     def stored_runs(self) -> list[tuple[Seq, int, int, int]]:
         """Every live extent (what is physically stored) by reference, ``(src, lo, hi, 0)``, in registry
         order."""
-        seen: dict[int, Extent] = {}
-        for c in self.entries.values():
-            for x, _, _ in c.pieces:
-                seen.setdefault(id(x), x)
-        return [x.ref() for x in seen.values()]
+        seen = dict.fromkeys(x for c in self.entries.values() for x, _, _ in c.pieces)    # (by identity)
+        return [(x.src, x.base_pos, x.base_pos + x.size, 0) for x in seen]
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _split(self, x: Extent, at: int) -> tuple[Extent, Extent]:
@@ -340,11 +358,12 @@ class ChunkStore:
                     pieces.append([right, eo - at, n])
                     right.users.add(fp)
             c.pieces = pieces
-            c.own = [y for e in c.own for y in ((left, right) if e is x else (e,))]
+            if c.own:
+                c.own = [y for e in c.own for y in ((left, right) if e is x else (e,))]
         if x.refs == 0:
             for y in (left, right):
                 if y.users:
-                    heapq.heappush(self._heap, (self.key(y), next(self._seq), y))
+                    self._push(y)
                 else:
                     self._free(y)
         return left, right
@@ -358,8 +377,8 @@ class ChunkStore:
             m = self.min_match
             for d, k in ((self._heads, t[:m].tobytes()), (self._tails, t[-m:].tobytes())):
                 d[k] = d.get(k, 0) + 1
-        self._log.append((True, c, t))
-        if len(self._log) > 2 * len(self.entries) + 4096:     # bounded: replay it now and then
+        self._log += (True, c, t)
+        if len(self._log) > 3 * (2 * len(self.entries) + 4096):     # bounded: replay it now and then
             self._flush()
 
     def _unindex(self, c: Chunk) -> None:
@@ -374,12 +393,13 @@ class ChunkStore:
                     del d[k]
                 else:
                     d[k] -= 1
-        self._log.append((False, c, t))
+        self._log += (False, c, t)
 
     def _flush(self) -> None:
         """Replay the logged index operations into the tries, in order."""
         log, self._log = self._log, []
-        for add, c, t in log:
+        for i in range(0, len(log), 3):
+            add, c, t = log[i], log[i + 1], log[i + 2]
             if add:
                 c.node = _claim(self.trie, t, c.fp)
                 if self.rtrie is not None:
@@ -447,3 +467,7 @@ def _claim(tree: RadixTree, toks: np.ndarray, fp: int) -> RadixNode | None:
     node.value = fp
     tree.inc_lock(node)
     return node
+
+
+def _evictable(x: Extent) -> bool:
+    return x.alive and x.refs == 0 and x.parts is None
