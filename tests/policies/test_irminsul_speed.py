@@ -72,7 +72,7 @@ def _plans(reqs: list[RequestView], capacity_tokens: float, eager: bool, monkeyp
         monkeypatch.setattr(ChunkStore, "_unindex", unindex_now)
         monkeypatch.setattr(ChunkStore, "extendable", lambda self, c: c.node is not None and bool(c.node.children))
         monkeypatch.setattr(ChunkStore, "longest",
-                            lambda self, toks, short=False, _f=ChunkStore.longest: _f(self, toks, True))
+                            lambda self, toks, short=False, head=None, _f=ChunkStore.longest: _f(self, toks, True))
     cap = math.inf if math.isinf(capacity_tokens) else capacity_tokens * BPT
     pol = policies.build("irminsul", PolicyContext(cap, BPT, verify=True), {"avg_chunk": 128, "min_chunk": 32,
                                                                            "max_chunk": 256, "s1": s1,
@@ -86,6 +86,15 @@ def _plans(reqs: list[RequestView], capacity_tokens: float, eager: bool, monkeyp
         out.append([(s.start, s.end, int(s.action), s.source_pos) for s in plan.spans])
     monkeypatch.undo()
     assert pol.stats.collisions == 0
+    # the prefilter counts (fed from the lookup's bytes, not from each chunk's tokens) are those of the
+    # chunks indexed now
+    st, m, want = pol._store, pol._store.min_match, ({}, {})
+    for c in st.entries.values():
+        t = c.indexed
+        if t is not None and t.shape[0] >= m:
+            for d, k in zip(want, (t[:m].tobytes(), t[-m:].tobytes()), strict=True):
+                d[k] = d.get(k, 0) + 1
+    assert (st._heads, st._tails) == want
     return out
 
 

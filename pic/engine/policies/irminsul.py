@@ -203,6 +203,7 @@ class Irminsul(CachePolicy):
             self.evict(int(need * bpt - room), now_us)
             room = self.ctx.capacity_bytes - st.evictable - st.protected
         src, chunks, full = req.seq, [], True
+        m, tb = self.config.min_match, _int32_bytes(toks) if new else b""
         for fp, k in new.items():
             cost = sizes[k] * bpt
             if cost > room or (cost and not full):
@@ -217,7 +218,9 @@ class Irminsul(CachePolicy):
             own = [st.new_extent(src, g0, g1 - g0, now_us) for g0, g1 in g]
             pieces = [[own[0], 0, b - a]] if len(g) == 1 and g[0] == (a, b) else \
                 layout_pieces(views, bisect_right(ends, a), own, g, a, b)
-            chunks.append(st.register(fp, ctoks, pieces, rid, own))
+            keys = (tb[4 * (a - off):4 * (a - off + m)], tb[4 * (b - off - m):4 * (b - off)]) \
+                if tb and a >= off and b - a >= m else None
+            chunks.append(st.register(fp, ctoks, pieces, rid, own, keys))
         self.stats.extra["partly_stored"] += not full
         self._live[rid] = (locked, chunks)
         self._pending[rid] = got._replace(uses=[], toks=NO_TOKENS)       # the layout, for commit
@@ -285,7 +288,7 @@ class Irminsul(CachePolicy):
         uses: list[Use] = []
         self._chunks_used: list[Chunk] = []
         ex = self.stats.extra
-        n, k = req.num_tokens, 0
+        n, k, m, tb = req.num_tokens, 0, self.config.min_match, None
         pos = self._prefix(req, best, best_len, uses)
         ex["prefix_tokens"] += pos
         while pos < n:
@@ -299,7 +302,10 @@ class Irminsul(CachePolicy):
                 ex["chunk_hits"] += 1
             # NOTE: a longer run than the hit chunk needs a stored chunk that extends it (a trie child)
             if e is None:
-                t_len, t_e = self._store.longest(toks[pos - off:pos - off + self.config.max_chunk])
+                # NOTE (speed): the chunk store's head/tail keys sliced from one bytes copy of the tokens
+                tb = _int32_bytes(toks) if tb is None else tb
+                t_len, t_e = self._store.longest(toks[pos - off:pos - off + self.config.max_chunk],
+                                                 head=tb and tb[4 * (pos - off):4 * (pos - off + m)])
             elif self._store.extendable(e):
                 t_len, t_e = self._store.longest(toks[pos - off:pos - off + self.config.max_chunk], short=True)
             else:
@@ -312,7 +318,7 @@ class Irminsul(CachePolicy):
                 self._span(uses, e, pos, b, pos - a)
                 pos = b
             else:
-                rest = self._tail(toks, off, pos, b, uses) if self.config.tails else b
+                rest = self._tail(toks, off, pos, b, uses, tb) if self.config.tails else b
                 if self.config.s1 and rest > pos:
                     self._s1(toks, off, pos, rest, uses)
                 pos = b
@@ -417,11 +423,13 @@ class Irminsul(CachePolicy):
             self._span(uses, e, a, b, 0)
         return best_len
 
-    def _tail(self, toks: np.ndarray, off: int, lo: int, hi: int, uses: list[Use]) -> int:
+    def _tail(self, toks: np.ndarray, off: int, lo: int, hi: int, uses: list[Use], tb: bytes = b"") -> int:
         """A missed chunk ``[lo, hi)``: reuse the longest run ending at ``hi`` that ends a stored chunk
         (>= ``min_match`` tokens, tail trie); returns where the rest of the miss ends. ``toks``: the
         prompt's tokens from ``off`` on."""
-        n, c = self._store.longest_tail(toks[lo - off:hi - off])
+        m = self.config.min_match
+        n, c = self._store.longest_tail(toks[lo - off:hi - off],
+                                        tb[4 * (hi - off - m):4 * (hi - off)] if tb and hi - off >= m else None)
         if n < self.config.min_match:
             return hi
         self.stats.extra["tail_tokens"] += n
@@ -456,3 +464,8 @@ class Irminsul(CachePolicy):
             ex["window_hits"] += 1
             covered.append((s, s + w))
             self._span(uses, e, s, s + w, off)
+
+
+def _int32_bytes(toks: np.ndarray) -> bytes:
+    """The tokens' bytes as the chunk store keys them (int32; empty: no keys from it)."""
+    return toks.tobytes() if toks.dtype == np.int32 else b""

@@ -43,11 +43,12 @@ class Chunk:
     """One registry entry: a content-defined chunk as pieces ``[extent, offset, length]`` in token order;
     ``node``: its end node in the chunk trie (None until ready)."""
 
-    __slots__ = ("fp", "tokens", "pieces", "owner", "ready", "windows", "node", "rnode", "own", "indexed")
+    __slots__ = ("fp", "tokens", "pieces", "owner", "ready", "windows", "node", "rnode", "own", "indexed", "keys")
 
     def __init__(self, fp: int, tokens: np.ndarray, pieces: list[list[Any]], owner: int,
-                 own: list[Extent]) -> None:
+                 own: list[Extent], keys: tuple[bytes, bytes] | None = None) -> None:
         self.fp, self.tokens, self.pieces, self.owner, self.own = fp, tokens, pieces, owner, own
+        self.keys = keys        # bytes of its first and last min_match tokens, until it is indexed (or None)
         self.ready = False
         self.windows: list[int] = NONE            # S1 window fingerprints it registered (a list once it has)
         self.node: RadixNode | None = None       # end node of its tokens in the chunk trie

@@ -194,9 +194,10 @@ class ChunkStore:
 
     # ---- Public API: chunks -----------------------------------------------------------------------
     def register(self, fp: int, tokens: np.ndarray, pieces: list[list[Any]], owner: int,
-                 own: list[Extent]) -> Chunk:
-        """A new, not yet ready chunk over ``pieces`` (``own``: its freshly computed extents)."""
-        c = Chunk(fp, tokens, pieces, owner, own)
+                 own: list[Extent], keys: tuple[bytes, bytes] | None = None) -> Chunk:
+        """A new, not yet ready chunk over ``pieces`` (``own``: its freshly computed extents; ``keys``: the
+        bytes of its first and last ``min_match`` tokens when the caller has them)."""
+        c = Chunk(fp, tokens, pieces, owner, own, keys)
         self.entries[fp] = c
         for x, _, _ in pieces:
             x.users.add(fp)
@@ -239,7 +240,7 @@ class ChunkStore:
             else:
                 lost.append(x)
             pos += n
-        c.pieces, c.tokens = keep, c.tokens[:at]
+        c.pieces, c.tokens, c.keys = keep, c.tokens[:at], None
         if c.ready:
             self._unindex(c)
             self._index(c)
@@ -271,13 +272,13 @@ class ChunkStore:
             if x.refs == 0 and x.alive:
                 self._trim(x)
 
-    def longest(self, toks: np.ndarray, short: bool = False) -> tuple[int, Chunk | None]:
+    def longest(self, toks: np.ndarray, short: bool = False, head: bytes | None = None) -> tuple[int, Chunk | None]:
         """Longest leading run of ``toks`` that equals the beginning of a stored chunk (trie walk). Unless
         ``short``, a run under ``min_match`` tokens may be reported as ``(0, None)`` (the walk is skipped
-        when no indexed chunk begins with the first ``min_match`` tokens)."""
+        when no indexed chunk begins with the first ``min_match`` tokens; ``head``: their bytes, if known)."""
         if not short:
             m = self.min_match
-            if toks.shape[0] < m or toks[:m].tobytes() not in self._heads:
+            if toks.shape[0] < m or (toks[:m].tobytes() if head is None else head) not in self._heads:
                 return 0, None
         self._flush()
         num, node = self.trie.match_prefix(toks, None, split=True)
@@ -291,12 +292,12 @@ class ChunkStore:
             stack.extend(reversed(list(nd.children.values())))
         return 0, None
 
-    def longest_tail(self, toks: np.ndarray) -> tuple[int, Chunk | None]:
+    def longest_tail(self, toks: np.ndarray, tail: bytes | None = None) -> tuple[int, Chunk | None]:
         """Longest trailing run of ``toks`` that equals the end of a stored chunk (tail-trie walk over the
         reversed tokens); (0, None) without a tail trie, and for a run under ``min_match`` tokens (the walk
-        is skipped when no indexed chunk ends with the last ``min_match`` tokens)."""
+        is skipped when no indexed chunk ends with the last ``min_match`` tokens; ``tail``: their bytes, if known)."""
         m = self.min_match
-        if self.rtrie is None or toks.shape[0] < m or toks[-m:].tobytes() not in self._tails:
+        if self.rtrie is None or toks.shape[0] < m or (toks[-m:].tobytes() if tail is None else tail) not in self._tails:
             return 0, None
         self._flush()
         num, node = self.rtrie.match_prefix(np.ascontiguousarray(toks[::-1]), None, split=True)
@@ -375,8 +376,10 @@ class ChunkStore:
         c.indexed = t = c.tokens
         if t.shape[0] >= self.min_match:
             m = self.min_match
-            for d, k in ((self._heads, t[:m].tobytes()), (self._tails, t[-m:].tobytes())):
+            hk, tk = c.keys if c.keys is not None else (t[:m].tobytes(), t[-m:].tobytes())
+            for d, k in ((self._heads, hk), (self._tails, tk)):
                 d[k] = d.get(k, 0) + 1
+        c.keys = None
         self._log += (True, c, t)
         if len(self._log) > 3 * (2 * len(self.entries) + 4096):     # bounded: replay it now and then
             self._flush()
