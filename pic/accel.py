@@ -7,11 +7,13 @@ derived and chunked), and numpy spends ~10-20 passes and ~25 calls per prompt on
 * deriving opaque tokens (:func:`traces.content.opaque_run`: splitmix64 per token);
 * the Gear hash's candidate cuts (:func:`engine.cdc._natural`: a table gather and 6 shift+add passes).
 
-NOTE (cost of the accelerator itself): importing numba and loading the cached machine code costs ~0.5 s CPU
-per process (a first compile, once per install, ~2 s); it saves ~30-70 ns per token. So by default (``auto``)
-the kernels are loaded only once the numpy paths have seen ``AUTO_TOKENS`` tokens in this process: runs on
-small traces (tests, samples) never pay for it. ``PIC_ACCEL=0`` turns it off, ``PIC_ACCEL=1`` loads it on
-the first call; without numba everything runs the numpy paths.
+NOTE (cost of the accelerator itself): importing numba and loading the cached machine code costs ~0.33 s
+CPU per process (the first import after an install compiles them: ~2.2 s, once); they save ~30-100 ns per
+token. So by default (``auto``) they load only once the numpy paths have seen ``AUTO_TOKENS`` tokens in this
+process (about what the load costs, spent in numpy): runs on small traces (tests, samples) never pay for it.
+A policy about to chunk a trace's content announces its distinct tokens with one ``kernels(n)`` call, so a
+large trace loads them up front. ``PIC_ACCEL=0`` turns them off, ``PIC_ACCEL=1`` loads them on the first
+call; without numba everything runs the numpy paths.
 """
 
 from __future__ import annotations

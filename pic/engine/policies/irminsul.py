@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pic import accel
 from pic.engine import cdc, eviction
 from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
@@ -142,6 +143,10 @@ class Irminsul(CachePolicy):
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
         self.stats.lookups += 1
+        if self.stats.lookups == 1 and req.source is not None:
+            # NOTE (speed): the trace's distinct tokens are what this policy will derive and chunk: announced
+            # up front, the compiled kernels load now when that is worth it (pic.accel), not after 2^22 tokens
+            accel.kernels(int(req.source.offsets[-1]))
         got = self._analyze(req)
         uses = got.uses
         # NOTE: recency per chunk: every extent of a chunk the plan reads is touched, so a chunk's unused
