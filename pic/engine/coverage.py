@@ -31,7 +31,7 @@ import numpy as np
 from pic.engine.rolling import prefix_hashes, ramp, range_window_hashes
 from pic.traces.content import opaque_bases, opaque_run, splitmix64
 
-_BATCH_TOKENS = 1 << 23       # tokens hashed per batch of items
+_BATCH_TOKENS = 1 << 21       # tokens hashed per batch of ranges
 
 
 def covered_counts(store, rows: np.ndarray, item_offs: np.ndarray, width: int,
@@ -98,9 +98,9 @@ def covered_counts(store, rows: np.ndarray, item_offs: np.ndarray, width: int,
         hash_item.append(item[k][m])
     ha, hb, hi = (np.concatenate(x) for x in (hash_a, hash_b, hash_item))
     ha, hb, hi = _union(hi, ha, hb)
-    ja, ji = _hashed_hits(store, rows, p_lo, offs, cum, ha, hb, hi, W)
+    ja, jb, ji = _hashed_hits(store, rows, p_lo, offs, cum, ha, hb, hi, W)
     a = np.concatenate([*hit_a, ja])
-    b = np.concatenate([*hit_b, ja])
+    b = np.concatenate([*hit_b, jb])
     it = np.concatenate([*hit_item, ji])
     # covered positions: [j, j + W) for every seen window start j, plus [0, prefix)
     pa = np.concatenate([a, np.zeros(I, np.int64)])
@@ -216,27 +216,133 @@ def _union_length(item: np.ndarray, a: np.ndarray, b: np.ndarray, I: int) -> np.
     return out
 
 
-def _hashed_hits(store, rows, p_lo, offs, cum, ha, hb, hi, W) -> tuple[np.ndarray, np.ndarray]:
-    """Window starts (and their items) in the inclusive ranges ``[ha, hb]`` whose content occurred in an
-    earlier item's hashed windows. Items are processed in order, in batches."""
-    hits_j, hits_i = [], []
+def _hashed_hits(store, rows, p_lo, offs, cum, ha, hb, hi, W) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Runs ``(a, b, item)`` (inclusive) of window starts in the ranges ``[ha, hb]`` (of items ``hi``,
+    in item order) whose content occurred in an earlier item's hashed windows.
+
+    NOTE (memory): a window is held when another hashed window of a smaller item has its hash. The
+    hashes are made batch by batch and appended, with their window's running index, to partitions by
+    their top bits (:class:`_Parts`: in memory, or in one temporary file when there are more than
+    ``_SPILL_WINDOWS``); each partition is then decided alone. What stays in memory is one batch or one
+    partition, never an index of every distinct window (chat 10^6: ~430 M windows, 3.4 GB as sorted
+    levels, several times that while two merged)."""
+    none = np.zeros(0, np.int64)
     if not ha.shape[0]:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    levels: list[np.ndarray] = []
-    span = hb - ha + W                                           # tokens per range
-    cut = np.searchsorted(np.cumsum(span), np.arange(1, int(span.sum()) // _BATCH_TOKENS + 2) * _BATCH_TOKENS)
-    heads = np.flatnonzero(np.r_[True, hi[1:] != hi[:-1]])       # NOTE: a batch never splits an item:
-    cut = heads[np.minimum(np.searchsorted(heads, cut), heads.shape[0] - 1)]   # in-batch order decides
-    bounds = np.unique(np.r_[0, cut, ha.shape[0]].clip(0, ha.shape[0]))        # "earlier" there
-    for lo_r, hi_r in zip(bounds[:-1], bounds[1:], strict=False):
-        a, b, it = ha[lo_r:hi_r], hb[lo_r:hi_r], hi[lo_r:hi_r]
-        toks, starts = _range_tokens(store, rows, p_lo, offs, cum, it, a, b + W)
-        wh, rng_of, within = range_window_hashes(prefix_hashes(toks), starts, b - a + 1, W)
-        wj, wi = a[rng_of] + within, it[rng_of]
-        j, i = _first_held(levels, wh, wi)
-        hits_j.append(wj[j])
-        hits_i.append(i)
-    return np.concatenate(hits_j), np.concatenate(hits_i)
+        return none, none, none
+    nwin = hb - ha + 1
+    wcum = np.zeros(nwin.shape[0] + 1, np.int64)             # running index of each range's first window
+    np.cumsum(nwin, out=wcum[1:])
+    total = int(wcum[-1])
+    nbits = min(max(int(np.ceil(np.log2(max(total / _PART_WINDOWS, 1)))), 0), 12)
+    span = np.cumsum(nwin + W - 1)                            # tokens per range, running
+    cut = np.searchsorted(span, np.arange(1, int(span[-1]) // _BATCH_TOKENS + 2) * _BATCH_TOKENS)
+    bounds = np.unique(np.r_[0, cut, ha.shape[0]].clip(0, ha.shape[0]))
+    with _Parts(1 << nbits, total > _SPILL_WINDOWS) as parts:
+        for lo_r, hi_r in zip(bounds[:-1], bounds[1:], strict=False):
+            a, b, it = ha[lo_r:hi_r], hb[lo_r:hi_r], hi[lo_r:hi_r]
+            toks, starts = _range_tokens(store, rows, p_lo, offs, cum, it, a, b + W)
+            wh = range_window_hashes(prefix_hashes(toks), starts, b - a + 1, W)[0]
+            del toks
+            if nbits:
+                key = (wh >> np.uint64(64 - nbits)).astype(np.uint16)
+                perm = np.argsort(key, kind="stable")       # (a radix sort: windows stay in order)
+                parts.add(wh[perm], perm.astype(np.uint32) if perm.shape[0] < 1 << 32 else perm,
+                          int(wcum[lo_r]), np.bincount(key, minlength=1 << nbits))
+            else:
+                parts.add(wh, np.arange(wh.shape[0], dtype=np.uint32), int(wcum[lo_r]),
+                          np.array([wh.shape[0]], np.int64))
+        held = [_held_windows(*parts.get(p), wcum, hi) for p in range(1 << nbits)]
+    g = np.sort(np.concatenate(held))
+    if not g.shape[0]:
+        return none, none, none
+    r = np.searchsorted(wcum, g, side="right") - 1
+    j = ha[r] + (g - wcum[r])
+    head = np.ones(g.shape[0], bool)
+    head[1:] = (g[1:] != g[:-1] + 1) | (r[1:] != r[:-1])
+    s = np.flatnonzero(head)
+    e = np.r_[s[1:], g.shape[0]] - 1
+    return j[s], j[e], hi[r[s]]
+
+
+_SPILL_WINDOWS = 1 << 24      # hashed windows above which the partitions go to a temporary file
+_PART_WINDOWS = 1 << 22       # hashed windows per partition (about)
+
+
+def _held_windows(h: np.ndarray, g: np.ndarray, wcum: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Running indices ``g`` (increasing) of the windows whose hash ``h`` a window of a smaller item
+    has too (items: ``hi`` of the range holding each index, ranges starting at ``wcum``).
+
+    NOTE (speed): one ``np.sort`` (2x cheaper than an argsort) finds the repeated hashes; only windows
+    with such a hash (nearly none: content met for the first time is nearly all unique) are ordered."""
+    sh = np.sort(h)
+    rep = sh[1:] == sh[:-1]
+    if not rep.any():
+        return np.zeros(0, np.int64)
+    dup = np.unique(sh[1:][rep])
+    del sh, rep
+    pos = np.minimum(np.searchsorted(dup, h), dup.shape[0] - 1)
+    k = np.flatnonzero(dup[pos] == h)
+    ch, cg = h[k], g[k]
+    order = np.argsort(ch, kind="stable")                    # equal hashes keep their window order
+    ch, cg = ch[order], cg[order]
+    ci = hi[np.searchsorted(wcum, cg, side="right") - 1]
+    head = np.ones(ch.shape[0], bool)
+    head[1:] = ch[1:] != ch[:-1]
+    return cg[ci > ci[head][np.cumsum(head) - 1]]
+
+
+class _Parts:
+    """Hashed windows by partition: per batch, ``(hash, index in batch)`` pairs grouped by partition,
+    kept in memory or appended to one temporary file (removed on exit); :meth:`get` gathers a
+    partition's pairs over all batches, as ``(hashes, running window indices)``, indices increasing."""
+
+    def __init__(self, num: int, spill: bool) -> None:
+        self.num, self.spill, self.batches = num, spill, []
+        self._dir = self._f = None
+
+    def __enter__(self) -> _Parts:
+        if self.spill:
+            import tempfile
+            self._dir = tempfile.TemporaryDirectory(prefix="pic-windows-")
+            self._f = open(f"{self._dir.name}/windows.bin", "w+b")   # noqa: SIM115 - closed in __exit__
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._dir.cleanup()
+        self.batches = []
+
+    def add(self, h: np.ndarray, k: np.ndarray, base: int, counts: np.ndarray) -> None:
+        at = np.zeros(self.num + 1, np.int64)
+        np.cumsum(counts, out=at[1:])
+        if self.spill:
+            pos = self._f.seek(0, 2)
+            self._f.write(memoryview(h))
+            self._f.write(memoryview(k))
+            h, k = pos, (pos + 8 * h.shape[0], k.dtype)
+        self.batches.append((h, k, base, at))
+
+    def get(self, p: int) -> tuple[np.ndarray, np.ndarray]:
+        n = sum(int(at[p + 1] - at[p]) for *_, at in self.batches)
+        hs, gs, o = np.empty(n, np.uint64), np.empty(n, np.int64), 0
+        for h, k, base, at in self.batches:
+            a, c = int(at[p]), int(at[p + 1] - at[p])
+            if not c:
+                continue
+            if self.spill:
+                self._f.seek(h + 8 * a)
+                self._f.readinto(memoryview(hs[o:o + c]))
+                kk = np.empty(c, k[1])
+                self._f.seek(k[0] + kk.itemsize * a)
+                self._f.readinto(memoryview(kk))
+            else:
+                hs[o:o + c] = h[a:a + c]
+                kk = k[a:a + c]
+            gs[o:o + c] = kk
+            gs[o:o + c] += base
+            o += c
+        return hs, gs
 
 
 def _first_held(levels: list[np.ndarray], wh: np.ndarray, wi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

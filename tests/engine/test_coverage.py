@@ -155,3 +155,35 @@ def test_duplicate_tokens_by_reference_equals_tokens(seed: int) -> None:
             want = oracle.duplicate_tokens(toks, m)
             assert oracle.duplicate_tokens(refs, m) == want
     assert want > 0
+
+
+@pytest.mark.parametrize(("part", "spill", "batch"), [(1 << 22, 1 << 24, 1 << 21), (8, 0, 50), (64, 1 << 24, 7)])
+def test_partitioned_windows_equal_token_oracle(monkeypatch, part: int, spill: int, batch: int) -> None:
+    """The hashed windows decided by partition (many partitions, tiny batches, spilled to a temporary
+    file that is removed afterwards) give the token-level oracle's counts and duplicate counts."""
+    import os
+    import tempfile
+
+    from pic.engine import coverage, oracle
+    from pic.engine.radix import RadixTree
+    from pic.engine.replay import workload_from_trace
+
+    monkeypatch.setattr(coverage, "_PART_WINDOWS", part)
+    monkeypatch.setattr(coverage, "_SPILL_WINDOWS", spill)
+    monkeypatch.setattr(coverage, "_BATCH_TOKENS", batch)
+    tmp = tempfile.mkdtemp()
+    monkeypatch.setattr(tempfile, "tempdir", tmp)
+    for seed in (0, 1):
+        t = _tricky_trace(seed)
+        order = np.arange(t.num_requests)
+        for m in (8, 64):
+            want = trace_oracle((t.prompt(i) for i in order), m)
+            assert prompt_oracle(t, order, m).tolist() == want.tolist()
+        work = workload_from_trace(t)
+        tree = RadixTree()
+        for i in range(work.num_requests):
+            tree.insert(work.view(i).seq, i)
+        refs = tree.run_refs(context=100)
+        toks = [(q.tokens(lo, hi), c) for q, lo, hi, c in refs]
+        assert oracle.duplicate_tokens(refs, 16) == oracle.duplicate_tokens(toks, 16) > 0
+    assert os.listdir(tmp) == []
