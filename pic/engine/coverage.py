@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pic.engine.rolling import prefix_hashes, ramp, range_window_hashes
-from pic.traces.content import opaque_bases, opaque_run, splitmix64
-
-_BATCH_TOKENS = 1 << 21       # tokens hashed per batch of ranges
+from pic.engine.rolling import ramp
+from pic.engine.window_parts import HashedWindows
+from pic.traces.content import splitmix64
 
 
 def covered_counts(store, rows: np.ndarray, item_offs: np.ndarray, width: int,
@@ -40,14 +39,53 @@ def covered_counts(store, rows: np.ndarray, item_offs: np.ndarray, width: int,
     """int64 [I]: per item, positions in ``[counted_from, N)`` inside a ``width``-token window seen in an
     earlier item, or inside ``[0, prefix)``. Item ``i`` concatenates the pieces ``item_offs[i]`` ..
     ``item_offs[i+1]``: piece ``o`` is tokens ``[p_lo[o], p_hi[o])`` (default: all) of segment row
-    ``rows[o]`` of ``store`` (a :class:`~pic.traces.content.Segments`)."""
+    ``rows[o]`` of ``store`` (a :class:`~pic.traces.content.Segments`).
+
+    NOTE (memory): items are taken in chunks of about ``_CHUNK_PIECES`` pieces; what a chunk needs of the
+    earlier ones is, per content name, the union of their window intervals (:class:`_Earlier`), the
+    hashed windows (:class:`engine.window_parts.HashedWindows`) and its own covered intervals."""
     W = int(width)
     rows = np.asarray(rows, np.int64)
     offs = np.asarray(item_offs, np.int64)
+    I = offs.shape[0] - 1
+    cf = np.zeros(I, np.int64) if counted_from is None else np.asarray(counted_from, np.int64)
+    pf = np.zeros(I, np.int64) if prefix is None else np.asarray(prefix, np.int64)
+    sid_of = _content_ids(store)
+    one, two, kept = _Earlier(), _Earlier(), []
+    with HashedWindows(W) as windows:
+        for i0, i1 in _chunks(offs, _CHUNK_PIECES):
+            o0, o1 = int(offs[i0]), int(offs[i1])
+            piece = slice(o0, o1)
+            kept.append(_chunk(store, rows[piece], offs[i0:i1 + 1] - o0, i0, W, cf[i0:i1], pf[i0:i1], sid_of,
+                               None if p_lo is None else np.asarray(p_lo[piece], np.int64),
+                               None if p_hi is None else np.asarray(p_hi[piece], np.int64), one, two, windows))
+        ja, jb, ji = windows.runs()
+    ka, kb, ki = (np.concatenate([k[x] for k in kept]) if kept else np.zeros(0, np.int64) for x in range(3))
+    pa, pb, pi = np.concatenate([ka, ja]), np.concatenate([kb, jb + W]), np.concatenate([ki, ji])
+    pa = np.maximum(pa, cf[pi])
+    ok = pb > pa
+    return _union_length(pi[ok], pa[ok], pb[ok], I)
+
+
+_CHUNK_PIECES = 1 << 16       # pieces per chunk of items (about; an item is never split)
+
+
+def _chunks(offs: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """Item ranges ``[i0, i1)`` of about ``size`` pieces each (at least one item each)."""
+    I = offs.shape[0] - 1
+    cut = np.searchsorted(offs, np.arange(size, int(offs[-1]), size), side="right") - 1
+    b = np.unique(np.r_[0, cut, I].clip(0, I))
+    return list(zip(b[:-1].tolist(), b[1:].tolist(), strict=True)) or [(0, I)]
+
+
+def _chunk(store, rows, offs, item0, W, cf, pf, sid_of, p_lo, p_hi, one, two, windows):
+    """One chunk of items (local numbering; global = ``item0`` + local): the covered intervals decided
+    from the structure, plus ``[0, prefix)``, merged and cut at ``counted_from``, as ``(a, b, item)``
+    half-open; its windows the structure cannot decide go to ``windows``."""
     I, O = offs.shape[0] - 1, rows.shape[0]
     seg_len = np.diff(store.offsets)[rows]
-    p_lo = np.zeros(O, np.int64) if p_lo is None else np.asarray(p_lo, np.int64)
-    p_hi = seg_len if p_hi is None else np.asarray(p_hi, np.int64)
+    p_lo = np.zeros(O, np.int64) if p_lo is None else p_lo
+    p_hi = seg_len if p_hi is None else p_hi
     L = p_hi - p_lo
     item = np.repeat(np.arange(I), np.diff(offs))
     cum = np.zeros(O + 1, np.int64)
@@ -55,19 +93,17 @@ def covered_counts(store, rows: np.ndarray, item_offs: np.ndarray, width: int,
     lo = cum[:-1] - cum[offs[:-1]][item]                      # offset of each piece in its item
     end = lo + L
     N = cum[offs[1:]] - cum[offs[:-1]]
-    cf = np.zeros(I, np.int64) if counted_from is None else np.asarray(counted_from, np.int64)
-    pf = np.zeros(I, np.int64) if prefix is None else np.asarray(prefix, np.int64)
     opq = store.opaque_mask[rows]
-    sid = _content_ids(store, rows, opq)
+    sid = sid_of[rows]
     last = N[item] - W                                        # last window start of the item
     hit_a, hit_b, hit_item, hash_a, hash_b, hash_item = [], [], [], [], [], []
 
-    def decide(k, key, a, b, to_pos, hash_rest) -> None:
+    def decide(k, key, a, b, to_pos, hash_rest, earlier) -> None:
         """Window starts ``[a, b]`` (content coordinates) of pieces ``k``: held by an earlier item's piece
         of the same ``key`` -> seen; the rest hashed (``hash_rest``) or, opaque on every side, unseen."""
         ok = a <= b
         k, key, a, b, to_pos, hash_rest = k[ok], key[ok], a[ok], b[ok], to_pos[ok], hash_rest[ok]
-        rec, ca, cb = _earlier_cover(key, item[k], a, b)
+        rec, ca, cb = earlier.cover(key, item[k], a, b)
         hit_a.append(ca + to_pos[rec])
         hit_b.append(cb + to_pos[rec])
         hit_item.append(item[k][rec])
@@ -80,14 +116,14 @@ def covered_counts(store, rows: np.ndarray, item_offs: np.ndarray, width: int,
 
     # windows inside one piece: content (segment row, offset), or (stream, offset) for opaque content
     k = np.flatnonzero(L >= W)
-    decide(k, sid[k], p_lo[k], p_hi[k] - W, lo[k] - p_lo[k], ~opq[k])
+    decide(k, sid[k], p_lo[k], p_hi[k] - W, lo[k] - p_lo[k], ~opq[k], one)
     # windows across the boundary after a piece, over two pieces: content (left content and its end,
     # right content and its start, offset in the left piece)
     k = np.flatnonzero(item[1:] == item[:-1]) if O > 1 else np.zeros(0, np.int64)
     e, n = end[k], k + 1
     two_a, two_b = np.maximum(lo[k], e - W + 1), np.minimum(e - 1, end[n] - W)
     pkey = _mix_keys(sid[k], p_hi[k], sid[n], p_lo[n])
-    decide(k, pkey, two_a - lo[k] + p_lo[k], two_b - lo[k] + p_lo[k], lo[k] - p_lo[k], ~(opq[k] & opq[n]))
+    decide(k, pkey, two_a - lo[k] + p_lo[k], two_b - lo[k] + p_lo[k], lo[k] - p_lo[k], ~(opq[k] & opq[n]), two)
     # windows over three or more pieces: hashed
     for a, b, m in ((np.maximum(e - W + 1, 0), lo[k] - 1, lo[k] > e - W + 1),
                     (np.maximum(end[n] - W + 1, lo[k]), e - 1, end[n] - W + 1 <= e - 1)):
@@ -98,17 +134,51 @@ def covered_counts(store, rows: np.ndarray, item_offs: np.ndarray, width: int,
         hash_item.append(item[k][m])
     ha, hb, hi = (np.concatenate(x) for x in (hash_a, hash_b, hash_item))
     ha, hb, hi = _union(hi, ha, hb)
-    ja, jb, ji = _hashed_hits(store, rows, p_lo, offs, cum, ha, hb, hi, W)
-    a = np.concatenate([*hit_a, ja])
-    b = np.concatenate([*hit_b, jb])
-    it = np.concatenate([*hit_item, ji])
+    windows.add(store, rows, p_lo, offs, cum, ha, hb, hi, item0)
     # covered positions: [j, j + W) for every seen window start j, plus [0, prefix)
-    pa = np.concatenate([a, np.zeros(I, np.int64)])
-    pb = np.concatenate([b + W, pf])
-    pi = np.concatenate([it, np.arange(I)])
+    pa = np.concatenate([*hit_a, np.zeros(I, np.int64)])
+    pb = np.concatenate([*hit_b, pf - W]) + W
+    pi = np.concatenate([*hit_item, np.arange(I)])
     pa = np.maximum(pa, cf[pi])
     ok = pb > pa
-    return _union_length(pi[ok], pa[ok], pb[ok], I)
+    a, b, i = _union(pi[ok], pa[ok], pb[ok] - 1)
+    return a, b + 1, i + item0
+
+
+class _Earlier:
+    """Per content name (a key), the union of the window-start intervals of the items seen so far."""
+
+    def __init__(self) -> None:
+        self.key = self.a = self.b = None
+
+    def cover(self, key: np.ndarray, item: np.ndarray, a: np.ndarray, b: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`_earlier_cover` of the records ``(key, item, [a, b])`` of this chunk, earlier chunks'
+        intervals counting as items before all of them; then adds the records (merged per key).
+
+        NOTE (speed): only the kept intervals of this chunk's keys take part (found by bisection: the
+        intervals are kept sorted by key); the rest is carried over in one merge of two sorted runs."""
+        if self.key is None:
+            self.key, self.a, self.b = key[:0], np.zeros(0, np.int64), np.zeros(0, np.int64)
+        uk = np.unique(key)
+        lo, hi = np.searchsorted(self.key, uk, "left"), np.searchsorted(self.key, uk, "right")
+        sel = np.repeat(lo, hi - lo) + ramp(hi - lo)
+        n0 = sel.shape[0]
+        k = np.concatenate([self.key[sel], key])
+        A = np.concatenate([self.a[sel], a.astype(np.int64)])
+        B = np.concatenate([self.b[sel], b.astype(np.int64)])
+        rec, ca, cb = _earlier_cover(k, np.concatenate([np.full(n0, -1, np.int64), item]), A, B)
+        m = rec >= n0
+        if k.shape[0]:
+            names, g = np.unique(k, return_inverse=True)
+            A, B, g = _union(g.ravel().astype(np.int64), A, B)
+            keep = np.ones(self.key.shape[0], bool)
+            keep[sel] = False
+            k = np.concatenate([self.key[keep], names[g]])
+            order = np.argsort(k, kind="stable")              # (two sorted runs: merged)
+            self.key, self.a = k[order], np.concatenate([self.a[keep], A])[order]
+            self.b = np.concatenate([self.b[keep], B])[order]
+        return rec[m] - n0, ca[m], cb[m]
 
 
 # ---- Internal helpers -----------------------------------------------------------------------------
@@ -122,14 +192,14 @@ def _mix_keys(*cols) -> np.ndarray:
     return z
 
 
-def _content_ids(store, rows: np.ndarray, opq: np.ndarray) -> np.ndarray:
-    """int64 per piece: its content's identity. A stored segment is its row; an opaque segment is its
-    ``(key, salt)`` stream (a shorter block of a stream is a prefix of a longer one), numbered after the
-    rows."""
-    sid = rows.astype(np.int64, copy=True)
-    k = np.flatnonzero(opq)
+def _content_ids(store) -> np.ndarray:
+    """int64 per segment row of ``store``: its content's identity. A stored segment is its row; an opaque
+    segment is its ``(key, salt)`` stream (a shorter block of a stream is a prefix of a longer one),
+    numbered after the rows."""
+    sid = np.arange(len(store), dtype=np.int64)
+    k = np.flatnonzero(store.opaque_mask)
     if k.shape[0]:
-        pair = np.stack([store.keys[rows[k]], store.salts[rows[k]]], axis=1)
+        pair = np.stack([store.keys[k], store.salts[k]], axis=1)
         _, stream = np.unique(pair, axis=0, return_inverse=True)
         sid[k] = len(store) + stream.ravel().astype(np.int64)
     return sid
@@ -216,135 +286,6 @@ def _union_length(item: np.ndarray, a: np.ndarray, b: np.ndarray, I: int) -> np.
     return out
 
 
-def _hashed_hits(store, rows, p_lo, offs, cum, ha, hb, hi, W) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Runs ``(a, b, item)`` (inclusive) of window starts in the ranges ``[ha, hb]`` (of items ``hi``,
-    in item order) whose content occurred in an earlier item's hashed windows.
-
-    NOTE (memory): a window is held when another hashed window of a smaller item has its hash. The
-    hashes are made batch by batch and appended, with their window's running index, to partitions by
-    their top bits (:class:`_Parts`: in memory, or in one temporary file when there are more than
-    ``_SPILL_WINDOWS``); each partition is then decided alone. What stays in memory is one batch or one
-    partition, never an index of every distinct window (chat 10^6: ~430 M windows, 3.4 GB as sorted
-    levels, several times that while two merged)."""
-    none = np.zeros(0, np.int64)
-    if not ha.shape[0]:
-        return none, none, none
-    nwin = hb - ha + 1
-    wcum = np.zeros(nwin.shape[0] + 1, np.int64)             # running index of each range's first window
-    np.cumsum(nwin, out=wcum[1:])
-    total = int(wcum[-1])
-    nbits = min(max(int(np.ceil(np.log2(max(total / _PART_WINDOWS, 1)))), 0), 12)
-    span = np.cumsum(nwin + W - 1)                            # tokens per range, running
-    cut = np.searchsorted(span, np.arange(1, int(span[-1]) // _BATCH_TOKENS + 2) * _BATCH_TOKENS)
-    bounds = np.unique(np.r_[0, cut, ha.shape[0]].clip(0, ha.shape[0]))
-    with _Parts(1 << nbits, total > _SPILL_WINDOWS) as parts:
-        for lo_r, hi_r in zip(bounds[:-1], bounds[1:], strict=False):
-            a, b, it = ha[lo_r:hi_r], hb[lo_r:hi_r], hi[lo_r:hi_r]
-            toks, starts = _range_tokens(store, rows, p_lo, offs, cum, it, a, b + W)
-            wh = range_window_hashes(prefix_hashes(toks), starts, b - a + 1, W)[0]
-            del toks
-            if nbits:
-                key = (wh >> np.uint64(64 - nbits)).astype(np.uint16)
-                perm = np.argsort(key, kind="stable")       # (a radix sort: windows stay in order)
-                parts.add(wh[perm], perm.astype(np.uint32) if perm.shape[0] < 1 << 32 else perm,
-                          int(wcum[lo_r]), np.bincount(key, minlength=1 << nbits))
-            else:
-                parts.add(wh, np.arange(wh.shape[0], dtype=np.uint32), int(wcum[lo_r]),
-                          np.array([wh.shape[0]], np.int64))
-        held = [_held_windows(*parts.get(p), wcum, hi) for p in range(1 << nbits)]
-    g = np.sort(np.concatenate(held))
-    if not g.shape[0]:
-        return none, none, none
-    r = np.searchsorted(wcum, g, side="right") - 1
-    j = ha[r] + (g - wcum[r])
-    head = np.ones(g.shape[0], bool)
-    head[1:] = (g[1:] != g[:-1] + 1) | (r[1:] != r[:-1])
-    s = np.flatnonzero(head)
-    e = np.r_[s[1:], g.shape[0]] - 1
-    return j[s], j[e], hi[r[s]]
-
-
-_SPILL_WINDOWS = 1 << 24      # hashed windows above which the partitions go to a temporary file
-_PART_WINDOWS = 1 << 22       # hashed windows per partition (about)
-
-
-def _held_windows(h: np.ndarray, g: np.ndarray, wcum: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Running indices ``g`` (increasing) of the windows whose hash ``h`` a window of a smaller item
-    has too (items: ``hi`` of the range holding each index, ranges starting at ``wcum``).
-
-    NOTE (speed): one ``np.sort`` (2x cheaper than an argsort) finds the repeated hashes; only windows
-    with such a hash (nearly none: content met for the first time is nearly all unique) are ordered."""
-    sh = np.sort(h)
-    rep = sh[1:] == sh[:-1]
-    if not rep.any():
-        return np.zeros(0, np.int64)
-    dup = np.unique(sh[1:][rep])
-    del sh, rep
-    pos = np.minimum(np.searchsorted(dup, h), dup.shape[0] - 1)
-    k = np.flatnonzero(dup[pos] == h)
-    ch, cg = h[k], g[k]
-    order = np.argsort(ch, kind="stable")                    # equal hashes keep their window order
-    ch, cg = ch[order], cg[order]
-    ci = hi[np.searchsorted(wcum, cg, side="right") - 1]
-    head = np.ones(ch.shape[0], bool)
-    head[1:] = ch[1:] != ch[:-1]
-    return cg[ci > ci[head][np.cumsum(head) - 1]]
-
-
-class _Parts:
-    """Hashed windows by partition: per batch, ``(hash, index in batch)`` pairs grouped by partition,
-    kept in memory or appended to one temporary file (removed on exit); :meth:`get` gathers a
-    partition's pairs over all batches, as ``(hashes, running window indices)``, indices increasing."""
-
-    def __init__(self, num: int, spill: bool) -> None:
-        self.num, self.spill, self.batches = num, spill, []
-        self._dir = self._f = None
-
-    def __enter__(self) -> _Parts:
-        if self.spill:
-            import tempfile
-            self._dir = tempfile.TemporaryDirectory(prefix="pic-windows-")
-            self._f = open(f"{self._dir.name}/windows.bin", "w+b")   # noqa: SIM115 - closed in __exit__
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._dir.cleanup()
-        self.batches = []
-
-    def add(self, h: np.ndarray, k: np.ndarray, base: int, counts: np.ndarray) -> None:
-        at = np.zeros(self.num + 1, np.int64)
-        np.cumsum(counts, out=at[1:])
-        if self.spill:
-            pos = self._f.seek(0, 2)
-            self._f.write(memoryview(h))
-            self._f.write(memoryview(k))
-            h, k = pos, (pos + 8 * h.shape[0], k.dtype)
-        self.batches.append((h, k, base, at))
-
-    def get(self, p: int) -> tuple[np.ndarray, np.ndarray]:
-        n = sum(int(at[p + 1] - at[p]) for *_, at in self.batches)
-        hs, gs, o = np.empty(n, np.uint64), np.empty(n, np.int64), 0
-        for h, k, base, at in self.batches:
-            a, c = int(at[p]), int(at[p + 1] - at[p])
-            if not c:
-                continue
-            if self.spill:
-                self._f.seek(h + 8 * a)
-                self._f.readinto(memoryview(hs[o:o + c]))
-                kk = np.empty(c, k[1])
-                self._f.seek(k[0] + kk.itemsize * a)
-                self._f.readinto(memoryview(kk))
-            else:
-                hs[o:o + c] = h[a:a + c]
-                kk = k[a:a + c]
-            gs[o:o + c] = kk
-            gs[o:o + c] += base
-            o += c
-        return hs, gs
-
-
 def _first_held(levels: list[np.ndarray], wh: np.ndarray, wi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Windows (hashes ``wh`` of items ``wi``, in item order) held by the sorted ``levels`` or by an
     earlier item of this batch: ``(indices, their items)``; their hashes are added to ``levels``.
@@ -411,40 +352,6 @@ def _add_level(levels: list[np.ndarray], keys: np.ndarray) -> None:
         b, a = levels.pop(), levels.pop()
         levels.append(_sorted_unique(np.concatenate([a, b]), kind="stable"))   # two sorted runs: merged
 
-
-def _range_tokens(store, rows, pl0, offs, cum, it, a, b) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens of item ranges ``[a, b)`` (item ``it``), concatenated; ``starts`` [n]: where each begins.
-    Vectorized over the ranges: each range is cut at segment bounds, stored pieces gathered by index,
-    opaque ones derived in one call."""
-    n = a.shape[0]
-    lens = b - a
-    starts = np.zeros(n, np.int64)
-    np.cumsum(lens[:-1], out=starts[1:])
-    base = cum[offs[it]]                                      # first occurrence of the item in `cum`
-    # occurrence holding each range's first and last token
-    o0 = np.searchsorted(cum, base + a, side="right") - 1
-    o1 = np.searchsorted(cum, base + b - 1, side="right") - 1
-    cnt = o1 - o0 + 1
-    rid = np.repeat(np.arange(n), cnt)
-    occ = np.repeat(o0, cnt) + ramp(cnt)
-    p_lo = np.maximum(cum[occ], base[rid] + a[rid]) - cum[occ] + pl0[occ]   # offset within the segment
-    p_hi = np.minimum(cum[occ + 1], base[rid] + b[rid]) - cum[occ] + pl0[occ]
-    r = rows[occ]
-    plen = p_hi - p_lo
-    out = np.empty(int(lens.sum()), np.int32)
-    dst0 = np.zeros(plen.shape[0], np.int64)
-    np.cumsum(plen[:-1], out=dst0[1:])
-    t = store.offsets if store.token_offsets is None else store.token_offsets
-    stored = t[r + 1] > t[r]
-    if stored.any():
-        s = np.flatnonzero(stored)
-        step = ramp(plen[s])
-        out[np.repeat(dst0[s], plen[s]) + step] = store.tokens[np.repeat(t[r[s]] + p_lo[s], plen[s]) + step]
-    if not stored.all():
-        q = np.flatnonzero(~stored)
-        out[np.repeat(dst0[q], plen[q]) + ramp(plen[q])] = opaque_run(
-            opaque_bases(store.keys[r[q]], store.salts[r[q]]), p_lo[q], plen[q])
-    return out, starts
 
 def prompt_oracle(trace, order: np.ndarray, min_match: int) -> np.ndarray:
     """int64 [len(order)]: the trace-level oracle's reuse (:func:`engine.oracle.trace_oracle`) of the

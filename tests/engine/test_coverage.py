@@ -157,20 +157,23 @@ def test_duplicate_tokens_by_reference_equals_tokens(seed: int) -> None:
     assert want > 0
 
 
-@pytest.mark.parametrize(("part", "spill", "batch"), [(1 << 22, 1 << 24, 1 << 21), (8, 0, 50), (64, 1 << 24, 7)])
-def test_partitioned_windows_equal_token_oracle(monkeypatch, part: int, spill: int, batch: int) -> None:
-    """The hashed windows decided by partition (many partitions, tiny batches, spilled to a temporary
-    file that is removed afterwards) give the token-level oracle's counts and duplicate counts."""
+@pytest.mark.parametrize(("part", "spill", "batch", "chunk"),
+                         [(1 << 22, 1 << 24, 1 << 21, 1 << 18), (8, 0, 50, 1), (64, 1 << 24, 7, 5), (16, 300, 100, 40)])
+def test_partitioned_windows_equal_token_oracle(monkeypatch, part: int, spill: int, batch: int, chunk: int) -> None:
+    """Items in chunks (down to one item each) and hashed windows decided by partition (many partitions,
+    tiny batches, spilled to a temporary file, at once or midway, removed afterwards) give the
+    token-level oracle's counts and duplicate counts."""
     import os
     import tempfile
 
-    from pic.engine import coverage, oracle
+    from pic.engine import coverage, oracle, window_parts
     from pic.engine.radix import RadixTree
     from pic.engine.replay import workload_from_trace
 
-    monkeypatch.setattr(coverage, "_PART_WINDOWS", part)
-    monkeypatch.setattr(coverage, "_SPILL_WINDOWS", spill)
-    monkeypatch.setattr(coverage, "_BATCH_TOKENS", batch)
+    monkeypatch.setattr(window_parts, "_PART_WINDOWS", part)
+    monkeypatch.setattr(window_parts, "_SPILL_WINDOWS", spill)
+    monkeypatch.setattr(window_parts, "_BATCH_TOKENS", batch)
+    monkeypatch.setattr(coverage, "_CHUNK_PIECES", chunk)
     tmp = tempfile.mkdtemp()
     monkeypatch.setattr(tempfile, "tempdir", tmp)
     for seed in (0, 1):
