@@ -92,11 +92,12 @@ class RadixNode:
 class RadixTree:
     """Token radix tree; see the module docstring for the full contract."""
 
-    def __init__(self, page_size: int = 1, key: Callable[[Any], tuple[int, ...]] = lru) -> None:
+    def __init__(self, page_size: int = 1, key: Callable[[Any], tuple[int, ...]] = lru, evicts: bool = True) -> None:
         if page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
         self.page_size = page_size
         self.key = key
+        self.evicts = evicts       # False: never evicted, so no eviction heap is kept (~150 B per leaf)
         self.root = RadixNode(_EMPTY_SEQ, 0, 0, None, None, 0)
         self.root.lock_ref = 1  # never evicted, never counted
         self.evictable_tokens = 0
@@ -277,6 +278,8 @@ class RadixTree:
         return upper
 
     def _push(self, node: RadixNode) -> None:
+        if not self.evicts:
+            return
         heapq.heappush(self._heap, (self.key(node), next(self._seq), node))
         if len(self._heap) > 4 * self.num_nodes + 1024:
             self._compact()
