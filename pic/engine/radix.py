@@ -97,7 +97,9 @@ class RadixTree:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
         self.page_size = page_size
         self.key = key
-        self.evicts = evicts       # False: never evicted, so no eviction heap is kept (~150 B per leaf)
+        # False: no eviction heap is kept while nothing is evicted (~170 B per leaf; an unbounded cache),
+        # made from the unlocked leaves on the first evict / peek_key
+        self.evicts = evicts
         self.root = RadixNode(_EMPTY_SEQ, 0, 0, None, None, 0)
         self.root.lock_ref = 1  # never evicted, never counted
         self.evictable_tokens = 0
@@ -203,6 +205,8 @@ class RadixTree:
 
     def evict(self, num_tokens: int) -> int:
         """Evict unlocked leaves in key order until ``num_tokens`` are freed or none is left."""
+        if not self.evicts:
+            self._start_evicting()
         freed = 0
         heap = self._heap
         while freed < num_tokens and heap:
@@ -220,6 +224,8 @@ class RadixTree:
         """Key of the leaf :meth:`evict` would remove next (None when nothing is evictable); drops
         stale heap entries on the way. Lets a policy merge this tree's eviction order with another
         store's."""
+        if not self.evicts:
+            self._start_evicting()
         heap = self._heap
         while heap:
             k, _, node = heap[0]
@@ -283,6 +289,18 @@ class RadixTree:
         heapq.heappush(self._heap, (self.key(node), next(self._seq), node))
         if len(self._heap) > 4 * self.num_nodes + 1024:
             self._compact()
+
+    def _start_evicting(self) -> None:
+        """Keep the eviction heap from now on, starting with every unlocked leaf (ties in key then go
+        in tree order, not in the order the leaves were made)."""
+        self.evicts = True
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            if node.children:
+                stack.extend(node.children.values())
+            elif node is not self.root and node.lock_ref == 0:
+                self._push(node)
 
     def _remove_leaf(self, node: RadixNode) -> int:
         parent = node.parent

@@ -19,6 +19,7 @@ unless two segments differ there.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from pic.engine import eviction
@@ -48,7 +49,9 @@ class PrefixCache(CachePolicy):
 
     def __init__(self, ctx: PolicyContext, config: PrefixConfig | None = None) -> None:
         super().__init__(ctx, config)
-        self.tree = RadixTree(self.config.page_size, eviction.key(self.config.eviction))
+        # NOTE (memory): an unbounded cache never evicts on its own: no eviction heap until asked to
+        self.tree = RadixTree(self.config.page_size, eviction.key(self.config.eviction),
+                              evicts=not math.isinf(ctx.capacity_tokens))
         self._bpt = ctx.bytes_per_token
         self._cap_tokens = ctx.capacity_tokens
         self._reserved = 0                                  # tokens reserved by admitted, uncommitted
