@@ -50,21 +50,36 @@ def covered_counts(store, rows: np.ndarray, item_offs: np.ndarray, width: int,
     I = offs.shape[0] - 1
     cf = np.zeros(I, np.int64) if counted_from is None else np.asarray(counted_from, np.int64)
     pf = np.zeros(I, np.int64) if prefix is None else np.asarray(prefix, np.int64)
-    sid_of = _content_ids(store)
-    one, two, kept = _Earlier(), _Earlier(), []
-    with HashedWindows(W) as windows:
+
+    def chunks():
         for i0, i1 in _chunks(offs, _CHUNK_PIECES):
-            o0, o1 = int(offs[i0]), int(offs[i1])
-            piece = slice(o0, o1)
-            kept.append(_chunk(store, rows[piece], offs[i0:i1 + 1] - o0, i0, W, cf[i0:i1], pf[i0:i1], sid_of,
-                               None if p_lo is None else np.asarray(p_lo[piece], np.int64),
-                               None if p_hi is None else np.asarray(p_hi[piece], np.int64), one, two, windows))
+            piece = slice(int(offs[i0]), int(offs[i1]))
+            yield (rows[piece], offs[i0:i1 + 1] - offs[i0], cf[i0:i1], pf[i0:i1],
+                   None if p_lo is None else np.asarray(p_lo[piece], np.int64),
+                   None if p_hi is None else np.asarray(p_hi[piece], np.int64))
+
+    return covered_counts_chunked(store, chunks(), W)
+
+
+def covered_counts_chunked(store, chunks, width: int) -> np.ndarray:
+    """:func:`covered_counts` of items given chunk by chunk, in order: each chunk is ``(rows, item_offs
+    (from 0), counted_from, prefix, p_lo, p_hi)`` of its items (``p_lo``/``p_hi`` may be None). Only one
+    chunk's pieces are held at a time."""
+    W = int(width)
+    sid_of = _content_ids(store)
+    one, two, kept, cfs, i0 = _Earlier(), _Earlier(), [], [], 0
+    with HashedWindows(W) as windows:
+        for rows, offs, cf, pf, p_lo, p_hi in chunks:
+            kept.append(_chunk(store, rows, offs, i0, W, cf, pf, sid_of, p_lo, p_hi, one, two, windows))
+            cfs.append(cf)
+            i0 += offs.shape[0] - 1
         ja, jb, ji = windows.runs()
+    cf = np.concatenate(cfs) if cfs else np.zeros(0, np.int64)
     ka, kb, ki = (np.concatenate([k[x] for k in kept]) if kept else np.zeros(0, np.int64) for x in range(3))
     pa, pb, pi = np.concatenate([ka, ja]), np.concatenate([kb, jb + W]), np.concatenate([ki, ji])
     pa = np.maximum(pa, cf[pi])
     ok = pb > pa
-    return _union_length(pi[ok], pa[ok], pb[ok], I)
+    return _union_length(pi[ok], pa[ok], pb[ok], i0)
 
 
 _CHUNK_PIECES = 1 << 16       # pieces per chunk of items (about; an item is never split)

@@ -174,6 +174,7 @@ def test_partitioned_windows_equal_token_oracle(monkeypatch, part: int, spill: i
     monkeypatch.setattr(window_parts, "_SPILL_WINDOWS", spill)
     monkeypatch.setattr(window_parts, "_BATCH_TOKENS", batch)
     monkeypatch.setattr(coverage, "_CHUNK_PIECES", chunk)
+    monkeypatch.setattr(oracle, "_REF_BLOCK", max(1, chunk // 4))
     tmp = tempfile.mkdtemp()
     monkeypatch.setattr(tempfile, "tempdir", tmp)
     for seed in (0, 1):
