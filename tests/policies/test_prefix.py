@@ -112,3 +112,21 @@ def test_mooncake_hit_rate_equals_trace_prefix_reuse() -> None:
             total += n
     assert abs(reused / total - expected / total) < 0.005
     assert reused > 0
+
+
+def test_unbounded_cache_builds_its_eviction_heap_only_when_asked() -> None:
+    """An unbounded cache keeps no eviction heap while serving (memory); an explicit evict then frees
+    the same leaves, in the same order, as a tree that kept its heap all along."""
+    from pic.engine.radix import RadixTree
+
+    p = policies.build("prefix", make_ctx(float("inf")))
+    eager = RadixTree(evicts=True)
+    for i in range(12):
+        toks = np.r_[np.arange(30), np.arange(100 * i, 100 * i + 20 + i)]
+        serve(p, view(i, toks), i + 1)
+        eager.insert(toks, i + 1)
+    assert not p.tree._heap and not p.tree.evicts
+    for n in (25, 60, 10**6):
+        assert p.tree.evict(n) == eager.evict(n)
+        assert p.tree.total_tokens == eager.total_tokens
+    assert p.tree.total_tokens == 0
