@@ -47,7 +47,11 @@ def describe_series(segments: Iterable[Sequence[float]], metric: str,
                     percentiles: Sequence[float]) -> dict[str, float | None]:
     """:func:`describe` of the multiset in which segment ``(d0, step, n, w)`` holds the ``n`` values
     ``d0 + step*j`` (j = 0..n-1), each ``w`` times — without materializing it."""
-    seg = np.asarray([s for s in segments if s[2] > 0 and s[3] > 0], dtype=np.float64).reshape(-1, 4)
+    if isinstance(segments, np.ndarray):                  # (float64 [k, 4], e.g. ItlLog.array())
+        seg = segments.reshape(-1, 4)
+        seg = seg[(seg[:, 2] > 0) & (seg[:, 3] > 0)]
+    else:
+        seg = np.asarray([s for s in segments if s[2] > 0 and s[3] > 0], dtype=np.float64).reshape(-1, 4)
     keys = stat_keys(metric, percentiles)
     if seg.shape[0] == 0:
         return dict.fromkeys(keys)

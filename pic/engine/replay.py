@@ -221,7 +221,7 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
             if name in config.policies:
                 sim.held = _held(sim.pols, min_match)
             else:
-                sim.rows, sim.itl = sim.rows.select(_BASELINE_COLUMNS), []
+                sim.rows, sim.itl = sim.rows.select(_BASELINE_COLUMNS), np.zeros((0, 4))
             sim.pols = []
             if p + 1 < len(order):
                 # a radix tree's parent links are cycles: freed only by the cyclic GC. NOTE (speed): not
@@ -330,7 +330,7 @@ class _Sim:
     num_events: int
     wall: float
     pols: list
-    itl: list
+    itl: np.ndarray            # ITL segments of all replicas, float64 [k, 4] (engine.serving.itl)
     config: dict[str, Any]
     stats: dict[str, int]
     held: dict[str, Any] = dataclasses.field(default_factory=dict)   # _held(pols), once pols are dropped
@@ -361,7 +361,7 @@ def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, co
     order = np.argsort(reqs.column("request_id"), kind="stable")
     return _Sim(name, rows, order, sum(rep.busy_us for rep in sm.replicas) / 1e6,
                 int(reqs.column("finish_us").max(initial=0)), sm.peak_resident, sm.sim.num_events, wall, pols,
-                [seg for rep in sm.replicas for seg in rep.itl], pols[0].describe(), _stats(pols))
+                np.concatenate([rep.itl.array() for rep in sm.replicas]), pols[0].describe(), _stats(pols))
 
 
 def _oracle(trace: Trace, work: Workload, m: int) -> np.ndarray:

@@ -59,9 +59,15 @@ def _token_times(w, cost: FakeCost, budget: int) -> list[list[float]]:
     return times
 
 
-@pytest.mark.parametrize("budget, seed, span_us", [(512, 1, 1_000_000), (64, 2, 300_000), (8192, 4, 1)])
-def test_itl_tpot_e2el_match_per_token_reference(budget, seed, span_us):
-    """The closed-form ITL series, TPOT and E2EL equal those of a simulation that times every token."""
+@pytest.mark.parametrize("budget, seed, span_us, block", [(512, 1, 1_000_000, 4096), (64, 2, 300_000, 4096),
+                                                         (8192, 4, 1, 4096), (64, 2, 300_000, 3)])
+def test_itl_tpot_e2el_match_per_token_reference(monkeypatch, budget, seed, span_us, block):
+    """The closed-form ITL series, TPOT and E2EL equal those of a simulation that times every token
+    (also with older ITL segments moved into blocks of 3: engine.serving.itl)."""
+    from pic.engine.serving import itl
+
+    monkeypatch.setattr(itl, "_BLOCK", block)
+    monkeypatch.setattr(itl, "_KEEP", min(itl._KEEP, block))
     w = _workload(50, seed=seed, max_out=60, span_us=span_us)
     cost = FakeCost(fixed=1e-3, a=1e-6, b=0.0, c=1e-6)
     sm = ServingModel(w, [BrutePrefix(reject=True)], cost, token_budget=budget)
@@ -73,6 +79,7 @@ def test_itl_tpot_e2el_match_per_token_reference(budget, seed, span_us):
     want = describe(itls, "itl", PCTS)
     for k, v in want.items():
         assert got[k] == pytest.approx(v, rel=1e-6, abs=1e-9), k
+    assert serving_summary(rows, sm.replicas[0].itl.array(), percentiles=PCTS, slo={}) == got
     arrival = w.arrival_us / 1e6
     e2el = np.array([t[-1] for t in times]) - arrival
     tpot = np.array([(t[-1] - t[0]) / (len(t) - 1) for t in times if len(t) > 1])

@@ -24,6 +24,7 @@ from collections import deque
 from enum import IntEnum
 from typing import Any
 
+from pic.engine.serving.itl import ItlLog
 from pic.engine.serving.scheduler import decode_steps_covering, decode_time, to_us
 
 
@@ -54,8 +55,8 @@ class Replica:
         self._seq = itertools.count()
         self._decode_phase: tuple[int, int, float, float, int, int] | None = None
         #: ITL segments (first step s, step increment s, number of steps, decoders per step), in order
-        self.itl: list[list[float]] = []
-        self._itl_decode = -1   # index in itl of the running decode phase's segment (a cut shortens it)
+        self.itl = ItlLog()
+        self._itl_decode: list[float] | None = None   # the running decode phase's segment (a cut shortens it)
 
     # ---- Public API -------------------------------------------------------------------------------
     def pop_finished(self) -> list[int]:
@@ -133,8 +134,8 @@ class Replica:
         ctx = self.ctx_base + self.num_decode * self.steps
         end = now + to_us(decode_time(fixed, per, self.num_decode, ctx, n))
         self._decode_phase = (now, self.steps, fixed, per, ctx, n)
-        self._itl_decode = len(self.itl)
-        self.itl.append([fixed + per * ctx, per * self.num_decode, n, self.num_decode])
+        self._itl_decode = [fixed + per * ctx, per * self.num_decode, n, self.num_decode]
+        self.itl.append(self._itl_decode)
         self.steps += n
         self._set_phase(Phase.DECODE, now, end)
         return end
@@ -154,11 +155,11 @@ class Replica:
             return None
         self.busy_us -= self.busy_until - end
         self.steps = s0 + m
-        seg = self.itl[self._itl_decode]
+        seg = self._itl_decode
         if m:
             seg[2] = m
         else:
-            del self.itl[self._itl_decode]
+            self.itl.remove(seg)
         self._set_phase(Phase.WAKE, end, end)
         return end
 
