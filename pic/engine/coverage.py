@@ -82,7 +82,7 @@ def covered_counts_chunked(store, chunks, width: int) -> np.ndarray:
     return _union_length(pi[ok], pa[ok], pb[ok], i0)
 
 
-_CHUNK_PIECES = 1 << 16       # pieces per chunk of items (about; an item is never split)
+_CHUNK_PIECES = 1 << 15       # pieces per chunk of items (about; an item is never split)
 
 
 def _chunks(offs: np.ndarray, size: int) -> list[tuple[int, int]]:

@@ -235,7 +235,7 @@ def _duplicate_refs(runs: list[tuple], store, W: int) -> int:
     return int(covered_counts_chunked(store, chunks(), W).sum())
 
 
-_REF_BLOCK = 1 << 15
+_REF_BLOCK = 1 << 13
 
 
 def _ref_pieces(runs: list[tuple], W: int):

@@ -18,9 +18,9 @@ import numpy as np
 from pic.engine.rolling import prefix_hashes, ramp, range_window_hashes
 from pic.traces.content import opaque_bases, opaque_run
 
-_BATCH_TOKENS = 1 << 21       # tokens hashed per batch of ranges
+_BATCH_TOKENS = 1 << 19       # tokens hashed per batch of ranges
 _SPILL_WINDOWS = 1 << 22      # hashed windows held in memory at most; more go to a temporary file
-_PART_WINDOWS = 1 << 22       # hashed windows per partition when they are decided (about)
+_PART_WINDOWS = 1 << 21       # hashed windows per partition when they are decided (about)
 _BITS = 12                    # finest partition: the hash's top 12 bits (coarser ones are unions of them)
 
 
