@@ -129,3 +129,36 @@ def _check_tree(p, verify: bool) -> set[int]:
     assert np.unique(slots).shape[0] == slots.shape[0] == p._num_resident == int(p._alive.sum())
     assert len(tree._edges) == len(seen) and len(set(hashes)) == len(hashes)
     return set(hashes)
+
+
+def test_unbounded_queue_built_on_demand_evicts_as_a_kept_queue() -> None:
+    """An unbounded cache keeps no free queue until evict() is called; then it evicts exactly the blocks,
+    in exactly the order, of a cache that kept its queue all along (a finite capacity never reached)."""
+    from tests.policies.conftest import request_stream
+
+    rng = np.random.default_rng(11)
+    lazy = policies.build("block-hash", make_ctx(float("inf")), {"block_size": "8"})
+    kept = policies.build("block-hash", make_ctx(10**12), {"block_size": "8"})
+    assert not lazy._queue_kept and kept._queue_kept
+    live: list[tuple[RequestView, bool]] = []
+    num_evictions = 0
+    for t, req in enumerate(request_stream(seed=7, num_requests=150)):
+        plans = [p.lookup(req, t) for p in (lazy, kept)]
+        assert plans[0].num_reused == plans[1].num_reused
+        if all(p.admit(req, plan, t) for p, plan in zip((lazy, kept), plans, strict=True)):
+            live.append((req, False))
+        while live and (len(live) > 3 or rng.random() < 0.4):
+            j = int(rng.integers(len(live)))
+            r, committed = live[j]
+            for p in (lazy, kept):
+                (p.release if committed else p.commit)(r, t)
+            live[j] = (r, True)
+            if committed:
+                live.pop(j)
+        if rng.random() < 0.15:
+            n = int(rng.integers(1, 400)) * BYTES_PER_TOKEN
+            freed = [p.evict(n, t) for p in (lazy, kept)]
+            assert freed[0] == freed[1]
+            num_evictions += freed[0] > 0
+            assert np.array_equal(np.flatnonzero(lazy._alive), np.flatnonzero(kept._alive))
+    assert lazy._queue_kept and num_evictions > 5 and lazy.stats.evictions == kept.stats.evictions > 100

@@ -81,6 +81,10 @@ class BlockHashCache(CachePolicy):
         # was re-referenced, re-released or evicted since are stale and skipped on pop.
         self._queue: deque[tuple[np.ndarray, np.ndarray]] = deque()
         self._num_queued = 0
+        # NOTE (memory): an unbounded cache never evicts by itself, so it keeps no queue (16-32 B per
+        # block) until evict() is called: then the queue is built from the free blocks' ``free_seq``,
+        # which orders them exactly as the queue's valid entries would
+        self._queue_kept = ctx.capacity_tokens != float("inf")
         self._num_locked = 0                                  # blocks with ref > 0
         self._reserved = 0                                    # blocks reserved, not yet committed
         self._live: dict[int, tuple[np.ndarray, int, np.ndarray, int]] = {}  # held, reserved, hashes, want
@@ -258,6 +262,8 @@ class BlockHashCache(CachePolicy):
         seq = self._next_free_seq + np.arange(zero.shape[0], dtype=np.int64)
         self._free_seq[zero] = seq
         self._next_free_seq += zero.shape[0]
+        if not self._queue_kept:
+            return
         self._queue.append((seq, zero))
         self._num_queued += zero.shape[0]
         if self._num_queued > 2 * self._num_resident + 65_536:
@@ -267,6 +273,13 @@ class BlockHashCache(CachePolicy):
             self._num_queued = int(keep.sum())
 
     def _evict_blocks(self, num_blocks: int) -> int:
+        if not self._queue_kept:
+            top = self._top
+            free = np.flatnonzero(self._alive[:top] & (self._ref[:top] == 0))
+            free = free[np.argsort(self._free_seq[free])]
+            self._queue = deque([(self._free_seq[free], free)])
+            self._num_queued = free.shape[0]
+            self._queue_kept = True
         got: list[np.ndarray] = []
         num = 0
         while num < num_blocks and self._queue:

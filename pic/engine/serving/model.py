@@ -27,6 +27,7 @@ from pic.engine.serving.router import Router
 FINISH, PREFILL_DONE, ARRIVAL, SCHEDULE = (EventKind.FINISH, EventKind.PREFILL_DONE, EventKind.ARRIVAL,
                                            EventKind.SCHEDULE)
 ROTATED, RECOMPUTE = Action.REUSE_ROTATED, Action.RECOMPUTE
+_MEMO_MAX = 1 << 16         # prefill costs remembered by plan shape (cleared when full)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,8 @@ class ServingModel:
             key = (plan.num_tokens, plan.spans, plan.correction)
         pc = self._memo.get(key)
         if pc is None:
+            if len(self._memo) >= _MEMO_MAX:    # NOTE (memory): bounded (it grew by ~300 B per request)
+                self._memo.clear()
             pc = self._memo[key] = self.cost.prefill(plan)
         return pc
 
