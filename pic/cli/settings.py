@@ -101,7 +101,7 @@ def warning_lines(s: dict[str, Any]) -> list[str]:
 
 
 def _best_prefix_ttft(s: dict[str, Any]) -> float | None:
-    from pic.engine.report.headline import EXACT_PREFIX
+    from pic.engine.config import EXACT_PREFIX
 
     cand = [(p["token_hit_rate"], -p["ttft_p50_s"], p["ttft_p50_s"]) for n, p in s["policies"].items()
             if n in EXACT_PREFIX and not math.isnan(p["ttft_p50_s"])]

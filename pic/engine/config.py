@@ -12,7 +12,8 @@ from pic.traces.options import build_config, coerce_fields, coerce_value, defaul
 ROUTERS = ("round-robin", "least-loaded", "cache-aware")
 #: metrics a goodput SLO may bound (vLLM --goodput keys)
 SLO_KEYS = ("ttft", "tpot", "e2el")
-#: the exact-prefix caches a run may compare with (``baselines``): SGLang's radix cache and vLLM's prefix caching
+#: the exact-prefix policies: SGLang's radix cache and vLLM's prefix caching (the baselines a run may compare
+#: with; the report's candidates for "the best prefix cache")
 EXACT_PREFIX = ("prefix", "block-hash")
 #: bounds of what is physically meaningful (each replica is simulated; a step's token budget is a batch)
 MAX_REPLICAS = 4096
@@ -59,7 +60,7 @@ class ReplayConfig:
     verify: bool = field(default=False, metadata=_h("compare tokens on every hit; count collisions"))
     check_invariants: bool = field(default=False, metadata=_h("check every cache's usage() after every event"))
     max_requests: int | None = field(default=None, metadata=_h("replay only the first N requests (by arrival)"))
-    baselines: tuple[str, ...] = field(default=("prefix", "block-hash"), metadata=_h(
+    baselines: tuple[str, ...] = field(default=EXACT_PREFIX, metadata=_h(
         "exact-prefix caches replayed beside the policies (same trace, capacity and serving); every policy's "
         "recovery is measured against whichever reuses more"))
     cost: dict[str, Any] = field(default_factory=dict, metadata=_h("CostConfig field overrides"))

@@ -14,10 +14,9 @@ from typing import Any
 
 import polars as pl
 
+from pic.engine.config import EXACT_PREFIX
 from pic.engine.report.data import fmt_pct, scenario_title
 
-#: exact-prefix policies (candidates for "the best prefix cache")
-EXACT_PREFIX = ("prefix", "block-hash")
 FEATURED = "irminsul"
 _MINUS = "\u2212"
 
