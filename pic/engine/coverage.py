@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pic.engine.rolling import ramp
+from pic.engine.rolling import ramp, sorted_unique
 from pic.engine.window_parts import HashedWindows
 from pic.traces.content import splitmix64
 
@@ -342,13 +342,6 @@ def _first_held(levels: list[np.ndarray], wh: np.ndarray, wi: np.ndarray) -> tup
     return idx[hit], ci[hit]
 
 
-def _sorted_unique(x: np.ndarray, kind: str = "quicksort") -> np.ndarray:
-    s = np.sort(x, kind=kind)
-    keep = np.ones(s.shape[0], bool)
-    keep[1:] = s[1:] != s[:-1]
-    return s[keep]
-
-
 def _in_levels_sorted(levels: list[np.ndarray], ks: np.ndarray) -> np.ndarray:
     """bool per key of the sorted ``ks``: held by one of the sorted ``levels`` (sorted queries make each
     ``searchsorted`` walk a level nearly sequentially)."""
@@ -365,7 +358,7 @@ def _add_level(levels: list[np.ndarray], keys: np.ndarray) -> None:
     levels.append(keys)
     while len(levels) > 1 and levels[-1].shape[0] >= levels[-2].shape[0]:
         b, a = levels.pop(), levels.pop()
-        levels.append(_sorted_unique(np.concatenate([a, b]), kind="stable"))   # two sorted runs: merged
+        levels.append(sorted_unique(np.concatenate([a, b]), kind="stable"))   # two sorted runs: merged
 
 
 def prompt_oracle(trace, order: np.ndarray, min_match: int) -> np.ndarray:
