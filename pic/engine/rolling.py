@@ -146,18 +146,12 @@ class BlockHasher:
         pw, ipw = _powers(n)
         k = rows.shape[0]
         phase = b[:-1] % bs
-        start = np.where(phase == 0, self._opq_start[rows], -1)
-        full = self._opq_full[rows]
-        need = np.flatnonzero(start < 0)
-        if need.shape[0]:
-            keys = (rows[need] * bs + phase[need]).tolist()
-            got = [self._known.get(x) for x in keys]
-            miss = [j for j, x in enumerate(got) if x is None]
-            if miss:
-                self._add_stored(store, rows[need[miss]], phase[need[miss]], [keys[j] for j in miss])
-                got = [self._known[x] for x in keys]
-            start[need] = [x[0] for x in got]
-            full[need] = np.array([x[1] for x in got], np.uint64)
+        # NOTE (speed): a segment's partial sums at the first phase it is met at sit in per-row arrays
+        # (opaque ones at phase 0 from the start), read in one gather; only other phases use a dict
+        start, full = self._kstart[rows], self._kfull[rows]
+        miss = np.flatnonzero(self._kphase[rows] != phase)
+        if miss.shape[0]:
+            self._fill(store, rows, phase, miss, start, full)
         s = np.zeros(k + 1, np.uint64)
         np.cumsum(ipw[b[:-1]] * full, out=s[1:])
         if not nb:
@@ -173,10 +167,13 @@ class BlockHasher:
         """Pool the opaque segments' block values (all of them at once, vectorized)."""
         bs = self.block
         self._store = store
-        self._known: dict[int, tuple[int, int]] = {}      # row * block + phase -> (pool start, g(L))
         n = len(store)
-        self._opq_start = np.full(n, -1, np.int64)
-        self._opq_full = np.zeros(n, np.uint64)
+        # per row, the phase its values were pooled at first (-1: none yet), their pool start and g(L);
+        # NOTE (memory): 20 B per segment row (a dict entry per row was ~150 B)
+        self._kphase = np.full(n, -1, np.int32)
+        self._kstart = np.zeros(n, np.int64)
+        self._kfull = np.zeros(n, np.uint64)
+        self._other: dict[int, tuple[int, int]] = {}      # row * block + phase -> (pool start, g(L)), others
         lens = np.diff(store.offsets)
         t = store.token_offsets
         rows = np.flatnonzero(t[1:] == t[:-1]) if t is not None else np.zeros(0, np.int64)
@@ -198,30 +195,67 @@ class BlockHasher:
         last = np.zeros(rows.shape[0], np.uint64)
         last[has] = self._pool[starts[has] + nblk[has] - 1]
         tail = splitmix64((base ^ lens[rows].astype(np.uint64)) * np.uint64(0xA24BAED4963EE407))
-        self._opq_start[rows] = starts
-        self._opq_full[rows] = np.where(lens[rows] % bs != 0, last + tail, last)
+        self._kphase[rows] = 0
+        self._kstart[rows] = starts
+        self._kfull[rows] = np.where(lens[rows] % bs != 0, last + tail, last)
+
+    def _fill(self, store, rows: np.ndarray, phase: np.ndarray, miss: np.ndarray, start: np.ndarray,
+              full: np.ndarray) -> None:
+        """``start`` / ``full`` of the segments ``rows[miss]``, whose phase is not their first one's (or who
+        have none yet): from the dict, else pooled now (:meth:`_add_stored`)."""
+        bs, other = self.block, self._other
+        keys = (rows[miss] * bs + phase[miss]).tolist()
+        new: dict[int, int] = {}                       # key -> index in miss, of keys pooled by nobody yet
+        for j, x in enumerate(keys):
+            if x not in other and x not in new:
+                r = x // bs
+                if self._kphase[r] != x - r * bs:
+                    new[x] = j
+        if new:
+            at = miss[list(new.values())]
+            self._add_stored(store, rows[at], phase[at], list(new))
+        kp = self._kphase
+        for j, x in enumerate(keys):
+            r = x // bs
+            if kp[r] == x - r * bs:
+                start[miss[j]], full[miss[j]] = self._kstart[r], self._kfull[r]
+            else:
+                start[miss[j]], full[miss[j]] = other[x]
 
     def _add_stored(self, store, rows: np.ndarray, phases: np.ndarray, keys: list[int]) -> None:
         """Token partial sums of segments ``rows`` at ``phases`` (one vectorized pass), appended to the pool."""
         bs = self.block
         lens = store.offsets[rows + 1] - store.offsets[rows]   # (not a diff over the whole store)
-        toks = store.gather(rows) if rows.shape[0] > 1 else store.segment(int(rows[0]))
         _, ipw = _powers(int(lens.max()))
-        within = ramp(lens)
-        c = np.cumsum(mix(toks) * ipw[within + 1], dtype=np.uint64)
-        ends = np.cumsum(lens)
-        before = np.zeros(rows.shape[0], np.uint64)
-        before[1:] = c[ends[:-1] - 1]
-        first = (bs - phases) % bs
-        first[first == 0] = bs
+        if rows.shape[0] <= 8:
+            # NOTE (speed): a request brings one or two new segments: their views (or derived tokens) and
+            # weight slices, concatenated, cost ~10 us; gather + ramp cost ~50 us at any size
+            ls = lens.tolist()
+            parts = [store.segment(r) for r in rows.tolist()]
+            toks = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            w = ipw[1:ls[0] + 1] if len(ls) == 1 else np.concatenate([ipw[1:x + 1] for x in ls])
+        else:
+            toks = store.gather(rows)
+            w = ipw[ramp(lens) + 1]
+        c = np.cumsum(mix(toks) * w, dtype=np.uint64)
+        ends = np.cumsum(lens).tolist()
+        first = ((bs - phases) % bs).tolist()
         out = []
         pos = self._pool_n
-        for j in range(rows.shape[0]):
-            a = int(ends[j] - lens[j])
-            seg = c[a + int(first[j]) - 1:int(ends[j]):bs] - before[j]
-            self._known[keys[j]] = (pos, (int(c[int(ends[j]) - 1]) - int(before[j])) % (1 << 64))
+        kp, other, prev = self._kphase, self._other, 0
+        for j, r in enumerate(rows.tolist()):
+            e = ends[j]
+            before = int(c[prev - 1]) if prev else 0
+            seg = c[prev + (first[j] or bs) - 1:e:bs] - np.uint64(before)
+            val = (pos, (int(c[e - 1]) - before) % (1 << 64))
+            if kp[r] < 0:
+                kp[r] = int(phases[j])
+                self._kstart[r], self._kfull[r] = val
+            else:
+                other[keys[j]] = val
             out.append(seg)
             pos += seg.shape[0]
+            prev = e
         if pos > self._pool.shape[0]:          # NOTE: grow geometrically, in place (no views are kept)
             self._pool.resize(max(pos, 2 * self._pool.shape[0]), refcheck=False)
         if out:
