@@ -23,14 +23,72 @@ _EMPTY_S = np.zeros(0, np.int64)
 
 
 class _Edge:
-    __slots__ = ("hashes", "slots", "children", "parent", "eid")
+    """A run of resident blocks: their hashes and slots. NOTE (memory): slots handed out in one piece
+    (every allocation of a cache that never evicts) are kept as their first slot ``s0``, not an array."""
 
-    def __init__(self, hashes: np.ndarray, slots: np.ndarray, parent: _Edge | None, eid: int) -> None:
+    __slots__ = ("hashes", "key", "s0", "_sl", "kids", "parent", "eid")
+
+    def __init__(self, hashes: np.ndarray, slots: np.ndarray | int, parent: _Edge | None, eid: int) -> None:
         self.hashes = hashes
-        self.slots = slots
-        self.children: dict[int, _Edge] = {}
+        self.key = int(hashes[0]) if hashes.shape[0] else None        # first hash: the parent's key for it
+        self.s0, self._sl = (slots, None) if isinstance(slots, int) else (-1, slots)
+        # children: None (a leaf), the only child, or a dict by first hash. NOTE (memory): a dict per edge
+        # was ~95 B per leaf and 224 B per single child (chat: every turn's edge hangs below the last one's)
+        self.kids: _Edge | dict[int, _Edge] | None = None
         self.parent = parent
         self.eid = eid
+
+    @property
+    def children(self) -> dict[int, _Edge]:
+        """The children by first hash (a new dict)."""
+        k = self.kids
+        return {} if k is None else dict(k) if type(k) is dict else {k.key: k}
+
+    def child(self, h: int) -> _Edge | None:
+        k = self.kids
+        if k is None:
+            return None
+        if type(k) is dict:
+            return k.get(h)
+        return k if k.key == h else None
+
+    def adopt(self, c: _Edge) -> None:
+        k = self.kids
+        if k is None:
+            self.kids = c
+        elif type(k) is dict:
+            k[c.key] = c
+        else:
+            self.kids = {k.key: k, c.key: c}
+
+    def disown(self, c: _Edge) -> None:
+        k = self.kids
+        if k is c:
+            self.kids = None
+        elif type(k) is dict and k.get(c.key) is c:
+            del k[c.key]
+            if len(k) == 1:
+                self.kids = next(iter(k.values()))
+
+    @property
+    def slots(self) -> np.ndarray:
+        """int64: the slot of each block."""
+        return self._sl if self.s0 < 0 else np.arange(self.s0, self.s0 + self.hashes.shape[0])
+
+    def at(self, lo: int, hi: int | None = None) -> slice | np.ndarray:
+        """Index of the slots of blocks ``[lo, hi)`` into per-slot arrays (a slice when consecutive)."""
+        hi = self.hashes.shape[0] if hi is None else hi
+        return slice(self.s0 + lo, self.s0 + hi) if self.s0 >= 0 else self._sl[lo:hi]
+
+    def piece(self, lo: int, hi: int) -> np.ndarray | int:
+        """Slots of blocks ``[lo, hi)``, as :meth:`BlockChains.insert` takes them."""
+        return self.s0 + lo if self.s0 >= 0 else self._sl[lo:hi]
+
+    def cut(self, n: int) -> None:
+        """Keep the first ``n`` blocks."""
+        self.hashes = self.hashes[:n]
+        if self.s0 < 0:
+            self._sl = self._sl[:n]
 
 
 class BlockChains:
@@ -63,36 +121,41 @@ class BlockChains:
         pieces: list[np.ndarray] = []
         while i < limit:
             if o == e.hashes.shape[0]:
-                c = e.children.get(int(hashes[i]))
+                c = e.child(int(hashes[i])) if e.kids is not None else None
                 if c is None:
                     break
                 e, o = c, 0
             m = min(e.hashes.shape[0] - o, limit - i)
             a, b = e.hashes[o:o + m], hashes[i:i + m]
             k = m if np.array_equal(a, b) else int(np.argmin(a == b))
-            pieces.append(e.slots[o:o + k])
+            if k:
+                pieces.append(np.arange(e.s0 + o, e.s0 + o + k) if e.s0 >= 0 else e._sl[o:o + k])
             i += k
             o += k
             if k < m:
                 break
         return i, pieces, (e, o)
 
-    def insert(self, pos: tuple[_Edge, int], hashes: np.ndarray, slots: np.ndarray) -> None:
-        """Add a run of new blocks (``hashes`` with their ``slots``) after walk position ``pos``."""
+    def insert(self, pos: tuple[_Edge, int], hashes: np.ndarray, slots: np.ndarray | int) -> None:
+        """Add a run of new blocks (``hashes`` with their ``slots``: an array, or the first of consecutive
+        ones) after walk position ``pos``."""
         e, o = pos
-        if o < e.hashes.shape[0]:                       # the run leaves e mid-way: split e at o
-            tail = self._edge(e.hashes[o:], e.slots[o:], e)
-            tail.children = e.children
+        n = e.hashes.shape[0]
+        if o < n:                                       # the run leaves e mid-way: split e at o
+            tail = self._edge(e.hashes[o:], e.piece(o, n), e)
+            tail.kids = e.kids
             for c in tail.children.values():
                 c.parent = tail
-            self.eid[tail.slots] = tail.eid
-            self.off[tail.slots] -= o
-            e.hashes, e.slots = e.hashes[:o], e.slots[:o]
-            e.children = {int(tail.hashes[0]): tail}
+            at = tail.at(0)
+            self.eid[at] = tail.eid
+            self.off[at] -= o
+            e.cut(o)
+            e.kids = tail
         new = self._edge(hashes.copy(), slots, e)
-        e.children[int(hashes[0])] = new
-        self.eid[slots] = new.eid
-        self.off[slots] = np.arange(slots.shape[0])
+        e.adopt(new)
+        at = new.at(0)
+        self.eid[at] = new.eid
+        self.off[at] = np.arange(hashes.shape[0])
         self.version += 1
 
     def evicted(self, slots: np.ndarray, alive: np.ndarray) -> None:
@@ -100,23 +163,20 @@ class BlockChains:
         leaves, so an edge's evicted blocks are its tail and everything below them)."""
         for eid in np.unique(self.eid[slots]).tolist():
             e = self._edges[eid]
-            keep = int(np.count_nonzero(alive[e.slots]))
-            if keep == e.slots.shape[0]:
+            keep = int(np.count_nonzero(alive[e.at(0)]))
+            if keep == e.hashes.shape[0]:
                 continue
-            e.children = {}
+            e.kids = None
             if keep:
-                e.hashes, e.slots = e.hashes[:keep], e.slots[:keep]
+                e.cut(keep)
             else:
                 del self._edges[eid]
-                p = e.parent
-                key = int(e.hashes[0])
-                if p.children.get(key) is e:
-                    del p.children[key]
+                e.parent.disown(e)
         self.eid[slots] = 0
         self.version += 1
 
     # ---- Internal helpers -------------------------------------------------------------------------
-    def _edge(self, hashes: np.ndarray, slots: np.ndarray, parent: _Edge) -> _Edge:
+    def _edge(self, hashes: np.ndarray, slots: np.ndarray | int, parent: _Edge) -> _Edge:
         e = _Edge(hashes, slots, parent, self._next_eid)
         self._edges[e.eid] = e
         self._next_eid += 1
