@@ -180,27 +180,44 @@ class Irminsul(CachePolicy):
             got = self._analyze(req)
         bounds, fps, uses, toks, off = got.bounds, got.fps, got.uses, got.toks, got.off
         st = self._store
-        if sum(b - a for a, b, _, _ in uses) != plan.num_reused:
+        if sum([b - a for a, b, _, _ in uses]) != plan.num_reused:
             return self._stale([])            # not the plan this cache answered
         locked: list[Extent] = []
         views: list[tuple[int, int, list[Extent]]] = []    # target range of each use -> its locked extents
+        split = False
         for a, b, x, lo in uses:
+            if x.parts is None and lo == 0 and b - a == x.size and x.alive:     # a whole extent: lock it
+                if not x.refs:
+                    st.evictable -= x.nbytes
+                    st.protected += x.nbytes
+                x.refs += 1
+                locked.append(x)
+                views.append((a, b, [x]))
+                continue
             got_x = st.lock_range(x, lo, lo + b - a)
             if not got_x:                     # evicted since lookup: the plan is stale
                 return self._stale(locked)
+            split = True
             locked += got_x
             views.append((a, b, got_x))
         # a later lock may have split an extent an earlier use locked (the prompt reuses the same stored
         # run twice): views point at the live parts
-        views = [(a, b, xs if all(x.parts is None for x in xs) else [y for x in xs for y in st.parts_of(x)])
-                 for a, b, xs in views]
-        new: dict[int, int] = {}              # fp -> chunk index, first occurrence, in prompt order
-        for k, fp in enumerate(fps):
-            if fp not in self._entries and fp not in new:
-                new[fp] = k
+        if split:
+            views = [(a, b, xs if all(x.parts is None for x in xs) else [y for x in xs for y in st.parts_of(x)])
+                     for a, b, xs in views]
+        entries = self._entries
+        fresh = [(fp, k) for k, fp in enumerate(fps) if fp not in entries]
+        new = dict(fresh)                     # fp -> chunk index, first occurrence, in prompt order
+        if len(new) < len(fresh):
+            new = {}
+            for fp, k in fresh:
+                new.setdefault(fp, k)
         ends = [e for _, e, _ in views]       # views are disjoint, in target order
-        gaps = {k: layout_gaps(views, bisect_right(ends, bounds[k]), bounds[k], bounds[k + 1]) for k in new.values()}
-        sizes = {k: sum(b - a for a, b in g) for k, g in gaps.items()}
+        # NOTE (speed): a chunk after the last reused range is recomputed whole (most new chunks)
+        last = ends[-1] if ends else 0
+        gaps = {k: [(bounds[k], bounds[k + 1])] if bounds[k] >= last else
+                layout_gaps(views, bisect_right(ends, bounds[k]), bounds[k], bounds[k + 1]) for k in new.values()}
+        sizes = {k: g[0][1] - g[0][0] if len(g) == 1 else sum([b - a for a, b in g]) for k, g in gaps.items()}
         need = sum(sizes.values())
         bpt = self.ctx.bytes_per_token
         room = self.ctx.capacity_bytes - st.evictable - st.protected
@@ -209,8 +226,10 @@ class Irminsul(CachePolicy):
             room = self.ctx.capacity_bytes - st.evictable - st.protected
         src, chunks, full = req.seq, [], True
         m, tb = self.config.min_match, _int32_bytes(toks) if new else b""
+        m4, made, mbytes = 4 * m, 0, 0
         for fp, k in new.items():
-            cost = sizes[k] * bpt
+            size = sizes[k]
+            cost = size * bpt
             if cost > room or (cost and not full):
                 full = False
                 self.stats.extra["unstored_tokens"] += cost // bpt
@@ -220,12 +239,21 @@ class Irminsul(CachePolicy):
             # one copy (the tries index it); a chunk before the tokens the lookup made is read by reference
             ctoks = np.array(toks[a - off:b - off] if a >= off else src.tokens(a, b), dtype=np.int32)
             g = gaps[k]
-            own = [st.new_extent(src, g0, g1 - g0, now_us) for g0, g1 in g]
-            pieces = [[own[0], 0, b - a]] if len(g) == 1 and g[0] == (a, b) else \
-                layout_pieces(views, bisect_right(ends, a), own, g, a, b)
-            keys = (tb[4 * (a - off):4 * (a - off + m)], tb[4 * (b - off - m):4 * (b - off)]) \
+            keys = (tb[4 * (a - off):4 * (a - off) + m4], tb[4 * (b - off) - m4:4 * (b - off)]) \
                 if tb and a >= off and b - a >= m else None
+            if len(g) == 1 and size == b - a:     # recomputed whole: one own extent (new_extent, register inline)
+                x = Extent(src, a, size, cost, now_us, 1, fp)
+                c = Chunk(fp, ctoks, [[x, 0, size]], rid, [x], keys)
+                entries[fp] = c
+                made += 1
+                mbytes += cost
+                chunks.append(c)
+                continue
+            own = [st.new_extent(src, g0, g1 - g0, now_us) for g0, g1 in g]
+            pieces = layout_pieces(views, bisect_right(ends, a), own, g, a, b)
             chunks.append(st.register(fp, ctoks, pieces, rid, own, keys))
+        st.protected += mbytes
+        st.num_extents += made
         self.stats.extra["partly_stored"] += not full
         self._live[rid] = (locked, chunks)
         self._pending[rid] = got._replace(uses=[], toks=NO_TOKENS)       # the layout, for commit
@@ -233,8 +261,7 @@ class Irminsul(CachePolicy):
 
     def commit(self, req: RequestView, now_us: int) -> None:
         got = self._pending.pop(req.request_id, None)
-        for c in self._live.get(req.request_id, ([], []))[1]:
-            self._store.make_ready(c, now_us, self.config.s1)
+        self._store.make_ready(self._live.get(req.request_id, ([], []))[1], now_us, self.config.s1)
         if got is not None and got.fps:
             self._store.prompts.add(req.seq, (got.bounds, got.fps, got.anchors, got.hard, got.marked), now_us,
                                    4 * self.ctx.capacity_tokens + 2**20)
@@ -245,6 +272,13 @@ class Irminsul(CachePolicy):
         st = self._store
         # NOTE: tail first (vLLM frees a request's blocks reversed): among extents of equal recency the
         # end of a prompt is evicted before its head, so a chunk loses its tail and keeps serving its head
+        if all(c.ready for c in chunks):      # committed: nothing to drop, one pass over the extents
+            xs = [x for c in reversed(chunks) for x in reversed(c.own)]
+            for c in chunks:
+                c.own = _RELEASED
+            xs += reversed(locked)
+            st.unlock_all(xs)
+            return
         for c in reversed(chunks):
             alive = self._entries.get(c.fp) is c
             if alive and not c.ready:          # released without commit: its KV never materialized
@@ -296,10 +330,24 @@ class Irminsul(CachePolicy):
         n, k, m, tb = req.num_tokens, 0, self.config.min_match, None
         pos = self._prefix(req, best, best_len, uses)
         ex["prefix_tokens"] += pos
+        # NOTE (speed): a chunk whose fingerprint, first and last ``min_match`` tokens are all unknown to the
+        # store misses every stage (lookup, chunk trie, tail trie, no S1): told from slices of one bytes
+        # copy of the tokens, with no array slice or call per chunk (most new content of a trace)
+        fast = toks.dtype == np.int32 and not self.config.s1
+        if fast:
+            st, tb = self._store, _int32_bytes(toks)
+            get, heads, tails = self._entries.get, st._heads, st._tails if st.rtrie is not None else {}
+            nt, m4, misses = toks.shape[0] + off, 4 * m, 0
         while pos < n:
             while bl[k + 1] <= pos:
                 k += 1
             a, b = bl[k], bl[k + 1]
+            if fast and pos == a and get(fl[k]) is None and (nt - a < m or tb[4 * (a - off):4 * (a - off) + m4]
+                                                             not in heads) \
+                    and (b - a < m or tb[4 * (b - off) - m4:4 * (b - off)] not in tails):
+                misses += 1
+                pos = b
+                continue
             if pos == a:
                 ex["chunk_lookups"] += 1
             e = self._get(fl[k], toks, a - off, b - off)
@@ -327,6 +375,8 @@ class Irminsul(CachePolicy):
                 if self.config.s1 and rest > pos:
                     self._s1(toks, off, pos, rest, uses)
                 pos = b
+        if fast:
+            ex["chunk_lookups"] += misses
         uses.sort(key=lambda u: u[0])        # S1 adds end-aligned windows after start-aligned ones
         return got._replace(uses=uses)
 

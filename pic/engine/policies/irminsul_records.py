@@ -22,11 +22,12 @@ class Extent:
     __slots__ = ("src", "base_pos", "size", "nbytes", "refs", "last_access_us", "hits", "created_us", "alive",
                  "users", "parts")
 
-    def __init__(self, src: Seq, base_pos: int, size: int, nbytes: int, now: int) -> None:
+    def __init__(self, src: Seq, base_pos: int, size: int, nbytes: int, now: int, refs: int = 0,
+                 user: int | None = None) -> None:
         self.src, self.base_pos, self.size, self.nbytes = src, base_pos, size, nbytes
-        self.refs, self.last_access_us, self.hits, self.created_us = 0, now, 0, now
+        self.refs, self.last_access_us, self.hits, self.created_us = refs, now, 0, now
         self.alive = True
-        self.users: set[int] = set()
+        self.users: set[int] = set() if user is None else {user}
         self.parts: tuple[Extent, Extent, int] | None = None
 
     @property

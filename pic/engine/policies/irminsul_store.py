@@ -152,6 +152,22 @@ class ChunkStore:
             return
         self._push(x)
 
+    def unlock_all(self, xs: list[Extent]) -> None:
+        """:meth:`unlock` each of ``xs`` in order (inline for an unsplit extent)."""
+        for x in xs:
+            if x.parts is not None:
+                self.unlock(x)
+                continue
+            x.refs -= 1
+            if x.refs:
+                continue
+            self.protected -= x.nbytes
+            self.evictable += x.nbytes
+            if x.users:
+                self._push(x)
+            else:                         # nothing indexes it any more: unreachable
+                self._free(x)
+
     def _push(self, x: Extent) -> None:
         """``x`` became evictable: on the heap (or the list of an unbounded store)."""
         if self._unheaped is not None:
@@ -203,12 +219,24 @@ class ChunkStore:
             x.users.add(fp)
         return c
 
-    def make_ready(self, c: Chunk, now_us: int, windows: bool) -> None:
-        """The chunk's KV exists: index its tokens in the trie(s) (and its S1 windows when ``windows``)."""
-        c.ready = True
-        if windows:
-            self._add_windows(c)
-        self._index(c)
+    def make_ready(self, chunks: list[Chunk], now_us: int, windows: bool) -> None:
+        """The chunks' KV exists: index their tokens in the trie(s) (and their S1 windows when ``windows``),
+        in order (:meth:`_index`, inline: one call per request)."""
+        m, heads, tails = self.min_match, self._heads, self._tails
+        for c in chunks:
+            c.ready = True
+            if windows:
+                self._add_windows(c)
+            c.indexed = t = c.tokens
+            if t.shape[0] >= m:
+                hk, tk = c.keys if c.keys is not None else (t[:m].tobytes(), t[-m:].tobytes())
+                heads[hk] = heads.get(hk, 0) + 1
+                tails[tk] = tails.get(tk, 0) + 1
+            c.keys = None
+            log = self._log
+            log += (True, c, t)
+            if len(log) > 3 * (2 * len(self.entries) + 4096):     # bounded: replay it now and then
+                self._flush()
 
     def pieces(self, c: Chunk, off: int, end: int) -> list[tuple[Extent, int, int, int]]:
         """``(extent, ext_lo, ext_hi, chunk_pos)`` covering the chunk's tokens ``[off, end)``."""
