@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_scale import POLICIES, REPO, machine, run_child  # noqa: E402
+from bench_children import POLICIES, REPO, machine, run_child  # noqa: E402
 
 
 def replay(checkout: Path, trace: str, policy: str) -> dict:

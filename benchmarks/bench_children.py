@@ -1,0 +1,258 @@
+"""Child processes of the speed-and-scale benchmarks (issue #12): each measurement runs in a fresh process so
+that its peak RSS and CPU seconds belong to one thing. ``run_child`` runs a command and reads its CPU time
+from ``wait4``; ``python benchmarks/bench_children.py KIND ARGS`` is child mode (used by ``child_json``):
+it prints one JSON line.
+
+    python benchmarks/bench_children.py replay TRACE POLICY MAX_REQUESTS PROFILE_ROWS
+    python benchmarks/bench_children.py open TRACE
+    python benchmarks/bench_children.py cdc NUM_TOKENS
+    python benchmarks/bench_children.py digests TRACE POLICY[,POLICY] MAX_REQUESTS CAPACITY
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+POLICIES = ("prefix", "block-hash", "fixed-chunk", "irminsul")
+ENV = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+       "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+
+
+# ---- running children --------------------------------------------------------------------------------
+def run_child(cmd: list[str], timeout: float | None = None, cwd: Path = REPO) -> dict:
+    """Run ``cmd`` in ``cwd``; return its exit code, CPU seconds (user + sys, from wait4), peak RSS, stdout."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, env=ENV, cwd=cwd)
+        try:
+            _, status, ru = os.wait4(p.pid, 0)
+        except KeyboardInterrupt:
+            p.kill()
+            raise
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    res = {"rc": p.returncode, "cpu_s": ru.ru_utime + ru.ru_stime, "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
+           "wall_s": time.perf_counter() - t0, "peak_rss_mb": ru.ru_maxrss / 1024, "stdout": stdout}
+    if p.returncode != 0:
+        res["stderr"] = stderr[-2000:]
+    return res
+
+
+def child_json(args: list[str]) -> dict:
+    """Run this script in child mode; its last stdout line is a JSON object."""
+    r = run_child([sys.executable, str(Path(__file__).resolve()), *args])
+    if r["rc"] != 0:
+        return {"error": r.get("stderr", "")[-600:], "peak_rss_mb": r["peak_rss_mb"]}
+    d = json.loads(r["stdout"].strip().splitlines()[-1])
+    d["child_peak_rss_mb"] = round(r["peak_rss_mb"])
+    d["child_cpu_s"] = round(r["cpu_s"], 3)
+    return d
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _current_rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def child_replay(trace: str, policy: str, max_requests: int | None, profile: int) -> dict:
+    """In-process: read the trace, then time replay() alone (process CPU)."""
+    import gc
+
+    sys.path.insert(0, str(REPO))
+    from pic.engine.config import ReplayConfig
+    from pic.engine.replay import read_trace_file, replay
+
+    c0 = time.process_time()
+    tr = read_trace_file(trace)
+    read_cpu = time.process_time() - c0
+    rss_read = _rss_mb()
+    config = ReplayConfig(policies=(policy,), max_requests=max_requests)
+    gc_time = [0.0]
+    gc_t0 = [0.0]
+
+    def gc_cb(phase: str, _info: dict) -> None:
+        if phase == "start":
+            gc_t0[0] = time.process_time()
+        else:
+            gc_time[0] += time.process_time() - gc_t0[0]
+
+    gc.callbacks.append(gc_cb)
+    prof = None
+    if profile:
+        import cProfile
+        prof = cProfile.Profile(time.process_time)
+        prof.enable()
+    c0 = time.process_time()
+    res = replay(tr, config)
+    cpu = time.process_time() - c0
+    if prof is not None:
+        prof.disable()
+    gc.callbacks.remove(gc_cb)
+    s = res.summary["policies"][policy]
+    out = {"trace": Path(trace).name, "policy": policy, "requests": s["requests"],
+           "prompt_tokens": s["prompt_tokens"], "read_cpu_s": round(read_cpu, 3), "replay_cpu_s": round(cpu, 3),
+           "req_per_cpu_s": round(s["requests"] / cpu), "token_hit_rate": s["token_hit_rate"],
+           "gc_cpu_s": round(gc_time[0], 3), "rss_after_read_mb": round(rss_read), "peak_rss_mb": round(_rss_mb())}
+    if prof is not None:
+        import pstats
+        st = pstats.Stats(prof)
+        rows = []
+        total = sum(v[2] for v in st.stats.values())
+        for (fn, line, name), (_cc, nc, tt, ct, _) in sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:profile]:
+            short = fn.replace(str(REPO) + "/", "")
+            rows.append({"function": f"{short}:{line}({name})", "calls": nc, "own_s": round(tt, 3),
+                         "cum_s": round(ct, 3), "own_share": round(tt / total, 3) if total else 0})
+        out["profile_total_s"] = round(total, 3)
+        out["profile"] = rows
+    return out
+
+
+def child_open(trace: str) -> dict:
+    """In-process: CPU seconds and RSS to open (read + validate) a canonical trace."""
+    sys.path.insert(0, str(REPO))
+    from pic.traces.io import read_trace
+    rss0 = _current_rss_mb()
+    c0 = time.process_time()
+    tr = read_trace(trace)
+    cpu = time.process_time() - c0
+    return {"open_cpu_s": round(cpu, 3), "rss_before_open_mb": round(rss0), "rss_after_open_mb": round(_current_rss_mb()),
+            "peak_rss_mb": round(_rss_mb()), "requests": tr.num_requests, "segments": len(tr.segments)}
+
+
+def child_digests(trace: str, policies: list[str], max_requests: int | None, capacity: str) -> dict:
+    """In-process: sha256 of every Plan each policy's lookup returned, in call order (shadow excluded)."""
+    import hashlib
+
+    sys.path.insert(0, str(REPO))
+    from pic.engine import policies as registry
+    from pic.engine.config import ReplayConfig, parse_size
+    from pic.engine.replay import read_trace_file, replay
+
+    tr = read_trace_file(trace)
+    out = {}
+    for name in policies:
+        h = hashlib.sha256()
+        build = registry.build
+
+        def recording_build(pname, ctx, opts=None, _name=name, _h=h, _build=build):
+            pol = _build(pname, ctx, opts)
+            if pname != _name:
+                return pol
+            inner = pol.lookup
+
+            def lookup(req, now, _inner=inner):
+                plan = _inner(req, now)
+                _h.update(repr((req.request_id, now, plan.num_tokens,
+                                [(s.start, s.end, int(s.action), s.source_pos, int(s.tier)) for s in plan.spans],
+                                plan.correction)).encode())
+                return plan
+            pol.lookup = lookup
+            return pol
+
+        registry.build = recording_build
+        try:
+            replay(tr, ReplayConfig(policies=(name,), max_requests=max_requests,
+                                   capacity_bytes=parse_size(capacity)))
+        finally:
+            registry.build = build
+        out[name] = h.hexdigest()[:20]   # the plans (and when they were asked for) only
+    return {"trace": Path(trace).name, "capacity": capacity, "max_requests": max_requests, "digests": out}
+
+
+def child_cdc(num_tokens: int) -> dict:
+    """CDC + fingerprints vs raw xxh64 over the same bytes (one stream), best of 5, this process: the numpy
+    paths and, where numba loads, the compiled kernels (``pic.accel``), side by side."""
+    import numpy as np
+    import xxhash
+
+    sys.path.insert(0, str(REPO))
+    from pic import accel
+    from pic.engine.cdc import CDCConfig, chunk, fingerprints, gear_hash
+
+    toks = np.random.default_rng(0).integers(0, 150_000, num_tokens, dtype=np.int32)
+    cfg = CDCConfig()
+    raw = toks.tobytes()
+
+    def best(fn) -> float:
+        b = float("inf")
+        for _ in range(5):
+            t0 = time.process_time()
+            fn()
+            b = min(b, time.process_time() - t0)
+        return b
+
+    prompts = [toks[s:s + 4096] for s in range(0, num_tokens, 4096)]
+
+    def per_prompt() -> None:
+        for p in prompts:
+            fingerprints(p, chunk(p, cfg))
+
+    t_xxh = best(lambda: xxhash.xxh64_intdigest(raw))
+    out = {"tokens": num_tokens, "xxh64_Mtok_s": round(num_tokens / t_xxh / 1e6, 1)}
+    t0 = time.process_time()
+    compiled = accel.available()
+    out["accel_load_cpu_s"] = round(time.process_time() - t0, 3)
+    for m, tag in (("0", "numpy"), ("1", "compiled")):
+        if m == "1" and not compiled:
+            out["compiled"] = "numba not available"
+            continue
+        accel.set_mode(m)
+        t_gear = best(lambda: gear_hash(toks))
+        t_cdc = best(lambda: fingerprints(toks, chunk(toks, cfg)))
+        t_pp = best(per_prompt)
+        out[tag] = {"gear_Mtok_s": round(num_tokens / t_gear / 1e6, 1),
+                    "cdc_fp_Mtok_s": round(num_tokens / t_cdc / 1e6, 1),
+                    "cdc_fp_per_4096_prompt_Mtok_s": round(num_tokens / t_pp / 1e6, 1),
+                    "gear_vs_xxh64": round(t_xxh / t_gear, 3), "cdc_fp_vs_xxh64": round(t_xxh / t_cdc, 3),
+                    "cdc_fp_per_prompt_vs_xxh64": round(t_xxh / t_pp, 3)}
+    accel.set_mode(None)
+    return out
+
+
+def machine() -> dict:
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "commit": rev,
+            "loadavg": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+
+def main(argv: list[str]) -> None:
+    kind, *rest = argv
+    if kind == "replay":
+        out = child_replay(rest[0], rest[1], int(rest[2]) or None, int(rest[3]))
+    elif kind == "open":
+        out = child_open(rest[0])
+    elif kind == "cdc":
+        out = child_cdc(int(rest[0]))
+    elif kind == "digests":
+        out = child_digests(rest[0], rest[1].split(","), int(rest[2]) or None, rest[3])
+    else:
+        raise SystemExit(f"unknown child {kind}")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
