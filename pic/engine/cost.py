@@ -193,24 +193,30 @@ class CostModel:
         the attention phase by each side's own attention cost (the chunk over its context vs the decodes over
         theirs); recurrent-state traffic per sequence. A calibration profile's measured step is split by
         token count."""
-        step = self.step_time(((num_new, num_cached),), num_decode, decode_context_tokens)
-        if num_new <= 0:
-            return step, 0.0
-        tok = num_new / (num_new + num_decode)
-        if self.profile is not None or not num_decode:
-            return step, step * tok
-        m, kvb = self.model, self._kvb
-        num_tokens = num_new + num_decode
+        if num_new <= 0 or self.profile is not None:
+            step = self.step_time(((num_new, num_cached),), num_decode, decode_context_tokens)
+            return (step, 0.0) if num_new <= 0 else (step, step * (num_new / (num_new + num_decode)))
+        # NOTE (speed): step_time's terms for one chunk, inlined (the same operations in the same order, so
+        # the same floats), each computed once for the step and the share (called per prefill chunk)
+        m, kvb, dctx = self.model, self._kvb, decode_context_tokens
+        n, c = int(num_new), int(num_cached)
+        num_tokens = n + num_decode
         lin_f = self._lin_per_token * num_tokens + self._lm_flops * (1 + num_decode)
         lin_b = self._weights(num_tokens) + num_tokens * kvb
-        pre_f, pre_b = m.attention_flops(num_new, num_cached), (num_new + num_cached) * kvb
-        dec_f, dec_b = decode_context_tokens * self._dec_attn, decode_context_tokens * kvb
+        pre_f = m.attention_flops(n, c)
+        t_lin = self._phase(lin_f, lin_b)
+        t_rec = self._phase(0.0, 2.0 * (1 + num_decode) * self._state)
+        step = (t_lin + self._phase(pre_f + dctx * self._dec_attn, (n + c) * kvb + dctx * self._kv_read) + t_rec
+                + self.config.step_overhead_s)
+        tok = num_new / (num_new + num_decode)
+        if not num_decode:
+            return step, step * tok
+        pre_b = (num_new + num_cached) * kvb
+        dec_f, dec_b = dctx * self._dec_attn, dctx * kvb
         t_att = self._phase(pre_f + dec_f, pre_b + dec_b)
         a_pre, a_dec = self._phase(pre_f, pre_b), self._phase(dec_f, dec_b)
         att_share = a_pre / (a_pre + a_dec) if a_pre + a_dec > 0 else tok
-        t_rec = self._phase(0.0, 2.0 * (1 + num_decode) * self._state)
-        share = ((self._phase(lin_f, lin_b) + self.config.step_overhead_s) * tok + t_att * att_share
-                 + t_rec / (1 + num_decode))
+        share = ((t_lin + self.config.step_overhead_s) * tok + t_att * att_share + t_rec / (1 + num_decode))
         return step, share
 
     def decode_step_coeffs(self, num_decode: int) -> tuple[float, float]:

@@ -225,3 +225,22 @@ def test_fast_weight_bytes_match_spec(name):
     cm = CostModel(MODELS[name], H200)
     for t in (1, 2, 17, 256, 5000):
         assert cm._weights(t) == pytest.approx(MODELS[name].weight_bytes_read(t), rel=1e-12)
+
+
+@pytest.mark.parametrize("kv_read", [None, 96.0])
+def test_prefill_step_is_step_time_split(kv_read):
+    """prefill_step's step equals step_time of the same step exactly (every preset, dense or compressed KV
+    reads, with and without decoders); the prefill's share is within the step, and all of it alone."""
+    import random
+
+    rng = random.Random(5)
+    for m in MODELS.values():
+        cm = CostModel(m, H200, kv_read_bytes=kv_read)
+        for _ in range(300):
+            n, c = rng.choice([1, 7, 512, rng.randrange(1, 9000)]), rng.choice([0, rng.randrange(0, 100_000)])
+            nd = rng.choice([0, 1, rng.randrange(1, 300)])
+            ctx = rng.randrange(nd, 10**7) if nd else 0
+            step, share = cm.prefill_step(n, c, nd, ctx)
+            assert step == cm.step_time([(n, c)], nd, ctx)
+            assert (share == step) if nd == 0 else (0.0 < share < step)
+        assert cm.prefill_step(0, 100, 4, 4000) == (cm.step_time([], 4, 4000), 0.0)
