@@ -294,7 +294,7 @@ def test_overlapping_locks_of_one_extent_leave_live_parts():
 
     st = ChunkStore(lru, 128, BPT)
     x = st.new_extent(Seq.of_array(_rand(32, 140)), 100, 40, 0)
-    st.register(1, x.tokens.copy(), [[x, 0, 40]], 0, [x])
+    st.register(1, x.src, x.base_pos, 40, [[x, 0, 40]], 0, [x])
     st.unlock(x)
     first = st.lock_range(x, 0, 20)
     second = st.lock_range(x, 10, 30)

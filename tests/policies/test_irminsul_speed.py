@@ -90,8 +90,9 @@ def _plans(reqs: list[RequestView], capacity_tokens: float, eager: bool, monkeyp
     # chunks indexed now
     st, m, want = pol._store, pol._store.min_match, ({}, {})
     for c in st.entries.values():
-        t = c.indexed
-        if t is not None and t.shape[0] >= m:
+        n = c.indexed
+        if n is not None and n >= m:
+            t = c.part(0, n)
             for d, k in zip(want, (t[:m].tobytes(), t[-m:].tobytes()), strict=True):
                 d[k] = d.get(k, 0) + 1
     assert (st._heads, st._tails) == want

@@ -236,14 +236,12 @@ class Irminsul(CachePolicy):
                 continue
             room -= cost
             a, b = bounds[k], bounds[k + 1]
-            # one copy (the tries index it); a chunk before the tokens the lookup made is read by reference
-            ctoks = np.array(toks[a - off:b - off] if a >= off else src.tokens(a, b), dtype=np.int32)
             g = gaps[k]
             keys = (tb[4 * (a - off):4 * (a - off) + m4], tb[4 * (b - off) - m4:4 * (b - off)]) \
                 if tb and a >= off and b - a >= m else None
             if len(g) == 1 and size == b - a:     # recomputed whole: one own extent (new_extent, register inline)
                 x = Extent(src, a, size, cost, now_us, 1, fp)
-                c = Chunk(fp, ctoks, [[x, 0, size]], rid, [x], keys)
+                c = Chunk(fp, src, a, size, [[x, 0, size]], rid, [x], keys)
                 entries[fp] = c
                 made += 1
                 mbytes += cost
@@ -251,7 +249,7 @@ class Irminsul(CachePolicy):
                 continue
             own = [st.new_extent(src, g0, g1 - g0, now_us) for g0, g1 in g]
             pieces = layout_pieces(views, bisect_right(ends, a), own, g, a, b)
-            chunks.append(st.register(fp, ctoks, pieces, rid, own, keys))
+            chunks.append(st.register(fp, src, a, b - a, pieces, rid, own, keys))
         st.protected += mbytes
         st.num_extents += made
         self.stats.extra["partly_stored"] += not full
@@ -427,7 +425,7 @@ class Irminsul(CachePolicy):
 
     def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Chunk | None:
         e = self._entries.get(fp)
-        if e is None or not e.ready or e.tokens.shape[0] != b - a:    # (a cut chunk serves its head only)
+        if e is None or not e.ready or e.size != b - a:    # (a cut chunk serves its head only)
             return None
         if self.ctx.verify:
             self.stats.verified_hits += 1
@@ -472,7 +470,7 @@ class Irminsul(CachePolicy):
             e = self._entries[fp]
             if self.ctx.verify:
                 self.stats.verified_hits += 1
-                if not np.array_equal(e.tokens[:b - a], req.seq.tokens(a, b)):
+                if not np.array_equal(e.part(0, b - a), req.seq.tokens(a, b)):
                     self.stats.collisions += 1
                     return a
             self._span(uses, e, a, b, 0)
@@ -488,7 +486,7 @@ class Irminsul(CachePolicy):
         if n < self.config.min_match:
             return hi
         self.stats.extra["tail_tokens"] += n
-        self._span(uses, c, hi - n, hi, c.tokens.shape[0] - n)
+        self._span(uses, c, hi - n, hi, c.size - n)
         return hi - n
 
     def _s1(self, toks: np.ndarray, base: int, lo: int, hi: int, uses: list[Use]) -> None:
@@ -513,7 +511,7 @@ class Irminsul(CachePolicy):
             e, off = got
             if self.ctx.verify:
                 self.stats.verified_hits += 1
-                if not np.array_equal(e.tokens[off:off + w], toks[s - base:s - base + w]):
+                if not np.array_equal(e.part(off, off + w), toks[s - base:s - base + w]):
                     self.stats.collisions += 1
                     continue
             ex["window_hits"] += 1

@@ -66,6 +66,6 @@ class PromptIndex:
             c = self.entries.get(fp)
             if c is None or not c.ready:
                 return bounds[j]
-            if c.tokens.shape[0] < bounds[j + 1] - bounds[j]:     # cut chunk: its head only
-                return min(num, bounds[j] + c.tokens.shape[0])
+            if c.size < bounds[j + 1] - bounds[j]:     # cut chunk: its head only
+                return min(num, bounds[j] + c.size)
         return num

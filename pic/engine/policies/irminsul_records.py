@@ -42,16 +42,28 @@ class Extent:
 
 class Chunk:
     """One registry entry: a content-defined chunk as pieces ``[extent, offset, length]`` in token order;
-    ``node``: its end node in the chunk trie (None until ready)."""
+    its tokens are those of prompt ``src`` at ``[pos, pos + size)`` (by reference, no copy: a cut chunk keeps
+    its first ``size``); ``node``: its end node in the chunk trie (None until ready)."""
 
-    __slots__ = ("fp", "tokens", "pieces", "owner", "ready", "windows", "node", "rnode", "own", "indexed", "keys")
+    __slots__ = ("fp", "src", "pos", "size", "pieces", "owner", "ready", "windows", "node", "rnode", "own",
+                 "indexed", "keys", "head")
 
-    def __init__(self, fp: int, tokens: np.ndarray, pieces: list[list[Any]], owner: int,
+    def __init__(self, fp: int, src: Seq, pos: int, size: int, pieces: list[list[Any]], owner: int,
                  own: list[Extent], keys: tuple[bytes, bytes] | None = None) -> None:
-        self.fp, self.tokens, self.pieces, self.owner, self.own = fp, tokens, pieces, owner, own
+        self.fp, self.src, self.pos, self.size, self.pieces, self.owner, self.own = fp, src, pos, size, pieces, owner, own
         self.keys = keys        # bytes of its first and last min_match tokens, until it is indexed (or None)
+        self.head: bytes | None = None            # bytes of its first min_match tokens, once indexed
         self.ready = False
         self.windows: list[int] = NONE            # S1 window fingerprints it registered (a list once it has)
         self.node: RadixNode | None = None       # end node of its tokens in the chunk trie
         self.rnode: RadixNode | None = None      # end node of its reversed tokens in the tail trie
-        self.indexed: np.ndarray | None = None   # the tokens it is indexed under in the tries (None: not)
+        self.indexed: int | None = None          # how many of its tokens the tries index (None: not indexed)
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """int32 [size]: its tokens (derived from ``src`` on each call: a view where the prompt stores them)."""
+        return self.part(0, self.size)
+
+    def part(self, lo: int, hi: int) -> np.ndarray:
+        """int32: its tokens ``[lo, hi)``."""
+        return self.src.tokens(self.pos + lo, self.pos + hi).astype(np.int32, copy=False)

@@ -68,7 +68,7 @@ class ChunkStore:
         self.min_match = min_match
         self._heads: dict[bytes, int] = {}
         self._tails: dict[bytes, int] = {}
-        self._log: list = []        # index?, chunk, its tokens then; flat (no tuple per entry: fewer GC objects)
+        self._log: list = []        # index?, chunk, how many of its tokens; flat (no tuple per entry: fewer GC objects)
         self.evictable = self.protected = 0
         self.num_extents = 0
         self._heap: list[tuple[tuple[int, ...], int, Extent]] = []
@@ -209,11 +209,12 @@ class ChunkStore:
         return freed
 
     # ---- Public API: chunks -----------------------------------------------------------------------
-    def register(self, fp: int, tokens: np.ndarray, pieces: list[list[Any]], owner: int,
+    def register(self, fp: int, src: Seq, pos: int, size: int, pieces: list[list[Any]], owner: int,
                  own: list[Extent], keys: tuple[bytes, bytes] | None = None) -> Chunk:
-        """A new, not yet ready chunk over ``pieces`` (``own``: its freshly computed extents; ``keys``: the
-        bytes of its first and last ``min_match`` tokens when the caller has them)."""
-        c = Chunk(fp, tokens, pieces, owner, own, keys)
+        """A new, not yet ready chunk over ``pieces`` whose tokens are ``src``'s ``[pos, pos + size)`` (``own``:
+        its freshly computed extents; ``keys``: the bytes of its first and last ``min_match`` tokens when the
+        caller has them)."""
+        c = Chunk(fp, src, pos, size, pieces, owner, own, keys)
         self.entries[fp] = c
         for x, _, _ in pieces:
             x.users.add(fp)
@@ -227,14 +228,15 @@ class ChunkStore:
             c.ready = True
             if windows:
                 self._add_windows(c)
-            c.indexed = t = c.tokens
-            if t.shape[0] >= m:
-                hk, tk = c.keys if c.keys is not None else (t[:m].tobytes(), t[-m:].tobytes())
+            c.indexed = n = c.size
+            if n >= m:
+                hk, tk = c.keys if c.keys is not None else _keys(c, n, m)
+                c.head = hk
                 heads[hk] = heads.get(hk, 0) + 1
                 tails[tk] = tails.get(tk, 0) + 1
             c.keys = None
             log = self._log
-            log += (True, c, t)
+            log += (True, c, n)
             if len(log) > 3 * (2 * len(self.entries) + 4096):     # bounded: replay it now and then
                 self._flush()
 
@@ -268,7 +270,7 @@ class ChunkStore:
             else:
                 lost.append(x)
             pos += n
-        c.pieces, c.tokens, c.keys = keep, c.tokens[:at], None
+        c.pieces, c.size, c.keys = keep, at, None
         if c.ready:
             self._unindex(c)
             self._index(c)
@@ -343,7 +345,7 @@ class ChunkStore:
         """Whether another indexed chunk may begin with all of ready chunk ``c``'s tokens (``c``'s end node
         in the chunk trie has children)."""
         m = self.min_match
-        if c.tokens.shape[0] >= m and self._heads.get(c.tokens[:m].tobytes(), 0) < 2:
+        if c.size >= m and self._heads.get(c.head, 0) < 2:
             return False                      # c is the only indexed chunk beginning with its first m tokens
         self._flush()
         return c.node is not None and bool(c.node.children)
@@ -401,37 +403,37 @@ class ChunkStore:
         """Put a ready chunk's tokens in the trie (and reversed in the tail trie), each end node locked
         and naming it; a path another chunk already names (same tokens) stays that chunk's. Logged now,
         done in :meth:`_flush`."""
-        c.indexed = t = c.tokens
-        if t.shape[0] >= self.min_match:
-            m = self.min_match
-            hk, tk = c.keys if c.keys is not None else (t[:m].tobytes(), t[-m:].tobytes())
+        c.indexed = n = c.size
+        if n >= self.min_match:
+            hk, tk = c.keys if c.keys is not None else _keys(c, n, self.min_match)
+            c.head = hk
             for d, k in ((self._heads, hk), (self._tails, tk)):
                 d[k] = d.get(k, 0) + 1
         c.keys = None
-        self._log += (True, c, t)
+        self._log += (True, c, n)
         if len(self._log) > 3 * (2 * len(self.entries) + 4096):     # bounded: replay it now and then
             self._flush()
 
     def _unindex(self, c: Chunk) -> None:
-        t = c.indexed
-        if t is None:
+        n = c.indexed
+        if n is None:
             return
         c.indexed = None
-        if t.shape[0] >= self.min_match:
-            m = self.min_match
-            for d, k in ((self._heads, t[:m].tobytes()), (self._tails, t[-m:].tobytes())):
+        if n >= self.min_match:
+            for d, k in ((self._heads, c.head), (self._tails, c.part(n - self.min_match, n).tobytes())):
                 if d[k] == 1:
                     del d[k]
                 else:
                     d[k] -= 1
-        self._log += (False, c, t)
+        self._log += (False, c, n)
 
     def _flush(self) -> None:
         """Replay the logged index operations into the tries, in order."""
         log, self._log = self._log, []
         for i in range(0, len(log), 3):
-            add, c, t = log[i], log[i + 1], log[i + 2]
+            add, c, n = log[i], log[i + 1], log[i + 2]
             if add:
+                t = c.part(0, n)
                 c.node = _claim(self.trie, t, c.fp)
                 if self.rtrie is not None:
                     c.rnode = _claim(self.rtrie, np.ascontiguousarray(t[::-1]), c.fp)
@@ -479,12 +481,12 @@ class ChunkStore:
         return pos
 
     def _add_windows(self, c: Chunk) -> None:
-        w, n = self.s1_window, c.tokens.shape[0]
+        w, n, toks = self.s1_window, c.size, c.tokens
         if c.windows is _NONE:
             c.windows = []
         offs = set(range(0, n - w + 1, w)) | set(range(n - w, -1, -w))
         for off in sorted(offs):
-            wfp = cdc.fingerprint(c.tokens[off:off + w])
+            wfp = cdc.fingerprint(toks[off:off + w])
             if wfp not in self.windows:
                 self.windows[wfp] = (c.fp, off)
                 c.windows.append(wfp)
@@ -498,6 +500,11 @@ def _claim(tree: RadixTree, toks: np.ndarray, fp: int) -> RadixNode | None:
     node.value = fp
     tree.inc_lock(node)
     return node
+
+
+def _keys(c: Chunk, n: int, m: int) -> tuple[bytes, bytes]:
+    """Bytes of the first and last ``m`` of chunk ``c``'s first ``n`` tokens (``c.head`` once known)."""
+    return c.head if c.head is not None else c.part(0, m).tobytes(), c.part(n - m, n).tobytes()
 
 
 def _evictable(x: Extent) -> bool:
