@@ -114,16 +114,19 @@ def _check_tree(p, verify: bool) -> set[int]:
     while stack:
         e, parent_hash = stack.pop()
         if e is not tree.root:
-            assert e.slots.shape[0] >= 1 and (p._alive[e.slots]).all()
-            assert (tree.eid[e.slots] == e.eid).all() and (tree.off[e.slots] == np.arange(e.slots.shape[0])).all()
+            h = tree.hashes(e)
+            assert e.n == h.shape[0] == e.slots.shape[0] >= 1 and (p._alive[e.slots]).all()
+            assert (tree.eid[e.slots] == e.eid).all() and e.key == h[0]
+            if e.s0 < 0:
+                assert (tree.off[e.slots] == np.arange(e.n)).all()
             if verify:
-                assert (p._hash[e.slots] == e.hashes).all()
-                assert p._parent[e.slots[0]] == parent_hash and (p._parent[e.slots[1:]] == e.hashes[:-1]).all()
+                assert (p._hash[e.slots] == h).all()
+                assert p._parent[e.slots[0]] == parent_hash and (p._parent[e.slots[1:]] == h[:-1]).all()
             seen.append(e.slots)
-            hashes += e.hashes.tolist()
-            parent_hash = e.hashes[-1]
+            hashes += h.tolist()
+            parent_hash = h[-1]
         for key, c in e.children.items():
-            assert key == c.hashes[0] and c.parent is e
+            assert key == c.key and c.parent is e
             stack.append((c, parent_hash))
     slots = np.concatenate(seen) if seen else np.zeros(0, np.int64)
     assert np.unique(slots).shape[0] == slots.shape[0] == p._num_resident == int(p._alive.sum())
