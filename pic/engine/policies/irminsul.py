@@ -42,7 +42,7 @@ the tokens of a continued conversation's shared prefix are never made.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -213,48 +213,55 @@ class Irminsul(CachePolicy):
             for fp, k in fresh:
                 new.setdefault(fp, k)
         ends = [e for _, e, _ in views]       # views are disjoint, in target order
-        # NOTE (speed): a chunk after the last reused range is recomputed whole (most new chunks)
+        # NOTE (speed): a chunk after the last reused range is recomputed whole (most new chunks); only the
+        # others get their gaps listed
         last = ends[-1] if ends else 0
-        gaps = {k: [(bounds[k], bounds[k + 1])] if bounds[k] >= last else
-                layout_gaps(views, bisect_right(ends, bounds[k]), bounds[k], bounds[k + 1]) for k in new.values()}
-        sizes = {k: g[0][1] - g[0][0] if len(g) == 1 else sum([b - a for a, b in g]) for k, g in gaps.items()}
-        need = sum(sizes.values())
+        ks = list(new.values())
+        gaps = {k: layout_gaps(views, bisect_right(ends, bounds[k]), bounds[k], bounds[k + 1]) for k in ks
+                if bounds[k] < last}
+        need = sum([bounds[k + 1] - bounds[k] for k in ks])
+        if gaps:
+            need -= sum([bounds[k + 1] - bounds[k] - sum([b - a for a, b in g]) for k, g in gaps.items()])
         bpt = self.ctx.bytes_per_token
         room = self.ctx.capacity_bytes - st.evictable - st.protected
         if need * bpt > room:
             self.evict(int(need * bpt - room), now_us)
             room = self.ctx.capacity_bytes - st.evictable - st.protected
         src, chunks, full = req.seq, [], True
-        m, tb = self.config.min_match, _int32_bytes(toks) if new else b""
-        m4, made, mbytes = 4 * m, 0, 0
+        m, tb = self.config.min_match, (got.tb or _int32_bytes(toks)) if new else b""
+        m4 = 4 * m
+        if not gaps and need * bpt <= room:
+            # every new chunk is recomputed whole and fits: one own extent each (new_extent, register inline)
+            for fp, k in new.items():
+                a, b = bounds[k], bounds[k + 1]
+                x = Extent(src, a, b - a, (b - a) * bpt, now_us, 1, fp)
+                c = Chunk(fp, src, a, b - a, [[x, 0, b - a]], rid, [x],
+                          (tb[4 * (a - off):4 * (a - off) + m4], tb[4 * (b - off) - m4:4 * (b - off)])
+                          if tb and a >= off and b - a >= m else None)
+                entries[fp] = c
+                chunks.append(c)
+            st.protected += need * bpt
+            st.num_extents += len(chunks)
+            new = {}
         for fp, k in new.items():
-            size = sizes[k]
+            a, b = bounds[k], bounds[k + 1]
+            g = gaps[k] if k in gaps else [(a, b)]
+            size = sum([e - s for s, e in g])
             cost = size * bpt
             if cost > room or (cost and not full):
                 full = False
                 self.stats.extra["unstored_tokens"] += cost // bpt
                 continue
             room -= cost
-            a, b = bounds[k], bounds[k + 1]
-            g = gaps[k]
             keys = (tb[4 * (a - off):4 * (a - off) + m4], tb[4 * (b - off) - m4:4 * (b - off)]) \
                 if tb and a >= off and b - a >= m else None
-            if len(g) == 1 and size == b - a:     # recomputed whole: one own extent (new_extent, register inline)
-                x = Extent(src, a, size, cost, now_us, 1, fp)
-                c = Chunk(fp, src, a, size, [[x, 0, size]], rid, [x], keys)
-                entries[fp] = c
-                made += 1
-                mbytes += cost
-                chunks.append(c)
-                continue
             own = [st.new_extent(src, g0, g1 - g0, now_us) for g0, g1 in g]
-            pieces = layout_pieces(views, bisect_right(ends, a), own, g, a, b)
+            pieces = [[own[0], 0, b - a]] if len(g) == 1 and g[0] == (a, b) else \
+                layout_pieces(views, bisect_right(ends, a), own, g, a, b)
             chunks.append(st.register(fp, src, a, b - a, pieces, rid, own, keys))
-        st.protected += mbytes
-        st.num_extents += made
         self.stats.extra["partly_stored"] += not full
         self._live[rid] = (locked, chunks)
-        self._pending[rid] = got._replace(uses=[], toks=NO_TOKENS)       # the layout, for commit
+        self._pending[rid] = got._replace(uses=[], toks=NO_TOKENS, tb=b"")       # the layout, for commit
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:
@@ -333,19 +340,28 @@ class Irminsul(CachePolicy):
         # copy of the tokens, with no array slice or call per chunk (most new content of a trace)
         fast = toks.dtype == np.int32 and not self.config.s1
         if fast:
+            # the chunks starting at or after ``pos`` that some stage may serve ("hot"), in one pass; the walk
+            # below jumps from a missed chunk to the next hot one
             st, tb = self._store, _int32_bytes(toks)
             get, heads, tails = self._entries.get, st._heads, st._tails if st.rtrie is not None else {}
-            nt, m4, misses = toks.shape[0] + off, 4 * m, 0
+            nt, m4 = toks.shape[0] + off, 4 * m
+            k0 = bisect_right(bl, pos) - 1
+            k0 += bl[k0] < pos
+            hot = [k for k in range(k0, len(fl)) if get(fl[k]) is not None
+                   or (nt - bl[k] >= m and tb[4 * (bl[k] - off):4 * (bl[k] - off) + m4] in heads)
+                   or (bl[k + 1] - bl[k] >= m and tb[4 * (bl[k + 1] - off) - m4:4 * (bl[k + 1] - off)] in tails)]
+            hot.append(len(fl))
+            misses = 0
         while pos < n:
             while bl[k + 1] <= pos:
                 k += 1
             a, b = bl[k], bl[k + 1]
-            if fast and pos == a and get(fl[k]) is None and (nt - a < m or tb[4 * (a - off):4 * (a - off) + m4]
-                                                             not in heads) \
-                    and (b - a < m or tb[4 * (b - off) - m4:4 * (b - off)] not in tails):
-                misses += 1
-                pos = b
-                continue
+            if fast and pos == a:
+                h = hot[bisect_left(hot, k)]
+                if h > k:                     # chunks k .. h - 1 miss every stage
+                    misses += h - k
+                    pos, k = bl[h], h
+                    continue
             if pos == a:
                 ex["chunk_lookups"] += 1
             e = self._get(fl[k], toks, a - off, b - off)
@@ -376,7 +392,7 @@ class Irminsul(CachePolicy):
         if fast:
             ex["chunk_lookups"] += misses
         uses.sort(key=lambda u: u[0])        # S1 adds end-aligned windows after start-aligned ones
-        return got._replace(uses=uses)
+        return got._replace(uses=uses, tb=tb or b"")
 
     def _full_layout(self, req: RequestView) -> Analysis:
         """CDC over the whole prompt."""
@@ -462,18 +478,24 @@ class Irminsul(CachePolicy):
         if best is None:
             return 0
         bounds, fps = best[0], best[1]
+        entries, verify, used = self._entries, self.ctx.verify, self._chunks_used
         for j, fp in enumerate(fps):
             a = bounds[j]
             if a >= best_len:
                 break
             b = min(bounds[j + 1], best_len)
-            e = self._entries[fp]
-            if self.ctx.verify:
+            e = entries[fp]
+            if verify:
                 self.stats.verified_hits += 1
                 if not np.array_equal(e.part(0, b - a), req.seq.tokens(a, b)):
                     self.stats.collisions += 1
                     return a
-            self._span(uses, e, a, b, 0)
+            if a and len(e.pieces) == 1 and b > a:      # _span's common case, inline
+                used.append(e)
+                x, xo, _ = e.pieces[0]
+                uses.append((a, b, x, xo))
+            else:
+                self._span(uses, e, a, b, 0)
         return best_len
 
     def _tail(self, toks: np.ndarray, off: int, lo: int, hi: int, uses: list[Use], tb: bytes = b"") -> int:

@@ -64,6 +64,7 @@ class Analysis(NamedTuple):
     toks: np.ndarray
     off: int
     uses: list[Use]
+    tb: bytes = b""
 
 
 def gaps(views: list[tuple[int, int, list[Extent]]], i: int, a: int, b: int) -> list[tuple[int, int]]:

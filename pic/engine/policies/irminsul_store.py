@@ -154,19 +154,24 @@ class ChunkStore:
 
     def unlock_all(self, xs: list[Extent]) -> None:
         """:meth:`unlock` each of ``xs`` in order (inline for an unsplit extent)."""
+        listed = self._unheaped
         for x in xs:
             if x.parts is not None:
                 self.unlock(x)
+                listed = self._unheaped
                 continue
             x.refs -= 1
             if x.refs:
                 continue
             self.protected -= x.nbytes
             self.evictable += x.nbytes
-            if x.users:
-                self._push(x)
-            else:                         # nothing indexes it any more: unreachable
+            if not x.users:               # nothing indexes it any more: unreachable
                 self._free(x)
+            elif listed is not None and len(listed) < 4 * self.num_extents + 1024:
+                listed.append(x)          # (_push, inline while the list needs no compaction)
+            else:
+                self._push(x)
+                listed = self._unheaped
 
     def _push(self, x: Extent) -> None:
         """``x`` became evictable: on the heap (or the list of an unbounded store)."""
@@ -361,7 +366,7 @@ class ChunkStore:
     def stored_runs(self) -> list[tuple[Seq, int, int, int]]:
         """Every live extent (what is physically stored) by reference, ``(src, lo, hi, 0)``, in registry
         order."""
-        seen = dict.fromkeys(x for c in self.entries.values() for x, _, _ in c.pieces)    # (by identity)
+        seen = dict.fromkeys([p[0] for c in self.entries.values() for p in c.pieces])    # (by identity)
         return [(x.src, x.base_pos, x.base_pos + x.size, 0) for x in seen]
 
     # ---- Internal helpers -------------------------------------------------------------------------
