@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from pic.engine.latency import request_latencies
-from pic.engine.request import Request, RequestTable
+from pic.engine.request import Labels, Request, RequestTable
 
 #: summary.json format version: written by engine.replay, checked by engine.report
 SUMMARY_VERSION = 1
@@ -77,7 +77,7 @@ def request_frame(policy: str, requests: Sequence[Request] | RequestTable) -> pl
         dtype = REQUEST_SCHEMA[col]
         if dtype == pl.String():
             s = table.session_ids if table is not None else [getattr(r, attr) for r in requests]
-            s = pl.Series(col, s, dtype)
+            s = pl.Series(col, s.names, dtype).gather(s.codes) if isinstance(s, Labels) else pl.Series(col, s, dtype)
             cols[col] = s if order is None else s.gather(order)
         else:
             v = values(attr, _NUMPY[dtype])

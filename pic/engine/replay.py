@@ -32,6 +32,7 @@ from pic.engine.latency import serving_summary
 from pic.engine.metrics import SUMMARY_VERSION, request_frame, summarize
 from pic.engine.oracle import cached_oracle, duplicate_tokens
 from pic.engine.policies.base import PolicyContext, RequestView
+from pic.engine.request import Labels
 from pic.engine.runconfig import provenance
 from pic.engine.sanity import fit_warnings, resident_warnings, saturation_warning
 from pic.engine.serving import ServingModel, Workload
@@ -68,7 +69,9 @@ def read_trace_file(path: str | os.PathLike) -> Trace:
                          "save it to a file first (or `pic ingest --format FORMAT <(...) -o t.parquet`)")
     if Path(path).suffix.lower() == ".parquet" or is_parquet(path):
         from pic.traces.io import read_trace
-        return read_trace(path)
+        trace = read_trace(path)
+        release_freed()          # NOTE (memory): what the read freed, for the oracle and simulations to reuse
+        return trace
     from pic.traces.ingest import read_sources
     return read_sources([Path(path)])[0]
 
@@ -104,8 +107,7 @@ def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Worklo
     seg = trace.segments
     offs, seg_idx = trace._csr   # NOTE: CSR of request -> segment rows, shared with Trace.prompt
     rid = req["request_id"].to_numpy().astype(np.int64)[order]
-    sess_all = req["session_id"].to_list()
-    sess = [sess_all[i] for i in order]
+    sess = _labels(req["session_id"], order)
     # NOTE (memory): a view is a few slices and gathers of the trace's own arrays (its segments' lengths,
     # ids and kinds), made when the simulation asks for it; nothing per segment occurrence is copied
     # for the whole trace (chat 10^6: ~10 M occurrences, ~300 MB of copies and Python int lists).
@@ -122,6 +124,17 @@ def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Worklo
 
     return Workload(rid, sess, trace.prompt_lengths[order].astype(np.int64),
                     req["output_tokens"].to_numpy().astype(np.int64)[order], arrival[order], view)
+
+
+def _labels(col: pl.Series, order: np.ndarray) -> Labels | list[str]:
+    """The rows ``order`` of a string column, as :class:`engine.request.Labels` (codes into its sorted
+    distinct values); a plain list where it holds nulls."""
+    if col.null_count():
+        full = col.to_list()
+        return [full[i] for i in order]
+    names = col.unique().sort()
+    codes = names.search_sorted(col).to_numpy()[order]
+    return Labels(codes.astype(np.int32 if names.len() < 1 << 31 else np.int64), names.to_list())
 
 
 def cost_config(overrides: dict[str, Any]) -> CostConfig:

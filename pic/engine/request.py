@@ -60,6 +60,30 @@ class Request:
                 f"N={self.num_prompt_tokens}, out={self.num_output_tokens})")
 
 
+class Labels(Sequence):
+    """Strings of many rows (a session id per request) as int codes into their distinct values.
+
+    NOTE (memory): chat 10^6 as a list of Python strings: ~64 MB for the whole replay (one str object
+    per request); as codes: 4 B per request. ``labels[i]`` is a plain ``str``."""
+
+    __slots__ = ("codes", "names")
+
+    def __init__(self, codes: np.ndarray, names: Sequence[str]) -> None:
+        self.codes, self.names = codes, names
+
+    def __len__(self) -> int:
+        return int(self.codes.shape[0])
+
+    def __getitem__(self, i):   # type: ignore[override]
+        if isinstance(i, slice):
+            return [self.names[c] for c in self.codes[i].tolist()]
+        return self.names[self.codes[i]]
+
+    def __iter__(self) -> Iterator[str]:
+        names = self.names
+        return (names[c] for c in self.codes.tolist())
+
+
 #: per-request values a RequestTable keeps in numpy columns once a request finishes, by dtype
 _INT_FIELDS = (
     "request_id", "num_prompt_tokens", "num_output_tokens", "replica", "arrival_us", "start_us",

@@ -160,6 +160,10 @@ def read_trace(path: str | os.PathLike) -> Trace:
         except (pa.ArrowException, pl.exceptions.PolarsError, OverflowError) as e:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise TraceError(str(path), None, "file", f"cannot read as a pic trace: {first[:200]}") from None
+        finally:
+            # NOTE (memory): the row groups' decoded buffers were freed, but Arrow's pool (mimalloc) keeps
+            # the pages for reuse: chat 10^5 137 MB, more than the requests frame; handed back here
+            pa.default_memory_pool().release_unused()
 
 
 def _read_open(path: Path, fh) -> Trace:
@@ -255,6 +259,7 @@ def _read_segments(path: Path, pf: pq.ParquetFile, stored: int | None) -> Segmen
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("segment_id", "length", "opaque_key", "opaque_salt",
                                                           "kind", "has")}
     tokens = np.empty(stored, np.int32) if stored is not None else None
+    pool = pa.default_memory_pool()
     flats: list[np.ndarray] = []
     row = tpos = 0
     for t in _family_tables(path, pf, "segment", SEGMENT_FIELDS):
@@ -288,6 +293,7 @@ def _read_segments(path: Path, pf: pq.ParquetFile, stored: int | None) -> Segmen
         row += n
         tpos += flat.size
         del t, tok, flat
+        pool.release_unused()     # NOTE (memory): the group's decoded pages, before the next group is read
     if tokens is None:
         tokens = np.concatenate(flats) if flats else np.zeros(0, np.int32)
     elif tpos != tokens.size:

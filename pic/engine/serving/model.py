@@ -20,7 +20,7 @@ import numpy as np
 from pic.engine.events import Event, EventKind
 from pic.engine.loop import Simulator
 from pic.engine.plan import NO_CORRECTION, Action, Plan
-from pic.engine.request import RequestTable, Status
+from pic.engine.request import Labels, RequestTable, Status
 from pic.engine.serving.replica import Phase, Replica
 from pic.engine.serving.router import Router
 
@@ -57,7 +57,7 @@ class ServingModel:
         self.replicas = [Replica(i, cost, token_budget) for i in range(len(self.policies))]
         self.router = Router(router, self.replicas, self.policies)
         self.progress = progress
-        n = workload.num_requests
+        self._n = n = workload.num_requests
         # NOTE (memory): a Request object exists only while its request is in flight (engine.request)
         self.requests = RequestTable(workload.request_ids, workload.session_ids, workload.num_prompt,
                                      workload.num_output, workload.arrival_us)
@@ -114,9 +114,10 @@ class ServingModel:
         wake = rep.cut(now)
         if wake is not None:
             out.append((wake, Event(SCHEDULE, k, -1, rep.version)))
-        nxt = self._chain_after[i]
+        after = self._chain_after
+        nxt = (i + 1 if i + 1 < self._n else -1) if after is None else after[i]
         if nxt >= 0:
-            out.append((max(now, self._arrival[nxt]), Event(ARRIVAL, -1, nxt)))
+            out.append((max(now, int(self.w.arrival_us[nxt])), Event(ARRIVAL, -1, nxt)))
         return out
 
     def _on_schedule(self, ev: Event, now: int) -> list[tuple[int, Event]]:
@@ -205,6 +206,8 @@ class ServingModel:
         if self.progress is not None and (self.num_finished % self._tick == 0
                                           or self.num_finished == len(self.requests)):
             self.progress(self.num_finished, len(self.requests))
+        if self._next_turn is None:
+            return []
         j = self._next_turn[i]
         if j < 0:
             return []
@@ -223,31 +226,34 @@ class ServingModel:
         if s > self.peak_resident:
             self.peak_resident = s
 
-    def _arrival_order(self, closed_loop: bool) -> tuple[np.ndarray, list[int], list[int]]:
+    def _arrival_order(self, closed_loop: bool) -> tuple[np.ndarray, list[int] | None, list[int] | None]:
         """Open loop: every request chained in arrival order. Closed loop: only each session's first
-        request is chained; later turns are released by the previous turn's finish."""
+        request is chained; later turns are released by the previous turn's finish.
+
+        NOTE (memory): open loop keeps no per-request list (request ``i``'s successor is ``i + 1``, no
+        turn is released by a finish): four lists of boxed ints cost ~100 MB per simulation at 10^6."""
         n = self.w.num_requests
+        if not closed_loop:
+            self._chain_after = None
+            return np.arange(n, dtype=np.int64), None, None
         next_turn = np.full(n, -1, np.int64)
         gap = np.zeros(n, np.int64)
-        if closed_loop:
-            last: dict[str, int] = {}
-            heads = []
-            for i, s in enumerate(self.w.session_ids):
-                p = last.get(s)
-                if p is None:
-                    heads.append(i)
-                else:
-                    next_turn[p] = i
-                    gap[p] = int(self.w.arrival_us[i]) - int(self.w.arrival_us[p])
-                last[s] = i
-            chain = np.asarray(heads, np.int64)
-        else:
-            chain = np.arange(n, dtype=np.int64)
+        last: dict[Any, int] = {}
+        heads = []
+        sess = self.w.session_ids
+        for i, s in enumerate(sess.codes.tolist() if isinstance(sess, Labels) else sess):
+            p = last.get(s)
+            if p is None:
+                heads.append(i)
+            else:
+                next_turn[p] = i
+                gap[p] = int(self.w.arrival_us[i]) - int(self.w.arrival_us[p])
+            last[s] = i
+        chain = np.asarray(heads, np.int64)
         after = np.full(n, -1, np.int64)
         if chain.size > 1:
             after[chain[:-1]] = chain[1:]
         self._chain_after = after.tolist()
-        self._arrival = self.w.arrival_us.astype(np.int64).tolist()
         return chain, next_turn.tolist(), gap.tolist()
 
 
