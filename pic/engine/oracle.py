@@ -209,12 +209,10 @@ def duplicate_tokens(runs: Iterable[tuple], min_match: int = DEFAULT_MIN_MATCH) 
 
 def _common_store(runs: list[tuple]):
     """The Segments every run refers to, or None (a token run, a private-array Seq, two stores)."""
-    store = None
-    for run in runs:
-        if len(run) != 4 or run[0].store is None or (store is not None and run[0].store is not store):
-            return None
-        store = run[0].store
-    return store
+    if set(map(len, runs)) - {4}:
+        return None
+    stores = {id(run[0].store): run[0].store for run in runs}
+    return next(iter(stores.values())) if len(stores) == 1 else None
 
 
 def _duplicate_refs(runs: list[tuple], store, W: int) -> int:
@@ -242,27 +240,24 @@ def _ref_pieces(runs: list[tuple], W: int):
     """One block of runs as a chunk for :func:`engine.coverage.covered_counts_chunked` (None: no run
     holds a window)."""
     from array import array
-    from bisect import bisect_left, bisect_right
 
-    # NOTE (speed): per run only two bisects in Python; pieces are gathered vectorized from the
-    # concatenated rows/bounds of the distinct source prompts
-    where: dict[int, int] = {}
-    srcs: list = []
-    sel: list[tuple[int, int, int, int, int, int]] = []
-    for seq, lo, hi, ctx in runs:
-        own = lo + ctx
-        lo = max(lo, own - (W - 1))
-        if hi - lo < W:
-            continue
-        k = where.get(id(seq))
-        if k is None:
-            k = where[id(seq)] = len(srcs)
-            srcs.append(seq)
-        bd = seq.bounds
-        sel.append((k, bisect_right(bd, lo) - 1, bisect_left(bd, hi), lo, hi, own - lo))
-    if not sel:
+    # NOTE (speed): per run only list-comprehension reads in Python; the segment pieces of each run are
+    # found by one searchsorted over the concatenated bounds of the distinct source prompts (each prompt's
+    # bounds offset by its index times a span above every bound, so that they sort as one array), and
+    # gathered vectorized from their concatenated rows
+    lo = np.array([r[1] for r in runs], np.int64)
+    hi = np.array([r[2] for r in runs], np.int64)
+    own = lo + np.array([r[3] for r in runs], np.int64)
+    lo = np.maximum(lo, own - (W - 1))
+    keep = np.flatnonzero(hi - lo >= W)
+    if not keep.shape[0]:
         return None
-    k, i0, i1, lo, hi, ctx = (np.asarray(c, np.int64) for c in zip(*sel, strict=True))
+    where: dict[int, int] = {}
+    seqs = [runs[i][0] for i in keep.tolist()]
+    k = np.array([where.setdefault(id(q), len(where)) for q in seqs], np.int64)
+    srcs = list({id(q): q for q in seqs}.values())          # in order of first use: index = where[id(q)]
+    lo, hi, own = lo[keep], hi[keep], own[keep]
+    ctx = own - lo
     rows_a, bounds_a = array("q"), array("q")              # (one buffer each: no array per prompt)
     for q in srcs:
         rows_a.extend(q.rows)
@@ -271,6 +266,11 @@ def _ref_pieces(runs: list[tuple], W: int):
     base = np.zeros(nrows.shape[0] + 1, np.int64)
     np.cumsum(nrows, out=base[1:])
     all_rows, all_bd = np.frombuffer(rows_a, np.int64), np.frombuffer(bounds_a, np.int64)
+    bbase = base[:-1] + np.arange(nrows.shape[0])            # a prompt's bounds hold one more entry
+    span = int(all_bd.max()) + 1
+    key = all_bd + np.repeat(np.arange(nrows.shape[0], dtype=np.int64) * span, nrows + 1)
+    i0 = np.searchsorted(key, lo + k * span, side="right") - 1 - bbase[k]
+    i1 = np.searchsorted(key, hi + k * span, side="left") - bbase[k]
     cnt = i1 - i0
     item_offs = np.zeros(cnt.shape[0] + 1, np.int64)
     np.cumsum(cnt, out=item_offs[1:])
