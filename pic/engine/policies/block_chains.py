@@ -136,7 +136,8 @@ class BlockChains:
             m = min(e.n - o, limit - i)
             s0 = e.s0
             a, b = (H[s0 + o:s0 + o + m] if s0 >= 0 else e._h[o:o + m]), hashes[i:i + m]
-            k = m if np.array_equal(a, b) else int(np.argmin(a == b))
+            # NOTE (speed): bytes equality of the two uint64 runs (~0.6 us) instead of np.array_equal (~6 us)
+            k = m if a.tobytes() == b.tobytes() else int(np.argmin(a == b))
             if k:
                 pieces.append(np.arange(s0 + o, s0 + o + k) if s0 >= 0 else e._sl[o:o + k])
             i += k
