@@ -260,8 +260,8 @@ def _ref_pieces(runs: list[tuple], W: int):
     ctx = own - lo
     rows_a, bounds_a = array("q"), array("q")              # (one buffer each: no array per prompt)
     for q in srcs:
-        rows_a.extend(q.rows)
-        bounds_a.extend(q.bounds)
+        rows_a.extend(q.rows if q.rows.typecode == "q" else array("q", q.rows))   # (Seq arrays may be int32)
+        bounds_a.extend(q.bounds if q.bounds.typecode == "q" else array("q", q.bounds))
     nrows = np.array([len(q.rows) for q in srcs], np.int64)
     base = np.zeros(nrows.shape[0] + 1, np.int64)
     np.cumsum(nrows, out=base[1:])

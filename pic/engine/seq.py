@@ -20,6 +20,7 @@ _M64 = (1 << 64) - 1
 _GOLD, _M1, _M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 _PRIVATE = -1       # piece id of a Seq's own token array
 _PROBE = 32         # tokens compared first where two different pieces meet
+_I32 = 1 << 31
 
 
 class Seq:
@@ -38,9 +39,15 @@ class Seq:
 
     @staticmethod
     def of_segments(store, rows: np.ndarray, bounds: np.ndarray) -> Seq:
-        """``rows`` int [k] segment rows of ``store`` (a Segments), ``bounds`` int [k+1] prompt offsets."""
-        b = array("q", bounds.tolist())
-        return Seq(array("q", rows.tolist()), b, store, None, b[-1])
+        """``rows`` int [k] segment rows of ``store`` (a Segments), ``bounds`` int [k+1] prompt offsets.
+
+        NOTE (memory): a radix tree keeps the Seq of every prompt that added an edge (chat 10^6: ~10^6,
+        ~10 pieces each); both arrays are int32 where the values fit, made at their exact size: 212 B
+        instead of ~330 B of int64 arrays per prompt."""
+        end = int(bounds[-1]) if bounds.shape[0] else 0
+        wide = end >= _I32 or len(store) >= _I32
+        code = "q" if wide else "i"
+        return Seq(array(code, rows.tolist()), array(code, bounds.tolist()), store, None, end)
 
     def prefix(self, n: int) -> Seq:
         """The first ``n`` tokens (shares the pieces)."""
@@ -71,7 +78,7 @@ class Seq:
         return token_at(self.store, self.rows[i], pos - b[i])
 
 
-def first_tokens(store) -> list[int]:
+def first_tokens(store) -> array:
     """Every segment's first token, as a list (made once per Segments, vectorized)."""
     got = _FIRST.get(id(store))
     if got is None or got[0] is not store:
@@ -85,13 +92,13 @@ def first_tokens(store) -> list[int]:
             rows = np.flatnonzero(~stored)
             first[rows] = opaque_run(opaque_bases(store.keys[rows], store.salts[rows]), np.zeros(rows.size, np.int64),
                                      np.ones(rows.size, np.int64))
-        got = _FIRST[id(store)] = (store, first.tolist())
+        got = _FIRST[id(store)] = (store, array("q", first.tobytes()))   # (8 B per row, not a list of ints)
         if len(_FIRST) > 8:
             del _FIRST[next(iter(_FIRST))]
     return got[1]
 
 
-_FIRST: dict[int, tuple[object, list[int]]] = {}
+_FIRST: dict[int, tuple[object, array]] = {}
 
 
 def token_at(store, row: int, j: int) -> int:
