@@ -95,6 +95,29 @@ def gear_candidates(toks, table, thr, first, last):
     return out
 
 
+@njit(types.int64[::1](_I32, _U64, types.uint64, types.int64, types.int64, types.int64, types.int64), **_OPTS)
+def gear_cuts(toks, table, thr, first, last, shift, m):
+    """:func:`gear_candidates` ``+ shift`` (the cut offsets ``b``) with :func:`engine.cdc._natural`'s min-size
+    rule when there is no hard boundary: keep ``b`` when ``b >= m`` and the next candidate (none: the end
+    of the prompt, which never suppresses) is at least ``m`` after it."""
+    cand = gear_candidates(toks, table, thr, first, last)
+    k = cand.shape[0]
+    keep = np.zeros(k, np.bool_)
+    num = 0
+    for j in range(k):
+        b = cand[j] + shift
+        if b >= m and (j + 1 == k or cand[j + 1] - cand[j] >= m):
+            keep[j] = True
+            num += 1
+    out = np.empty(num, np.int64)
+    num = 0
+    for j in range(k):
+        if keep[j]:
+            out[num] = cand[j] + shift
+            num += 1
+    return out
+
+
 @njit(types.uint64[::1](_I32, _U64), **_OPTS)
 def gear_hash(toks, table):
     """``h_i = sum_{j<min(64, i+1)} G[t_{i-j}] << j mod 2**64`` for every ``i`` (:func:`engine.cdc.gear_hash`)."""

@@ -159,6 +159,12 @@ def _natural(tail: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig, ha
     if n - 1 <= i0:
         return _EMPTY
     fast = accel.kernels(n - i0)
+    m = cfg.min_chunk
+    if fast is not None and not hard.size:
+        # NOTE (speed): candidates and the min-size rule in one compiled call (no hard boundary: the common
+        # case), instead of ~8 numpy calls of set-up per prompt
+        return fast.gear_cuts(np.ascontiguousarray(tail, np.int32), gear_table(cfg.seed), cfg.threshold,
+                              i0 - base, n - 1 - base, base + 1, m)
     if fast is not None:
         cand = fast.gear_candidates(np.ascontiguousarray(tail, np.int32), gear_table(cfg.seed), cfg.threshold,
                                     i0 - base, n - 1 - base) + (base + 1)
@@ -166,7 +172,6 @@ def _natural(tail: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig, ha
         h = gear_hash(tail[max(0, i0 - (WINDOW - 1) - base):], cfg.seed)
         off = i0 - max(0, i0 - (WINDOW - 1) - base) - base      # index of i0 in h
         cand = np.flatnonzero(h[off: off + n - 1 - i0] < cfg.threshold) + (i0 + 1)
-    m = cfg.min_chunk
     # next cut-like event after each candidate: next candidate or next hard boundary
     nxt = np.empty_like(cand)
     nxt[:-1] = cand[1:]
