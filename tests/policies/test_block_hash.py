@@ -165,3 +165,38 @@ def test_unbounded_queue_built_on_demand_evicts_as_a_kept_queue() -> None:
             num_evictions += freed[0] > 0
             assert np.array_equal(np.flatnonzero(lazy._alive), np.flatnonzero(kept._alive))
     assert lazy._queue_kept and num_evictions > 5 and lazy.stats.evictions == kept.stats.evictions > 100
+
+
+def test_free_order_widens_past_int32(monkeypatch) -> None:
+    """The free-queue order is int32 until its counter would pass 2^31 - 1, then int64: a cache that widens
+    early (limit patched to 50) evicts exactly what one that never widens does."""
+    import pic.engine.policies.block_hash as bh
+    from tests.policies.conftest import request_stream
+
+    rng = np.random.default_rng(13)
+    narrow = policies.build("block-hash", make_ctx(900), {"block_size": "8"})
+    wide = policies.build("block-hash", make_ctx(900), {"block_size": "8"})
+    limit = {id(narrow): (1 << 31) - 1, id(wide): 50}
+
+    def each(name: str, *args):
+        out = []
+        for p in (narrow, wide):
+            monkeypatch.setattr(bh, "_I32_MAX", limit[id(p)])
+            out.append(getattr(p, name)(*args))
+        assert out[0] == out[1]
+        return out[0]
+
+    live: list[tuple[RequestView, bool]] = []
+    for t, req in enumerate(request_stream(seed=9, num_requests=150)):
+        if each("admit", req, each("lookup", req, t), t):
+            live.append((req, False))
+        while live and (len(live) > 3 or rng.random() < 0.4):
+            j = int(rng.integers(len(live)))
+            r, committed = live[j]
+            each("release" if committed else "commit", r, t)
+            live[j] = (r, True)
+            if committed:
+                live.pop(j)
+        assert np.array_equal(np.flatnonzero(narrow._alive), np.flatnonzero(wide._alive))
+    assert narrow._free_seq.dtype == np.int32 and wide._free_seq.dtype == np.int64
+    assert narrow.stats.evictions == wide.stats.evictions > 50

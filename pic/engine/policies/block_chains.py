@@ -98,7 +98,7 @@ class BlockChains:
         self.root = _Edge(0, None, -1, _EMPTY_S, _EMPTY_H, None, 0)
         self._edges: dict[int, _Edge] = {}
         self._next_eid = 1                    # (int32 ids: one or two edges per request)
-        self.eid = np.zeros(0, np.int32)      # per slot: id of the edge holding it (0: none)
+        self.eid = np.zeros(0, np.int32)      # per slot: id of the edge holding it (0: none, not resident)
         self.hash = np.zeros(0, np.uint64)    # per slot of a consecutive edge: its block's hash
         self.off: np.ndarray | None = None    # per slot of another edge: its index in that edge
         self.version = 0                      # bumped by every change (memo key for walks)
@@ -177,12 +177,15 @@ class BlockChains:
         self.eid[new.at()] = new.eid
         self.version += 1
 
-    def evicted(self, slots: np.ndarray, alive: np.ndarray) -> None:
-        """Forget ``slots`` (already not ``alive``): each edge keeps its alive head (eviction takes
-        leaves, so an edge's evicted blocks are its tail and everything below them)."""
-        for eid in np.unique(self.eid[slots]).tolist():
+    def evicted(self, slots: np.ndarray) -> None:
+        """Forget ``slots``: each edge keeps its head of blocks not among them (eviction takes leaves, so an
+        edge's evicted blocks are its tail and everything below them). A slot is resident while its ``eid``
+        is not 0."""
+        eids = np.unique(self.eid[slots]).tolist()
+        self.eid[slots] = 0
+        for eid in eids:
             e = self._edges[eid]
-            keep = int(np.count_nonzero(alive[e.at()]))
+            keep = int(np.count_nonzero(self.eid[e.at()]))
             if keep == e.n:
                 continue
             e.kids = None
@@ -191,7 +194,6 @@ class BlockChains:
             else:
                 del self._edges[eid]
                 e.parent.disown(e)
-        self.eid[slots] = 0
         self.version += 1
 
     # ---- Internal helpers -------------------------------------------------------------------------

@@ -67,8 +67,8 @@ class BlockHashCache(CachePolicy):
         # (NOTE (memory): 17 B per block, 25 with the tree's; hashes, parents, storing order and tokens,
         # read only by the --verify check and footprint, are kept only under --verify).
         self._ref = np.zeros(0, np.int32)
-        self._free_seq = np.zeros(0, np.int64)                # order in the LRU free queue (ref == 0)
-        self._alive = np.zeros(0, bool)
+        # order in the LRU free queue (ref == 0). NOTE (memory): int32 until 2^31 releases, then int64
+        self._free_seq = np.zeros(0, np.int32)
         self._hash = np.zeros(0, np.uint64)                   # --verify only: chained hash,
         self._parent = np.zeros(0, np.uint64)                 # its parent's,
         self._birth = np.zeros(0, np.int64)                   # storing order,
@@ -215,7 +215,7 @@ class BlockHashCache(CachePolicy):
         fresh, top = k - take, self._top
         if top + fresh > self._ref.shape[0]:
             n = max(top + fresh, _grown(self._ref.shape[0]))
-            arrays = [self._ref, self._free_seq, self._alive]
+            arrays = [self._ref, self._free_seq]
             if self.ctx.verify:
                 arrays += [self._hash, self._parent, self._birth, self._tok]
             for a in arrays:
@@ -227,7 +227,6 @@ class BlockHashCache(CachePolicy):
         self._top = top + fresh
         self._ref[slots] = 0
         self._free_seq[slots] = -1
-        self._alive[slots] = True
         if self.ctx.verify:
             self._hash[slots] = hashes[lo:]
             self._parent[slots[0]] = hashes[lo - 1] if lo else 0
@@ -260,6 +259,8 @@ class BlockHashCache(CachePolicy):
         # tail first into the free queue (vLLM frees reversed(blocks)): the tail is evicted first
         zero = zero[::-1]
         seq = self._next_free_seq + np.arange(zero.shape[0], dtype=np.int64)
+        if self._next_free_seq + zero.shape[0] > _I32_MAX and self._free_seq.dtype != np.int64:
+            self._free_seq = self._free_seq.astype(np.int64)
         self._free_seq[zero] = seq
         self._next_free_seq += zero.shape[0]
         if not self._queue_kept:
@@ -275,7 +276,7 @@ class BlockHashCache(CachePolicy):
     def _evict_blocks(self, num_blocks: int) -> int:
         if not self._queue_kept:
             top = self._top
-            free = np.flatnonzero(self._alive[:top] & (self._ref[:top] == 0))
+            free = np.flatnonzero((self._tree.eid[:top] != 0) & (self._ref[:top] == 0))
             free = free[np.argsort(self._free_seq[free])]
             self._queue = deque([(self._free_seq[free], free)])
             self._num_queued = free.shape[0]
@@ -296,8 +297,7 @@ class BlockHashCache(CachePolicy):
         if not got:
             return 0
         cand = np.concatenate(got)
-        self._alive[cand] = False
-        self._tree.evicted(cand, self._alive)
+        self._tree.evicted(cand)
         self._num_resident -= cand.shape[0]
         self._push_spare(cand)
         freed = cand.shape[0]
@@ -307,13 +307,22 @@ class BlockHashCache(CachePolicy):
 
 
     def _valid(self, seq: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        return self._alive[slots] & (self._ref[slots] == 0) & (self._free_seq[slots] == seq)
+        return (self._tree.eid[slots] != 0) & (self._ref[slots] == 0) & (self._free_seq[slots] == seq)
+
+    @property
+    def _alive(self) -> np.ndarray:
+        """bool per slot ever used: resident (held by an edge of the tree; NOTE (memory): no array of its own)."""
+        return self._tree.eid[:self._top] != 0
+
+
+_I32_MAX = (1 << 31) - 1
 
 
 def _grown(n: int) -> int:
-    """The next size of a per-slot array of ``n`` rows. NOTE (memory): x1.25 (the unused rows are
-    zero-filled, hence resident: doubling left up to half of ~21 B per block idle)."""
-    return n + (n >> 2) + 1024
+    """The next size of a per-slot array of ``n`` rows. NOTE (memory): x1.0625 (the unused rows are
+    zero-filled, hence resident: doubling left up to half of ~25 B per block idle; a larger array grows by
+    realloc, which remaps its pages instead of copying them, so many small steps cost little)."""
+    return n + (n >> 4) + 4096
 
 
 def _extend(a: np.ndarray, n: int) -> None:
