@@ -232,6 +232,7 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
             tick = None if progress is None else (lambda done, _n, base=base: progress(base + done, total))
             sims[name] = sim = _simulate(name, work, ctx, cost, config, tick)
             if name in config.policies:
+                release_freed()      # NOTE (memory): what the simulation freed, before the footprint's work
                 sim.held = _held(sim.pols, min_match)
             else:
                 sim.rows, sim.itl = sim.rows.select(_BASELINE_COLUMNS), np.zeros((0, 4))
@@ -372,9 +373,15 @@ def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, co
     wall = time.perf_counter() - t0
     rows = request_frame(name, reqs)
     order = np.argsort(reqs.column("request_id"), kind="stable")
-    return _Sim(name, rows, order, sum(rep.busy_us for rep in sm.replicas) / 1e6,
-                int(reqs.column("finish_us").max(initial=0)), sm.peak_resident, sm.sim.num_events, wall, pols,
-                np.concatenate([rep.itl.array() for rep in sm.replicas]), pols[0].describe(), _stats(pols))
+    out = _Sim(name, rows, order, sum(rep.busy_us for rep in sm.replicas) / 1e6,
+               int(reqs.column("finish_us").max(initial=0)), sm.peak_resident, sm.sim.num_events, wall, pols,
+               np.concatenate([rep.itl.array() for rep in sm.replicas]), pols[0].describe(), _stats(pols))
+    # NOTE (memory): the model and its Simulator hold each other (bound-method handlers), a cycle the
+    # disabled GC would keep until the next collect, and with it the request table (27 x 8 B per request)
+    # and the replicas' ITL logs while the policy's footprint is counted (chat 10^6: ~300 MB). Broken here:
+    # they are freed on return (the policies, in ``pols``, are not)
+    sm.sim.handlers.clear()
+    return out
 
 
 def _oracle(trace: Trace, work: Workload, m: int) -> np.ndarray:
