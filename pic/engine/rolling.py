@@ -257,7 +257,7 @@ class BlockHasher:
             pos += seg.shape[0]
             prev = e
         if pos > self._pool.shape[0]:          # NOTE: grow geometrically, in place (no views are kept)
-            self._pool.resize(max(pos, self._pool.shape[0] * 5 // 4 + 4096), refcheck=False)
+            self._pool.resize(max(pos, self._pool.shape[0] * 17 // 16 + 4096), refcheck=False)
         if out:
             self._pool[self._pool_n:pos] = np.concatenate(out)
         self._pool_n = pos

@@ -130,7 +130,9 @@ def _check_tree(p, verify: bool) -> set[int]:
             stack.append((c, parent_hash))
     slots = np.concatenate(seen) if seen else np.zeros(0, np.int64)
     assert np.unique(slots).shape[0] == slots.shape[0] == p._num_resident == int(p._alive.sum())
-    assert len(tree._edges) == len(seen) and len(set(hashes)) == len(hashes)
+    assert tree.num_edges == len(seen) and len(set(hashes)) == len(hashes)
+    assert sorted(e.eid for e in tree._edges if e is not None) == sorted(set(range(1, len(tree._edges)))
+                                                                        - set(tree._free_ids))
     return set(hashes)
 
 
