@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -138,26 +138,14 @@ class ChunkStore:
 
     def unlock(self, x: Extent) -> None:
         """Undo one :meth:`lock` (of ``x`` or, after a split, of every part of it)."""
-        if x.parts is not None:
-            self.unlock(x.parts[0])
-            self.unlock(x.parts[1])
-            return
-        x.refs -= 1
-        if x.refs:
-            return
-        self.protected -= x.nbytes
-        self.evictable += x.nbytes
-        if not x.users:                   # nothing indexes it any more: unreachable
-            self._free(x)
-            return
-        self._push(x)
+        self.unlock_all((x,))
 
-    def unlock_all(self, xs: list[Extent]) -> None:
-        """:meth:`unlock` each of ``xs`` in order (inline for an unsplit extent)."""
+    def unlock_all(self, xs: Sequence[Extent]) -> None:
+        """:meth:`unlock` each of ``xs`` in order (a split extent: each of its parts)."""
         listed = self._unheaped
         for x in xs:
             if x.parts is not None:
-                self.unlock(x)
+                self.unlock_all(x.parts[:2])
                 listed = self._unheaped
                 continue
             x.refs -= 1
