@@ -28,9 +28,10 @@ prompt's new chunks prefix first as far as they fit. Eviction: unlocked extents 
 (``lru``/``lfu``/``fifo``, ties: later in the prompt first), lazily through a heap; chunks over an evicted
 extent are cut to their head.
 
-The extents, the registry and its indexes (prompt index, chunk trie, tail trie, S1 windows), accounting
-and eviction live in :mod:`engine.policies.irminsul_store`; this module decides what to look up, lock
-and add. Extents and the prompt index refer to the prompts' segments (:class:`~engine.seq.Seq`), so
+The extents, the registry, accounting and eviction live in :mod:`engine.policies.irminsul_store`, its
+indexes in :mod:`~engine.policies.irminsul_prompts` (prompt index) and :mod:`~engine.policies.irminsul_index`
+(chunk trie, tail trie, S1 windows); the lookup walk is :mod:`engine.policies.irminsul_lookup`; this module
+holds the configuration and the policy's calls (lookup, admit, commit, release). Extents and the prompt index refer to the prompts' segments (:class:`~engine.seq.Seq`), so
 ``footprint()`` gives stored runs by reference.
 
 NOTE (speed): the prompt index keeps each committed prompt's CDC layout; a prompt sharing ``L`` tokens with
@@ -42,7 +43,7 @@ the tokens of a continued conversation's shared prefix are never made.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,17 +53,10 @@ from pic.engine import cdc, eviction
 from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
-from pic.engine.policies.irminsul_layout import (
-    NO_CUTS,
-    NO_TOKENS,
-    Analysis,
-    Use,
-    marker_boundaries,
-    marker_cuts,
-    tokens_from,
-)
+from pic.engine.policies.irminsul_layout import NO_TOKENS, Analysis, marker_boundaries
 from pic.engine.policies.irminsul_layout import gaps as layout_gaps
 from pic.engine.policies.irminsul_layout import pieces as layout_pieces
+from pic.engine.policies.irminsul_lookup import ChunkWalk, int32_bytes
 from pic.engine.policies.irminsul_records import Chunk, Extent
 from pic.engine.policies.irminsul_store import ChunkStore
 from pic.traces.markers import BOUNDARY_MARKER
@@ -122,7 +116,7 @@ class IrminsulConfig:
 
 
 @register
-class Irminsul(CachePolicy):
+class Irminsul(ChunkWalk, CachePolicy):
     name = "irminsul"
     Config = IrminsulConfig
 
@@ -228,7 +222,7 @@ class Irminsul(CachePolicy):
             self.evict(int(need * bpt - room), now_us)
             room = self.ctx.capacity_bytes - st.evictable - st.protected
         src, chunks, full = req.seq, [], True
-        m, tb = self.config.min_match, (got.tb or _int32_bytes(toks)) if new else b""
+        m, tb = self.config.min_match, (got.tb or int32_bytes(toks)) if new else b""
         m4 = 4 * m
         if not gaps and need * bpt <= room:
             # every new chunk is recomputed whole and fits: one own extent each (new_extent, register inline)
@@ -320,227 +314,3 @@ class Irminsul(CachePolicy):
         self.stats.rejected += 1
         self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
         return False
-
-    def _analyze(self, req: RequestView) -> Analysis:
-        """The prompt's CDC layout and, for each reused target range, ``(start, end, extent, offset in the
-        extent)`` in prompt order (the source position is ``extent.base_pos + offset``)."""
-        best, best_len, shared, other = self._store.prompts.best_layout(req.seq)
-        got = self._layout(req, shared, other, best_len) if other is not None else None
-        if got is None:
-            got = self._full_layout(req)
-        bl, fl, toks, off = got.bounds, got.fps, got.toks, got.off
-        uses: list[Use] = []
-        self._chunks_used: list[Chunk] = []
-        ex = self.stats.extra
-        n, k, m, tb = req.num_tokens, 0, self.config.min_match, None
-        pos = self._prefix(req, best, best_len, uses)
-        ex["prefix_tokens"] += pos
-        # NOTE (speed): a chunk whose fingerprint, first and last ``min_match`` tokens are all unknown to the
-        # store misses every stage (lookup, chunk trie, tail trie, no S1): told from slices of one bytes
-        # copy of the tokens, with no array slice or call per chunk (most new content of a trace)
-        fast = toks.dtype == np.int32 and not self.config.s1
-        if fast:
-            # the chunks starting at or after ``pos`` that some stage may serve ("hot"), in one pass; the walk
-            # below jumps from a missed chunk to the next hot one
-            st, tb = self._store, _int32_bytes(toks)
-            get, heads, tails = self._entries.get, st._heads, st._tails if st.rtrie is not None else {}
-            nt, m4 = toks.shape[0] + off, 4 * m
-            k0 = bisect_right(bl, pos) - 1
-            k0 += bl[k0] < pos
-            hot = [k for k in range(k0, len(fl)) if get(fl[k]) is not None
-                   or (nt - bl[k] >= m and tb[4 * (bl[k] - off):4 * (bl[k] - off) + m4] in heads)
-                   or (bl[k + 1] - bl[k] >= m and tb[4 * (bl[k + 1] - off) - m4:4 * (bl[k + 1] - off)] in tails)]
-            hot.append(len(fl))
-            misses = 0
-        while pos < n:
-            while bl[k + 1] <= pos:
-                k += 1
-            a, b = bl[k], bl[k + 1]
-            if fast and pos == a:
-                h = hot[bisect_left(hot, k)]
-                if h > k:                     # chunks k .. h - 1 miss every stage
-                    misses += h - k
-                    pos, k = bl[h], h
-                    continue
-            if pos == a:
-                ex["chunk_lookups"] += 1
-            e = self._get(fl[k], toks, a - off, b - off)
-            if e is not None and pos == a:
-                ex["chunk_hits"] += 1
-            # NOTE: a longer run than the hit chunk needs a stored chunk that extends it (a trie child)
-            if e is None:
-                # NOTE (speed): the chunk store's head/tail keys sliced from one bytes copy of the tokens
-                tb = _int32_bytes(toks) if tb is None else tb
-                t_len, t_e = self._store.longest(toks[pos - off:pos - off + self.config.max_chunk],
-                                                 head=tb and tb[4 * (pos - off):4 * (pos - off + m)])
-            elif self._store.extendable(e):
-                t_len, t_e = self._store.longest(toks[pos - off:pos - off + self.config.max_chunk], short=True)
-            else:
-                t_len, t_e = 0, None
-            if t_len > (b - pos if e is not None else self.config.min_match - 1):
-                ex["extended_tokens"] += t_len - (b - pos if e is not None else 0)
-                self._span(uses, t_e, pos, pos + t_len, 0)
-                pos += t_len
-            elif e is not None:
-                self._span(uses, e, pos, b, pos - a)
-                pos = b
-            else:
-                rest = self._tail(toks, off, pos, b, uses, tb) if self.config.tails else b
-                if self.config.s1 and rest > pos:
-                    self._s1(toks, off, pos, rest, uses)
-                pos = b
-        if fast:
-            ex["chunk_lookups"] += misses
-        uses.sort(key=lambda u: u[0])        # S1 adds end-aligned windows after start-aligned ones
-        return got._replace(uses=uses, tb=tb or b"")
-
-    def _full_layout(self, req: RequestView) -> Analysis:
-        """CDC over the whole prompt."""
-        toks, n = req.tokens, req.num_tokens
-        hard, marked = marker_cuts(req, toks, 0, self._marker) if self.config.s2 else (NO_CUTS, False)
-        hard = cdc.clean_hard(hard, n)
-        bounds, anchors = cdc.layout(toks, self._cdc, hard)
-        return Analysis(bounds.tolist(), cdc.fingerprints(toks, bounds).tolist(), anchors.tolist(), hard, marked,
-                         toks, 0, [])
-
-    def _layout(self, req: RequestView, shared: int, other: tuple, best_len: int) -> Analysis | None:
-        """The layout from a committed prompt ``other`` that shares the first ``shared`` tokens: its cuts up
-        to its last anchor ``c`` with ``c + min_chunk <= shared`` (:func:`engine.cdc.layout`: the same cuts
-        when the hard boundaries before ``c + min_chunk`` are the same too), CDC from ``c`` on. Only tokens
-        from ``c - 63`` (and from where a marker could straddle the shared prefix's end, and from the chunk
-        where the walk starts) are made. None when no anchor qualifies (CDC over the whole prompt then)."""
-        pb, pf, panc, phard, pmarked = other
-        m, n = self._cdc.min_chunk, req.num_tokens
-        if pmarked:                           # marker occurrences in the shared prefix: found from scratch
-            return None
-        k = bisect_right(pb, shared - m) - 1
-        while k > 0 and not panc[k]:
-            k -= 1
-        if k <= 0:
-            return None
-        c = pb[k]
-        lo = max(0, c - (cdc.WINDOW - 1))
-        ms = max(0, shared - self._marker.shape[0] + 1)    # a marker occurrence ending after the shared prefix
-        if self.config.s2:
-            lo = min(lo, ms)
-        if best_len < c:
-            lo = min(lo, pb[bisect_right(pb, best_len) - 1])
-        toks = tokens_from(req, lo)
-        hard, marked = NO_CUTS, False
-        if self.config.s2:
-            # NOTE: ``other`` holds no marker occurrence, so none lies wholly in the shared prefix here either
-            hard, marked = marker_cuts(req, toks[ms - lo:], ms, self._marker)
-            hard = cdc.clean_hard(hard, n)
-            cap = c + m
-            if not np.array_equal(hard[:np.searchsorted(hard, cap)], phard[:np.searchsorted(phard, cap)]):
-                return None
-        tb, tanc = cdc.layout_from(toks[max(0, c - (cdc.WINDOW - 1)) - lo:], max(0, c - (cdc.WINDOW - 1)), n, c,
-                                   self._cdc, hard)
-        fps = cdc.fingerprints(toks[c - lo:], tb - c).tolist()
-        return Analysis(pb[:k] + tb.tolist(), pf[:k] + fps, panc[:k] + tanc.tolist(), hard, marked, toks, lo, [])
-
-    def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Chunk | None:
-        e = self._entries.get(fp)
-        if e is None or not e.ready or e.size != b - a:    # (a cut chunk serves its head only)
-            return None
-        if self.ctx.verify:
-            self.stats.verified_hits += 1
-            if not np.array_equal(e.tokens, toks[a:b]):
-                self.stats.collisions += 1
-                return None
-        return e
-
-    def _span(self, uses: list[Use], c: Chunk, a: int, b: int, off: int) -> None:
-        """Reuse chunk ``c``'s KV from offset ``off`` for target ``[a, b)``, piece by piece (first-chunk
-        clip at position 0)."""
-        self._chunks_used.append(c)
-        if a and len(c.pieces) == 1 and b > a:      # the common case: one piece, no clip
-            x, xo, _ = c.pieces[0]
-            uses.append((a, b, x, xo + off))
-            return
-        pieces = self._store.pieces(c, off, off + b - a)
-        if a == 0 and pieces[0][0].base_pos + pieces[0][1] != 0:
-            clip = min(self.config.sink_tokens, b)
-            self.stats.extra["clipped_tokens"] += clip
-            if clip >= b:
-                return
-            a, off = clip, off + clip
-            pieces = self._store.pieces(c, off, off + b - a)
-        for x, lo, hi, cpos in pieces:
-            t = a + cpos - off
-            uses.append((t, t + hi - lo, x, lo))
-
-    def _prefix(self, req: RequestView, best: tuple | None, best_len: int, uses: list[Use]) -> int:
-        """Exact prefix from the prompt index, served by the resident chunks of the committed prompt
-        that covers most of it (``best``, ``best_len`` from
-        :meth:`engine.policies.irminsul_prompts.PromptIndex.best_layout`, matched by segments: ``req.seq``);
-        its length."""
-        if best is None:
-            return 0
-        bounds, fps = best[0], best[1]
-        entries, verify, used = self._entries, self.ctx.verify, self._chunks_used
-        for j, fp in enumerate(fps):
-            a = bounds[j]
-            if a >= best_len:
-                break
-            b = min(bounds[j + 1], best_len)
-            e = entries[fp]
-            if verify:
-                self.stats.verified_hits += 1
-                if not np.array_equal(e.part(0, b - a), req.seq.tokens(a, b)):
-                    self.stats.collisions += 1
-                    return a
-            if a and len(e.pieces) == 1 and b > a:      # _span's common case, inline
-                used.append(e)
-                x, xo, _ = e.pieces[0]
-                uses.append((a, b, x, xo))
-            else:
-                self._span(uses, e, a, b, 0)
-        return best_len
-
-    def _tail(self, toks: np.ndarray, off: int, lo: int, hi: int, uses: list[Use], tb: bytes = b"") -> int:
-        """A missed chunk ``[lo, hi)``: reuse the longest run ending at ``hi`` that ends a stored chunk
-        (>= ``min_match`` tokens, tail trie); returns where the rest of the miss ends. ``toks``: the
-        prompt's tokens from ``off`` on."""
-        m = self.config.min_match
-        n, c = self._store.longest_tail(toks[lo - off:hi - off],
-                                        tb[4 * (hi - off - m):4 * (hi - off)] if tb and hi - off >= m else None)
-        if n < self.config.min_match:
-            return hi
-        self.stats.extra["tail_tokens"] += n
-        self._span(uses, c, hi - n, hi, c.size - n)
-        return hi - n
-
-    def _s1(self, toks: np.ndarray, base: int, lo: int, hi: int, uses: list[Use]) -> None:
-        """Look ``[lo, hi)`` up as start-aligned, then end-aligned fixed windows (``toks``: the prompt's
-        tokens from ``base`` on)."""
-        w = self.config.s1_window
-        num = (hi - lo) // w
-        if num == 0:
-            return
-        ex = self.stats.extra
-        starts = [lo + i * w for i in range(num)]
-        if (hi - lo) % w:
-            starts += [hi - (i + 1) * w for i in range(num)]
-        covered: list[tuple[int, int]] = []
-        for s in starts:
-            if any(s < b and a < s + w for a, b in covered):
-                continue
-            ex["window_lookups"] += 1
-            got = self._store.window(toks[s - base:s - base + w])
-            if got is None:
-                continue
-            e, off = got
-            if self.ctx.verify:
-                self.stats.verified_hits += 1
-                if not np.array_equal(e.part(off, off + w), toks[s - base:s - base + w]):
-                    self.stats.collisions += 1
-                    continue
-            ex["window_hits"] += 1
-            covered.append((s, s + w))
-            self._span(uses, e, s, s + w, off)
-
-
-def _int32_bytes(toks: np.ndarray) -> bytes:
-    """The tokens' bytes as the chunk store keys them (int32; empty: no keys from it)."""
-    return toks.tobytes() if toks.dtype == np.int32 else b""

@@ -11,10 +11,7 @@
   instead of storing it again;
 * prompt index: a radix tree over committed prompts (references to their segments, no KV) whose nodes
   carry each prompt's chunk layout, for the exact-prefix stage;
-* chunk trie: a radix tree over the ready chunks' tokens (:mod:`engine.radix`, an index only) answering
-  "the longest stored chunk whose beginning equals these tokens";
-* S1 window index ``window fingerprint -> (chunk fingerprint, offset)``: every ready chunk registers its
-  start- and end-aligned ``s1_window``-token windows as views into its KV.
+* chunk trie, tail trie and S1 window index over the ready chunks (:mod:`engine.policies.irminsul_index`).
 
 Eviction takes unlocked extents, smallest key first (``lru``/``lfu``/``fifo`` of :mod:`engine.eviction`)
 from a lazy heap. A chunk that lost an extent is dropped from every index; an extent no chunk uses any
@@ -29,18 +26,15 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
-from pic.engine import cdc
 from pic.engine.policies.base import PolicyStats
+from pic.engine.policies.irminsul_index import ChunkIndexes
 from pic.engine.policies.irminsul_prompts import PromptIndex
 from pic.engine.policies.irminsul_records import NONE as _NONE
 from pic.engine.policies.irminsul_records import Chunk, Extent
-from pic.engine.radix import RadixNode, RadixTree
 from pic.engine.seq import Seq
 
 
-class ChunkStore:
+class ChunkStore(ChunkIndexes):
     """Extents, the chunk registry over them with its trie and S1 window index, and byte accounting.
 
     ``key`` orders eviction (smallest first); ``s1_window`` is the S1 window size in tokens."""
@@ -56,19 +50,8 @@ class ChunkStore:
         self.key = by_position
         self.s1_window, self.bpt = s1_window, bytes_per_token
         self.entries: dict[int, Chunk] = {}
-        self.windows: dict[int, tuple[int, int]] = {}       # window fp -> (chunk fp, offset)
-        self.trie = RadixTree()                             # index of ready chunks' tokens
-        self.rtrie = RadixTree() if tails else None         # index of ready chunks' reversed tokens
+        self._init_indexes(tails, min_match)
         self.prompts = PromptIndex(self.entries)            # committed prompts -> chunk layout
-        # NOTE: the tries are built lazily. Indexing a chunk appends to ``_log``; the log is replayed into the
-        # tries (same operations, same order, so the same trees) only when a lookup needs them: a walk whose
-        # first (last) ``min_match`` tokens begin (end) some indexed chunk (``_heads``/``_tails``: how many
-        # indexed chunks of >= min_match tokens begin / end with each such run), or a hit chunk that another
-        # indexed chunk may extend. Without content reuse beyond the exact prefix no trie is ever built.
-        self.min_match = min_match
-        self._heads: dict[bytes, int] = {}
-        self._tails: dict[bytes, int] = {}
-        self._log: list = []        # index?, chunk, how many of its tokens; flat (no tuple per entry: fewer GC objects)
         self.evictable = self.protected = 0
         self.num_extents = 0
         self._heap: list[tuple[tuple[int, ...], int, Extent]] = []
@@ -213,26 +196,6 @@ class ChunkStore:
             x.users.add(fp)
         return c
 
-    def make_ready(self, chunks: list[Chunk], now_us: int, windows: bool) -> None:
-        """The chunks' KV exists: index their tokens in the trie(s) (and their S1 windows when ``windows``),
-        in order (:meth:`_index`, inline: one call per request)."""
-        m, heads, tails = self.min_match, self._heads, self._tails
-        for c in chunks:
-            c.ready = True
-            if windows:
-                self._add_windows(c)
-            c.indexed = n = c.size
-            if n >= m:
-                hk, tk = c.keys if c.keys is not None else _keys(c, n, m)
-                c.head = hk
-                heads[hk] = heads.get(hk, 0) + 1
-                tails[tk] = tails.get(tk, 0) + 1
-            c.keys = None
-            log = self._log
-            log += (True, c, n)
-            if len(log) > 3 * (2 * len(self.entries) + 4096):     # bounded: replay it now and then
-                self._flush()
-
     def pieces(self, c: Chunk, off: int, end: int) -> list[tuple[Extent, int, int, int]]:
         """``(extent, ext_lo, ext_hi, chunk_pos)`` covering the chunk's tokens ``[off, end)``."""
         out, pos = [], 0
@@ -295,62 +258,6 @@ class ChunkStore:
             if x.refs == 0 and x.alive:
                 self._trim(x)
 
-    def longest(self, toks: np.ndarray, short: bool = False, head: bytes | None = None) -> tuple[int, Chunk | None]:
-        """Longest leading run of ``toks`` that equals the beginning of a stored chunk (trie walk). Unless
-        ``short``, a run under ``min_match`` tokens may be reported as ``(0, None)`` (the walk is skipped
-        when no indexed chunk begins with the first ``min_match`` tokens; ``head``: their bytes, if known)."""
-        if not short:
-            m = self.min_match
-            if toks.shape[0] < m or (toks[:m].tobytes() if head is None else head) not in self._heads:
-                return 0, None
-        self._flush()
-        num, node = self.trie.match_prefix(toks, None, split=True)
-        if num == 0:
-            return 0, None
-        stack = [node]
-        while stack:                      # any live chunk at or below the match shares its tokens
-            nd = stack.pop()
-            if nd.value is not None:
-                return num, self.entries[nd.value]
-            stack.extend(reversed(list(nd.children.values())))
-        return 0, None
-
-    def longest_tail(self, toks: np.ndarray, tail: bytes | None = None) -> tuple[int, Chunk | None]:
-        """Longest trailing run of ``toks`` that equals the end of a stored chunk (tail-trie walk over the
-        reversed tokens); (0, None) without a tail trie, and for a run under ``min_match`` tokens (the walk
-        is skipped when no indexed chunk ends with the last ``min_match`` tokens; ``tail``: their bytes, if known)."""
-        m = self.min_match
-        if self.rtrie is None or toks.shape[0] < m or (toks[-m:].tobytes() if tail is None else tail) not in self._tails:
-            return 0, None
-        self._flush()
-        num, node = self.rtrie.match_prefix(np.ascontiguousarray(toks[::-1]), None, split=True)
-        if num == 0:
-            return 0, None
-        stack = [node]
-        while stack:
-            nd = stack.pop()
-            if nd.value is not None:
-                return num, self.entries[nd.value]
-            stack.extend(reversed(list(nd.children.values())))
-        return 0, None
-
-    def extendable(self, c: Chunk) -> bool:
-        """Whether another indexed chunk may begin with all of ready chunk ``c``'s tokens (``c``'s end node
-        in the chunk trie has children)."""
-        m = self.min_match
-        if c.size >= m and self._heads.get(c.head, 0) < 2:
-            return False                      # c is the only indexed chunk beginning with its first m tokens
-        self._flush()
-        return c.node is not None and bool(c.node.children)
-
-    def window(self, toks: np.ndarray) -> tuple[Chunk, int] | None:
-        """The ready chunk and offset holding the S1 window ``toks`` (by fingerprint), if any."""
-        ref = self.windows.get(cdc.fingerprint(toks))
-        c = self.entries.get(ref[0]) if ref is not None else None
-        if c is None or not c.ready:
-            return None
-        return c, ref[1]
-
     def stored_runs(self) -> list[tuple[Seq, int, int, int]]:
         """Every live extent (what is physically stored) by reference, ``(src, lo, hi, 0)``, in registry
         order."""
@@ -392,55 +299,6 @@ class ChunkStore:
                     self._free(y)
         return left, right
 
-    def _index(self, c: Chunk) -> None:
-        """Put a ready chunk's tokens in the trie (and reversed in the tail trie), each end node locked
-        and naming it; a path another chunk already names (same tokens) stays that chunk's. Logged now,
-        done in :meth:`_flush`."""
-        c.indexed = n = c.size
-        if n >= self.min_match:
-            hk, tk = c.keys if c.keys is not None else _keys(c, n, self.min_match)
-            c.head = hk
-            for d, k in ((self._heads, hk), (self._tails, tk)):
-                d[k] = d.get(k, 0) + 1
-        c.keys = None
-        self._log += (True, c, n)
-        if len(self._log) > 3 * (2 * len(self.entries) + 4096):     # bounded: replay it now and then
-            self._flush()
-
-    def _unindex(self, c: Chunk) -> None:
-        n = c.indexed
-        if n is None:
-            return
-        c.indexed = None
-        if n >= self.min_match:
-            for d, k in ((self._heads, c.head), (self._tails, c.part(n - self.min_match, n).tobytes())):
-                if d[k] == 1:
-                    del d[k]
-                else:
-                    d[k] -= 1
-        self._log += (False, c, n)
-
-    def _flush(self) -> None:
-        """Replay the logged index operations into the tries, in order."""
-        log, self._log = self._log, []
-        for i in range(0, len(log), 3):
-            add, c, n = log[i], log[i + 1], log[i + 2]
-            if add:
-                t = c.part(0, n)
-                c.node = _claim(self.trie, t, c.fp)
-                if self.rtrie is not None:
-                    c.rnode = _claim(self.rtrie, np.ascontiguousarray(t[::-1]), c.fp)
-                continue
-            for tree, attr in ((self.trie, "node"), (self.rtrie, "rnode")):
-                node = getattr(c, attr)
-                if node is None:
-                    continue
-                if node.value == c.fp:
-                    node.value = None
-                tree.dec_lock(node)
-                tree.evict(tree.evictable_tokens)
-                setattr(c, attr, None)
-
     def _trim(self, x: Extent) -> None:
         """Free the parts of unlocked ``x`` that no chunk reads any more (all of it when none does)."""
         if not x.users:
@@ -472,32 +330,6 @@ class ChunkStore:
                 return pos
             pos += n
         return pos
-
-    def _add_windows(self, c: Chunk) -> None:
-        w, n, toks = self.s1_window, c.size, c.tokens
-        if c.windows is _NONE:
-            c.windows = []
-        offs = set(range(0, n - w + 1, w)) | set(range(n - w, -1, -w))
-        for off in sorted(offs):
-            wfp = cdc.fingerprint(toks[off:off + w])
-            if wfp not in self.windows:
-                self.windows[wfp] = (c.fp, off)
-                c.windows.append(wfp)
-
-
-def _claim(tree: RadixTree, toks: np.ndarray, fp: int) -> RadixNode | None:
-    """Insert ``toks`` and lock its end node for chunk ``fp`` (None when another chunk holds it)."""
-    _, node = tree.insert(toks, 0)
-    if node.value is not None and node.value != fp:
-        return None
-    node.value = fp
-    tree.inc_lock(node)
-    return node
-
-
-def _keys(c: Chunk, n: int, m: int) -> tuple[bytes, bytes]:
-    """Bytes of the first and last ``m`` of chunk ``c``'s first ``n`` tokens (``c.head`` once known)."""
-    return c.head if c.head is not None else c.part(0, m).tobytes(), c.part(n - m, n).tobytes()
 
 
 def _evictable(x: Extent) -> bool:
