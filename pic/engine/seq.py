@@ -163,6 +163,10 @@ def _compare(A: Seq, i: int, oa: int, B: Seq, j: int, ob: int, n: int) -> int:
     """First index where piece ``i`` of A (from ``oa``) and piece ``j`` of B (from ``ob``) differ, or ``n``."""
     if _first(A, i, oa) != _first(B, j, ob):
         return 0
+    # NOTE (speed): the radix tree compares only pieces whose first tokens matched (its child key), and
+    # most of those differ at the next token: one scalar look each side before deriving any array
+    if n == 1 or _first(A, i, oa + 1) != _first(B, j, ob + 1):
+        return 1
     done = 0
     step = min(_PROBE, n)
     while done < n:
