@@ -1,0 +1,51 @@
+"""engine.seq.lcp on prompts of stored and opaque segments equals the common prefix of their tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pic.engine.seq import Seq, lcp
+from pic.traces.content import Segments
+
+
+def _segments(rng: np.random.Generator) -> Segments:
+    """Stored segments that start alike (same first token; some equal for a while) and opaque segments of
+    a few keys and lengths (same key: one a prefix of the other)."""
+    n_st, n_op = 12, 12
+    lens = np.r_[rng.integers(1, 60, n_st), rng.integers(1, 300, n_op)]
+    head = rng.integers(0, 5, 40, dtype=np.int32)
+    toks = []
+    for n in lens[:n_st]:
+        t = rng.integers(0, 5, n, dtype=np.int32)
+        k = int(rng.integers(0, n + 1))
+        t[:k] = head[:k] if k <= 40 else np.r_[head, t[40:k]][:k]
+        t[0] = 7                                         # every stored segment starts with the same token
+        toks.append(t)
+    offsets = np.r_[0, np.cumsum(lens)]
+    tok_off = np.r_[0, np.cumsum(np.r_[lens[:n_st], np.zeros(n_op, np.int64)])]
+    keys = np.r_[np.zeros(n_st, np.uint64), rng.integers(0, 3, n_op).astype(np.uint64)]
+    salts = np.zeros(n_st + n_op, np.uint64)
+    n = n_st + n_op
+    return Segments(np.arange(n, dtype=np.uint64), np.zeros(n, np.uint8), offsets, np.concatenate(toks),
+                    tok_off, keys, salts)
+
+
+def test_lcp_equals_the_token_common_prefix() -> None:
+    rng = np.random.default_rng(0)
+    checked = 0
+    for _ in range(30):
+        segs = _segments(rng)
+        seqs = []
+        for _ in range(6):
+            rows = rng.integers(0, len(segs), int(rng.integers(1, 6)))
+            bounds = np.r_[0, np.cumsum(segs.lengths[rows])]
+            seqs.append((Seq.of_segments(segs, rows, bounds), segs.gather(rows)))
+        for _ in range(200):
+            (A, ta), (B, tb) = seqs[rng.integers(0, 6)], seqs[rng.integers(0, 6)]
+            a, b = int(rng.integers(0, ta.size)), int(rng.integers(0, tb.size))
+            m = int(rng.integers(0, min(ta.size - a, tb.size - b) + 1))
+            neq = np.flatnonzero(ta[a:a + m] != tb[b:b + m])
+            want = int(neq[0]) if neq.size else m
+            assert lcp(A, a, B, b, m) == want, (a, b, m)
+            checked += want > 1
+    assert checked > 25        # long common stretches were compared, not only first-token mismatches
