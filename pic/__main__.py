@@ -1,3 +1,3 @@
-from pic.cli.app import main
+from pic.cli.app import run
 
-main()
+run()

@@ -164,8 +164,14 @@ def main() -> None:
 
     invocation.ARGV = sys.argv[1:]   # what config.json records as the command
     cmd = _invoked(sys.argv[1:])
+    _register(COMMANDS if cmd is None else (cmd,))()
+
+
+def run() -> None:
+    """The ``pic`` console script and ``python -m pic``: :func:`main`, then the process ends at once
+    (:func:`_exit`). In-process callers (profilers, wrappers) use :func:`main`, which ends in SystemExit."""
     try:
-        _register(COMMANDS if cmd is None else (cmd,))()
+        main()
     except SystemExit as e:
         _exit(e.code)
     _exit(0)

@@ -52,3 +52,10 @@ def test_replay_through_the_console_entry_writes_complete_outputs(tmp_path) -> N
     assert json.loads((out / "summary.json").read_text())["policies"]
     rows = pq.read_table(out / "requests.parquet")
     assert rows.num_rows == 200 and set(rows.column("policy").to_pylist()) == {"prefix"}
+
+
+def test_main_in_process_ends_in_system_exit_not_a_process_exit() -> None:
+    p = _run("import sys\nfrom pic.cli.app import main\nsys.argv = ['pic', '--version']\n"
+             "try:\n    main()\nexcept SystemExit as e:\n    print('caught', e.code)\n")
+    assert p.returncode == 0
+    assert p.stdout.splitlines()[-1] == "caught 0"
