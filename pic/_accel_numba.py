@@ -151,38 +151,62 @@ def _lane(toks, k):
     return (np.uint64(toks[k]) & m32) | ((np.uint64(toks[k + 1]) & m32) << np.uint64(32))
 
 
+@njit(inline="always", **_OPTS)
+def _xxh(toks, k, e):
+    """xxh64 (seed 0) of the little-endian int32 token bytes ``toks[k:e]`` (the XXH64 specification,
+    4-byte inputs)."""
+    m32 = np.uint64(0xFFFFFFFF)
+    nbytes = np.uint64(4 * (e - k))
+    if e - k >= 8:
+        v1, v2, v3, v4 = _P1 + _P2, _P2, np.uint64(0), np.uint64(0) - _P1
+        while k + 8 <= e:
+            v1 = _round(v1, _lane(toks, k))
+            v2 = _round(v2, _lane(toks, k + 2))
+            v3 = _round(v3, _lane(toks, k + 4))
+            v4 = _round(v4, _lane(toks, k + 6))
+            k += 8
+        h = _rotl(v1, np.uint64(1)) + _rotl(v2, np.uint64(7)) + _rotl(v3, np.uint64(12)) + _rotl(v4, np.uint64(18))
+        for v in (v1, v2, v3, v4):
+            h = (h ^ _round(np.uint64(0), v)) * _P1 + _P4
+    else:
+        h = _P5
+    h += nbytes
+    while k + 2 <= e:
+        h = _rotl(h ^ _round(np.uint64(0), _lane(toks, k)), np.uint64(27)) * _P1 + _P4
+        k += 2
+    if k < e:
+        h = _rotl(h ^ ((np.uint64(toks[k]) & m32) * _P1), np.uint64(23)) * _P2 + _P3
+    h ^= h >> np.uint64(33)
+    h *= _P2
+    h ^= h >> np.uint64(29)
+    h *= _P3
+    h ^= h >> np.uint64(32)
+    return h
+
+
 @njit(types.uint64[::1](_I32, _I64), **_OPTS)
 def fingerprints(toks, bounds):
     """xxh64 (seed 0) of each chunk's little-endian int32 token bytes ``[bounds[c], bounds[c + 1])``
-    (:func:`engine.cdc.fingerprints`; the XXH64 specification, 4-byte inputs)."""
+    (:func:`engine.cdc.fingerprints`)."""
     out = np.empty(bounds.shape[0] - 1, np.uint64)
-    m32 = np.uint64(0xFFFFFFFF)
     for c in range(out.shape[0]):
-        k, e = bounds[c], bounds[c + 1]
-        nbytes = np.uint64(4 * (e - k))
-        if e - k >= 8:
-            v1, v2, v3, v4 = _P1 + _P2, _P2, np.uint64(0), np.uint64(0) - _P1
-            while k + 8 <= e:
-                v1 = _round(v1, _lane(toks, k))
-                v2 = _round(v2, _lane(toks, k + 2))
-                v3 = _round(v3, _lane(toks, k + 4))
-                v4 = _round(v4, _lane(toks, k + 6))
-                k += 8
-            h = _rotl(v1, np.uint64(1)) + _rotl(v2, np.uint64(7)) + _rotl(v3, np.uint64(12)) + _rotl(v4, np.uint64(18))
-            for v in (v1, v2, v3, v4):
-                h = (h ^ _round(np.uint64(0), v)) * _P1 + _P4
-        else:
-            h = _P5
-        h += nbytes
-        while k + 2 <= e:
-            h = _rotl(h ^ _round(np.uint64(0), _lane(toks, k)), np.uint64(27)) * _P1 + _P4
-            k += 2
-        if k < e:
-            h = _rotl(h ^ ((np.uint64(toks[k]) & m32) * _P1), np.uint64(23)) * _P2 + _P3
-        h ^= h >> np.uint64(33)
-        h *= _P2
-        h ^= h >> np.uint64(29)
-        h *= _P3
-        h ^= h >> np.uint64(32)
-        out[c] = h
+        out[c] = _xxh(toks, bounds[c], bounds[c + 1])
     return out
+
+
+@njit(types.UniTuple(types.uint64[::1], 2)(_I32, _I64, types.int64), **_OPTS)
+def edge_keys(toks, bounds, m):
+    """xxh64 of each chunk's first ``m`` tokens (``toks[b_c : b_c + m]``, which may run past the chunk's end;
+    0 where fewer than ``m`` tokens follow ``b_c``) and of its last ``m`` (``toks[b_{c+1} - m : b_{c+1}]``; 0
+    for a chunk under ``m`` tokens) (:func:`engine.cdc.edge_keys`)."""
+    k = bounds.shape[0] - 1
+    heads = np.zeros(k, np.uint64)
+    tails = np.zeros(k, np.uint64)
+    n = toks.shape[0]
+    for c in range(k):
+        a, b = bounds[c], bounds[c + 1]
+        if n - a >= m:
+            heads[c] = _xxh(toks, a, a + m)
+        if b - a >= m:
+            tails[c] = _xxh(toks, b - m, b)
+    return heads, tails

@@ -101,6 +101,12 @@ def test_cdc_cuts_equal(modes, cfg) -> None:
         a, b = modes(lambda t=t, bounds=bounds: cdc.fingerprints(t, bounds))
         assert np.array_equal(a, b)
         assert b.tolist() == [cdc.fingerprint(t[x:y]) for x, y in zip(bounds[:-1], bounds[1:], strict=True)]
+        for m in (1, 4, 16):
+            (ha, ta), (hb, tb) = modes(lambda t=t, bounds=bounds, m=m: cdc.edge_keys(t, bounds, m))
+            assert ha.dtype == hb.dtype == np.uint64 and np.array_equal(ha, hb) and np.array_equal(ta, tb)
+            assert hb.tolist() == [cdc.fingerprint(t[x:x + m]) if n - x >= m else 0 for x in bounds[:-1]]
+            assert tb.tolist() == [cdc.fingerprint(t[y - m:y]) if y - x >= m else 0
+                                   for x, y in zip(bounds[:-1], bounds[1:], strict=True)]
     # a large input goes through the four-lane path with every remainder
     for n in (4096 + 64, 4096 + 65, 4096 + 66, 4096 + 67):
         t = rng.integers(0, 2**17, n, dtype=np.int32)

@@ -321,6 +321,24 @@ def fingerprints(tokens: np.ndarray, bounds: np.ndarray) -> np.ndarray:
                        dtype=np.uint64, count=len(bl) - 1)
 
 
+def edge_keys(tokens: np.ndarray, bounds: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """uint64 ``(heads, tails)`` per chunk ``[bounds[c], bounds[c + 1])`` of ``tokens``: :func:`fingerprint` of
+    its first ``m`` tokens (``tokens[b_c : b_c + m]``, which may run past the chunk's end; 0 where fewer than
+    ``m`` tokens follow ``b_c``) and of its last ``m`` (0 for a chunk under ``m`` tokens). The keys under
+    which the ``irminsul`` chunk store's prefilters know a chunk's first and last ``min_match`` tokens (a 0
+    is a key too: at worst a needless trie walk)."""
+    toks = np.ascontiguousarray(tokens, dtype="<i4")
+    b = np.ascontiguousarray(bounds, np.int64)
+    fast = accel.kernels(0)
+    if fast is not None and toks.dtype == np.int32:     # (native little-endian)
+        return fast.edge_keys(toks, b, int(m))
+    mv = memoryview(toks).cast("B")
+    f, n, bl = xxhash.xxh64_intdigest, toks.shape[0], b.tolist()
+    heads = [f(mv[4 * a:4 * (a + m)]) if n - a >= m else 0 for a in bl[:-1]]
+    tails = [f(mv[4 * (e - m):4 * e]) if e - a >= m else 0 for a, e in zip(bl[:-1], bl[1:], strict=False)]
+    return np.array(heads, np.uint64), np.array(tails, np.uint64)
+
+
 def fingerprint(tokens: np.ndarray) -> int:
     """xxh64 of one token slice (same function as :func:`fingerprints`)."""
     return xxhash.xxh64_intdigest(np.ascontiguousarray(tokens, dtype="<i4").tobytes())

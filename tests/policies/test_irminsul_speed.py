@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from pic.engine import policies
+from pic.engine import cdc, policies
 from pic.engine.policies import PolicyContext, RequestView
 from pic.engine.policies.irminsul_store import ChunkStore
 from pic.traces.schema import KIND_CODE
@@ -86,14 +86,14 @@ def _plans(reqs: list[RequestView], capacity_tokens: float, eager: bool, monkeyp
         out.append([(s.start, s.end, int(s.action), s.source_pos) for s in plan.spans])
     monkeypatch.undo()
     assert pol.stats.collisions == 0
-    # the prefilter counts (fed from the lookup's bytes, not from each chunk's tokens) are those of the
+    # the prefilter counts (fed from the lookup's edge keys, not from each chunk's tokens) are those of the
     # chunks indexed now
     st, m, want = pol._store, pol._store.min_match, ({}, {})
     for c in st.entries.values():
         n = c.indexed
         if n is not None and n >= m:
             t = c.part(0, n)
-            for d, k in zip(want, (t[:m].tobytes(), t[-m:].tobytes()), strict=True):
+            for d, k in zip(want, (cdc.fingerprint(t[:m]), cdc.fingerprint(t[-m:])), strict=True):
                 d[k] = d.get(k, 0) + 1
     assert (st._heads, st._tails) == want
     return out

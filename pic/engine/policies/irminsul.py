@@ -56,7 +56,7 @@ from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, Requ
 from pic.engine.policies.irminsul_layout import NO_TOKENS, Analysis, marker_boundaries
 from pic.engine.policies.irminsul_layout import gaps as layout_gaps
 from pic.engine.policies.irminsul_layout import pieces as layout_pieces
-from pic.engine.policies.irminsul_lookup import ChunkWalk, int32_bytes
+from pic.engine.policies.irminsul_lookup import ChunkWalk
 from pic.engine.policies.irminsul_records import Chunk, Extent
 from pic.engine.policies.irminsul_store import ChunkStore
 from pic.traces.markers import BOUNDARY_MARKER
@@ -172,7 +172,7 @@ class Irminsul(ChunkWalk, CachePolicy):
         got = self._pending.pop(rid, None)
         if got is None:
             got = self._analyze(req)
-        bounds, fps, uses, toks, off = got.bounds, got.fps, got.uses, got.toks, got.off
+        bounds, fps, uses = got.bounds, got.fps, got.uses
         st = self._store
         if sum([b - a for a, b, _, _ in uses]) != plan.num_reused:
             return self._stale([])            # not the plan this cache answered
@@ -222,20 +222,28 @@ class Irminsul(ChunkWalk, CachePolicy):
             self.evict(int(need * bpt - room), now_us)
             room = self.ctx.capacity_bytes - st.evictable - st.protected
         src, chunks, full = req.seq, [], True
-        m, tb = self.config.min_match, (got.tb or int32_bytes(toks)) if new else b""
-        m4 = 4 * m
-        if not gaps and need * bpt <= room:
-            # every new chunk is recomputed whole and fits: one own extent each (new_extent, register inline)
+        m, k0, hk, tk = self.config.min_match, got.k0, got.heads, got.tails
+        if need * bpt <= room:
+            # every new chunk fits. NOTE (speed): one recomputed whole (most) gets one own extent, built inline
+            # (new_extent and register); only the ones a reused range overlaps take the general path
+            whole = 0
             for fp, k in new.items():
                 a, b = bounds[k], bounds[k + 1]
+                keys = (hk[k - k0], tk[k - k0]) if k >= k0 and hk and b - a >= m else None
+                if k in gaps:
+                    g = gaps[k]
+                    own = [st.new_extent(src, g0, g1 - g0, now_us) for g0, g1 in g]
+                    pieces = [[own[0], 0, b - a]] if len(g) == 1 and g[0] == (a, b) else \
+                        layout_pieces(views, bisect_right(ends, a), own, g, a, b)
+                    chunks.append(st.register(fp, src, a, b - a, pieces, rid, own, keys))
+                    continue
                 x = Extent(src, a, b - a, (b - a) * bpt, now_us, 1, fp)
-                c = Chunk(fp, src, a, b - a, [[x, 0, b - a]], rid, [x],
-                          (tb[4 * (a - off):4 * (a - off) + m4], tb[4 * (b - off) - m4:4 * (b - off)])
-                          if tb and a >= off and b - a >= m else None)
+                c = Chunk(fp, src, a, b - a, [[x, 0, b - a]], rid, [x], keys)
                 entries[fp] = c
                 chunks.append(c)
-            st.protected += need * bpt
-            st.num_extents += len(chunks)
+                whole += b - a
+                st.num_extents += 1
+            st.protected += whole * bpt
             new = {}
         for fp, k in new.items():
             a, b = bounds[k], bounds[k + 1]
@@ -247,15 +255,14 @@ class Irminsul(ChunkWalk, CachePolicy):
                 self.stats.extra["unstored_tokens"] += cost // bpt
                 continue
             room -= cost
-            keys = (tb[4 * (a - off):4 * (a - off) + m4], tb[4 * (b - off) - m4:4 * (b - off)]) \
-                if tb and a >= off and b - a >= m else None
+            keys = (hk[k - k0], tk[k - k0]) if k >= k0 and hk and b - a >= m else None
             own = [st.new_extent(src, g0, g1 - g0, now_us) for g0, g1 in g]
             pieces = [[own[0], 0, b - a]] if len(g) == 1 and g[0] == (a, b) else \
                 layout_pieces(views, bisect_right(ends, a), own, g, a, b)
             chunks.append(st.register(fp, src, a, b - a, pieces, rid, own, keys))
         self.stats.extra["partly_stored"] += not full
         self._live[rid] = (locked, chunks)
-        self._pending[rid] = got._replace(uses=[], toks=NO_TOKENS, tb=b"")       # the layout, for commit
+        self._pending[rid] = got._replace(uses=[], toks=NO_TOKENS, heads=(), tails=())    # the layout, for commit
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:

@@ -37,8 +37,9 @@ class ChunkIndexes:
         # indexed chunks of >= min_match tokens begin / end with each such run), or a hit chunk that another
         # indexed chunk may extend. Without content reuse beyond the exact prefix no trie is ever built.
         self.min_match = min_match
-        self._heads: dict[bytes, int] = {}
-        self._tails: dict[bytes, int] = {}
+        # keys: cdc.fingerprint of the run (a hash: a collision at worst walks a trie for nothing)
+        self._heads: dict[int, int] = {}
+        self._tails: dict[int, int] = {}
         self._log: list = []        # index?, chunk, how many of its tokens; flat (no tuple per entry: fewer GC objects)
 
     # ---- Public API --------------------------------------------------------------------------------------
@@ -63,13 +64,13 @@ class ChunkIndexes:
                 self._flush()
 
 
-    def longest(self, toks: np.ndarray, short: bool = False, head: bytes | None = None) -> tuple[int, Chunk | None]:
+    def longest(self, toks: np.ndarray, short: bool = False, head: int | None = None) -> tuple[int, Chunk | None]:
         """Longest leading run of ``toks`` that equals the beginning of a stored chunk (trie walk). Unless
         ``short``, a run under ``min_match`` tokens may be reported as ``(0, None)`` (the walk is skipped
-        when no indexed chunk begins with the first ``min_match`` tokens; ``head``: their bytes, if known)."""
+        when no indexed chunk begins with the first ``min_match`` tokens; ``head``: their key, if known)."""
         if not short:
             m = self.min_match
-            if toks.shape[0] < m or (toks[:m].tobytes() if head is None else head) not in self._heads:
+            if toks.shape[0] < m or (cdc.fingerprint(toks[:m]) if head is None else head) not in self._heads:
                 return 0, None
         self._flush()
         num, node = self.trie.match_prefix(toks, None, split=True)
@@ -83,12 +84,12 @@ class ChunkIndexes:
             stack.extend(reversed(list(nd.children.values())))
         return 0, None
 
-    def longest_tail(self, toks: np.ndarray, tail: bytes | None = None) -> tuple[int, Chunk | None]:
+    def longest_tail(self, toks: np.ndarray, tail: int | None = None) -> tuple[int, Chunk | None]:
         """Longest trailing run of ``toks`` that equals the end of a stored chunk (tail-trie walk over the
         reversed tokens); (0, None) without a tail trie, and for a run under ``min_match`` tokens (the walk
-        is skipped when no indexed chunk ends with the last ``min_match`` tokens; ``tail``: their bytes, if known)."""
+        is skipped when no indexed chunk ends with the last ``min_match`` tokens; ``tail``: their key, if known)."""
         m = self.min_match
-        if self.rtrie is None or toks.shape[0] < m or (toks[-m:].tobytes() if tail is None else tail) not in self._tails:
+        if self.rtrie is None or toks.shape[0] < m or (cdc.fingerprint(toks[-m:]) if tail is None else tail) not in self._tails:
             return 0, None
         self._flush()
         num, node = self.rtrie.match_prefix(np.ascontiguousarray(toks[::-1]), None, split=True)
@@ -141,7 +142,7 @@ class ChunkIndexes:
             return
         c.indexed = None
         if n >= self.min_match:
-            for d, k in ((self._heads, c.head), (self._tails, c.part(n - self.min_match, n).tobytes())):
+            for d, k in ((self._heads, c.head), (self._tails, cdc.fingerprint(c.part(n - self.min_match, n)))):
                 if d[k] == 1:
                     del d[k]
                 else:
@@ -192,6 +193,7 @@ def _claim(tree: RadixTree, toks: np.ndarray, fp: int) -> RadixNode | None:
     return node
 
 
-def _keys(c: Chunk, n: int, m: int) -> tuple[bytes, bytes]:
-    """Bytes of the first and last ``m`` of chunk ``c``'s first ``n`` tokens (``c.head`` once known)."""
-    return c.head if c.head is not None else c.part(0, m).tobytes(), c.part(n - m, n).tobytes()
+def _keys(c: Chunk, n: int, m: int) -> tuple[int, int]:
+    """Keys (:func:`engine.cdc.fingerprint`) of the first and last ``m`` of chunk ``c``'s first ``n`` tokens
+    (``c.head`` once known)."""
+    return c.head if c.head is not None else cdc.fingerprint(c.part(0, m)), cdc.fingerprint(c.part(n - m, n))

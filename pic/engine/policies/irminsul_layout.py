@@ -64,7 +64,9 @@ class Analysis(NamedTuple):
     toks: np.ndarray
     off: int
     uses: list[Use]
-    tb: bytes = b""
+    k0: int = 0                 # heads[j], tails[j]: cdc.edge_keys of chunk k0 + j (fast walks; else empty)
+    heads: list[int] | tuple = ()
+    tails: list[int] | tuple = ()
 
 
 def gaps(views: list[tuple[int, int, list[Extent]]], i: int, a: int, b: int) -> list[tuple[int, int]]:

@@ -44,24 +44,26 @@ class ChunkWalk:
         uses: list[Use] = []
         self._chunks_used: list[Chunk] = []
         ex = self.stats.extra
-        n, k, m, tb = req.num_tokens, 0, self.config.min_match, None
+        n, k, m = req.num_tokens, 0, self.config.min_match
         pos = self._prefix(req, best, best_len, uses)
         ex["prefix_tokens"] += pos
         # NOTE (speed): a chunk whose fingerprint, first and last ``min_match`` tokens are all unknown to the
-        # store misses every stage (lookup, chunk trie, tail trie, no S1): told from slices of one bytes
-        # copy of the tokens, with no array slice or call per chunk (most new content of a trace)
-        fast = toks.dtype == np.int32 and not self.config.s1
+        # store misses every stage (lookup, chunk trie, tail trie, no S1): told from the keys of its first and
+        # last ``min_match`` tokens (cdc.edge_keys: one call for the prompt's chunks from ``pos`` on), with no
+        # array slice or call per chunk (most new content of a trace)
+        fast = not self.config.s1
+        heads_at: list[int] = []
         if fast:
             # the chunks starting at or after ``pos`` that some stage may serve ("hot"), in one pass; the walk
             # below jumps from a missed chunk to the next hot one
-            st, tb = self._store, int32_bytes(toks)
-            get, heads, tails = self._entries.get, st._heads, st._tails if st.rtrie is not None else {}
-            nt, m4 = toks.shape[0] + off, 4 * m
+            st = self._store
+            entries, heads, tails = self._entries, st._heads, st._tails if st.rtrie is not None else {}
             k0 = bisect_right(bl, pos) - 1
             k0 += bl[k0] < pos
-            hot = [k for k in range(k0, len(fl)) if get(fl[k]) is not None
-                   or (nt - bl[k] >= m and tb[4 * (bl[k] - off):4 * (bl[k] - off) + m4] in heads)
-                   or (bl[k + 1] - bl[k] >= m and tb[4 * (bl[k + 1] - off) - m4:4 * (bl[k + 1] - off)] in tails)]
+            ha, ta = cdc.edge_keys(toks, np.array(bl[k0:], np.int64) - off, m)
+            heads_at, tails_at = ha.tolist(), ta.tolist()
+            hot = [k for k, f, hk, tk in zip(range(k0, len(fl)), fl[k0:], heads_at, tails_at, strict=True)
+                   if f in entries or hk in heads or tk in tails]
             hot.append(len(fl))
             misses = 0
         while pos < n:
@@ -81,10 +83,8 @@ class ChunkWalk:
                 ex["chunk_hits"] += 1
             # NOTE: a longer run than the hit chunk needs a stored chunk that extends it (a trie child)
             if e is None:
-                # NOTE (speed): the chunk store's head/tail keys sliced from one bytes copy of the tokens
-                tb = int32_bytes(toks) if tb is None else tb
                 t_len, t_e = self._store.longest(toks[pos - off:pos - off + self.config.max_chunk],
-                                                 head=tb and tb[4 * (pos - off):4 * (pos - off + m)])
+                                                 head=heads_at[k - k0] if fast and pos == a else None)
             elif self._store.extendable(e):
                 t_len, t_e = self._store.longest(toks[pos - off:pos - off + self.config.max_chunk], short=True)
             else:
@@ -97,14 +97,15 @@ class ChunkWalk:
                 self._span(uses, e, pos, b, pos - a)
                 pos = b
             else:
-                rest = self._tail(toks, off, pos, b, uses, tb) if self.config.tails else b
+                rest = self._tail(toks, off, pos, b, uses, tails_at[k - k0] if fast and k >= k0 else None) \
+                    if self.config.tails else b
                 if self.config.s1 and rest > pos:
                     self._s1(toks, off, pos, rest, uses)
                 pos = b
         if fast:
             ex["chunk_lookups"] += misses
         uses.sort(key=lambda u: u[0])        # S1 adds end-aligned windows after start-aligned ones
-        return got._replace(uses=uses, tb=tb or b"")
+        return got._replace(uses=uses, k0=k0, heads=heads_at, tails=tails_at) if fast else got._replace(uses=uses)
 
     def _full_layout(self, req: RequestView) -> Analysis:
         """CDC over the whole prompt."""
@@ -210,13 +211,11 @@ class ChunkWalk:
                 self._span(uses, e, a, b, 0)
         return best_len
 
-    def _tail(self, toks: np.ndarray, off: int, lo: int, hi: int, uses: list[Use], tb: bytes = b"") -> int:
+    def _tail(self, toks: np.ndarray, off: int, lo: int, hi: int, uses: list[Use], key: int | None = None) -> int:
         """A missed chunk ``[lo, hi)``: reuse the longest run ending at ``hi`` that ends a stored chunk
         (>= ``min_match`` tokens, tail trie); returns where the rest of the miss ends. ``toks``: the
-        prompt's tokens from ``off`` on."""
-        m = self.config.min_match
-        n, c = self._store.longest_tail(toks[lo - off:hi - off],
-                                        tb[4 * (hi - off - m):4 * (hi - off)] if tb and hi - off >= m else None)
+        prompt's tokens from ``off`` on; ``key``: the key of the ``min_match`` tokens ending at ``hi``, if known."""
+        n, c = self._store.longest_tail(toks[lo - off:hi - off], key)
         if n < self.config.min_match:
             return hi
         self.stats.extra["tail_tokens"] += n
@@ -252,7 +251,3 @@ class ChunkWalk:
             covered.append((s, s + w))
             self._span(uses, e, s, s + w, off)
 
-
-def int32_bytes(toks: np.ndarray) -> bytes:
-    """The tokens' bytes as the chunk store keys them (int32; empty: no keys from it)."""
-    return toks.tobytes() if toks.dtype == np.int32 else b""

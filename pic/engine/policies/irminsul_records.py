@@ -49,10 +49,10 @@ class Chunk:
                  "indexed", "keys", "head")
 
     def __init__(self, fp: int, src: Seq, pos: int, size: int, pieces: list[list[Any]], owner: int,
-                 own: list[Extent], keys: tuple[bytes, bytes] | None = None) -> None:
+                 own: list[Extent], keys: tuple[int, int] | None = None) -> None:
         self.fp, self.src, self.pos, self.size, self.pieces, self.owner, self.own = fp, src, pos, size, pieces, owner, own
-        self.keys = keys        # bytes of its first and last min_match tokens, until it is indexed (or None)
-        self.head: bytes | None = None            # bytes of its first min_match tokens, once indexed
+        self.keys = keys        # keys of its first and last min_match tokens, until it is indexed (or None)
+        self.head: int | None = None              # key of its first min_match tokens, once indexed
         self.ready = False
         self.windows: list[int] = NONE            # S1 window fingerprints it registered (a list once it has)
         self.node: RadixNode | None = None       # end node of its tokens in the chunk trie

@@ -186,10 +186,10 @@ class ChunkStore(ChunkIndexes):
 
     # ---- Public API: chunks -----------------------------------------------------------------------
     def register(self, fp: int, src: Seq, pos: int, size: int, pieces: list[list[Any]], owner: int,
-                 own: list[Extent], keys: tuple[bytes, bytes] | None = None) -> Chunk:
+                 own: list[Extent], keys: tuple[int, int] | None = None) -> Chunk:
         """A new, not yet ready chunk over ``pieces`` whose tokens are ``src``'s ``[pos, pos + size)`` (``own``:
-        its freshly computed extents; ``keys``: the bytes of its first and last ``min_match`` tokens when the
-        caller has them)."""
+        its freshly computed extents; ``keys``: the keys of its first and last ``min_match`` tokens when the
+        caller has them, :func:`engine.cdc.edge_keys`)."""
         c = Chunk(fp, src, pos, size, pieces, owner, own, keys)
         self.entries[fp] = c
         for x, _, _ in pieces:
