@@ -118,6 +118,25 @@ def gear_cuts(toks, table, thr, first, last, shift, m):
     return out
 
 
+@njit(types.Tuple((types.int64[::1], types.boolean))(_I32, _U64, types.uint64, types.int64, types.int64, types.int64,
+                                                      types.int64, types.int64, types.int64, types.int64), **_OPTS)
+def gear_bounds(toks, table, thr, first, last, shift, m, start, n, mx):
+    """``[start] + gear_cuts(...) + [n]`` (:func:`engine.cdc._layout`'s bounds when there is no hard boundary,
+    before its over-long-gap rules), and whether a gap between two of them exceeds ``mx`` tokens."""
+    cuts = gear_cuts(toks, table, thr, first, last, shift, m)
+    k = cuts.shape[0]
+    out = np.empty(k + 2, np.int64)
+    out[0] = start
+    out[k + 1] = n
+    big = False
+    for j in range(k):
+        out[j + 1] = cuts[j]
+    for j in range(k + 1):
+        if out[j + 1] - out[j] > mx:
+            big = True
+    return out, big
+
+
 @njit(types.uint64[::1](_I32, _U64), **_OPTS)
 def gear_hash(toks, table):
     """``h_i = sum_{j<min(64, i+1)} G[t_{i-j}] << j mod 2**64`` for every ``i`` (:func:`engine.cdc.gear_hash`)."""

@@ -239,14 +239,26 @@ def layout_from(tail: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig,
 def _layout(toks: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig, hard: np.ndarray
             ) -> tuple[np.ndarray, np.ndarray]:
     """Bounds ``>= start`` (anchor mask with them) of a prompt of ``n`` tokens, ``toks`` = ``[base, n)``."""
-    nat = _natural(toks, base, n, start, cfg, hard) if n > WINDOW else _EMPTY
-    hard = hard[hard > start]
-    cuts = _union(nat, hard) if hard.size else nat
-    b = np.concatenate(([start], cuts, [n])).astype(np.int64)
-    gaps = np.diff(b)
-    big = gaps > cfg.max_chunk
-    if not big.any():
-        return b, np.ones(b.shape[0], bool)
+    i0 = max(start, WINDOW - 1)
+    fast = accel.kernels(n - i0) if not hard.size and n - 1 > i0 and n > WINDOW else None
+    if fast is not None:
+        # NOTE (speed): no hard boundary (the common case): the bounds and whether a gap is over-long from
+        # one compiled call, instead of ~10 numpy calls per prompt (_natural, then the lines below)
+        b, over = fast.gear_bounds(toks, gear_table(cfg.seed), cfg.threshold, i0 - base, n - 1 - base, base + 1,
+                                   cfg.min_chunk, start, n, cfg.max_chunk)
+        if not over:
+            return b, np.ones(b.shape[0], bool)
+        gaps = np.diff(b)
+        big = gaps > cfg.max_chunk
+    else:
+        nat = _natural(toks, base, n, start, cfg, hard) if n > WINDOW else _EMPTY
+        hard = hard[hard > start]
+        cuts = _union(nat, hard) if hard.size else nat
+        b = np.concatenate(([start], cuts, [n])).astype(np.int64)
+        gaps = np.diff(b)
+        big = gaps > cfg.max_chunk
+        if not big.any():
+            return b, np.ones(b.shape[0], bool)
     anchors = b
     # NOTE: a Python loop over the over-long gaps only (rare: runs with no content-defined cut)
     per = [_periodic_cuts(toks, int(a) - base, int(a + g) - base, cfg) + base

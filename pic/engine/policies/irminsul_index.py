@@ -12,6 +12,8 @@ Both tries are built lazily from a log of index operations (see :meth:`ChunkInde
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from pic.engine import cdc
@@ -38,15 +40,15 @@ class ChunkIndexes:
         # indexed chunk may extend. Without content reuse beyond the exact prefix no trie is ever built.
         self.min_match = min_match
         # keys: cdc.fingerprint of the run (a hash: a collision at worst walks a trie for nothing)
-        self._heads: dict[int, int] = {}
-        self._tails: dict[int, int] = {}
+        self._heads: Counter[int] = Counter()
+        self._tails: Counter[int] = Counter()
         self._log: list = []        # index?, chunk, how many of its tokens; flat (no tuple per entry: fewer GC objects)
 
     # ---- Public API --------------------------------------------------------------------------------------
     def make_ready(self, chunks: list[Chunk], now_us: int, windows: bool) -> None:
         """The chunks' KV exists: index their tokens in the trie(s) (and their S1 windows when ``windows``),
         in order (:meth:`_index`, inline: one call per request)."""
-        m, heads, tails = self.min_match, self._heads, self._tails
+        m, hks, tks, log = self.min_match, [], [], []
         for c in chunks:
             c.ready = True
             if windows:
@@ -55,13 +57,16 @@ class ChunkIndexes:
             if n >= m:
                 hk, tk = c.keys if c.keys is not None else _keys(c, n, m)
                 c.head = hk
-                heads[hk] = heads.get(hk, 0) + 1
-                tails[tk] = tails.get(tk, 0) + 1
+                hks.append(hk)
+                tks.append(tk)
             c.keys = None
-            log = self._log
             log += (True, c, n)
-            if len(log) > 3 * (2 * len(self.entries) + 4096):     # bounded: replay it now and then
-                self._flush()
+        # NOTE (speed): the prefilter counts in two C-level passes (Counter.update), the log in one extend
+        self._heads.update(hks)
+        self._tails.update(tks)
+        self._log += log
+        if len(self._log) > 3 * (2 * len(self.entries) + 4096):     # bounded: replay it now and then
+            self._flush()
 
 
     def longest(self, toks: np.ndarray, short: bool = False, head: int | None = None) -> tuple[int, Chunk | None]:

@@ -23,7 +23,7 @@ def tokens_from(req: RequestView, lo: int) -> np.ndarray:
     if req.source is None or req.segment_rows is None:
         return req.tokens[lo:]
     sb = req.segment_bounds
-    i = int(np.searchsorted(sb, lo, side="right")) - 1
+    i = int(sb.searchsorted(lo, side="right")) - 1
     return req.source.gather(req.segment_rows[i:])[lo - int(sb[i]):]
 
 

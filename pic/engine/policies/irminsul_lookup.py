@@ -58,11 +58,14 @@ class ChunkWalk:
             # below jumps from a missed chunk to the next hot one
             st = self._store
             entries, heads, tails = self._entries, st._heads, st._tails if st.rtrie is not None else {}
-            k0 = bisect_right(bl, pos) - 1
-            k0 += bl[k0] < pos
-            ha, ta = cdc.edge_keys(toks, np.array(bl[k0:], np.int64) - off, m)
+            # keys from the chunk holding ``pos`` (kc: new when it straddles the end of the exact prefix)
+            kc = bisect_right(bl, pos) - 1
+            k0 = kc + (bl[kc] < pos)
+            kc = kc if bl[kc] >= off else k0          # (its tokens are made unless a --verify collision cut pos)
+            ha, ta = cdc.edge_keys(toks, np.array(bl[kc:], np.int64) - off, m)
             heads_at, tails_at = ha.tolist(), ta.tolist()
-            hot = [k for k, f, hk, tk in zip(range(k0, len(fl)), fl[k0:], heads_at, tails_at, strict=True)
+            hot = [k for k, f, hk, tk in zip(range(k0, len(fl)), fl[k0:], heads_at[k0 - kc:], tails_at[k0 - kc:],
+                                             strict=True)
                    if f in entries or hk in heads or tk in tails]
             hot.append(len(fl))
             misses = 0
@@ -84,7 +87,7 @@ class ChunkWalk:
             # NOTE: a longer run than the hit chunk needs a stored chunk that extends it (a trie child)
             if e is None:
                 t_len, t_e = self._store.longest(toks[pos - off:pos - off + self.config.max_chunk],
-                                                 head=heads_at[k - k0] if fast and pos == a else None)
+                                                 head=heads_at[k - kc] if fast and pos == a else None)
             elif self._store.extendable(e):
                 t_len, t_e = self._store.longest(toks[pos - off:pos - off + self.config.max_chunk], short=True)
             else:
@@ -97,7 +100,7 @@ class ChunkWalk:
                 self._span(uses, e, pos, b, pos - a)
                 pos = b
             else:
-                rest = self._tail(toks, off, pos, b, uses, tails_at[k - k0] if fast and k >= k0 else None) \
+                rest = self._tail(toks, off, pos, b, uses, tails_at[k - kc] if fast else None) \
                     if self.config.tails else b
                 if self.config.s1 and rest > pos:
                     self._s1(toks, off, pos, rest, uses)
@@ -105,7 +108,7 @@ class ChunkWalk:
         if fast:
             ex["chunk_lookups"] += misses
         uses.sort(key=lambda u: u[0])        # S1 adds end-aligned windows after start-aligned ones
-        return got._replace(uses=uses, k0=k0, heads=heads_at, tails=tails_at) if fast else got._replace(uses=uses)
+        return got._replace(uses=uses, k0=kc, heads=heads_at, tails=tails_at) if fast else got._replace(uses=uses)
 
     def _full_layout(self, req: RequestView) -> Analysis:
         """CDC over the whole prompt."""
@@ -145,7 +148,8 @@ class ChunkWalk:
             hard, marked = marker_cuts(req, toks[ms - lo:], ms, self._marker)
             hard = cdc.clean_hard(hard, n)
             cap = c + m
-            if not np.array_equal(hard[:np.searchsorted(hard, cap)], phard[:np.searchsorted(phard, cap)]):
+            if (hard.size or phard.size) and \
+                    not np.array_equal(hard[:np.searchsorted(hard, cap)], phard[:np.searchsorted(phard, cap)]):
                 return None
         tb, tanc = cdc.layout_from(toks[max(0, c - (cdc.WINDOW - 1)) - lo:], max(0, c - (cdc.WINDOW - 1)), n, c,
                                    self._cdc, hard)
