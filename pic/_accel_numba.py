@@ -251,3 +251,28 @@ def filter_candidates(w, start, bits1, bits2, shift, mask):
                 out[k] = i
                 k += 1
     return out[:k]
+
+
+_BASE = np.uint64(0x9E3779B97F4A7C15 | 1)
+
+
+@njit(types.Tuple((types.uint64[::1], types.uint64[::1]))(_I32, types.int64), **_OPTS)
+def prefix_window_hashes(toks, width):
+    """``(H, W)``: :func:`engine.rolling.prefix_hashes` of ``toks`` (``H[i]`` hashes ``toks[:i]``) and
+    :func:`engine.rolling.window_hashes` at ``width`` (``W[i] = H[i + width] - H[i] * B^width``), in one
+    Horner pass ``H[i + 1] = H[i] * B + mix(t_i)`` (the closed form's values modulo 2**64, exactly)."""
+    n = toks.shape[0]
+    h = np.empty(n + 1, np.uint64)
+    acc = np.uint64(0)
+    h[0] = acc
+    for i in range(n):
+        acc = acc * _BASE + _mix(np.uint64(np.int64(toks[i])) + _GOLDEN)
+        h[i + 1] = acc
+    m = n - width + 1 if n >= width else 0
+    w = np.empty(m, np.uint64)
+    bw = np.uint64(1)
+    for _ in range(width):
+        bw *= _BASE
+    for i in range(m):
+        w[i] = h[i + width] - h[i] * bw
+    return h, w

@@ -8,7 +8,8 @@ derived and chunked), and numpy spends ~10-20 passes and ~25 calls per prompt on
 * the Gear hash's candidate cuts (:func:`engine.cdc._natural`: a table gather and 6 shift+add passes).
 
 ``fixed-chunk``'s scan of every window hash against its two filters is compiled too (one pass over 512 KB
-bitsets instead of gathers from two 8 MB counting filters).
+bitsets instead of gathers from two 8 MB counting filters), and so are its rolling hashes of a prompt (one
+Horner pass for :func:`engine.rolling.prefix_hashes` and ``window_hashes``).
 
 NOTE (cost of the accelerator itself): importing numba and loading the cached machine code costs ~0.33 s
 CPU per process (the first import after an install compiles them: ~2.2 s, once); they save ~30-100 ns per

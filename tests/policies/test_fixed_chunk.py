@@ -167,6 +167,24 @@ def test_compiled_filter_scan_equals_the_numpy_scan() -> None:
         accel.set_mode(None)
 
 
+def test_compiled_rolling_hashes_equal_numpy() -> None:
+    """fixed-chunk's compiled prefix + window hashes (one Horner pass) equal engine.rolling's closed form."""
+    import pytest
+
+    from pic import accel
+    from pic.engine.rolling import prefix_hashes, window_hashes
+
+    if not accel.available():
+        pytest.skip("numba not installed")
+    from pic import _accel_numba as k
+
+    rng = np.random.default_rng()
+    for n, width in ((0, 4), (3, 4), (4, 4), (1000, 256), (70_000, 256), (9, 1)):
+        t = rng.integers(0, 200_000, n, dtype=np.int32)
+        h, w = k.prefix_window_hashes(t, width)
+        assert np.array_equal(h, prefix_hashes(t)) and np.array_equal(w, window_hashes(t, width))
+
+
 # ---- exact-prefix stage (LMCache behind the engine's prefix cache) and save_unfull_chunk (#10) ----
 
 def test_prefix_stage_reuses_whole_continued_prompt() -> None:

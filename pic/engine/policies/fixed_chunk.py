@@ -296,8 +296,13 @@ class FixedChunkCache(CachePolicy):
     def _hashes(self, req: RequestView) -> tuple[np.ndarray, np.ndarray]:
         """(prefix hashes, chunk-size window hashes) of the request's tokens, memoized on the array."""
         if self._memo is None or self._memo[0] is not req.tokens:
-            h = prefix_hashes(req.tokens)
-            self._memo = (req.tokens, h, window_hashes(req.tokens, self._c, h))
+            toks = req.tokens
+            fast = accel.kernels(toks.shape[0])
+            if fast is not None:                # one Horner pass, the same values
+                self._memo = (toks, *fast.prefix_window_hashes(np.ascontiguousarray(toks, np.int32), self._c))
+            else:
+                h = prefix_hashes(toks)
+                self._memo = (toks, h, window_hashes(toks, self._c, h))
         return self._memo[1], self._memo[2]
 
     def _grid(self, req: RequestView) -> list[tuple[int, int, int]]:
