@@ -2,6 +2,8 @@
 
 A :class:`Seq` is a prompt ``[0, end)`` described by the trace segments it concatenates (``rows`` into a
 :class:`~pic.traces.content.Segments`, ``bounds`` their prompt offsets) or by one private token array.
+:meth:`Seq.sub` and :meth:`Seq.rev` give a run of a prompt, forward or reversed, as a Seq of its own over
+the same segments (a chunk trie's edges: no token copy).
 :func:`lcp` compares two sequences piece by piece: a piece of the same segment at the same offset on both
 sides is equal without looking at a token, so an exact-prefix walk over prompts that share segments costs
 O(segments), and tokens are read (or, for opaque segments, derived) only where two different segments
@@ -12,20 +14,25 @@ token is ever copied into the tree.
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 
 import numpy as np
 
 _M64 = (1 << 64) - 1
 _GOLD, _M1, _M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-_PRIVATE = -1       # piece id of a Seq's own token array
+_PRIVATE = -1       # piece id of a Seq's own token array; a row r <= -2 is segment -2 - r reversed
 _PROBE = 32         # tokens compared first where two different pieces meet
 _I32 = 1 << 31
 
 
 class Seq:
     """Prompt ``[0, end)`` as pieces: ``rows[i]`` (a segment row of ``store``, or -1 = ``arr``) covers
-    ``[bounds[i], bounds[i+1])``. Build with :meth:`of_array` or :meth:`of_segments`."""
+    ``[bounds[i], bounds[i+1])``. Build with :meth:`of_array` or :meth:`of_segments`.
+
+    ``bounds`` are where each segment would start and end: a piece may begin before 0 or end after ``end``
+    (a run cut from a prompt, :meth:`sub`), so that the same segment at the same offset reads as such in any
+    Seq. A row ``r <= -2`` is segment ``-2 - r`` reversed (:meth:`rev`): its local offset ``o`` is the
+    segment's token ``L - 1 - o``, ``L`` the piece's bounds' span (the segment's length)."""
 
     __slots__ = ("rows", "bounds", "store", "arr", "end")
 
@@ -53,6 +60,29 @@ class Seq:
         """The first ``n`` tokens (shares the pieces)."""
         return Seq(self.rows, self.bounds, self.store, self.arr, min(n, self.end))
 
+    def sub(self, lo: int, hi: int) -> Seq:
+        """Tokens ``[lo, hi)`` as a Seq of their own, over the same pieces (no token copied)."""
+        if self.arr is not None:
+            return Seq.of_array(self.arr[lo:hi])
+        b = self.bounds
+        i, j = bisect_right(b, lo) - 1, bisect_left(b, hi)
+        if hi <= lo or i < 0:
+            return Seq.of_array(np.zeros(0, np.int32))
+        return Seq(self.rows[i:j], array(b.typecode, [x - lo for x in b[i:j + 1]]), self.store, None, hi - lo)
+
+    def rev(self, lo: int, hi: int) -> Seq:
+        """Tokens ``[lo, hi)`` reversed, as a Seq of their own over the same pieces read backwards (no token
+        copied; a private array: a reversed view of it)."""
+        if self.arr is not None:
+            return Seq.of_array(self.arr[lo:hi][::-1])
+        b = self.bounds
+        i, j = bisect_right(b, lo) - 1, bisect_left(b, hi)
+        if hi <= lo or i < 0:
+            return Seq.of_array(np.zeros(0, np.int32))
+        rows = self.rows[i:j]
+        return Seq(array(rows.typecode, [-2 - r for r in reversed(rows)]),
+                   array(b.typecode, [hi - x for x in reversed(b[i:j + 1])]), self.store, None, hi - lo)
+
     def tokens(self, lo: int, hi: int) -> np.ndarray:
         """int32 tokens ``[lo, hi)`` (a view when they lie in one stored piece)."""
         if self.arr is not None:
@@ -64,7 +94,7 @@ class Seq:
         parts = []
         while lo < hi:
             e = min(hi, b[i + 1])
-            parts.append(self.store.segment(self.rows[i], lo - b[i], e - b[i]))
+            parts.append(_piece(self, i, lo - b[i], e - b[i]))
             lo, i = e, i + 1
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
@@ -73,9 +103,7 @@ class Seq:
             return int(self.arr[pos])
         b = self.bounds
         i = bisect_right(b, pos) - 1
-        if pos == b[i]:
-            return first_tokens(self.store)[self.rows[i]]
-        return token_at(self.store, self.rows[i], pos - b[i])
+        return _first(self, i, pos - b[i])
 
 
 def first_tokens(store) -> array:
@@ -138,8 +166,8 @@ def lcp(A: Seq, a: int, B: Seq, b: int, m: int) -> int:
         ea, eb = ba[i + 1], bb[j + 1]
         x = ra[i]
         step = m - done
-        if x == rb[j] and x >= 0 and a - ba[i] == b - bb[j]:
-            if ea - a < step:                 # the same segment at the same offset: equal
+        if x == rb[j] and x != _PRIVATE and a - ba[i] == b - bb[j]:
+            if ea - a < step:                 # the same segment at the same offset (same direction): equal
                 step = ea - a
         else:
             if ea - a < step:
@@ -182,14 +210,23 @@ def _compare(A: Seq, i: int, oa: int, B: Seq, j: int, ob: int, n: int) -> int:
 
 
 def _first(S: Seq, i: int, o: int) -> int:
+    """Token at local offset ``o`` of piece ``i``."""
     if S.arr is not None:
         return int(S.arr[o])
+    r = S.rows[i]
+    if r < 0:                                 # reversed segment
+        r, o = -2 - r, S.bounds[i + 1] - S.bounds[i] - 1 - o
     if o == 0:
-        return first_tokens(S.store)[S.rows[i]]
-    return token_at(S.store, S.rows[i], o)
+        return first_tokens(S.store)[r]
+    return token_at(S.store, r, o)
 
 
 def _piece(S: Seq, i: int, lo: int, hi: int) -> np.ndarray:
+    """Tokens at local offsets ``[lo, hi)`` of piece ``i``."""
     if S.arr is not None:
         return S.arr[lo:hi]
-    return S.store.segment(S.rows[i], lo, hi)
+    r = S.rows[i]
+    if r < 0:                                 # reversed segment
+        n = S.bounds[i + 1] - S.bounds[i]
+        return S.store.segment(-2 - r, n - hi, n - lo)[::-1]
+    return S.store.segment(r, lo, hi)
