@@ -14,6 +14,7 @@ API (all counts in tokens, all times integer microseconds)::
     tree = RadixTree(page_size=1, key=engine.eviction.lru)
     num, node = tree.match_prefix(tokens, now_us)     # longest resident prefix, page-rounded
     num_new, leaf = tree.insert(tokens, now_us)        # insert whole pages; returns tokens added
+    tree.insert(tokens, now_us, lo, hi)                # tokens[lo:hi] (match_prefix takes lo=, hi= too)
     tree.inc_lock(node); tree.dec_lock(node)           # protect / unprotect node and its ancestors
     freed = tree.evict(num_tokens)                     # evict unlocked leaves, smallest key first
     tree.evictable_tokens, tree.protected_tokens, tree.total_tokens
@@ -117,18 +118,18 @@ class RadixTree:
         return self.evictable_tokens + self.protected_tokens
 
     def match_prefix(self, tokens: Any, now_us: int | None = None, split: bool = True,
-                     count_hit: bool = True) -> tuple[int, RadixNode]:
-        """Longest resident prefix of ``tokens`` (page-rounded) and its node; see module docstring."""
+                     count_hit: bool = True, lo: int = 0, hi: int | None = None) -> tuple[int, RadixNode]:
+        """Longest resident prefix of ``tokens[lo:hi]`` (page-rounded) and its node; see module docstring."""
         q = as_seq(tokens)
         p = self.page_size
-        n = q.end // p * p
+        n = ((q.end if hi is None else hi) - lo) // p * p
         node, pos = self.root, 0
         while pos < n:
-            child = node.children.get(self._child_key(q, pos))
+            child = node.children.get(self._child_key(q, lo + pos))
             if child is None:
                 break
             m = min(child.n, n - pos)
-            same = lcp(child.src, child.lo, q, pos, m)
+            same = lcp(child.src, child.lo, q, lo + pos, m)
             if same < m:
                 same = same // p * p
             if same == 0:
@@ -141,12 +142,12 @@ class RadixTree:
                 if split:
                     node = self._split(child, same)
                 else:
-                    self._memo = (q, now_us, self._version, pos, node, child, same)
+                    self._memo = (q, now_us, self._version, pos, node, child, same) if not lo else None
                     return pos, node
                 break
             node = child
         if not split:
-            self._memo = (q, now_us, self._version, pos, node, None, 0)
+            self._memo = (q, now_us, self._version, pos, node, None, 0) if not lo else None
         return pos, node
 
     def lock_point(self, tokens: Any, num: int, now_us: int | None = None) -> tuple[int, RadixNode]:
@@ -160,16 +161,17 @@ class RadixTree:
             return num, (m[4] if m[5] is None else self._split(m[5], m[6]))
         return self.match_prefix(q.prefix(num), now_us, split=True, count_hit=False)
 
-    def insert(self, tokens: Any, now_us: int) -> tuple[int, RadixNode]:
-        """Insert the whole pages of ``tokens``; return (tokens newly stored, node ending the path)."""
+    def insert(self, tokens: Any, now_us: int, lo: int = 0, hi: int | None = None) -> tuple[int, RadixNode]:
+        """Insert the whole pages of ``tokens[lo:hi]``; return (tokens newly stored, node ending the path).
+        New edges refer to ``tokens`` itself (a run inside a prompt costs no Seq of its own)."""
         q = as_seq(tokens)
         p = self.page_size
-        n = q.end // p * p
-        pos, node = self.match_prefix(q.prefix(n) if n < q.end else q, now_us, split=True, count_hit=False)
+        n = ((q.end if hi is None else hi) - lo) // p * p
+        pos, node = self.match_prefix(q, now_us, split=True, count_hit=False, lo=lo, hi=lo + n)
         if pos >= n:
             return 0, node
-        ckey = self._child_key(q, pos)
-        leaf = RadixNode(q, pos, n - pos, ckey, node, now_us)
+        ckey = self._child_key(q, lo + pos)
+        leaf = RadixNode(q, lo + pos, n - pos, ckey, node, now_us)
         node.children[ckey] = leaf
         self._version += 1
         self.num_nodes += 1
@@ -242,7 +244,8 @@ class RadixTree:
     def run_refs(self, context: int = 63) -> list[tuple[Seq, int, int, int]]:
         """Every node's edge with its parent path's last <= ``context`` tokens, parents first (for content
         statistics over what the tree stores), by reference: ``(src, lo, hi, c)``, tokens ``[lo, hi)`` of
-        ``src`` whose first ``c`` are context (an edge's source prompt holds its whole root path before it)."""
+        ``src`` whose first ``c`` are context (an edge's source prompt holds its whole root path before it:
+        true of a tree whose inserts all start at 0, the exact-prefix stores this is called on)."""
         out: list[tuple[Seq, int, int, int]] = []
         stack = list(self.root.children.values())
         while stack:

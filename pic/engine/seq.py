@@ -103,7 +103,12 @@ class Seq:
             return int(self.arr[pos])
         b = self.bounds
         i = bisect_right(b, pos) - 1
-        return _first(self, i, pos - b[i])
+        r = self.rows[i]
+        if r < 0:
+            return _first(self, i, pos - b[i])
+        if pos == b[i]:
+            return first_tokens(self.store)[r]
+        return token_at(self.store, r, pos - b[i])
 
 
 def first_tokens(store) -> array:

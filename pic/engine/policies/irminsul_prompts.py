@@ -17,9 +17,9 @@ _LAYOUTS = 16  # committed-prompt layouts tried for the exact prefix
 class PromptIndex:
     """Committed prompts -> chunk layout; ``entries``: the store's registry (read, never written)."""
 
-    def __init__(self, entries: dict[int, Chunk]) -> None:
+    def __init__(self, entries: dict[int, Chunk], evicts: bool = True) -> None:
         self.entries = entries
-        self.tree = RadixTree()
+        self.tree = RadixTree(evicts=evicts)      # False: an unbounded cache's index never evicts (no heap)
 
     def add(self, tokens: Seq | np.ndarray, layout: tuple, now_us: int, cap_tokens: float) -> None:
         """Index a committed prompt (its :class:`~engine.seq.Seq`: edges are references) with its chunk

@@ -51,7 +51,7 @@ class ChunkStore(ChunkIndexes):
         self.s1_window, self.bpt = s1_window, bytes_per_token
         self.entries: dict[int, Chunk] = {}
         self._init_indexes(tails, min_match)
-        self.prompts = PromptIndex(self.entries)            # committed prompts -> chunk layout
+        self.prompts = PromptIndex(self.entries, evicts=bounded)    # committed prompts -> chunk layout
         self.evictable = self.protected = 0
         self.num_extents = 0
         self._heap: list[tuple[tuple[int, ...], int, Extent]] = []
