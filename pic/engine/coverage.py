@@ -175,7 +175,7 @@ class _Earlier:
         intervals are kept sorted by key); the rest is carried over in one merge of two sorted runs."""
         if self.key is None:
             self.key, self.a, self.b = key[:0], np.zeros(0, np.int64), np.zeros(0, np.int64)
-        uk = np.unique(key)
+        uk = sorted_unique(key)
         lo, hi = np.searchsorted(self.key, uk, "left"), np.searchsorted(self.key, uk, "right")
         sel = np.repeat(lo, hi - lo) + ramp(hi - lo)
         n0 = sel.shape[0]
@@ -185,8 +185,8 @@ class _Earlier:
         rec, ca, cb = _earlier_cover(k, np.concatenate([np.full(n0, -1, np.int64), item]), A, B)
         m = rec >= n0
         if k.shape[0]:
-            names, g = np.unique(k, return_inverse=True)
-            A, B, g = _union(g.ravel().astype(np.int64), A, B)
+            names, g = _unique_inverse(k)
+            A, B, g = _union(g, A, B)
             keep = np.ones(self.key.shape[0], bool)
             keep[sel] = False
             k = np.concatenate([self.key[keep], names[g]])
@@ -205,6 +205,18 @@ def _mix_keys(*cols) -> np.ndarray:
         for x in cols:
             z = splitmix64(z * np.uint64(0x9E3779B97F4A7C15) + np.asarray(x).astype(np.uint64))
     return z
+
+
+def _unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_inverse=True)`` (inverse as int64) by one stable sort: numpy 2's hash-based
+    unique is the slower path here."""
+    order = np.argsort(x, kind="stable")
+    s = x[order]
+    head = np.ones(s.shape[0], bool)
+    head[1:] = s[1:] != s[:-1]
+    inv = np.empty(s.shape[0], np.int64)
+    inv[order] = np.cumsum(head) - 1
+    return s[head], inv
 
 
 def _content_ids(store) -> np.ndarray:
@@ -244,7 +256,7 @@ def _earlier_cover(key: np.ndarray, item: np.ndarray, a: np.ndarray, b: np.ndarr
     g, it, A, B = gid[multi], it[multi], a[sel].astype(np.int64), b[sel].astype(np.int64)
     span = np.int64(max(int(B.max()) + 2, 1))
     base = g * span
-    cuts = np.unique(np.concatenate([base + A, base + B + 1]))
+    cuts = sorted_unique(np.concatenate([base + A, base + B + 1]))
     s = np.searchsorted(cuts, base + A)
     cnt = np.searchsorted(cuts, base + B + 1) - s
     rec = np.repeat(np.arange(sel.shape[0]), cnt)
