@@ -145,6 +145,11 @@ class BlockHasher:
         nb = n // bs
         pw, ipw = _powers(n)
         k = rows.shape[0]
+        if k == 1 and self._kphase[rows[0]] == 0:
+            # NOTE (speed): a one-segment prompt (every request of a lengths-only trace such as Azure's) whose
+            # values are pooled at phase 0: the general path below reduces to this product exactly
+            st = int(self._kstart[rows[0]])
+            return pw[bs:nb * bs + 1:bs] * self._pool[st:st + nb]
         phase = b[:-1] % bs
         # NOTE (speed): a segment's partial sums at the first phase it is met at sit in per-row arrays
         # (opaque ones at phase 0 from the start), read in one gather; only other phases use a dict
