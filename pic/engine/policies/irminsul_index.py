@@ -30,8 +30,12 @@ class ChunkIndexes:
     entries: dict[int, Chunk]
     s1_window: int
 
-    def _init_indexes(self, tails: bool, min_match: int) -> None:
+    def _init_indexes(self, tails: bool, min_match: int, keep_keys: bool = False) -> None:
         self.windows: dict[int, tuple[int, int]] = {}       # window fp -> (chunk fp, offset)
+        # NOTE (speed): a store that evicts unindexes chunks (cut, drop): it keeps each indexed chunk's keys,
+        # so that unindexing does not derive its last min_match tokens again (Mooncake conversation at
+        # 60 GiB: ~520k unindexes); an unbounded store drops them once indexed (memory)
+        self._keep_keys = keep_keys
         # NOTE (memory): a trie only ever evicts all it holds unlocked (unindex), which any order does alike:
         # no eviction heap before the first unindex (~80 B per node)
         self.trie = RadixTree(evicts=False)                 # index of ready chunks' tokens
@@ -51,7 +55,7 @@ class ChunkIndexes:
     def make_ready(self, chunks: list[Chunk], now_us: int, windows: bool) -> None:
         """The chunks' KV exists: index their tokens in the trie(s) (and their S1 windows when ``windows``),
         in order (:meth:`_index`, inline: one call per request)."""
-        m, hks, tks, log = self.min_match, [], [], []
+        m, hks, tks, log, keep = self.min_match, [], [], [], self._keep_keys
         for c in chunks:
             c.ready = True
             if windows:
@@ -62,7 +66,9 @@ class ChunkIndexes:
                 c.head = hk
                 hks.append(hk)
                 tks.append(tk)
-            c.keys = None
+                c.keys = (hk, tk) if keep else None
+            else:
+                c.keys = None
             log += (True, c, n)
         # NOTE (speed): the prefilter counts in two C-level passes (Counter.update), the log in one extend
         self._heads.update(hks)
@@ -139,7 +145,9 @@ class ChunkIndexes:
             c.head = hk
             for d, k in ((self._heads, hk), (self._tails, tk)):
                 d[k] = d.get(k, 0) + 1
-        c.keys = None
+            c.keys = (hk, tk) if self._keep_keys else None
+        else:
+            c.keys = None
         self._log += (True, c, n)
         if len(self._log) > 3 * (2 * len(self.entries) + 4096):     # bounded: replay it now and then
             self._flush()
@@ -150,7 +158,8 @@ class ChunkIndexes:
             return
         c.indexed = None
         if n >= self.min_match:
-            for d, k in ((self._heads, c.head), (self._tails, cdc.fingerprint(c.part(n - self.min_match, n)))):
+            tk = c.keys[1] if c.keys is not None else cdc.fingerprint(c.part(n - self.min_match, n))
+            for d, k in ((self._heads, c.head), (self._tails, tk)):
                 if d[k] == 1:
                     del d[k]
                 else:

@@ -51,7 +51,7 @@ class Chunk:
     def __init__(self, fp: int, src: Seq, pos: int, size: int, pieces: list[list[Any]], owner: int,
                  own: list[Extent], keys: tuple[int, int] | None = None) -> None:
         self.fp, self.src, self.pos, self.size, self.pieces, self.owner, self.own = fp, src, pos, size, pieces, owner, own
-        self.keys = keys        # keys of its first and last min_match tokens, until it is indexed (or None)
+        self.keys = keys        # keys of its first and last min_match tokens (or None), until indexed (a bounded store keeps them)
         self.head: int | None = None              # key of its first min_match tokens, once indexed
         self.ready = False
         self.windows: list[int] = NONE            # S1 window fingerprints it registered (a list once it has)

@@ -50,7 +50,7 @@ class ChunkStore(ChunkIndexes):
         self.key = by_position
         self.s1_window, self.bpt = s1_window, bytes_per_token
         self.entries: dict[int, Chunk] = {}
-        self._init_indexes(tails, min_match)
+        self._init_indexes(tails, min_match, keep_keys=bounded)
         self.prompts = PromptIndex(self.entries, evicts=bounded)    # committed prompts -> chunk layout
         self.evictable = self.protected = 0
         self.num_extents = 0
@@ -226,9 +226,11 @@ class ChunkStore(ChunkIndexes):
             else:
                 lost.append(x)
             pos += n
-        c.pieces, c.size, c.keys = keep, at, None
+        c.pieces, c.size = keep, at
         if c.ready:
-            self._unindex(c)
+            self._unindex(c)          # (reads the keys of the tokens indexed so far)
+        c.keys = None
+        if c.ready:
             self._index(c)
         w, kept = self.s1_window, []
         for wfp in c.windows:
