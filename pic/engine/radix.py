@@ -222,6 +222,17 @@ class RadixTree:
             freed += self._remove_leaf(node)
         return freed
 
+    def prune(self, node: RadixNode) -> int:
+        """Remove ``node`` if it is an unlocked leaf, then each ancestor that becomes one; tokens freed. The
+        same removals as ``evict(evictable_tokens)`` when these are the tree's only unlocked leaves (true of a
+        tree whose every path is locked until it is released and pruned), without an eviction heap."""
+        freed = 0
+        while node is not self.root and node.is_alive and node.lock_ref == 0 and not node.children:
+            parent = node.parent
+            freed += self._remove_leaf(node)
+            node = parent
+        return freed
+
     def peek_key(self) -> tuple[int, ...] | None:
         """Key of the leaf :meth:`evict` would remove next (None when nothing is evictable); drops
         stale heap entries on the way. Lets a policy merge this tree's eviction order with another

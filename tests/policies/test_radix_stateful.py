@@ -127,3 +127,33 @@ class RadixMachine(RuleBasedStateMachine):
 TestRadixStateful = RadixMachine.TestCase
 TestRadixStateful.settings = settings(max_examples=60, stateful_step_count=30, deadline=None,
                                       suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_prune_removes_what_a_full_eviction_removes() -> None:
+    """RadixTree.prune(node) after releasing the only unlocked path frees the same nodes and tokens as
+    evict(evictable_tokens), and leaves the same paths (fresh random prompts sharing prefixes)."""
+    rng = np.random.default_rng()
+    base = rng.integers(0, 4, 300, dtype=np.int32)
+    prompts = [np.r_[base[:rng.integers(0, 300)], rng.integers(0, 4, rng.integers(1, 60), dtype=np.int32)]
+               for _ in range(40)]
+    trees = [RadixTree(), RadixTree()]
+    nodes: list[list] = [[], []]
+    for t, ns in zip(trees, nodes, strict=True):
+        for p in prompts:
+            _, leaf = t.insert(p, 0)
+            t.inc_lock(leaf)
+            ns.append(leaf)
+    freed_total = 0
+    for k in rng.permutation(len(prompts)).tolist():
+        a, b = nodes[0][k], nodes[1][k]
+        trees[0].dec_lock(a)
+        trees[1].dec_lock(b)
+        fa = trees[0].prune(a)
+        fb = trees[1].evict(trees[1].evictable_tokens)
+        assert fa == fb
+        freed_total += fa
+        assert trees[0].evictable_tokens == trees[1].evictable_tokens == 0
+        assert trees[0].num_nodes == trees[1].num_nodes
+        live = [i for i in range(len(prompts)) if nodes[0][i].is_alive]
+        assert live == [i for i in range(len(prompts)) if nodes[1][i].is_alive]
+    assert freed_total > 0 and trees[0].num_nodes == 0 and trees[0].total_tokens == 0

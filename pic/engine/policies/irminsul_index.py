@@ -193,7 +193,18 @@ class ChunkIndexes:
                 if node.value == c.fp:
                     node.value = None
                 tree.dec_lock(node)
-                tree.evict(tree.evictable_tokens)
+                # NOTE (speed): the trie keeps only locked paths, so what this release unlocked (the node and
+                # the ancestors it alone held) is all a full eviction would free: prune that path, with no
+                # eviction heap. Anything else unlocked (a path _claim left to a fingerprint collision)
+                # evicts everything unlocked, as before.
+                free, up = 0, node
+                while up is not tree.root and up.lock_ref == 0:
+                    free += up.n
+                    up = up.parent
+                if free == tree.evictable_tokens:
+                    tree.prune(node)
+                else:
+                    tree.evict(tree.evictable_tokens)
                 setattr(c, attr, None)
 
 
