@@ -177,17 +177,21 @@ def run() -> None:
     _exit(0)
 
 
+#: modules whose presence makes the process exit the normal way (native exit hooks: Ray, CUDA, profilers)
+_NORMAL_EXIT_IF_LOADED = frozenset({"ray", "torch", "triton"})
+
+
 def _exit(code: Any) -> None:
     """End the process with ``code`` (SystemExit's meaning) once the command is done.
 
     NOTE (speed): the interpreter's own teardown frees every object one by one (0.1-0.4 CPU s after a
     replay, mostly the trace and policy state, all already written out). When no other Python thread runs
-    and Ray is not loaded, exit handlers run, the streams are flushed and the process ends without it;
-    otherwise it exits the normal way."""
+    and neither Ray nor the GPU stack is loaded (their native exit hooks, e.g. a profiler's, must run), exit
+    handlers run, the streams are flushed and the process ends without it; otherwise it exits the normal way."""
     import atexit
     import threading
 
-    if threading.active_count() > 1 or "ray" in sys.modules:
+    if threading.active_count() > 1 or not _NORMAL_EXIT_IF_LOADED.isdisjoint(sys.modules):
         sys.exit(code)
     if code is None:
         rc = 0

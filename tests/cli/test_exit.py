@@ -59,3 +59,14 @@ def test_main_in_process_ends_in_system_exit_not_a_process_exit() -> None:
              "try:\n    main()\nexcept SystemExit as e:\n    print('caught', e.code)\n")
     assert p.returncode == 0
     assert p.stdout.splitlines()[-1] == "caught 0"
+
+
+def test_exit_with_the_gpu_stack_loaded_is_the_normal_one() -> None:
+    """With torch imported the process exits through the interpreter (native exit hooks run)."""
+    p = _run("import sys, types\n"
+             "sys.modules['torch'] = types.ModuleType('torch')\n"
+             "class Probe:\n    def __del__(self):\n        print('finalized', flush=True)\n"
+             "keep = Probe()\n"
+             "from pic.cli.app import _exit\n_exit(4)\n")
+    assert p.returncode == 4
+    assert "finalized" in p.stdout
