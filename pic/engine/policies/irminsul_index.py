@@ -195,15 +195,10 @@ class ChunkIndexes:
                 tree.dec_lock(node)
                 # NOTE (speed): the trie keeps only locked paths, so what this release unlocked (the node and
                 # the ancestors it alone held) is all a full eviction would free: prune that path, with no
-                # eviction heap. Anything else unlocked (a path _claim left to a fingerprint collision)
-                # evicts everything unlocked, as before.
-                free, up = 0, node
-                while up is not tree.root and up.lock_ref == 0:
-                    free += up.n
-                    up = up.parent
-                if free == tree.evictable_tokens:
-                    tree.prune(node)
-                else:
+                # eviction heap. Anything still unlocked after it (a path _claim left to a fingerprint
+                # collision) is evicted as before; the removals, in any order, leave the same trie.
+                tree.prune(node)
+                if tree.evictable_tokens:
                     tree.evict(tree.evictable_tokens)
                 setattr(c, attr, None)
 
