@@ -112,3 +112,87 @@ def test_cdc_cuts_equal(modes, cfg) -> None:
         t = rng.integers(0, 2**17, n, dtype=np.int32)
         a, b = modes(lambda t=t: cdc.natural_boundaries(t, cfg))
         assert np.array_equal(a, b)
+
+
+def test_gear_candidates_kernel_equals_numpy_hash() -> None:
+    """The compiled candidate scan (four lanes from 1024 tokens on, candidates written straight into each
+    lane's stretch) gives the indices where the numpy Gear hash is below the threshold, for any window
+    ``[first, last)``; including a run where every position is a candidate (each stretch filled to its end)."""
+    fast = accel._load()
+    assert fast is not None
+    rng = np.random.default_rng(11)
+    table = cdc.gear_table(0)
+    thr = cdc.CDCConfig().threshold
+    # a token whose constant run hashes to 2**64 - G < thr: every full window over it is a candidate
+    idx = (np.arange(200_000, dtype=np.int64).astype(np.uint32) * np.uint32(0x9E3779B1)) >> np.uint32(16)
+    hot = int(np.flatnonzero(table[idx] > np.uint64(2**64 - 1) - thr)[0])
+    for n in (64, 65, 100, 1086, 1087, 1088, 1089, 5000, 40_000):
+        for kind in ("random", "negative", "constant", "mixed"):
+            if kind == "random":
+                t = rng.integers(0, 150_000, n, dtype=np.int32)
+            elif kind == "negative":
+                t = rng.integers(-2**31, 2**31 - 1, n, dtype=np.int32)
+            elif kind == "constant":
+                t = np.full(n, hot, np.int32)
+            else:
+                t = rng.integers(0, 150_000, n, dtype=np.int32)
+                t[n // 3: 2 * n // 3] = hot
+            t.flags.writeable = False
+            accel.set_mode("0")
+            try:
+                h = cdc.gear_hash(t)
+            finally:
+                accel.set_mode(None)
+            mid = min(n - 1, 100)
+            for first, last in ((63, n - 1), (63, n), (int(rng.integers(63, n)), n), (mid, max(n - 7, mid))):
+                want = np.flatnonzero(h[first:last] < thr) + first if last > first else np.zeros(0, np.int64)
+                got = fast.gear_candidates(t, table, thr, first, last)
+                assert got.dtype == np.int64 and np.array_equal(got, want), (n, kind, first, last)
+                if kind == "constant" and last - first > 0 and first >= 63:
+                    assert got.size == last - first
+
+
+def test_fingerprint_kernel_reads_unaligned_pairs() -> None:
+    """xxh64 of every slice start parity (the 8-byte lanes are unaligned loads at odd token offsets), of
+    slices shorter than 8 tokens and of a view at an odd offset into a larger buffer, equal to xxhash's C."""
+    fast = accel._load()
+    assert fast is not None
+    rng = np.random.default_rng(5)
+    buf = rng.integers(-2**31, 2**31 - 1, 4001, dtype=np.int32)
+    for base in (0, 1, 2, 3):
+        t = buf[base:]
+        assert t.ctypes.data % 8 in (0, 4)
+        bounds = np.unique(np.r_[0, rng.integers(0, t.size, 60), np.arange(0, 40), t.size]).astype(np.int64)
+        want = [cdc.fingerprint(t[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        assert fast.fingerprints(t, bounds).tolist() == want
+        heads, tails = fast.edge_keys(t, bounds, 9)
+        assert heads.tolist() == [cdc.fingerprint(t[a:a + 9]) if t.size - a >= 9 else 0 for a in bounds[:-1]]
+        assert tails.tolist() == [cdc.fingerprint(t[b - 9:b]) if b - a >= 9 else 0
+                                  for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def test_gear_repeats_kernel_screens_exactly_the_gaps_with_a_triple() -> None:
+    """The compiled screen of over-long gaps says True exactly where a 64-token Gear hash value of the
+    windows inside the gap occurs 3 or more times (what ``_periodic_cuts`` looks for, in numpy)."""
+    fast = accel._load()
+    assert fast is not None
+    rng = np.random.default_rng(9)
+    table = cdc.gear_table(0)
+    line = rng.integers(0, 150_000, 37, dtype=np.int32)
+    parts = [rng.integers(0, 150_000, 900, dtype=np.int32),                     # random: no repeat
+             np.tile(line, 40),                                                  # periodic
+             (rng.random(1500) < 0.01).astype(np.int32),                        # low entropy: runs of zeros
+             np.r_[rng.integers(0, 9, 200), np.tile(line, 4)[:63 + 2 * 37]].astype(np.int32),  # twice only
+             np.r_[rng.integers(0, 9, 200), np.tile(line, 4)[:64 + 2 * 37]].astype(np.int32),  # 3 times
+             np.full(66, 5, np.int32), np.full(67, 5, np.int32), np.zeros(0, np.int32)]
+    t = np.concatenate(parts)
+    ends = np.cumsum([p.size for p in parts])
+    starts = ends - [p.size for p in parts]
+    got = fast.gear_repeats(t, table, starts.astype(np.int64), ends.astype(np.int64))
+    want = []
+    for s, e in zip(starts, ends, strict=True):
+        h = cdc.gear_hash(t[s:e])[63:]
+        srt = np.sort(h)
+        want.append(bool(e - s > 66 and (srt[2:] == srt[:-2]).any()))
+    assert got.tolist() == want
+    assert want == [False, True, True, False, True, False, True, False]

@@ -260,15 +260,28 @@ def _layout(toks: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig, har
         if not big.any():
             return b, np.ones(b.shape[0], bool)
     anchors = b
-    # NOTE: a Python loop over the over-long gaps only (rare: runs with no content-defined cut)
-    per = [_periodic_cuts(toks, int(a) - base, int(a + g) - base, cfg) + base
-           for a, g in zip(b[:-1][big], gaps[big], strict=True)]
-    b = _union(b, np.concatenate(per))
-    gaps = np.diff(b)
-    big = gaps > cfg.max_chunk
+    starts, ends = b[:-1][big], b[1:][big]
+    fast = accel.kernels(0)
+    if fast is not None:
+        # NOTE (speed): random content has over-long gaps too (~1 chunk in 180); one compiled call keeps the
+        # gaps where a Gear hash value repeats (the only ones _periodic_cuts can cut), instead of a hash
+        # pass and a sort per gap
+        rep = fast.gear_repeats(toks, gear_table(cfg.seed), starts - base, ends - base)
+        starts, ends = starts[rep], ends[rep]
+    # NOTE: a Python loop over the over-long gaps that may hold a periodic run only (rare)
+    per = [_periodic_cuts(toks, a - base, e - base, cfg) + base
+           for a, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+    if per:
+        b = _union(b, np.concatenate(per))
+        gaps = np.diff(b)
+        big = gaps > cfg.max_chunk
     if big.any():
-        b = _union(b, _forced_cuts(b[:-1][big], gaps[big], cfg.max_chunk))
-    return b, np.isin(b, anchors, kind="sort")
+        # forced cuts lie strictly inside their gaps, ascending: inserting them keeps ``b`` sorted and distinct
+        cuts = _forced_cuts(b[:-1][big], gaps[big], cfg.max_chunk)
+        b = np.insert(b, np.searchsorted(b, cuts), cuts)
+    anchor = np.zeros(b.shape[0], bool)
+    anchor[np.searchsorted(b, anchors)] = True      # (the anchors are some of the bounds)
+    return b, anchor
 
 
 def _union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
