@@ -63,12 +63,14 @@ def test_cacheblend_selection_pass_is_in_the_plan():
 
 @pytest.mark.parametrize("compose,ops", [("single-block", False), ("exact", True)])
 def test_states_and_operators_count_against_capacity(compose, ops):
-    """Each stored chunk holds its KV, its end state and (exact) its transition operator."""
-    pol = _policy(compose=compose)
-    serve(pol, _req(0, DOC_A), 0)
-    n = pol.stats.extra["stored_chunks"]
+    """Each stored chunk holds its KV, its end state and (exact) its transition operator; the prefix stage
+    holds the prompt's KV once more (the engine's own prefix cache, as deployed)."""
     per = QNEXT.state_bytes + (QNEXT.operator_bytes if ops else 0)
-    assert pol.usage().total == len(DOC_A) * QNEXT.kv_bytes_per_token + n * per
+    for stage in (False, True):
+        pol = _policy(compose=compose, prefix_stage=stage)
+        serve(pol, _req(0, DOC_A), 0)
+        n = pol.stats.extra["stored_chunks"]
+        assert pol.usage().total == (1 + stage) * len(DOC_A) * QNEXT.kv_bytes_per_token + n * per
     assert pol.usage().total > 5 * len(DOC_A) * QNEXT.kv_bytes_per_token   # states dwarf 256-token chunks
 
 
@@ -145,3 +147,72 @@ def test_contract_on_a_hybrid_model(monkeypatch, opts, capacity):
     plans, pol = test_contract.drive("linearkv", capacity, seed=4)
     assert any(p.correction.state_loads for p in plans)
     assert pol.stats.extra["stored_chunks"] > 0
+
+
+def _conversation(num_turns: int, seed: int) -> list[RequestView]:
+    """Turn k's prompt is turn k-1's plus a new message (an agent's growing context)."""
+    rng = np.random.default_rng(seed)
+    toks = rng.integers(0, 40_000, 700, dtype=np.int32)
+    out = []
+    for k in range(num_turns):
+        out.append(RequestView.from_tokens(k, toks))
+        toks = np.concatenate([toks, rng.integers(0, 40_000, int(rng.integers(20, 400)), dtype=np.int32)])
+    return out
+
+
+def test_prefix_stage_serves_every_exact_prefix():
+    """Growing prompts: with its prefix stage linearkv reuses at least what an exact-prefix cache reuses on
+    every turn, in place and without recompute on it; the chunk store alone loses each previous prompt's
+    last chunk (its cut moves once text is appended) and recomputes a share of what it reuses."""
+    ctx = PolicyContext(math.inf, QNEXT.kv_bytes_per_token, model=QNEXT)
+    pfx, staged, alone = policies.build("prefix", ctx), _policy(), _policy(prefix_stage=False)
+    worse = 0
+    for t, req in enumerate(_conversation(12, seed=5)):
+        want = pfx.lookup(req, t).num_reused
+        p = staged.lookup(req, t)
+        assert p.num_reused >= want
+        assert p.leading_reuse >= want and p.correction.recompute_tokens == 0
+        q = alone.lookup(req, t)
+        worse += q.num_reused < want
+        for pol, plan in ((pfx, None), (staged, p), (alone, q)):
+            assert pol.admit(req, plan or pol.lookup(req, t), t)
+            pol.commit(req, t)
+            pol.release(req, t)
+    assert worse >= 8
+    assert staged.stats.extra["prefix_tokens"] > 0 and alone.stats.extra["prefix_tokens"] == 0
+
+
+def test_prefix_stage_then_moved_chunks():
+    """An exact prefix, then a document seen elsewhere: the prefix is reused in place, the document's chunks
+    after it rotated, and r of the chunk tokens only (not of the prefix) are recomputed."""
+    pol = _policy()
+    head = np.arange(500, dtype=np.int32) + 70_000
+    serve(pol, _req(0, head, DOC_B), 0)
+    serve(pol, _req(1, DOC_A, DOC_C), 1)
+    req = _req(2, head, DOC_B[:100], DOC_C, np.arange(30, dtype=np.int32))
+    plan = pol.lookup(req, 2)
+    assert plan.spans[0].action == Action.REUSE and plan.leading_reuse >= 500 + 100 - 64
+    moved = plan.num_reused - plan.leading_reuse
+    assert plan.num_rotated == moved > 0.7 * len(DOC_C)
+    assert plan.correction.recompute_tokens == round(0.2 * moved)
+    assert plan.correction.state_loads == 1
+
+
+def test_prefix_stage_and_chunks_share_one_capacity():
+    """Under a capacity both stores evict, one eviction order over prefix-tree leaves and chunks, and the
+    total never exceeds the capacity; after every release nothing stays protected."""
+    kvb = QNEXT.kv_bytes_per_token
+    cap = 12 * QNEXT.state_bytes + 8000 * kvb
+    pol = _policy(capacity=cap)
+    rng = np.random.default_rng(3)
+    for i in range(12):
+        req = _req(i, rng.integers(0, 40_000, int(rng.integers(800, 1500)), dtype=np.int32))
+        plan = pol.lookup(req, i)
+        if pol.admit(req, plan, i):
+            assert pol.usage().total <= cap
+            pol.commit(req, i)
+            assert pol.usage().total <= cap
+            pol.release(req, i)
+    u = pol.usage()
+    assert u.protected == 0 and u.total <= cap
+    assert pol._tree.num_evicted > 0 and pol.stats.evictions > pol._tree.num_evicted

@@ -20,7 +20,12 @@ from the matched chunks' cached states:
   the chunks that moved (an in-place run of chunks from position 0 is an exact prefix and keeps its KV);
   U's attention KV is overwritten and the recurrent state advances from S_init through U and the new
   tokens in context order;
-* a request's new chunks get their zero-start states made (one more recurrent scan of their tokens).
+* a request's new chunks get their zero-start states made (one more recurrent scan of their tokens);
+* prefix stage (``prefix_stage``, default on): as deployed, the engine's own hybrid prefix cache sits in
+  front of the chunk store (as for ``fixed-chunk``): the longest committed exact prefix (a
+  :class:`engine.radix.RadixTree` of committed prompts) is reused in place with the recurrent state at
+  its end, no recompute and no state load, and chunk hits are taken after it only. One capacity and one
+  eviction order over both stores (unlocked radix leaves and unlocked chunks, smallest key first).
 
 The Plan carries it (``Correction``: recompute_tokens, probe_tokens, state_loads, state_compositions,
 state_store_tokens) and the cost model prices it (:mod:`engine.hybrid_cost`). On an attention-only model
@@ -40,6 +45,7 @@ from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
 from pic.engine.policies.irminsul import marker_boundaries
 from pic.engine.policies.linearkv_store import Entry, Store
+from pic.engine.radix import RadixNode, RadixTree
 from pic.traces.markers import BOUNDARY_MARKER
 
 COMPOSE = ("single-block", "exact")
@@ -64,6 +70,10 @@ class LinearKVConfig:
     recompute_ratio: float = field(default=0.2, metadata={
         "help": "r: share of the reused tokens recomputed anyway (the set U), in [0, 1]"})
     eviction: str = field(default="lru", metadata={"help": "eviction order: lru | lfu | fifo"})
+    prefix_stage: bool = field(default=True, metadata={
+        "help": "serve the exact prefix first from the engine's hybrid prefix cache (as deployed: KV and the "
+                "recurrent state at its end; false: the chunk store alone)"})
+    prefix_page_size: int = field(default=1, metadata={"help": "tokens per page of the prefix stage's radix tree"})
 
     def __post_init__(self) -> None:
         self.cdc  # noqa: B018 - validates the chunk sizes
@@ -79,6 +89,8 @@ class LinearKVConfig:
             except ValueError:
                 raise ValueError(f"marker_tokens: expected comma-separated ints, got {self.marker_tokens!r}") \
                     from None
+        if self.prefix_page_size < 1:
+            raise ValueError(f"prefix_page_size must be >= 1, got {self.prefix_page_size}")
 
     @property
     def cdc(self) -> cdc.CDCConfig:
@@ -97,6 +109,7 @@ class _Layout:
 
     bounds: list[int]
     fps: list[int]
+    prefix: int                      # tokens the prefix stage serves (chunk hits start at or after it)
     hits: list[int]                  # chunk indices reused
     used: list[int]                  # distinct entry fingerprints read, first-use order
     new: dict[int, tuple[int, int]]  # fingerprint -> [a, b) of chunks to store
@@ -124,14 +137,21 @@ class LinearKV(CachePolicy):
         self._pending: dict[int, _Layout] = {}
         self._admitted: dict[int, list[int]] = {}
         self._locks: dict[int, list[int]] = {}
+        # the engine's own exact-prefix cache in front of the chunk store (RadixTree of committed prompts;
+        # no eviction heap while the capacity is unbounded), and per admitted request its locked node and
+        # the prefix-stage tokens it reserved until commit
+        self._tree = (RadixTree(c.prefix_page_size, eviction.key(c.eviction),
+                                evicts=ctx.capacity_bytes != float("inf")) if c.prefix_stage else None)
+        self._nodes: dict[int, tuple[RadixNode | None, int]] = {}
+        self._reserved = 0
         self.stats.extra.update(chunk_lookups=0, chunk_hits=0, rotated_tokens=0, recompute_tokens=0,
                                 probe_tokens=0, state_loads=0, state_compositions=0, state_store_tokens=0,
-                                stored_chunks=0)
+                                stored_chunks=0, prefix_tokens=0)
 
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
         self.stats.lookups += 1
-        lay = self._analyze(req)
+        lay = self._analyze(req, self._prefix(req, now_us))
         for fp in lay.used:
             e = self._entries[fp]
             e.last_access_us = now_us
@@ -141,6 +161,7 @@ class LinearKV(CachePolicy):
         if plan.num_reused:
             self.stats.hits += 1
             ex["rotated_tokens"] += plan.num_rotated
+            ex["prefix_tokens"] += lay.prefix
         c = plan.correction
         ex["recompute_tokens"] += c.recompute_tokens
         ex["probe_tokens"] += c.probe_tokens
@@ -153,20 +174,36 @@ class LinearKV(CachePolicy):
 
     def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
         rid = req.request_id
-        lay = self._pending.pop(rid, None) or self._analyze(req)
+        lay = self._pending.pop(rid, None) or self._analyze(req, self._prefix(req, None))
         if any(fp not in self._entries for fp in lay.used):   # evicted since lookup: the plan is stale
             self.stats.rejected += 1
             return False
+        node = None
+        if lay.prefix:
+            num, node = self._tree.lock_point(req.seq, lay.prefix, now_us)
+            if num < lay.prefix:                              # the prefix was evicted since lookup
+                self.stats.rejected += 1
+                return False
+            self._tree.inc_lock(node)
         st = self._store
         for fp in lay.used:
             st.lock(self._entries[fp])
         need = sum(self._entry_bytes(b - a) for a, b in lay.new.values())
-        over = st.evictable + st.protected + need - self.ctx.capacity_bytes
+        pages = 0                            # prompt tokens the prefix stage will add at commit
+        if self._tree is not None:
+            p = self._tree.page_size
+            pages = max(0, req.num_tokens // p * p - lay.prefix)
+        need_pages = pages * self.ctx.bytes_per_token
+        over = self._used() + need + need_pages - self.ctx.capacity_bytes
         if over > 0 and self.evict(int(over), now_us) < over:
             for fp in lay.used:
                 st.unlock(self._entries[fp])
+            if node is not None:
+                self._tree.dec_lock(node)
             self.stats.rejected += 1
             return False
+        self._reserved += need_pages
+        self._nodes[rid] = (node, need_pages)
         toks = req.tokens
         for fp, (a, b) in lay.new.items():   # new chunks: protected until release
             st.add(fp, np.array(toks[a:b], dtype=np.int32), a, self._entry_bytes(b - a), now_us)
@@ -179,9 +216,21 @@ class LinearKV(CachePolicy):
     def commit(self, req: RequestView, now_us: int) -> None:
         for fp in self._admitted.pop(req.request_id, []):
             self._entries[fp].ready = True
+        node, need_pages = self._nodes.get(req.request_id, (None, 0))
+        if self._tree is not None:
+            self._reserved -= need_pages
+            _, leaf = self._tree.insert(req.seq, now_us)
+            self._tree.inc_lock(leaf)
+            if node is not None:
+                self._tree.dec_lock(node)
+            self._nodes[req.request_id] = (leaf, 0)
 
     def release(self, req: RequestView, now_us: int) -> None:
         self._admitted.pop(req.request_id, None)
+        node, need_pages = self._nodes.pop(req.request_id, (None, 0))
+        self._reserved -= need_pages
+        if node is not None:
+            self._tree.dec_lock(node)
         for fp in self._locks.pop(req.request_id, []):
             e = self._entries.get(fp)
             if e is None:
@@ -191,18 +240,52 @@ class LinearKV(CachePolicy):
                 self._store.drop(e)
 
     def evict(self, num_bytes: int, now_us: int) -> int:
-        return self._store.evict(num_bytes, self.stats)
+        """Unlocked chunks and prefix-stage leaves, smallest eviction key first across both (chunks first on
+        equal keys), until ``num_bytes`` are freed or nothing is evictable; bytes freed."""
+        tree, st = self._tree, self._store
+        if tree is None:
+            return st.evict(num_bytes, self.stats)
+        freed, bpt = 0, self.ctx.bytes_per_token
+        while freed < num_bytes:
+            ck, tk = st.peek(), tree.peek_key()
+            if ck is None and tk is None:
+                break
+            if ck is not None and (tk is None or ck <= tk):
+                freed += st.evict_next(self.stats)
+                continue
+            before = tree.num_evicted
+            b = tree.evict(1) * bpt
+            freed += b
+            self.stats.evictions += tree.num_evicted - before
+            self.stats.evicted_bytes += b
+        return freed
 
     def usage(self) -> Usage:
-        st = self._store
-        return Usage(st.evictable, st.protected, st.evictable + st.protected, self.ctx.capacity_bytes)
+        st, t, bpt = self._store, self._tree, self.ctx.bytes_per_token
+        ev, pr = st.evictable, st.protected + self._reserved
+        if t is not None:
+            ev, pr = ev + t.evictable_tokens * bpt, pr + t.protected_tokens * bpt
+        return Usage(ev, pr, ev + pr, self.ctx.capacity_bytes)
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _entry_bytes(self, num_tokens: int) -> int:
         """A chunk's KV plus its zero-start end state (and its transition operator when composing)."""
         return num_tokens * self.ctx.bytes_per_token + self._state_b + self._op_b
 
-    def _analyze(self, req: RequestView) -> _Layout:
+    def _used(self) -> int:
+        st, t = self._store, self._tree
+        return (st.evictable + st.protected + self._reserved
+                + (t.total_tokens * self.ctx.bytes_per_token if t is not None else 0))
+
+    def _prefix(self, req: RequestView, now_us: int | None) -> int:
+        """Tokens of ``req``'s longest committed exact prefix in the prefix stage (0 without one)."""
+        if self._tree is None:
+            return 0
+        return self._tree.match_prefix(req.seq, now_us, split=False)[0]
+
+    def _analyze(self, req: RequestView, prefix: int) -> _Layout:
+        """Chunk ``req``; hits are resident chunks that start at or after the prefix stage's ``prefix``
+        tokens (those before are served in place by the prefix stage); every chunk not resident is new."""
         toks = req.tokens
         hard = marker_boundaries(req, self._marker) if self.config.s2 else None
         bounds = cdc.chunk(toks, self._cdc, hard)
@@ -212,13 +295,14 @@ class LinearKV(CachePolicy):
         for k, fp in enumerate(fl):
             a, b = bl[k], bl[k + 1]
             if self._get(fp, toks, a, b) is not None:
-                hits.append(k)
+                if a >= prefix:
+                    hits.append(k)
             elif fp not in self._entries and fp not in new:
                 new[fp] = (a, b)
         self.stats.extra["chunk_lookups"] += len(fl)
         self.stats.extra["chunk_hits"] += len(hits)
         used = list(dict.fromkeys(fl[k] for k in hits))
-        return _Layout(bl, fl, hits, used, new)
+        return _Layout(bl, fl, prefix, hits, used, new)
 
     def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Entry | None:
         e = self._entries.get(fp)
@@ -233,7 +317,9 @@ class LinearKV(CachePolicy):
 
     def _plan(self, req: RequestView, lay: _Layout) -> Plan:
         n, bl = req.num_tokens, lay.bounds
-        spans = []
+        # the prefix stage's exact prefix: in place, with the recurrent state at its end (as the engine's
+        # hybrid prefix cache keeps it), so it needs neither recompute nor a state load
+        spans = [Span(0, lay.prefix, Action.REUSE)] if lay.prefix else []
         for k in lay.hits:
             a, b = bl[k], bl[k + 1]
             src = self._entries[lay.fps[k]].base_pos
@@ -241,13 +327,17 @@ class LinearKV(CachePolicy):
         store = sum(b - a for a, b in lay.new.values()) if self._hybrid else 0
         if not spans:
             return Plan(n, (Span(0, n, Action.RECOMPUTE),), Correction(state_store_tokens=store))
-        # an in-place run of chunks from position 0 is an exact prefix: its KV needs no quality recompute
-        lead = 0
-        while lead < len(lay.hits) and lay.hits[lead] == lead and spans[lead].action == Action.REUSE:
-            lead += 1
-        chunks = np.array([[bl[k], bl[k + 1]] for k in lay.hits[lead:]], dtype=np.int64).reshape(-1, 2)
-        sel = self._selector.select(chunks, self.config.recompute_ratio)
         k = len(lay.hits)
+        if not k:                        # the prefix stage alone: what an exact-prefix cache does
+            return Plan.from_spans(n, spans, Correction(state_store_tokens=store))
+        # an in-place run of chunks from position 0 is an exact prefix: its KV needs no quality recompute
+        # (with a prefix-stage prefix, chunk hits start after it and none is such a run)
+        lead = 0
+        if not lay.prefix:
+            while lead < k and lay.hits[lead] == lead and spans[lead].action == Action.REUSE:
+                lead += 1
+        chunks = np.array([[bl[j], bl[j + 1]] for j in lay.hits[lead:]], dtype=np.int64).reshape(-1, 2)
+        sel = self._selector.select(chunks, self.config.recompute_ratio)
         exact = self.config.compose == "exact"
         corr = Correction(recompute_tokens=sel.num_tokens, probe_tokens=sel.probe_tokens,
                           state_loads=(k if exact else 1) if self._hybrid else 0,

@@ -65,21 +65,35 @@ class Store:
 
     def evict(self, num_bytes: int, stats: PolicyStats) -> int:
         """Drop unlocked entries, smallest key first, until ``num_bytes`` are freed; bytes freed."""
-        freed, heap = 0, self._heap
-        while freed < num_bytes and heap:
-            k, _, fp = heapq.heappop(heap)
+        freed = 0
+        while freed < num_bytes and self.peek() is not None:
+            freed += self.evict_next(stats)
+        return freed
+
+    def peek(self) -> tuple[int, ...] | None:
+        """Key of the entry :meth:`evict_next` would drop (None: nothing unlocked); drops stale heap items on
+        the way. Lets the policy merge this store's eviction order with its prefix stage's."""
+        heap = self._heap
+        while heap:
+            k, _, fp = heap[0]
             e = self.entries.get(fp)
             if e is None or e.refs > 0:
+                heapq.heappop(heap)
                 continue
             cur = self.key(e)
             if cur != k:                  # touched since it was pushed: re-queue at its current key
-                heapq.heappush(heap, (cur, next(self._seq), fp))
+                heapq.heapreplace(heap, (cur, next(self._seq), fp))
                 continue
-            freed += e.nbytes
-            stats.evictions += 1
-            stats.evicted_bytes += e.nbytes
-            self.drop(e)
-        return freed
+            return k
+        return None
+
+    def evict_next(self, stats: PolicyStats) -> int:
+        """Drop the entry :meth:`peek` names (call it first); bytes freed."""
+        e = self.entries[heapq.heappop(self._heap)[2]]
+        stats.evictions += 1
+        stats.evicted_bytes += e.nbytes
+        self.drop(e)
+        return e.nbytes
 
     def drop(self, e: Entry) -> None:
         """Remove an unlocked entry."""
