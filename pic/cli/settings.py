@@ -91,7 +91,8 @@ def summary_headline(s: dict[str, Any]) -> str | None:
     cols = ("token_hit_rate", "prefix_hit_rate", "ttft_p50_s", "prefill_joules", "energy_saved_vs_prefix",
             "oracle_share")
     rows = pl.DataFrame([{"policy": n, **{c: float(p[c]) if p.get(c) is not None else float("nan") for c in cols},
-                          "baseline": p.get("baseline")} for n, p in s["policies"].items()])
+                          "baseline": p.get("baseline"), "model": str(s.get("model", ""))}
+                         for n, p in s["policies"].items()])
     return headline(rows) if rows.height else None
 
 

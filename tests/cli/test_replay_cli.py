@@ -99,3 +99,15 @@ def test_one_baseline_replays_only_it(trace_file, tmp_path):
     assert s["policies"]["fixed-chunk"]["baseline"] == "block-hash" and "(block-hash)" in res.output
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["replay"]["baselines"] == ["block-hash"] and set(cfg["policies"]) == {"fixed-chunk", "block-hash"}
+
+
+def test_headline_of_a_hybrid_run_is_about_linearkv():
+    """``pic replay``'s sentence (from summary.json) features linearkv on a hybrid model, irminsul otherwise."""
+    from pic.cli.settings import summary_headline
+
+    pol = {"token_hit_rate": 0.9, "prefix_hit_rate": 0.5, "ttft_p50_s": 0.01, "prefill_joules": 1.0,
+           "energy_saved_vs_prefix": 0.2, "oracle_share": 0.9, "baseline": "prefix"}
+    s = {"policies": {"prefix": {**pol, "token_hit_rate": 0.5, "energy_saved_vs_prefix": 0.0},
+                      "irminsul": pol, "linearkv": {**pol, "token_hit_rate": 0.8}}}
+    assert summary_headline({**s, "model": "olmo-hybrid-7b"}).startswith("linearkv reuses 80.0%")
+    assert summary_headline({**s, "model": "llama-3.1-8b"}).startswith("irminsul reuses 90.0%")

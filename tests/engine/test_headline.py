@@ -57,3 +57,14 @@ def test_featured_falls_back_to_the_best_caching_policy_and_never_the_oracle():
                                          (0.031, "+3.1%"), (float("nan"), "–"), (None, "–")])
 def test_signed_pct_never_prints_minus_zero(x, want):
     assert signed_pct(x) == want
+
+
+def test_hybrid_model_features_linearkv():
+    """On a hybrid model the sentence is about linearkv (built for recurrent layers) when it was replayed;
+    on an attention-only model, or without linearkv, irminsul stays featured."""
+    lk = _rows(("linearkv", 0.80, 0.030, 60.0, 0.3))
+    both = pl.concat([ROWS, lk])
+    assert featured(both.with_columns(model=pl.lit("qwen3-next-80b-a3b")))["policy"] == "linearkv"
+    assert featured(both.with_columns(model=pl.lit("deepseek-v2-lite")))["policy"] == "irminsul"
+    assert featured(ROWS.with_columns(model=pl.lit("granite-4.0-h-small")))["policy"] == "irminsul"
+    assert featured(both)["policy"] == "irminsul"            # no model column: unknown, not hybrid

@@ -3,8 +3,9 @@
 The *best prefix cache* of a scenario is the replayed exact-prefix policy (``prefix``, ``block-hash``) with
 the highest token hit rate (DESIGN.md §8); when none was replayed, the run's exact-prefix baseline (replayed
 beside the policies, named in summary.json) stands in (its reuse and energy are in every row). The *featured*
-policy is ``irminsul`` when replayed, else the non-prefix caching policy with the highest token hit rate;
-upper bounds that no deployment reaches (``oracle``: infinite capacity) are never featured.
+policy is ``irminsul`` when replayed (``linearkv`` on a hybrid model, when replayed: the policy built for
+recurrent layers), else the non-prefix caching policy with the highest token hit rate; upper bounds that no
+deployment reaches (``oracle``: infinite capacity) are never featured.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import polars as pl
 
 from pic.engine.config import EXACT_PREFIX
 from pic.engine.report.data import fmt_pct, scenario_title
+from pic.engine.specs import MODELS
 
 FEATURED = "irminsul"
+FEATURED_HYBRID = "linearkv"
 _MINUS = "\u2212"
 
 
@@ -40,12 +43,23 @@ def best_prefix(rows: pl.DataFrame) -> dict[str, Any] | None:
 
 
 def featured(rows: pl.DataFrame) -> dict[str, Any] | None:
-    """``irminsul``'s row, else the best-reusing non-prefix caching policy's row (None if there is none)."""
-    pic = rows.filter(pl.col("policy") == FEATURED)
+    """``irminsul``'s row (``linearkv``'s on a hybrid model), else the best-reusing non-prefix caching policy's
+    row (None if there is none)."""
+    pic = rows.filter(pl.col("policy") == FEATURED_HYBRID) if _hybrid(rows) else rows.clear()
+    if pic.is_empty():
+        pic = rows.filter(pl.col("policy") == FEATURED)
     if pic.is_empty():
         skip = [*EXACT_PREFIX, "none", *(p for p in rows["policy"].unique().to_list() if _is_bound(p))]
         pic = rows.filter(~pl.col("policy").is_in(skip)).sort("token_hit_rate", descending=True, nulls_last=True)
     return None if pic.is_empty() else pic.row(0, named=True)
+
+
+def _hybrid(rows: pl.DataFrame) -> bool:
+    """Whether the scenario's model (a preset name in the ``model`` column) has recurrent layers."""
+    if "model" not in rows.columns or rows.is_empty():
+        return False
+    m = MODELS.get(str(rows["model"][0]))
+    return bool(m is not None and m.is_hybrid)
 
 
 def with_speedup(table: pl.DataFrame, by: list[str]) -> pl.DataFrame:
