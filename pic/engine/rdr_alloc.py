@@ -107,12 +107,13 @@ def allocate(opts: Options, weight: np.ndarray, size: np.ndarray, protected: np.
         density = weight[free] / size[free]
         key = (density[:, None] * opts.efficiency()[None, :]).ravel()
         cost = (size[free][:, None] * opts.step_frac[None, :]).ravel()
-        unit = np.repeat(free, K)
-        step = np.tile(np.arange(K), free.size)
-        order = np.lexsort((step, unit, -key))
+        # NOTE (speed): the flat (unit, hull step) pairs are already in (unit, step) order, so a stable sort
+        # on -key alone gives lexsort((step, unit, -key))'s order at half its cost (~55 % of rdr's
+        # simulation on Mooncake was this sort)
+        order = np.argsort(-key, kind="stable")
         cum = np.cumsum(cost[order])
         taken = order[:int(np.searchsorted(cum, room * (1 + 1e-12), side="right"))]
-        level += np.bincount(unit[taken], minlength=U)
+        level += np.bincount(free[taken // K], minlength=U)
     option = opts.hull[level]
     used = float(np.sum(size * opts.frac[option]))
     return Allocation(option, used, forced, float(np.sum(weight * opts.eps2[option])))

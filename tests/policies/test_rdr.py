@@ -202,3 +202,31 @@ def test_plans_are_the_reuse_policy_plans():
         wrapped.commit(r, i)
         plain.release(r, i)
         wrapped.release(r, i)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_greedy_order_is_lexicographic_with_ties(seed):
+    """The greedy takes hull steps by (-key, unit, step): equal to an explicit lexsort of the pairs, also
+    when many units share one density (ties broken by the lower unit) and some are protected or empty."""
+    rng = np.random.default_rng(seed)
+    opts = gqa_options(128, (8, 4, 3, 2)) if seed % 2 else mla_options(512, 64, (8, 4, 3))
+    n = int(rng.integers(50, 400))
+    w = rng.choice(rng.random(5) + 0.1, n)                # few distinct weights: many equal keys
+    size = rng.choice([0.0, 16.0, 64.0, 64.0], n)
+    prot = rng.random(n) < 0.1
+    budget = float(rng.uniform(0.1, 1.0) * size.sum())
+    a = allocate(opts, w, size, prot, budget)
+    # reference: the same greedy with an explicit three-key lexsort
+    K = len(opts.step_frac)
+    level = np.where(prot, len(opts.hull) - 1, 0)
+    room = budget - float(np.sum(size[prot]) * opts.frac[opts.best])
+    free = np.flatnonzero(~prot & (size > 0))
+    if room > 0 and free.size:
+        key = ((w[free] / size[free])[:, None] * opts.efficiency()[None, :]).ravel()
+        cost = (size[free][:, None] * opts.step_frac[None, :]).ravel()
+        unit, step = np.repeat(free, K), np.tile(np.arange(K), free.size)
+        order = np.lexsort((step, unit, -key))
+        taken = order[:int(np.searchsorted(np.cumsum(cost[order]), room * (1 + 1e-12), side="right"))]
+        level = level + np.bincount(unit[taken], minlength=n)
+    assert np.array_equal(a.option, opts.hull[level])
+    assert a.used == float(np.sum(size * opts.frac[opts.hull[level]]))

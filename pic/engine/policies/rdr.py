@@ -106,6 +106,8 @@ class RateDistortionRetention(CachePolicy):
         self.stats = self.inner.stats                   # one set of counters (replay reads evictions etc.)
         rng = np.random.default_rng([ctx.seed, 0x5D5])
         self.head_weight = rng.lognormal(0.0, cfg.head_sigma, self.num_layers * self.num_heads)
+        self._protect = np.zeros(256, bool)              # segment kind code -> protected (a lookup, not isin)
+        self._protect[list(cfg.protect_kinds)] = True
         self._last: tuple[int, Plan, Plan] | None = None
         self._pending: dict[int, np.ndarray] = {}
         self._dist = [0.0, 0.0]                          # Σ w·ε², Σ w  (allocated units)
@@ -173,11 +175,15 @@ class RateDistortionRetention(CachePolicy):
     def _allocate(self, req: RequestView, pos: np.ndarray) -> None:
         """Tiers for the request's new tokens ``pos`` (sorted absolute positions)."""
         cfg, n = self.config, req.num_tokens
-        kinds = np.repeat(req.segment_kinds, np.diff(req.segment_bounds))[pos]
-        prot = np.isin(kinds, cfg.protect_kinds) | (pos < cfg.protect_sinks)
+        # NOTE (speed): the segment of each position by a search over the segment bounds, protection by a
+        # table of kind codes, block starts by a mask (no token-length repeat, isin or unique sort)
+        seg = np.searchsorted(req.segment_bounds, pos, side="right") - 1
+        prot = self._protect[req.segment_kinds[seg]] | (pos < cfg.protect_sinks)
         # blocks: runs of <= block_tokens consecutive new tokens with one protection state
-        cut = np.flatnonzero((np.diff(pos) != 1) | (np.diff(prot.astype(np.int8)) != 0)) + 1
-        starts = np.unique(np.concatenate([[0], cut, np.arange(0, pos.size, cfg.block_tokens)]))
+        mark = np.zeros(pos.size, bool)
+        mark[::cfg.block_tokens] = True
+        mark[1:] |= (np.diff(pos) != 1) | (prot[1:] != prot[:-1])
+        starts = np.flatnonzero(mark)
         sizes = np.diff(np.append(starts, pos.size)).astype(np.float64)
         prior = (1.0 + (n - 1 - pos) / cfg.recency_tokens) ** -0.5
         block_w = np.add.reduceat(prior, starts)
