@@ -57,7 +57,7 @@ from pic.engine.policies.irminsul_layout import NO_TOKENS, Analysis, marker_boun
 from pic.engine.policies.irminsul_layout import gaps as layout_gaps
 from pic.engine.policies.irminsul_layout import pieces as layout_pieces
 from pic.engine.policies.irminsul_lookup import ChunkWalk
-from pic.engine.policies.irminsul_records import Chunk, Extent
+from pic.engine.policies.irminsul_records import LEAN, Chunk, Extent
 from pic.engine.policies.irminsul_store import ChunkStore
 from pic.traces.markers import BOUNDARY_MARKER
 
@@ -145,9 +145,7 @@ class Irminsul(ChunkWalk, CachePolicy):
         uses = got.uses
         # NOTE: recency per chunk: every extent of a chunk the plan reads is touched, so a chunk's unused
         # tail does not age out alone and take the chunk (its index entry) with it
-        for x in {id(x): x for c in self._chunks_used for x, _, _ in c.pieces}.values():
-            x.last_access_us = now_us
-            x.hits += 1
+        self._store.touch(self._chunks_used, now_us)
         hits: list[list[int]] = []            # [start, end, source]: abutting pieces of equal delta merged
         for t, e, x, lo in uses:
             src = x.base_pos + lo
@@ -225,24 +223,36 @@ class Irminsul(ChunkWalk, CachePolicy):
         m, k0, hk, tk = self.config.min_match, got.k0, got.heads, got.tails
         if need * bpt <= room:
             # every new chunk fits. NOTE (speed): one recomputed whole (most) gets one own extent, built inline
-            # (new_extent and register); only the ones a reused range overlaps take the general path
-            whole = 0
+            # (new_extent and register); only the ones a reused range overlaps take the general path. A lean
+            # store (unbounded) gives each run of them in a row one extent, each chunk a piece of it
+            whole, lean, run, run_end = 0, st.lean, None, -1
             for fp, k in new.items():
                 a, b = bounds[k], bounds[k + 1]
                 keys = (hk[k - k0], tk[k - k0]) if k >= k0 and hk and b - a >= m else None
                 if k in gaps:
                     g = gaps[k]
-                    own = [st.new_extent(src, g0, g1 - g0, now_us) for g0, g1 in g]
+                    own = [st.new_extent(src, g0, g1 - g0, now_us, rid) for g0, g1 in g]
                     pieces = [[own[0], 0, b - a]] if len(g) == 1 and g[0] == (a, b) else \
                         layout_pieces(views, bisect_right(ends, a), own, g, a, b)
                     chunks.append(st.register(fp, src, a, b - a, pieces, rid, own, keys))
                     continue
-                x = Extent(src, a, b - a, (b - a) * bpt, now_us, 1, fp)
-                c = Chunk(fp, src, a, b - a, [[x, 0, b - a]], rid, [x], keys)
+                if lean:
+                    if a == run_end:          # the run goes on: this chunk is its next piece
+                        run.size += b - a
+                        run.nbytes += (b - a) * bpt
+                        c = Chunk(fp, src, a, b - a, [[run, a - run.base_pos, b - a]], rid, _RELEASED, keys)
+                    else:
+                        run = Extent(src, a, b - a, (b - a) * bpt, now_us, 1, LEAN, rid)
+                        c = Chunk(fp, src, a, b - a, [[run, 0, b - a]], rid, [run], keys)
+                        st.num_extents += 1
+                    run_end = b
+                else:
+                    x = Extent(src, a, b - a, (b - a) * bpt, now_us, 1, fp, rid)
+                    c = Chunk(fp, src, a, b - a, [[x, 0, b - a]], rid, [x], keys)
+                    st.num_extents += 1
                 entries[fp] = c
                 chunks.append(c)
                 whole += b - a
-                st.num_extents += 1
             st.protected += whole * bpt
             new = {}
         for fp, k in new.items():
@@ -256,7 +266,7 @@ class Irminsul(ChunkWalk, CachePolicy):
                 continue
             room -= cost
             keys = (hk[k - k0], tk[k - k0]) if k >= k0 and hk and b - a >= m else None
-            own = [st.new_extent(src, g0, g1 - g0, now_us) for g0, g1 in g]
+            own = [st.new_extent(src, g0, g1 - g0, now_us, rid) for g0, g1 in g]
             pieces = [[own[0], 0, b - a]] if len(g) == 1 and g[0] == (a, b) else \
                 layout_pieces(views, bisect_right(ends, a), own, g, a, b)
             chunks.append(st.register(fp, src, a, b - a, pieces, rid, own, keys))

@@ -196,6 +196,10 @@ class ChunkWalk:
             return 0
         bounds, fps = best[0], best[1]
         entries, verify, used = self._entries, self.ctx.verify, self._chunks_used
+        # NOTE (speed): in a lean store the chunks of a run share its extent: a use that goes on in the same
+        # extent where the last one ended, at an edge of a chunk that made it (an extent edge in the exact store,
+        # whose runs are an extent per chunk), is the same use: one lock at admit, the exact store's lock edges
+        lean, joint = self._store.lean, -1
         for j, fp in enumerate(fps):
             a = bounds[j]
             if a >= best_len:
@@ -209,10 +213,20 @@ class ChunkWalk:
                     return a
             if a and len(e.pieces) == 1 and b > a:      # _span's common case, inline
                 used.append(e)
-                x, xo, _ = e.pieces[0]
+                x, xo, n = e.pieces[0]
+                own = e.owner == x.owner
+                if lean and (joint == a or (own and joint == -a - 1)):
+                    t, _, y, lo = uses[-1]
+                    if y is x and lo + a - t == xo:
+                        uses[-1] = (t, b, x, lo)
+                        joint = -1 if b - a < n else b if own else -b - 1
+                        continue
                 uses.append((a, b, x, xo))
+                # where this use ends at its chunk's end: b (an edge of the chunk that made x), -b - 1 (of a view)
+                joint = -1 if b - a < n else b if own else -b - 1
             else:
                 self._span(uses, e, a, b, 0)
+                joint = -1
         return best_len
 
     def _tail(self, toks: np.ndarray, off: int, lo: int, hi: int, uses: list[Use], key: int | None = None) -> int:

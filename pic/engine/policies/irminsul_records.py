@@ -12,23 +12,28 @@ from pic.engine.radix import RadixNode
 from pic.engine.seq import Seq
 
 NONE: list[int] = []  # shared by every chunk without S1 windows (never appended to)
+# ``users`` of an extent in a lean store (:class:`~engine.policies.irminsul_store.ChunkStore`, unbounded):
+# not kept there (no set per extent); made when the store turns exact (its first eviction or drop)
+LEAN: frozenset[int] = frozenset()
 
 
 class Extent:
     """Stored KV of tokens ``[base_pos, base_pos + size)`` of prompt ``src`` (a :class:`~engine.seq.Seq`:
     a reference, no token copy), produced at ``base_pos``; ``users``: fingerprints of chunks that read it;
-    ``parts``: after a split, ``(left, right, at)`` (the extent itself is then dead)."""
+    ``parts``: after a split, ``(left, right, at)`` (the extent itself is then dead); ``owner``: the request
+    that produced it (-1: unknown)."""
 
     __slots__ = ("src", "base_pos", "size", "nbytes", "refs", "last_access_us", "hits", "created_us", "alive",
-                 "users", "parts")
+                 "users", "parts", "owner")
 
     def __init__(self, src: Seq, base_pos: int, size: int, nbytes: int, now: int, refs: int = 0,
-                 user: int | None = None) -> None:
+                 user: int | None | frozenset = None, owner: int = -1) -> None:
         self.src, self.base_pos, self.size, self.nbytes = src, base_pos, size, nbytes
         self.refs, self.last_access_us, self.hits, self.created_us = refs, now, 0, now
         self.alive = True
-        self.users: set[int] = set() if user is None else {user}
+        self.users: set[int] = set() if user is None else user if isinstance(user, frozenset) else {user}  # type: ignore[assignment]
         self.parts: tuple[Extent, Extent, int] | None = None
+        self.owner = owner
 
     @property
     def tokens(self) -> np.ndarray:

@@ -17,6 +17,15 @@ Eviction takes unlocked extents, smallest key first (``lru``/``lfu``/``fifo`` of
 from a lazy heap. A chunk that lost an extent is dropped from every index; an extent no chunk uses any
 more is unreachable and freed with it. The policy (:mod:`engine.policies.irminsul`) decides what to look
 up, lock and add.
+
+NOTE (speed, memory): an unbounded store is *lean* until it first has to evict or drop a chunk (a replay
+never evicts there): a request's new chunks recomputed whole in a row share one extent (a *run*, each chunk a
+piece of it at its offset, instead of an extent per chunk), extents keep no ``users`` set, and a split (a
+lock edge) does not rewrite the pieces that name the split extent (:meth:`live` resolves them). Locks,
+bytes, plans and :meth:`stored_runs` are those of the exact store (stored runs are cut at the chunk edges
+inside a run, as the exact store's extents are). :meth:`_exact` turns it exact: pieces resolved to live
+extents, users made, runs split at their chunks' edges (each part keeps the run's recency: an explicit
+eviction of a formerly unbounded store orders by the recency of a request's run, not of each chunk).
 """
 
 from __future__ import annotations
@@ -29,8 +38,8 @@ from typing import Any
 from pic.engine.policies.base import PolicyStats
 from pic.engine.policies.irminsul_index import ChunkIndexes
 from pic.engine.policies.irminsul_prompts import PromptIndex
+from pic.engine.policies.irminsul_records import LEAN, Chunk, Extent
 from pic.engine.policies.irminsul_records import NONE as _NONE
-from pic.engine.policies.irminsul_records import Chunk, Extent
 from pic.engine.seq import Seq
 
 
@@ -40,7 +49,7 @@ class ChunkStore(ChunkIndexes):
     ``key`` orders eviction (smallest first); ``s1_window`` is the S1 window size in tokens."""
 
     def __init__(self, key: Callable[[Any], tuple[int, ...]], s1_window: int, bytes_per_token: int,
-                 tails: bool = False, min_match: int = 16, bounded: bool = True) -> None:
+                 tails: bool = False, min_match: int = 16, bounded: bool = True, lean: bool | None = None) -> None:
         # NOTE: among extents equally recent (or frequent), the one produced later in its prompt goes first
         # (position before creation time): the tail of a prompt before its head, so chunks lose tails
         # (cut) rather than heads (dropped with everything after them)
@@ -59,13 +68,13 @@ class ChunkStore(ChunkIndexes):
         # NOTE (speed): an unbounded store never evicts in a replay (admit always has room), so it keeps no
         # heap: unlocked extents are only listed, and an explicit evict() builds the heap from the list then
         self._unheaped: list[Extent] | None = None if bounded else []
+        self.lean = (not bounded) if lean is None else lean     # see the module's NOTE (speed, memory)
 
     # ---- Public API: extents --------------------------------------------------------------------
-    def new_extent(self, src: Seq, base_pos: int, size: int, now_us: int) -> Extent:
-        """New KV of tokens ``[base_pos, base_pos + size)`` of prompt ``src``, produced now at ``base_pos``:
-        locked once (protected until its producer releases it)."""
-        x = Extent(src, base_pos, size, size * self.bpt, now_us)
-        x.refs = 1
+    def new_extent(self, src: Seq, base_pos: int, size: int, now_us: int, owner: int = -1) -> Extent:
+        """New KV of tokens ``[base_pos, base_pos + size)`` of prompt ``src``, produced now at ``base_pos`` by
+        request ``owner``: locked once (protected until its producer releases it)."""
+        x = Extent(src, base_pos, size, size * self.bpt, now_us, 1, LEAN if self.lean else None, owner)
         self.protected += x.nbytes
         self.num_extents += 1
         return x
@@ -125,6 +134,16 @@ class ChunkStore(ChunkIndexes):
 
     def unlock_all(self, xs: Sequence[Extent]) -> None:
         """:meth:`unlock` each of ``xs`` in order (a split extent: each of its parts)."""
+        if self.lean:                     # nothing is freed nor listed: :meth:`_exact` finds what is evictable
+            for x in xs:
+                if x.parts is not None:
+                    self.unlock_all(x.parts[:2])
+                    continue
+                x.refs -= 1
+                if not x.refs:
+                    self.protected -= x.nbytes
+                    self.evictable += x.nbytes
+            return
         listed = self._unheaped
         for x in xs:
             if x.parts is not None:
@@ -160,6 +179,7 @@ class ChunkStore(ChunkIndexes):
     def evict(self, num_bytes: int, stats: PolicyStats) -> int:
         """Free unlocked extents, smallest key first (with the chunks that read them and whatever only
         those chunks held), until ``num_bytes`` are freed; bytes freed."""
+        self._exact()
         if self._unheaped is not None:        # first eviction of an unbounded store: keep a heap from now on
             listed, self._unheaped = self._unheaped, None
             for x in {id(e): e for e in listed if _evictable(e)}.values():
@@ -192,8 +212,9 @@ class ChunkStore(ChunkIndexes):
         caller has them, :func:`engine.cdc.edge_keys`)."""
         c = Chunk(fp, src, pos, size, pieces, owner, own, keys)
         self.entries[fp] = c
-        for x, _, _ in pieces:
-            x.users.add(fp)
+        if not self.lean:
+            for x, _, _ in pieces:
+                x.users.add(fp)
         return c
 
     def pieces(self, c: Chunk, off: int, end: int) -> list[tuple[Extent, int, int, int]]:
@@ -216,6 +237,7 @@ class ChunkStore(ChunkIndexes):
         if at <= 0:
             self.drop(c)
             return
+        self._exact()
         keep, lost, pos = [], [], 0
         for x, xo, n in c.pieces:
             if pos + n <= at:
@@ -250,6 +272,7 @@ class ChunkStore(ChunkIndexes):
 
     def drop(self, c: Chunk) -> None:
         """Remove a chunk from every index; free the extents nothing reads any more."""
+        self._exact()
         del self.entries[c.fp]
         self._unindex(c)
         for wfp in c.windows:
@@ -263,18 +286,47 @@ class ChunkStore(ChunkIndexes):
     def stored_runs(self) -> list[tuple[Seq, int, int, int]]:
         """Every live extent (what is physically stored) by reference, ``(src, lo, hi, 0)``, in registry
         order."""
+        if self.lean:
+            # each extent first appears in the pieces of the chunk that made it (its owner): those pieces, cut at
+            # the live extents' edges, are the exact store's extents (a run is an extent per chunk there)
+            out: list[tuple[Seq, int, int, int]] = []
+            for c in self.entries.values():
+                o = c.owner
+                for x, xo, n in c.pieces:
+                    if x.owner != o:
+                        continue
+                    if x.parts is None:
+                        out.append((x.src, x.base_pos + xo, x.base_pos + xo + n, 0))
+                        continue
+                    for y, lo, hi in self.live(x, xo, xo + n) or ():
+                        out.append((y.src, y.base_pos + lo, y.base_pos + hi, 0))
+            return out
         seen = dict.fromkeys([p[0] for c in self.entries.values() for p in c.pieces])    # (by identity)
         return [(x.src, x.base_pos, x.base_pos + x.size, 0) for x in seen]
+
+    def touch(self, chunks: Sequence[Chunk], now_us: int) -> None:
+        """A plan reads ``chunks``: every extent of theirs is accessed now (a split one: each of its parts)."""
+        for x in {id(x): x for c in chunks for x, _, _ in c.pieces}.values():
+            if x.parts is not None:
+                for y in self.parts_of(x):
+                    y.last_access_us = now_us
+                    y.hits += 1
+                continue
+            x.last_access_us = now_us
+            x.hits += 1
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _split(self, x: Extent, at: int) -> tuple[Extent, Extent]:
         """Cut live extent ``x`` after ``at`` tokens into two extents with its locks and recency."""
-        left = Extent(x.src, x.base_pos, at, at * self.bpt, x.created_us)
-        right = Extent(x.src, x.base_pos + at, x.size - at, x.nbytes - at * self.bpt, x.created_us)
+        u = LEAN if self.lean else None
+        left = Extent(x.src, x.base_pos, at, at * self.bpt, x.created_us, x.refs, u, x.owner)
+        right = Extent(x.src, x.base_pos + at, x.size - at, x.nbytes - at * self.bpt, x.created_us, x.refs, u, x.owner)
         for y in (left, right):
-            y.refs, y.last_access_us, y.hits = x.refs, x.last_access_us, x.hits
+            y.last_access_us, y.hits = x.last_access_us, x.hits
         x.alive, x.parts = False, (left, right, at)
         self.num_extents += 1
+        if self.lean:                     # pieces naming x stay (live() resolves them); no users to move
+            return left, right
         for fp in x.users:
             c = self.entries[fp]
             pieces = []
@@ -300,6 +352,44 @@ class ChunkStore(ChunkIndexes):
                 else:
                     self._free(y)
         return left, right
+
+    def _exact(self) -> None:
+        """A lean store becomes exact (see the module's NOTE): every chunk's pieces name live extents, each
+        extent knows its users, a run is split at its chunks' edges, and the unlocked extents are evictable
+        (an unbounded store keeps them listed for :meth:`evict`)."""
+        if not self.lean:
+            return
+        self.lean = False
+        seen: dict[int, Extent] = {}
+        for c in self.entries.values():
+            pieces = []
+            for x, xo, n in c.pieces:
+                if x.parts is None:
+                    pieces.append([x, xo, n])
+                else:
+                    pieces += [[y, lo, hi - lo] for y, lo, hi in self.live(x, xo, xo + n) or ()]
+            c.pieces = pieces
+            for x, _, _ in pieces:
+                if not isinstance(x.users, set):      # (LEAN, or a copy of it: copy.deepcopy makes one)
+                    x.users = set()
+                    seen[id(x)] = x
+                x.users.add(c.fp)
+        for c in list(self.entries.values()):  # a run: an extent per chunk (the exact store's granularity)
+            for x, xo, n in list(c.pieces):
+                if x.owner != c.owner:
+                    continue
+                y, lo, _ = self.live(x, xo, xo + n)[0]
+                if lo > 0:
+                    self._split(y, lo)
+                y, _, hi = self.live(x, xo, xo + n)[-1]     # (x may have been split: its live part)
+                if hi < y.size:
+                    self._split(y, hi)
+        listed = [x for x in seen.values() for x in self.parts_of(x) if _evictable(x)]
+        if self._unheaped is not None:
+            self._unheaped += listed
+        else:
+            for x in listed:
+                self._push(x)
 
     def _trim(self, x: Extent) -> None:
         """Free the parts of unlocked ``x`` that no chunk reads any more (all of it when none does)."""

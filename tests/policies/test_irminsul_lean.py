@@ -1,0 +1,149 @@
+"""A lean (unbounded) irminsul store against the exact one: one extent per run of chunks recomputed whole, no
+users sets, pieces left naming split extents. On random streams with overlapping requests (locks split runs
+while their producers still hold them) both give the same plans, the same usage after every call, the same
+stored runs; once the lean store turns exact (an explicit eviction, a request released uncommitted) its
+chunks, extents, users and evictable set are those of the exact store, and it keeps serving correctly."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+import pytest
+
+from pic.engine import policies
+from pic.engine.policies import PolicyContext, RequestView
+from tests.policies.test_irminsul_speed import _stream, _views
+
+BPT = 2
+
+
+def _pair(opts: dict | None = None):
+    out = []
+    for lean in (False, True):
+        pol = policies.build("irminsul", PolicyContext(math.inf, BPT, verify=True),
+                             {"avg_chunk": 128, "min_chunk": 32, "max_chunk": 256, **(opts or {})})
+        pol._store.lean = lean
+        out.append(pol)
+    return out
+
+
+def _plan(plan) -> list:
+    return [(s.start, s.end, int(s.action), s.source_pos) for s in plan.spans]
+
+
+def _runs(pol) -> list:
+    return [(x[0].tokens(x[1], x[2]).tobytes(), x[1], x[2]) for x in pol.footprint().runs]
+
+
+def _layout(pol) -> list:
+    """Every chunk's pieces as (extent position, extent size, offset, length), its users; the evictable
+    extents."""
+    st = pol._store
+    chunks = [(fp, c.size, [(x.base_pos, x.size, xo, n, sorted(x.users)) for x, xo, n in c.pieces])
+              for fp, c in st.entries.items()]
+    return [chunks, st.evictable, st.protected, st.num_extents]
+
+
+def _drive(pols, reqs, lag: int = 2, uncommitted: frozenset = frozenset()) -> list:
+    """Serve ``reqs`` on both policies alike, each request committed ``lag`` arrivals after its admission and
+    released one arrival later (so up to ``lag + 1`` hold locks at once); the plans."""
+    plans, flight = [], deque()
+    for t, req in enumerate(reqs):
+        got = [_plan(p.lookup(req, 10 * t)) for p in pols]
+        assert got[0] == got[1], f"request {t}"
+        plans.append(got[0])
+        ok = {p.admit(req, p.lookup(req, 10 * t), 10 * t) for p in pols}
+        assert len(ok) == 1
+        if ok.pop():
+            flight.append(req)
+        while flight and (len(flight) > lag or t == len(reqs) - 1):
+            r = flight.popleft()
+            for p in pols:
+                if r.request_id not in uncommitted:
+                    p.commit(r, 10 * t + 1)
+                p.release(r, 10 * t + 2)
+        for p in pols:
+            p.usage().check()
+        assert pols[0].usage() == pols[1].usage()
+        assert [p.holds(req) for p in pols] == [pols[0].holds(req)] * 2
+    for p in pols:
+        assert p.stats.collisions == 0
+    return plans
+
+
+@pytest.mark.parametrize("seed,lag", [(0, 0), (1, 2), (2, 3), (3, 1)])
+def test_lean_store_gives_the_exact_stores_plans_usage_and_runs(seed, lag):
+    exact, lean = _pair({"s1": seed == 3})
+    reqs = _views(_stream(seed, 80), seed)
+    plans = _drive((exact, lean), reqs, lag)
+    assert sum(s[1] - s[0] for p in plans for s in p if s[2] != 2) > 0            # the stream reuses
+    assert lean._store.lean and not exact._store.lean
+    assert _runs(lean) == _runs(exact)
+    assert lean.footprint().entries == exact.footprint().entries
+    # turned exact: the same chunks over the same extents as the exact store
+    lean._store._exact()
+    assert not lean._store.lean
+    assert _layout(lean) == _layout(exact)
+    assert _runs(lean) == _runs(exact)
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_lean_store_turns_exact_on_eviction_and_serves_on(seed):
+    """An explicit eviction of a lean store holding locks (requests in flight) first makes it exact (the
+    exact store's chunks and extents), then evicts only unlocked KV and serves on correctly. (Which KV goes
+    first may differ: the parts of a run keep the run's recency.)"""
+    exact, lean = _pair()
+    reqs = _views(_stream(seed, 90), seed)
+    flight = deque()
+    for t, req in enumerate(reqs[:60]):
+        for p in (exact, lean):
+            assert p.admit(req, p.lookup(req, 10 * t), 10 * t)
+        flight.append(req)
+        if len(flight) > 2:
+            r = flight.popleft()
+            for p in (exact, lean):
+                p.commit(r, 10 * t + 1)
+                p.release(r, 10 * t + 2)
+    assert lean._store.lean
+    lean._store._exact()
+    assert _layout(lean) == _layout(exact)
+    for pol in (exact, lean):
+        want = pol.usage().evictable // 2
+        assert pol.evict(want, 700) >= want
+        pol.usage().check()
+        for r in flight:
+            assert pol.holds(r)
+            pol.commit(r, 701)
+            pol.release(r, 702)
+        for t, req in enumerate(reqs[60:]):
+            plan = pol.lookup(req, 800 + 10 * t)
+            assert pol.admit(req, plan, 800 + 10 * t)
+            pol.commit(req, 801 + 10 * t)
+            pol.release(req, 802 + 10 * t)
+            pol.usage().check()
+        assert pol.stats.collisions == 0 and pol.stats.verified_hits > 0
+
+
+def test_lean_store_turns_exact_when_a_request_is_released_uncommitted():
+    exact, lean = _pair()
+    reqs = _views(_stream(6, 50), 6)
+    _drive((exact, lean), reqs, 2, uncommitted=frozenset({20, 21, 35}))
+    assert not lean._store.lean
+    assert _layout(lean) == _layout(exact)
+    assert _runs(lean) == _runs(exact)
+
+
+def test_lean_prefix_over_a_run_is_one_use():
+    """A prompt continuing a stored one reuses its run of new chunks as one reused range (one lock) after
+    the first chunk (a chunk at position 0 takes the general path: the first-chunk clip)."""
+    exact, lean = _pair()
+    rng = np.random.default_rng(9)
+    a = rng.integers(0, 5000, 3000, dtype=np.int32)
+    b = np.concatenate([a, rng.integers(0, 5000, 500, dtype=np.int32)])
+    _drive((exact, lean), [RequestView.from_tokens(0, a)])
+    assert lean._store.num_extents == 1 < exact._store.num_extents == len(exact._store.entries)
+    got = [p._analyze(RequestView.from_tokens(1, b)).uses for p in (exact, lean)]
+    assert len(got[1]) == 2 < len(got[0])
+    assert [(u[0], u[1]) for u in got[1]] == [got[0][0][:2], (got[0][1][0], got[0][-1][1])]
