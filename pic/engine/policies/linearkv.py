@@ -125,7 +125,7 @@ class LinearKV(CachePolicy):
         c = self.config
         self._cdc, self._marker = c.cdc, c.marker
         self._selector = selectors.get(c.selector)
-        self._store = Store(eviction.key(c.eviction))
+        self._store = Store(eviction.key(c.eviction), evicts=ctx.capacity_bytes != float("inf"))
         self._entries = self._store.entries
         m = ctx.model
         hybrid = m is not None and getattr(m, "is_hybrid", False)
@@ -188,7 +188,9 @@ class LinearKV(CachePolicy):
         st = self._store
         for fp in lay.used:
             st.lock(self._entries[fp])
-        need = sum(self._entry_bytes(b - a) for a, b in lay.new.values())
+        per, bpt = self._state_b + self._op_b, self.ctx.bytes_per_token
+        num_new = sum(b - a for a, b in lay.new.values())
+        need = num_new * bpt + len(lay.new) * per
         pages = 0                            # prompt tokens the prefix stage will add at commit
         if self._tree is not None:
             p = self._tree.page_size
@@ -204,11 +206,11 @@ class LinearKV(CachePolicy):
             return False
         self._reserved += need_pages
         self._nodes[rid] = (node, need_pages)
-        toks = req.tokens
+        src, add = req.seq, st.add
         for fp, (a, b) in lay.new.items():   # new chunks: protected until release
-            st.add(fp, np.array(toks[a:b], dtype=np.int32), a, self._entry_bytes(b - a), now_us)
+            add(fp, src, b - a, a, (b - a) * bpt + per, now_us)
         self.stats.extra["stored_chunks"] += len(lay.new)
-        self.stats.extra["state_store_tokens"] += sum(b - a for a, b in lay.new.values()) if self._hybrid else 0
+        self.stats.extra["state_store_tokens"] += num_new if self._hybrid else 0
         self._locks[rid] = lay.used + list(lay.new)
         self._admitted[rid] = list(lay.new)
         return True
@@ -268,10 +270,6 @@ class LinearKV(CachePolicy):
         return Usage(ev, pr, ev + pr, self.ctx.capacity_bytes)
 
     # ---- Internal helpers -------------------------------------------------------------------------
-    def _entry_bytes(self, num_tokens: int) -> int:
-        """A chunk's KV plus its zero-start end state (and its transition operator when composing)."""
-        return num_tokens * self.ctx.bytes_per_token + self._state_b + self._op_b
-
     def _used(self) -> int:
         st, t = self._store, self._tree
         return (st.evictable + st.protected + self._reserved
@@ -306,7 +304,7 @@ class LinearKV(CachePolicy):
 
     def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Entry | None:
         e = self._entries.get(fp)
-        if e is None or not e.ready or e.tokens.shape[0] != b - a:
+        if e is None or not e.ready or e.size != b - a:
             return None
         if self.ctx.verify:
             self.stats.verified_hits += 1

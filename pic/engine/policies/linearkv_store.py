@@ -1,8 +1,9 @@
 """Chunk registry of the ``linearkv`` policy: whole chunks, each with its KV and its recurrent state(s).
 
-``fingerprint -> Entry`` (tokens, base position, resident bytes = KV + zero-start end state [+ transition
-operator], lock refs, recency), evictable/protected byte accounting, and eviction of unlocked entries in
-key order (:mod:`engine.eviction`) through a lazy heap. Unlike irminsul's extent store, a chunk here is
+``fingerprint -> Entry`` (size, where its tokens are, base position, resident bytes = KV + zero-start end
+state [+ transition operator], lock refs, recency), evictable/protected byte accounting, and eviction of
+unlocked entries in key order (:mod:`engine.eviction`) through a lazy heap (kept only once the store may
+evict: an unbounded store never does). Unlike irminsul's extent store, a chunk here is
 stored and dropped whole: a recurrent state exists only at a chunk's end, so part of a chunk is of no use.
 """
 
@@ -19,28 +20,37 @@ from pic.engine.policies.base import PolicyStats
 
 
 class Entry:
-    """One resident chunk (``ready`` once the producing request's prefill committed)."""
+    """One resident chunk (``ready`` once the producing request's prefill committed): ``size`` tokens at
+    ``base_pos`` of ``src``, the producing prompt (:class:`engine.seq.Seq`, by reference: read only to
+    verify a hit).
 
-    __slots__ = ("fp", "tokens", "base_pos", "nbytes", "refs", "last_access_us", "hits", "created_us", "ready")
+    NOTE (speed, memory): no token copy per chunk (Mooncake conversation makes ~370 k chunks)."""
 
-    def __init__(self, fp: int, tokens: np.ndarray, base_pos: int, nbytes: int, now: int) -> None:
-        self.fp, self.tokens, self.base_pos, self.nbytes = fp, tokens, base_pos, nbytes
+    __slots__ = ("fp", "src", "size", "base_pos", "nbytes", "refs", "last_access_us", "hits", "created_us", "ready")
+
+    def __init__(self, fp: int, src: Any, size: int, base_pos: int, nbytes: int, now: int) -> None:
+        self.fp, self.src, self.size, self.base_pos, self.nbytes = fp, src, size, base_pos, nbytes
         self.refs, self.last_access_us, self.hits, self.created_us, self.ready = 0, now, 0, now, False
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return self.src.tokens(self.base_pos, self.base_pos + self.size)
 
 
 class Store:
     """Entries by fingerprint with byte accounting; ``key`` orders eviction (smallest first)."""
 
-    def __init__(self, key: Callable[[Any], tuple[int, ...]]) -> None:
+    def __init__(self, key: Callable[[Any], tuple[int, ...]], evicts: bool = True) -> None:
         self.key = key
         self.entries: dict[int, Entry] = {}
         self.evictable = self.protected = 0
+        self.evicts = evicts        # False: no eviction heap until the first peek/evict (then built)
         self._heap: list[tuple[tuple[int, ...], int, int]] = []
         self._seq = itertools.count()
 
-    def add(self, fp: int, tokens: np.ndarray, base_pos: int, nbytes: int, now_us: int) -> Entry:
+    def add(self, fp: int, src: Any, size: int, base_pos: int, nbytes: int, now_us: int) -> Entry:
         """A new, not yet ready entry, locked once (protected until its producer releases it)."""
-        e = Entry(fp, tokens, base_pos, nbytes, now_us)
+        e = Entry(fp, src, size, base_pos, nbytes, now_us)
         self.entries[fp] = e
         e.refs = 1
         self.protected += nbytes
@@ -58,6 +68,8 @@ class Store:
             return
         self.protected -= e.nbytes
         self.evictable += e.nbytes
+        if not self.evicts:
+            return
         heapq.heappush(self._heap, (self.key(e), next(self._seq), e.fp))
         if len(self._heap) > 4 * len(self.entries) + 1024:   # drop stale heap items now and then
             self._heap = [(self.key(x), next(self._seq), x.fp) for x in self.entries.values() if x.refs == 0]
@@ -73,6 +85,10 @@ class Store:
     def peek(self) -> tuple[int, ...] | None:
         """Key of the entry :meth:`evict_next` would drop (None: nothing unlocked); drops stale heap items on
         the way. Lets the policy merge this store's eviction order with its prefix stage's."""
+        if not self.evicts:
+            self.evicts = True
+            self._heap = [(self.key(x), next(self._seq), x.fp) for x in self.entries.values() if x.refs == 0]
+            heapq.heapify(self._heap)
         heap = self._heap
         while heap:
             k, _, fp = heap[0]
