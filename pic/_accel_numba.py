@@ -175,28 +175,31 @@ def gear_hash(toks, table):
 @njit(types.boolean[::1](_I32, _U64, _I64, _I64), **_OPTS)
 def gear_repeats(toks, table, starts, ends):
     """For each gap ``[starts[g], ends[g])``: whether some Gear hash value of the 64-token windows wholly
-    inside it (ending at ``i`` in ``[s + 63, e)``) occurs at least 3 times: where none does,
-    :func:`engine.cdc._periodic_cuts` finds no cut (False also for gaps of <= 66 tokens, which it skips).
+    inside it (ending at ``i`` in ``[s + 63, e)``) may occur at least 3 times. False only where none does:
+    :func:`engine.cdc._periodic_cuts` finds no cut there (False also for gaps of <= 66 tokens, which it
+    skips); True for gaps of more than ``2**16`` windows without looking (the numpy rule then decides).
 
     NOTE (speed): random content has over-long gaps too (~1 in 180 chunks) and none repeats; this screens
-    them in one call (a counting hash set per gap) instead of a hash pass and a sort per gap in numpy."""
+    them in one call (a counting hash set per gap, sized to the gap: at most 2**17 slots) instead of a hash
+    pass and a sort per gap in numpy."""
     out = np.zeros(starts.shape[0], np.bool_)
-    longest = 0
-    for g in range(starts.shape[0]):
-        longest = max(longest, ends[g] - starts[g])
-    bits = 4
-    while (1 << bits) < 2 * longest:
-        bits += 1
-    size = 1 << bits
-    keys = np.empty(size, np.uint64)
-    cnt = np.zeros(size, np.uint8)
-    down = np.uint64(64 - bits)
+    cap = 1 << 16
+    keys = np.empty(2 * cap, np.uint64)
+    cnt = np.zeros(2 * cap, np.uint8)
     one = np.uint64(1)
     for g in range(starts.shape[0]):
         s, e = starts[g], ends[g]
         if e - s <= 66:
             continue
-        cnt[:] = 0
+        if e - s - 63 > cap:
+            out[g] = True
+            continue
+        bits = 4
+        while (1 << bits) < 2 * (e - s - 63):
+            bits += 1
+        mask = np.uint64((1 << bits) - 1)
+        down = np.uint64(64 - bits)
+        cnt[:1 << bits] = 0
         h = np.uint64(0)
         for i in range(s, e):
             h = (h << one) + _g(toks, table, i)
@@ -204,7 +207,7 @@ def gear_repeats(toks, table, starts, ends):
                 continue
             q = (h * _GOLDEN) >> down
             while cnt[q] and keys[q] != h:
-                q = (q + one) & np.uint64(size - 1)
+                q = (q + one) & mask
             if cnt[q] == 2:
                 out[g] = True
                 break

@@ -173,7 +173,8 @@ def test_fingerprint_kernel_reads_unaligned_pairs() -> None:
 
 def test_gear_repeats_kernel_screens_exactly_the_gaps_with_a_triple() -> None:
     """The compiled screen of over-long gaps says True exactly where a 64-token Gear hash value of the
-    windows inside the gap occurs 3 or more times (what ``_periodic_cuts`` looks for, in numpy)."""
+    windows inside the gap occurs 3 or more times (what ``_periodic_cuts`` looks for, in numpy), and True
+    without looking for gaps of more than 2**16 windows."""
     fast = accel._load()
     assert fast is not None
     rng = np.random.default_rng(9)
@@ -184,7 +185,9 @@ def test_gear_repeats_kernel_screens_exactly_the_gaps_with_a_triple() -> None:
              (rng.random(1500) < 0.01).astype(np.int32),                        # low entropy: runs of zeros
              np.r_[rng.integers(0, 9, 200), np.tile(line, 4)[:63 + 2 * 37]].astype(np.int32),  # twice only
              np.r_[rng.integers(0, 9, 200), np.tile(line, 4)[:64 + 2 * 37]].astype(np.int32),  # 3 times
-             np.full(66, 5, np.int32), np.full(67, 5, np.int32), np.zeros(0, np.int32)]
+             np.full(66, 5, np.int32), np.full(67, 5, np.int32), np.zeros(0, np.int32),
+             rng.integers(0, 150_000, 2**16 + 63, dtype=np.int32),                # the largest gap it screens
+             rng.integers(0, 150_000, 2**16 + 64, dtype=np.int32)]                # longer: True, unread
     t = np.concatenate(parts)
     ends = np.cumsum([p.size for p in parts])
     starts = ends - [p.size for p in parts]
@@ -194,5 +197,11 @@ def test_gear_repeats_kernel_screens_exactly_the_gaps_with_a_triple() -> None:
         h = cdc.gear_hash(t[s:e])[63:]
         srt = np.sort(h)
         want.append(bool(e - s > 66 and (srt[2:] == srt[:-2]).any()))
-    assert got.tolist() == want
-    assert want == [False, True, True, False, True, False, True, False]
+    assert want == [False, True, True, False, True, False, True, False, False, False]
+    assert got.tolist() == want[:-1] + [True]
+    # each gap alone, and in another order (the hash set is sized per gap)
+    for g in (0, 1, 4, 8):
+        one = fast.gear_repeats(t, table, starts[g:g + 1].astype(np.int64), ends[g:g + 1].astype(np.int64))
+        assert one.tolist() == [want[g]]
+    back = fast.gear_repeats(t, table, starts[::-1].astype(np.int64), ends[::-1].astype(np.int64))
+    assert back.tolist() == got.tolist()[::-1]
