@@ -2,7 +2,7 @@
 numpy reference computes (uint64 arithmetic wraps the same way); tests compare both on random inputs.
 
 Compiled eagerly with explicit signatures and cached on disk (``cache=True``): the first import after an
-install compiles (~2 s CPU), later ones load the machine code.
+install compiles (5.4-6.1 s CPU on the loaded 2-core VM, 2026-12-01), later ones load the machine code.
 """
 
 from __future__ import annotations

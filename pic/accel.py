@@ -11,10 +11,11 @@ derived and chunked), and numpy spends ~10-20 passes and ~25 calls per prompt on
 bitsets instead of gathers from two 8 MB counting filters), and so are its rolling hashes of a prompt (one
 Horner pass for :func:`engine.rolling.prefix_hashes` and ``window_hashes``).
 
-NOTE (cost of the accelerator itself): importing numba and loading the cached machine code costs ~0.33 s
-CPU per process (the first import after an install compiles them: ~2.2 s, once); they save ~30-100 ns per
-token. So by default (``auto``) they load only once the numpy paths have seen ``AUTO_TOKENS`` tokens in this
-process (about what the load costs, spent in numpy): runs on small traces (tests, samples) never pay for it.
+NOTE (cost of the accelerator itself): importing numba and loading the cached machine code costs ~0.35-0.6 s
+CPU per process (the first import after an install compiles them: ~5.5 s, once, on the loaded 2-core VM);
+they save ~30-100 ns per token. So by default (``auto``) they load only once the numpy paths have seen
+``AUTO_TOKENS`` tokens in this process (about what the load costs, spent in numpy): runs on small traces
+(tests, samples) never pay for it.
 A policy about to chunk a trace's content announces its distinct tokens with one ``kernels(n)`` call, so a
 large trace loads them up front. ``PIC_ACCEL=0`` turns them off, ``PIC_ACCEL=1`` loads them on the first
 call; without numba everything runs the numpy paths.
