@@ -147,3 +147,16 @@ def test_lean_prefix_over_a_run_is_one_use():
     got = [p._analyze(RequestView.from_tokens(1, b)).uses for p in (exact, lean)]
     assert len(got[1]) == 2 < len(got[0])
     assert [(u[0], u[1]) for u in got[1]] == [got[0][0][:2], (got[0][1][0], got[0][-1][1])]
+
+
+def test_lean_stored_runs_when_a_request_id_comes_again():
+    """Stored runs belong to the admission that made them, not to a request id: a caller reusing an id (its
+    new prompt viewing what the id's first prompt stored) gets the exact store's runs."""
+    exact, lean = _pair()
+    rng = np.random.default_rng(11)
+    a = rng.integers(0, 5000, 2000, dtype=np.int32)
+    b = np.concatenate([rng.integers(0, 5000, 40, dtype=np.int32), a[300:1800], rng.integers(0, 5000, 300,
+                                                                                            dtype=np.int32)])
+    plans = _drive((exact, lean), [RequestView.from_tokens(7, a), RequestView.from_tokens(7, b)], lag=0)
+    assert sum(s[1] - s[0] for s in plans[1] if s[2] != 2) > 1000
+    assert _runs(lean) == _runs(exact)

@@ -220,6 +220,7 @@ class Irminsul(ChunkWalk, CachePolicy):
             self.evict(int(need * bpt - room), now_us)
             room = self.ctx.capacity_bytes - st.evictable - st.protected
         src, chunks, full = req.seq, [], True
+        tag = st.admission()                  # owner of what this admission makes (Extent.owner, Chunk.owner)
         m, k0, hk, tk = self.config.min_match, got.k0, got.heads, got.tails
         if need * bpt <= room:
             # every new chunk fits. NOTE (speed): one recomputed whole (most) gets one own extent, built inline
@@ -231,24 +232,24 @@ class Irminsul(ChunkWalk, CachePolicy):
                 keys = (hk[k - k0], tk[k - k0]) if k >= k0 and hk and b - a >= m else None
                 if k in gaps:
                     g = gaps[k]
-                    own = [st.new_extent(src, g0, g1 - g0, now_us, rid) for g0, g1 in g]
+                    own = [st.new_extent(src, g0, g1 - g0, now_us, tag) for g0, g1 in g]
                     pieces = [[own[0], 0, b - a]] if len(g) == 1 and g[0] == (a, b) else \
                         layout_pieces(views, bisect_right(ends, a), own, g, a, b)
-                    chunks.append(st.register(fp, src, a, b - a, pieces, rid, own, keys))
+                    chunks.append(st.register(fp, src, a, b - a, pieces, tag, own, keys))
                     continue
                 if lean:
                     if a == run_end:          # the run goes on: this chunk is its next piece
                         run.size += b - a
                         run.nbytes += (b - a) * bpt
-                        c = Chunk(fp, src, a, b - a, [[run, a - run.base_pos, b - a]], rid, _RELEASED, keys)
+                        c = Chunk(fp, src, a, b - a, [[run, a - run.base_pos, b - a]], tag, _RELEASED, keys)
                     else:
-                        run = Extent(src, a, b - a, (b - a) * bpt, now_us, 1, LEAN, rid)
-                        c = Chunk(fp, src, a, b - a, [[run, 0, b - a]], rid, [run], keys)
+                        run = Extent(src, a, b - a, (b - a) * bpt, now_us, 1, LEAN, tag)
+                        c = Chunk(fp, src, a, b - a, [[run, 0, b - a]], tag, [run], keys)
                         st.num_extents += 1
                     run_end = b
                 else:
-                    x = Extent(src, a, b - a, (b - a) * bpt, now_us, 1, fp, rid)
-                    c = Chunk(fp, src, a, b - a, [[x, 0, b - a]], rid, [x], keys)
+                    x = Extent(src, a, b - a, (b - a) * bpt, now_us, 1, fp, tag)
+                    c = Chunk(fp, src, a, b - a, [[x, 0, b - a]], tag, [x], keys)
                     st.num_extents += 1
                 entries[fp] = c
                 chunks.append(c)
@@ -266,10 +267,10 @@ class Irminsul(ChunkWalk, CachePolicy):
                 continue
             room -= cost
             keys = (hk[k - k0], tk[k - k0]) if k >= k0 and hk and b - a >= m else None
-            own = [st.new_extent(src, g0, g1 - g0, now_us, rid) for g0, g1 in g]
+            own = [st.new_extent(src, g0, g1 - g0, now_us, tag) for g0, g1 in g]
             pieces = [[own[0], 0, b - a]] if len(g) == 1 and g[0] == (a, b) else \
                 layout_pieces(views, bisect_right(ends, a), own, g, a, b)
-            chunks.append(st.register(fp, src, a, b - a, pieces, rid, own, keys))
+            chunks.append(st.register(fp, src, a, b - a, pieces, tag, own, keys))
         self.stats.extra["partly_stored"] += not full
         self._live[rid] = (locked, chunks)
         self._pending[rid] = got._replace(uses=[], toks=NO_TOKENS, heads=(), tails=())    # the layout, for commit

@@ -20,8 +20,8 @@ LEAN: frozenset[int] = frozenset()
 class Extent:
     """Stored KV of tokens ``[base_pos, base_pos + size)`` of prompt ``src`` (a :class:`~engine.seq.Seq`:
     a reference, no token copy), produced at ``base_pos``; ``users``: fingerprints of chunks that read it;
-    ``parts``: after a split, ``(left, right, at)`` (the extent itself is then dead); ``owner``: the request
-    that produced it (-1: unknown)."""
+    ``parts``: after a split, ``(left, right, at)`` (the extent itself is then dead); ``owner``: the admission
+    that produced it (:meth:`~engine.policies.irminsul_store.ChunkStore.admission`; -1: unknown)."""
 
     __slots__ = ("src", "base_pos", "size", "nbytes", "refs", "last_access_us", "hits", "created_us", "alive",
                  "users", "parts", "owner")
@@ -48,7 +48,8 @@ class Extent:
 class Chunk:
     """One registry entry: a content-defined chunk as pieces ``[extent, offset, length]`` in token order;
     its tokens are those of prompt ``src`` at ``[pos, pos + size)`` (by reference, no copy: a cut chunk keeps
-    its first ``size``); ``node``: its end node in the chunk trie (None until ready)."""
+    its first ``size``); ``owner``: the admission that made it (as :attr:`Extent.owner`); ``node``: its end node in
+    the chunk trie (None until ready)."""
 
     __slots__ = ("fp", "src", "pos", "size", "pieces", "owner", "ready", "windows", "node", "rnode", "own",
                  "indexed", "keys", "head")

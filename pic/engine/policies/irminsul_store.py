@@ -69,15 +69,22 @@ class ChunkStore(ChunkIndexes):
         # heap: unlocked extents are only listed, and an explicit evict() builds the heap from the list then
         self._unheaped: list[Extent] | None = None if bounded else []
         self.lean = (not bounded) if lean is None else lean     # see the module's NOTE (speed, memory)
+        self._admissions = 0
 
     # ---- Public API: extents --------------------------------------------------------------------
     def new_extent(self, src: Seq, base_pos: int, size: int, now_us: int, owner: int = -1) -> Extent:
         """New KV of tokens ``[base_pos, base_pos + size)`` of prompt ``src``, produced now at ``base_pos`` by
-        request ``owner``: locked once (protected until its producer releases it)."""
+        admission ``owner`` (:meth:`admission`): locked once (protected until its producer releases it)."""
         x = Extent(src, base_pos, size, size * self.bpt, now_us, 1, LEAN if self.lean else None, owner)
         self.protected += x.nbytes
         self.num_extents += 1
         return x
+
+    def admission(self) -> int:
+        """A new admission's tag (``owner`` of the extents and chunks it makes; unique in this store, unlike a
+        request id a caller may use again)."""
+        self._admissions += 1
+        return self._admissions
 
     def live(self, x: Extent, lo: int, hi: int) -> list[tuple[Extent, int, int]] | None:
         """The live extents now holding ``x``'s tokens ``[lo, hi)`` (``x`` may have been split since), as
