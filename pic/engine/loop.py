@@ -1,6 +1,6 @@
 """Integer-microsecond discrete-event loop (SimPy-style surface, Vidur-style handlers).
 
-The heap holds ``(time_us, kind_rank, seq, event)``; ``seq`` comes from a per-simulator
+The heap holds ``(time_us, kind, seq, event)`` (an ``EventKind`` orders as its int rank); ``seq`` comes from a per-simulator
 ``itertools.count`` so ties are FIFO and events are never compared. A handler receives
 ``(event, now_us)``, mutates engine state and RETURNS follow-ups as ``(at_us, event)`` pairs; only the
 loop touches the heap. Observers are called ``observer(event, now_us)`` after each processed event.
@@ -35,7 +35,7 @@ class Simulator:
         """Queue ``event`` at integer µs ``at`` (must not be in the past)."""
         if at < self.now:
             raise ValueError(f"cannot schedule {event!r} at {at} us < now {self.now} us")
-        heapq.heappush(self._heap, (at, int(event.kind), next(self._seq), event))
+        heapq.heappush(self._heap, (at, event.kind, next(self._seq), event))
 
     def peek(self) -> float:
         """Time of the next event in µs, or ``math.inf`` when the heap is empty."""
@@ -51,7 +51,7 @@ class Simulator:
             for t, ev in follow:
                 if t < at:
                     raise ValueError(f"handler for {event!r} scheduled {ev!r} in the past ({t} < {at})")
-                push(heap, (t, int(ev.kind), next(seq), ev))
+                push(heap, (t, ev.kind, next(seq), ev))
         self.num_events += 1
         for obs in self.observers:
             obs(event, at)
@@ -62,10 +62,34 @@ class Simulator:
         n0 = self.num_events
         heap, step = self._heap, self.step
         if until is None:
-            while heap:
-                step()
+            if self.observers:
+                while heap:
+                    step()
+            else:
+                self._drain()
         else:
             while heap and heap[0][0] < until:
                 step()
             self.now = max(self.now, until)
         return self.num_events - n0
+
+    # ---- Internal helpers -------------------------------------------------------------------------
+    def _drain(self) -> None:
+        """``while heap: step()`` without observers, inlined (the same events in the same order; NOTE
+        (speed): a method call and attribute reloads per event, ~0.5 us of ~2.5 us)."""
+        heap, handlers, seq = self._heap, self.handlers, self._seq
+        pop, push = heapq.heappop, heapq.heappush
+        n = 0
+        try:
+            while heap:
+                at, _, _, event = pop(heap)
+                self.now = at
+                follow = handlers[event.kind](event, at)
+                if follow:
+                    for t, ev in follow:
+                        if t < at:
+                            raise ValueError(f"handler for {event!r} scheduled {ev!r} in the past ({t} < {at})")
+                        push(heap, (t, ev.kind, next(seq), ev))
+                n += 1
+        finally:
+            self.num_events += n

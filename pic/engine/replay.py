@@ -113,17 +113,39 @@ def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Worklo
     # for the whole trace (chat 10^6: ~10 M occurrences, ~300 MB of copies and Python int lists).
     # Its tokens are made only if a policy reads them (RequestView.tokens; opaque segments derived).
     seg_len = np.diff(seg.offsets)
+    seg_off, seg_ids, seg_kinds = seg.offsets, seg.ids, seg.kinds
+    # NOTE (speed): a request whose segment rows are consecutive (every single-segment request: all of
+    # Azure's) takes its ids and kinds as slices of the trace's arrays and its bounds from the segments'
+    # own offsets (the same values as the gathers and the cumsum, ~3 us less per request)
+    runs = _consecutive_rows(offs, seg_idx)
 
     def view(i: int) -> RequestView:
-        row = int(order[i])
-        s0, s1 = int(offs[row]), int(offs[row + 1])
+        row = order.item(i)
+        s0, s1 = offs.item(row), offs.item(row + 1)
         rows = seg_idx[s0:s1]
+        if runs.item(row):
+            a = seg_idx.item(s0)
+            b = a + s1 - s0
+            return RequestView(rid.item(i), sess[i], None, seg_off[a:b + 1] - seg_off.item(a), seg_ids[a:b],
+                               seg_kinds[a:b], rows, seg)
         bounds = np.zeros(s1 - s0 + 1, np.int64)
         np.cumsum(seg_len[rows], out=bounds[1:])
-        return RequestView(int(rid[i]), sess[i], None, bounds, seg.ids[rows], seg.kinds[rows], rows, seg)
+        return RequestView(rid.item(i), sess[i], None, bounds, seg_ids[rows], seg_kinds[rows], rows, seg)
 
     return Workload(rid, sess, trace.prompt_lengths[order].astype(np.int64),
                     req["output_tokens"].to_numpy().astype(np.int64)[order], arrival[order], view)
+
+
+def _consecutive_rows(offs: np.ndarray, seg_idx: np.ndarray) -> np.ndarray:
+    """bool [R]: request ``r``'s segment rows ``seg_idx[offs[r]:offs[r+1]]`` are one or more consecutive
+    rows ``a, a+1, ...`` (False for a request without segments)."""
+    counts = np.diff(offs)
+    breaks = np.zeros(seg_idx.size, np.int64)     # breaks[k]: steps != +1 among seg_idx[:k+1]
+    if seg_idx.size > 1:
+        np.cumsum(np.diff(seg_idx) != 1, out=breaks[1:])
+    last = np.maximum(offs[1:] - 1, 0)
+    first = np.minimum(offs[:-1], max(seg_idx.size - 1, 0))
+    return (counts > 0) & (breaks[last] == breaks[first]) if seg_idx.size else np.zeros(counts.size, np.bool_)
 
 
 def _labels(col: pl.Series, order: np.ndarray) -> Labels | list[str]:

@@ -124,7 +124,12 @@ class RequestTable(Sequence):
         for f in ("replica", "start_us", "first_token_us", "finish_us"):   # as Request() starts them
             self._cols[f][:] = -1
         self._done = np.zeros(n, np.bool_)
+        # NOTE (speed): the columns a new Request starts from, bound once (``__getitem__`` runs per event)
+        c = self._cols
+        self._init_cols = (c["request_id"], c["num_prompt_tokens"], c["num_output_tokens"], c["arrival_us"])
         self._live: dict[int, Request] = {}
+        #: the requests in flight by index (the simulation's fast path to them; read-only for callers)
+        self.in_flight = self._live
         self._pending: list[Request] = []
 
     def __len__(self) -> int:
@@ -138,13 +143,12 @@ class RequestTable(Sequence):
             return r
         if not 0 <= i < self._n:
             raise IndexError(i)
-        if self._done[i]:
+        if self._done.item(i):
             self._flush()
             return self._rebuild(i)
-        c = self._cols
-        r = self._live[i] = Request(i, int(c["request_id"][i]), self.session_ids[i],
-                                    int(c["num_prompt_tokens"][i]), int(c["num_output_tokens"][i]),
-                                    int(c["arrival_us"][i]))
+        rid, num_prompt, num_output, arrival = self._init_cols
+        r = self._live[i] = Request(i, rid.item(i), self.session_ids[i], num_prompt.item(i),
+                                    num_output.item(i), arrival.item(i))
         return r
 
     def __iter__(self) -> Iterator[Request]:

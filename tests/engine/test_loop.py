@@ -73,3 +73,48 @@ def test_counters_are_per_simulator():
     a.schedule(Event(EventKind.ARRIVAL), 1)
     b.schedule(Event(EventKind.ARRIVAL), 1)
     assert [e[2] for e in a._heap] == [0, 1] and [e[2] for e in b._heap] == [0]
+
+
+def _cascade(observe: bool):
+    """A random cascade of follow-ups (same-time ties of every kind); returns (order seen, events, now)."""
+    import random
+
+    rng = random.Random(3)
+    seen = []
+
+    def handler(ev, now):
+        seen.append((now, int(ev.kind), ev.req))
+        if ev.req >= 400:
+            return []
+        return [(now + rng.choice([0, 0, 1, 5]), Event(rng.choice(list(EventKind)), req=ev.req * 2 + k))
+                for k in range(rng.choice([0, 1, 2]))]
+
+    sim = Simulator(dict.fromkeys(EventKind, handler))
+    if observe:
+        sim.observers.append(lambda ev, now: None)
+    for k in range(5):
+        sim.schedule(Event(EventKind.ARRIVAL, req=k + 1), k)
+    n = sim.run()
+    return seen, n, sim.num_events, sim.now
+
+
+def test_run_without_observers_processes_what_step_by_step_processes():
+    """run() takes an inlined loop when no observer listens: the same events, order, count and clock as
+    step() one at a time (the path with an observer)."""
+    fast, slow = _cascade(False), _cascade(True)
+    assert len(fast[0]) > 20 and fast == slow
+
+
+def test_a_failing_handler_leaves_the_count_of_processed_events():
+    """A handler's exception propagates out of run(); events processed before it are counted."""
+    def arrival(ev, now):
+        if ev.req == 3:
+            raise RuntimeError("boom")
+        return []
+
+    sim = Simulator({EventKind.ARRIVAL: arrival})
+    for k in range(5):
+        sim.schedule(Event(EventKind.ARRIVAL, req=k), k)
+    with pytest.raises(RuntimeError, match="boom"):
+        sim.run()
+    assert sim.num_events == 3 and sim.now == 3 and sim.run() == 1

@@ -76,3 +76,16 @@ def test_request_frame_from_the_table_equals_the_frame_from_objects(monkeypatch)
     assert_frame_equal(request_frame("p", [objs[i] for i in perm]), a)
     assert request_frame("p", []).schema == a.schema and request_frame("p", []).height == 0
     assert a.filter(pl.col("reused_tokens") > 0).height > 0    # the workload did reuse something
+
+
+def test_in_flight_holds_exactly_the_requests_made_and_not_finished():
+    """``in_flight`` (the serving model's path to arrived requests) is the live objects by index: a request
+    joins at first access and leaves at finish; a finished request reads back as a copy, not rejoining."""
+    rng = np.random.default_rng(9)
+    t = _table(50, rng)
+    a, b = t[3], t[7]
+    assert t.in_flight == {3: a, 7: b} and t.in_flight[3] is a and t[3] is a
+    t.finish(3)
+    assert t.in_flight == {7: b}
+    again = t[3]
+    assert again is not a and again.status == Status.FINISHED and 3 not in t.in_flight

@@ -296,3 +296,29 @@ def test_prefill_share_predicts_run_prefill(seed):
         checked += steps > 1 and bool(finishes)
         now = end
     assert checked >= 5            # the multi-chunk path with decoders finishing inside it was exercised
+
+
+def test_itl_add_step_merges_runs_of_equal_steps_across_block_moves():
+    """ItlLog.add_step: a step equal to the newest run ``[d, 0.0, n, w]`` extends it, anything else (another
+    duration or width, or a decode series ``step != 0``) starts a segment; the same log as the merge done
+    by hand on a list, also after segments moved into float64 blocks."""
+    import random
+
+    from pic.engine.serving import itl as itl_mod
+
+    rng = random.Random(2)
+    log, ref = itl_mod.ItlLog(), []
+    for _ in range(3 * (itl_mod._BLOCK + itl_mod._KEEP)):
+        if rng.random() < 0.2:
+            seg = [rng.choice([0.5, 0.25]), 0.125, rng.randrange(1, 4), 3]
+            log.append(list(seg))
+            ref.append(list(seg))
+            continue
+        d, w = rng.choice([0.5, 0.25]), rng.choice([1, 3])
+        log.add_step(d, w)
+        last = ref[-1] if ref else None
+        if last is not None and last[1] == 0.0 and last[0] == d and last[3] == w:
+            last[2] += 1
+        else:
+            ref.append([d, 0.0, 1, w])
+    assert log._n > 0 and len(log) == len(ref) and log.array().tolist() == ref

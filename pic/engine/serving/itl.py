@@ -35,6 +35,18 @@ class ItlLog:
             del tail[:_BLOCK]
             self._n += _BLOCK
 
+    def add_step(self, d: float, w: int) -> None:
+        """One step of ``d`` seconds seen by ``w`` decoders: merged into the newest segment when that is
+        a run of equal steps ``[d, 0.0, n, w]`` (its ``n`` grows), else appended as ``[d, 0.0, 1, w]``
+        (the newest segment is always in the tail: a block move keeps the newest ``_KEEP``)."""
+        tail = self._tail
+        if tail:
+            last = tail[-1]
+            if last[1] == 0.0 and last[0] == d and last[3] == w:
+                last[2] += 1
+                return
+        self.append([d, 0.0, 1, w])
+
     def remove(self, seg: list[float]) -> None:
         """Drop segment ``seg`` (one of the newest, by identity)."""
         for k in range(len(self._tail) - 1, -1, -1):

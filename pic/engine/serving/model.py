@@ -61,6 +61,7 @@ class ServingModel:
         # NOTE (memory): a Request object exists only while its request is in flight (engine.request)
         self.requests = RequestTable(workload.request_ids, workload.session_ids, workload.num_prompt,
                                      workload.num_output, workload.arrival_us)
+        self._in_flight = self.requests.in_flight   # NOTE (speed): arrived requests, without __getitem__
         self._chain, self._next_turn, self._gap = self._arrival_order(closed_loop)
         self.resident = [0] * len(self.policies)
         self.peak_resident = 0
@@ -117,7 +118,7 @@ class ServingModel:
         after = self._chain_after
         nxt = (i + 1 if i + 1 < self._n else -1) if after is None else after[i]
         if nxt >= 0:
-            out.append((max(now, int(self.w.arrival_us[nxt])), Event(ARRIVAL, -1, nxt)))
+            out.append((max(now, self.w.arrival_us.item(nxt)), Event(ARRIVAL, -1, nxt)))
         return out
 
     def _on_schedule(self, ev: Event, now: int) -> list[tuple[int, Event]]:
@@ -136,7 +137,7 @@ class ServingModel:
         return out
 
     def _on_prefill_done(self, ev: Event, now: int) -> list[tuple[int, Event]]:
-        r = self.requests[ev.req]
+        r = self._in_flight[ev.req]
         r.first_token_us = now
         r.status = Status.DECODE
         k = r.replica
@@ -150,7 +151,7 @@ class ServingModel:
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _start_prefill(self, rep: Replica, i: int, now: int) -> list[tuple[int, Event]]:
-        r = self.requests[i]
+        r = self._in_flight[i]
         k, view, n = rep.index, r.view, r.num_prompt_tokens
         r.start_us = now
         r.status = Status.PREFILL
@@ -193,7 +194,7 @@ class ServingModel:
         return out
 
     def _finish(self, i: int, now: int) -> list[tuple[int, Event]]:
-        r = self.requests[i]
+        r = self._in_flight[i]
         k = r.replica
         if r.admitted:
             self.policies[k].release(r.view, now)

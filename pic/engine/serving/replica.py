@@ -87,12 +87,7 @@ class Replica:
             dt, sh = cost.prefill_step(chunk, num_cached + done, nd, base + nd * s if nd else 0)
             share += sh
             if nd:   # every decoder gets one token at the end of this step: ITL = the step (+ extra_s first)
-                d = dt + (extra_s if done == 0 else 0.0)
-                last = itl[-1] if itl else None
-                if last is not None and last[1] == 0.0 and last[0] == d and last[3] == nd:
-                    last[2] += 1
-                else:
-                    itl.append([d, 0.0, 1, nd])
+                itl.add_step(dt + (extra_s if done == 0 else 0.0), nd)
             t += dt
             done += chunk
             s += 1

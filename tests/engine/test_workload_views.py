@@ -1,0 +1,77 @@
+"""Workload views (engine.replay.workload_from_trace): a request whose segment rows are consecutive takes
+slices of the trace's arrays; every view equals the gathers of its segment rows, whichever path made it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pic.engine.replay import _consecutive_rows, read_trace_file, workload_from_trace
+from pic.traces.schema import SegmentTable, Trace, requests_frame
+
+SAMPLES = Path(__file__).resolve().parents[2] / "traces" / "samples"
+
+
+def _mixed_trace() -> Trace:
+    """Requests of one new segment, of several new segments (consecutive rows), of shared (scattered) ones,
+    and repeats: both view paths, in and out of arrival order."""
+    rng = np.random.default_rng(4)
+    table = SegmentTable()
+    shared = [table.add(rng.integers(1, 9000, int(rng.integers(1, 300))), "document") for _ in range(5)]
+    rows = {k: [] for k in ("request_id", "session_id", "agent_id", "arrival_us", "output_tokens", "segment_ids")}
+    for i in range(80):
+        kind = i % 4
+        if kind == 0:
+            segs = [table.add(rng.integers(1, 9000, int(rng.integers(1, 500))), "user")]
+        elif kind == 1:
+            segs = [table.add(rng.integers(1, 9000, int(rng.integers(1, 50))), "user") for _ in range(3)]
+        elif kind == 2:
+            segs = [shared[j] for j in rng.permutation(5)[:3]]
+        else:
+            segs = rows["segment_ids"][int(rng.integers(0, i))]
+        for k, v in (("request_id", 1000 - i), ("session_id", f"s{i}"), ("agent_id", "a"),
+                     ("arrival_us", int(rng.integers(0, 10**6))), ("output_tokens", 5), ("segment_ids", segs)):
+            rows[k].append(v)
+    return Trace(table.build(), requests_frame(rows), source="mixed")
+
+
+def _check_views(trace: Trace) -> tuple[int, int]:
+    work = workload_from_trace(trace)
+    seg = trace.segments
+    offs, seg_idx = trace._csr
+    req = trace.requests
+    order = np.lexsort((req["request_id"].to_numpy(), req["arrival_us"].to_numpy()))
+    runs = _consecutive_rows(offs, seg_idx)
+    seen = [0, 0]
+    for i in range(work.num_requests):
+        row = int(order[i])
+        rows = seg_idx[offs[row]:offs[row + 1]]
+        bounds = np.concatenate([[0], np.cumsum(np.diff(seg.offsets)[rows])]).astype(np.int64)
+        v = work.view(i)
+        assert v.request_id == int(req["request_id"][row]) and type(v.request_id) is int
+        for got, want in ((v.segment_bounds, bounds), (v.segment_ids, seg.ids[rows]),
+                          (v.segment_kinds, seg.kinds[rows]), (v.segment_rows, rows)):
+            assert got.dtype == want.dtype and np.array_equal(got, want)
+        assert v.num_tokens == int(bounds[-1]) and np.array_equal(v.tokens, seg.gather(rows))
+        seen[bool(runs[row])] += 1
+    return seen[0], seen[1]
+
+
+def test_consecutive_rows():
+    offs = np.array([0, 1, 3, 3, 6, 8])
+    idx = np.array([5, 2, 3, 7, 8, 9, 4, 6])
+    assert _consecutive_rows(offs, idx).tolist() == [True, True, False, True, False]
+    assert _consecutive_rows(np.array([0, 0]), np.zeros(0, np.int64)).tolist() == [False]
+
+
+def test_views_of_both_paths_equal_the_gathers():
+    scattered, consecutive = _check_views(_mixed_trace())
+    assert scattered >= 10 and consecutive >= 30
+
+
+@pytest.mark.parametrize("name", ["chat", "multi-agent"])
+def test_sample_trace_views_equal_the_gathers(name):
+    scattered, consecutive = _check_views(read_trace_file(str(SAMPLES / f"{name}.parquet")))
+    assert scattered > 0 and consecutive > 0
