@@ -166,6 +166,34 @@ class CostModel:
                            rotation_flops=rot_f, rotation_bytes=rot_b, transfer_bytes=host_b + disk_b,
                            attn_layer_s=attn_s, attn_tokens=num_new)
 
+    def prefill_one_chunk(self, plan: Plan, num_new: int, start: int) -> PrefillCost:
+        """:meth:`prefill` of a ``plan`` whose spans are on HBM, none rotated, without a correction, and
+        prefill one RECOMPUTE span of ``num_new`` tokens at ``start`` (``num_new == 0``: a full hit), all the
+        rest reused in place: the same operations on the same values as :meth:`prefill` (so the same floats;
+        the terms it adds for rotation, corrections and tiers are zeros there), without walking the spans.
+        Hybrid models and calibration profiles take :meth:`prefill`."""
+        if self._hybrid is not None or self.profile is not None:
+            return self.prefill(plan)
+        kvb, peak, bw = self._kvb, self._peak, self._bw
+        num_tokens = plan.num_tokens
+        cache_read = (num_tokens - num_new) * kvb
+        if not num_new:   # full hit: the last prompt token still runs through the model for its logits
+            num_new, start = 1, num_tokens - 1
+        lin_f = self._lin_per_token * num_new + self._lm_flops
+        lin_b = self._weights(num_new) + num_new * kvb
+        att_f = self.model.attention_flops(num_new, start)
+        att_b = (num_new + start) * kvb
+        rec_b = 2.0 * 1 * self._state
+        extra_s = max(0.0 / peak, rec_b / bw)
+        t_lin, t_att = max(lin_f / peak, lin_b / bw), max(att_f / peak, att_b / bw)
+        roof = t_lin + t_att + self.config.step_overhead_s
+        time_s = roof + extra_s
+        lm = (self._lm_flops / lin_f) if lin_f / peak >= lin_b / bw else (self._lm_bytes / lin_b)
+        attn_s = (t_lin * (1.0 - lm) + t_att) * (roof / roof)
+        return PrefillCost(flops=lin_f + att_f, hbm_bytes=lin_b + att_b + rec_b, time_s=time_s,
+                           joules=time_s * self.gpu.busy_watts, cache_read_bytes=cache_read, rotation_flops=0.0,
+                           rotation_bytes=0.0, transfer_bytes=0.0, attn_layer_s=attn_s, attn_tokens=num_new)
+
     def step_time(self, prefill_chunks: Sequence[tuple[int, int]], num_decode: int,
                   decode_context_tokens: int) -> float:
         """Seconds of one continuous-batching iteration: prefill chunks ``(new_tokens, tokens_before)``

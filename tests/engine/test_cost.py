@@ -244,3 +244,27 @@ def test_prefill_step_is_step_time_split(kv_read):
             assert step == cm.step_time([(n, c)], nd, ctx)
             assert (share == step) if nd == 0 else (0.0 < share < step)
         assert cm.prefill_step(0, 100, 4, 4000) == (cm.step_time([], 4, 4000), 0.0)
+
+
+@pytest.mark.parametrize("kv_read", [None, 96.0])
+def test_prefill_one_chunk_is_prefill_of_the_plan(kv_read):
+    """The serving model's plain-plan pricing equals CostModel.prefill field by field (values and types) for
+    prefix plans, full hits, a recomputed head before an in-place reused tail, on every preset."""
+    import random
+
+    from pic.engine.serving.model import _one_chunk
+
+    rng = random.Random(11)
+    for m in MODELS.values():
+        cm = CostModel(m, H200, kv_read_bytes=kv_read)
+        for _ in range(150):
+            n = rng.choice([1, 2, 5, rng.randrange(1, 200_000)])
+            c = rng.choice([0, 1, n - 1, n, rng.randrange(0, n + 1)])
+            plans = [Plan.from_prefix(n, c)]
+            if 0 < c < n:
+                plans.append(Plan(n, (Span(0, c, Action.RECOMPUTE), Span(c, n, Action.REUSE, c))))
+            for plan in plans:
+                want, got = cm.prefill(plan).to_dict(), cm.prefill_one_chunk(plan, *_one_chunk(plan.spans)).to_dict()
+                assert got == want and [type(v) for v in got.values()] == [type(v) for v in want.values()]
+    two = Plan(10, (Span(0, 4, Action.RECOMPUTE), Span(4, 10, Action.RECOMPUTE)))
+    assert _one_chunk(two.spans) is None    # two prefill chunks: priced by prefill itself

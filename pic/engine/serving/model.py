@@ -70,6 +70,7 @@ class ServingModel:
         self._memo: dict[Any, Any] = {}
         self._plans: dict[int, Plan] = {}
         self._hybrid = bool(getattr(getattr(cost, "model", None), "is_hybrid", False))
+        self._one_chunk = getattr(cost, "prefill_one_chunk", None)   # CostModel's plain-plan pricing
         self.sim = Simulator({FINISH: self._on_finish, PREFILL_DONE: self._on_prefill_done,
                               ARRIVAL: self._on_arrival, SCHEDULE: self._on_schedule})
 
@@ -88,15 +89,17 @@ class ServingModel:
     def prefill_cost(self, plan: Plan, num_reused: int = -1) -> Any:
         """CostModel.prefill, memoized on the plan's shape (``num_reused >= 0`` marks a plain plan of
         in-place reuse + recompute on HBM, keyed cheaply by its span layout)."""
-        if num_reused >= 0 and len(plan.spans) <= 2:
-            key: Any = (plan.num_tokens, num_reused, plan.spans[0].action)
-        else:
-            key = (plan.num_tokens, plan.spans, plan.correction)
+        spans = plan.spans
+        plain = num_reused >= 0 and len(spans) <= 2
+        key: Any = (plan.num_tokens, num_reused, spans[0].action) if plain else (plan.num_tokens, spans,
+                                                                                plan.correction)
         pc = self._memo.get(key)
         if pc is None:
             if len(self._memo) >= _MEMO_MAX:    # NOTE (memory): bounded (it grew by ~300 B per request)
                 self._memo.clear()
-            pc = self._memo[key] = self.cost.prefill(plan)
+            chunk = _one_chunk(spans) if plain and self._one_chunk is not None else None
+            pc = self._memo[key] = (self.cost.prefill(plan) if chunk is None
+                                    else self._one_chunk(plan, chunk[0], chunk[1]))
         return pc
 
     # ---- Event handlers ---------------------------------------------------------------------------
@@ -256,6 +259,18 @@ class ServingModel:
             after[chain[:-1]] = chain[1:]
         self._chain_after = after.tolist()
         return chain, next_turn.tolist(), gap.tolist()
+
+
+def _one_chunk(spans: tuple) -> tuple[int, int] | None:
+    """(tokens, start) of the only RECOMPUTE span of a plain plan's one or two spans, (0, 0) when none is;
+    None when both are RECOMPUTE (two prefill chunks: CostModel.prefill prices them)."""
+    a = spans[0]
+    b = spans[1] if len(spans) > 1 else None
+    if a.action == RECOMPUTE:
+        return None if b is not None and b.action == RECOMPUTE else (a.end - a.start, a.start)
+    if b is not None and b.action == RECOMPUTE:
+        return b.end - b.start, b.start
+    return 0, 0
 
 
 def _plan_stats(plan: Plan) -> tuple[int, int, bool]:
