@@ -111,6 +111,7 @@ class RadixTree:
         self._seq = itertools.count()
         self._version = 0          # bumped on every change of shape (insert, split, removal)
         self._memo: tuple | None = None   # last split=False walk: (seq, now, version, pos, node, child, same)
+        self._miss: tuple = (None, -1, None)   # last walk that found no child: (seq, position, child key)
 
     # ---- Public API -------------------------------------------------------------------------------
     @property
@@ -125,8 +126,10 @@ class RadixTree:
         n = ((q.end if hi is None else hi) - lo) // p * p
         node, pos = self.root, 0
         while pos < n:
-            child = node.children.get(self._child_key(q, lo + pos))
+            ck = self._child_key(q, lo + pos)
+            child = node.children.get(ck)
             if child is None:
+                self._miss = (q, lo + pos, ck)
                 break
             m = min(child.n, n - pos)
             same = lcp(child.src, child.lo, q, lo + pos, m)
@@ -170,7 +173,9 @@ class RadixTree:
         pos, node = self.match_prefix(q, now_us, split=True, count_hit=False, lo=lo, hi=lo + n)
         if pos >= n:
             return 0, node
-        ckey = self._child_key(q, lo + pos)
+        # NOTE (speed): the walk that just stopped here derived this child key (an opaque token: a hash mix)
+        miss = self._miss
+        ckey = miss[2] if miss[0] is q and miss[1] == lo + pos else self._child_key(q, lo + pos)
         leaf = RadixNode(q, lo + pos, n - pos, ckey, node, now_us)
         node.children[ckey] = leaf
         self._version += 1
@@ -179,6 +184,20 @@ class RadixTree:
         self.evictable_tokens += num_new
         self._push(leaf)
         return num_new, leaf
+
+    def new_leaf(self, parent: RadixNode, src: Seq, lo: int, n: int, ckey: Any, value: Any) -> RadixNode:
+        """``insert`` of ``src[lo:lo + n]`` at ``now_us`` 0 where its walk ends at ``parent`` with no child under
+        ``ckey`` (the key of its first page, given), then ``inc_lock`` of the new leaf, whose ``value`` it sets
+        (a chunk index's fast path: the caller knows the walk would stop there)."""
+        leaf = RadixNode(src, lo, n, ckey, parent, 0)
+        parent.children[ckey] = leaf
+        self._version += 1
+        self.num_nodes += 1
+        self.evictable_tokens += n
+        self._push(leaf)
+        leaf.value = value
+        self.inc_lock(leaf)
+        return leaf
 
     def inc_lock(self, node: RadixNode) -> None:
         """Protect ``node`` and its ancestors from eviction (reference counted)."""

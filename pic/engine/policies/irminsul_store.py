@@ -35,6 +35,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pic.engine import eviction
 from pic.engine.policies.base import PolicyStats
 from pic.engine.policies.irminsul_index import ChunkIndexes
 from pic.engine.policies.irminsul_prompts import PromptIndex
@@ -56,14 +57,18 @@ class ChunkStore(ChunkIndexes):
         def by_position(x: Extent) -> tuple[int, ...]:
             k = key(x)
             return (*k[:-1], -x.base_pos, k[-1]) if len(k) > 1 else (*k, -x.base_pos)
-        self.key = by_position
+        # NOTE (speed): the same tuples without the generic call for the named orders (a capacity-bound replay
+        # keys each extent twice: ~1 M keys on Mooncake conversation at 60 GiB)
+        self.key = _BY_POSITION.get(key, by_position)
         self.s1_window, self.bpt = s1_window, bytes_per_token
         self.entries: dict[int, Chunk] = {}
         self._init_indexes(tails, min_match, keep_keys=bounded)
         self.prompts = PromptIndex(self.entries, evicts=bounded)    # committed prompts -> chunk layout
         self.evictable = self.protected = 0
         self.num_extents = 0
-        self._heap: list[tuple[tuple[int, ...], int, Extent]] = []
+        # NOTE (speed): heap entries are flat, ``(*key, serial, extent)``: the same order as ``(key, serial,
+        # extent)`` (every key has the same length) at one level of tuple comparison instead of two
+        self._heap: list[tuple] = []
         self._seq = itertools.count()
         # NOTE (speed): an unbounded store never evicts in a replay (admit always has room), so it keeps no
         # heap: unlocked extents are only listed, and an explicit evict() builds the heap from the list then
@@ -177,9 +182,9 @@ class ChunkStore(ChunkIndexes):
             if len(self._unheaped) > 4 * self.num_extents + 1024:
                 self._unheaped = list({id(e): e for e in self._unheaped if _evictable(e)}.values())
             return
-        heapq.heappush(self._heap, (self.key(x), next(self._seq), x))
+        heapq.heappush(self._heap, (*self.key(x), next(self._seq), x))
         if len(self._heap) > 4 * self.num_extents + 1024:     # drop stale entries, one per free extent
-            live = {id(e): (k, s, e) for k, s, e in self._heap if _evictable(e)}
+            live = {id(t[-1]): t for t in self._heap if _evictable(t[-1])}
             self._heap = list(live.values())
             heapq.heapify(self._heap)
 
@@ -191,14 +196,15 @@ class ChunkStore(ChunkIndexes):
             listed, self._unheaped = self._unheaped, None
             for x in {id(e): e for e in listed if _evictable(e)}.values():
                 self._push(x)
-        freed, heap = 0, self._heap
+        freed, heap, key, pop = 0, self._heap, self.key, heapq.heappop
         while freed < num_bytes and heap:
-            k, _, x = heapq.heappop(heap)
+            t = pop(heap)
+            x = t[-1]
             if not x.alive or x.refs > 0 or x.parts is not None:
                 continue
-            cur = self.key(x)
-            if cur != k:
-                heapq.heappush(heap, (cur, next(self._seq), x))
+            cur = key(x)
+            if cur != t[:-2]:
+                heapq.heappush(heap, (*cur, next(self._seq), x))
                 continue
             before = self.evictable
             stats.evictions += 1
@@ -429,6 +435,14 @@ class ChunkStore(ChunkIndexes):
                 return pos
             pos += n
         return pos
+
+
+# ``by_position`` of :class:`ChunkStore` for the named orders of :mod:`engine.eviction`, written out
+_BY_POSITION: dict[Callable[[Any], tuple[int, ...]], Callable[[Extent], tuple[int, ...]]] = {
+    eviction.lru: lambda x: (x.last_access_us, -x.base_pos, x.created_us),
+    eviction.lfu: lambda x: (x.hits, x.last_access_us, -x.base_pos, x.created_us),
+    eviction.fifo: lambda x: (x.created_us, -x.base_pos),
+}
 
 
 def _evictable(x: Extent) -> bool:
