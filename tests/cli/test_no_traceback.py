@@ -243,7 +243,9 @@ def test_termination_signals_clean_up(here, monkeypatch, sig, code):
     def fake_ingest(sources, out, **kw):
         with atomic_path(out) as tmp:
             tmp.write_bytes(b"half")
-            os.kill(os.getpid(), sig)
+            # NOTE: to this thread (raise_signal): a process-directed os.kill may land on a library's
+            # worker thread (torch, polars), and the main thread's sleep is then not interrupted
+            signal.raise_signal(sig)
             time.sleep(5)
         raise AssertionError("not reached")
 
