@@ -150,21 +150,12 @@ def token_at(store, row: int, j: int) -> int:
             z = (z * _M2) & _M64
             z ^= z >> 31
             return z & 0x1FFFF
-    t = store.token_offsets if store.token_offsets is not None else store.offsets
-    a = int(t[row])
-    if int(t[row + 1]) > a:
-        return int(store.tokens[a + j])
-    z = (opaque_base(store, row) + j * _GOLD) & _M64
-    z ^= z >> 30
-    z = (z * _M1) & _M64
-    z ^= z >> 27
-    z = (z * _M2) & _M64
-    z ^= z >> 31
-    return z & 0x1FFFF
+        return int(store.tokens[int(store.token_offsets[row]) + j])
+    return int(store.tokens[int(store.offsets[row]) + j])      # (no token_offsets: every segment is stored)
 
 
 def _opaque_bases(store) -> tuple[object, bytes, array]:
-    """``(store, opaque, bases)``: per row whether it is opaque (1) and its :func:`opaque_base` (9 B per row,
+    """``(store, opaque, bases)``: per row whether it is opaque (1) and its base ``mix(key ^ salt)`` (:func:`traces.content.opaque_bases`; 9 B per row,
     vectorized; the last 8 stores' kept)."""
     from pic.traces.content import opaque_bases
     t = store.token_offsets
@@ -178,16 +169,6 @@ def _opaque_bases(store) -> tuple[object, bytes, array]:
 
 
 _BASES: dict[int, tuple[object, bytes, array]] = {}
-
-
-def opaque_base(store, row: int) -> int:
-    """``mix(key ^ salt)`` of opaque segment ``row`` (:func:`traces.content.opaque_bases`), as an int."""
-    z = (int(store.keys[row]) ^ int(store.salts[row])) & _M64
-    z ^= z >> 30
-    z = (z * _M1) & _M64
-    z ^= z >> 27
-    z = (z * _M2) & _M64
-    return z ^ (z >> 31)
 
 
 def lcp(A: Seq, a: int, B: Seq, b: int, m: int) -> int:
