@@ -322,3 +322,18 @@ def test_itl_add_step_merges_runs_of_equal_steps_across_block_moves():
         else:
             ref.append([d, 0.0, 1, w])
     assert log._n > 0 and len(log) == len(ref) and log.array().tolist() == ref
+
+
+def test_prefill_cost_memo_tells_one_recompute_span_from_two():
+    """A plan of two adjacent RECOMPUTE spans (a policy may build one) is priced as itself, not as the
+    one-span full recompute met before it under the same (tokens, reused) key."""
+    from pic.engine.cost import CostModel
+    from pic.engine.plan import Action, Span
+    from pic.engine.specs import GPUS, MODELS
+
+    cm = CostModel(MODELS["deepseek-v2-lite"], GPUS["h200"])
+    sm = ServingModel(_workload(2), [BrutePrefix()], cm)
+    one = Plan.recompute_all(9000)
+    two = Plan(9000, (Span(0, 4000, Action.RECOMPUTE), Span(4000, 9000, Action.RECOMPUTE)))
+    assert sm.prefill_cost(one, 0) == cm.prefill(one)
+    assert sm.prefill_cost(two, 0) == cm.prefill(two) != cm.prefill(one)

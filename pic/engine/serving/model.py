@@ -91,8 +91,9 @@ class ServingModel:
         in-place reuse + recompute on HBM, keyed cheaply by its span layout)."""
         spans = plan.spans
         plain = num_reused >= 0 and len(spans) <= 2
-        key: Any = (plan.num_tokens, num_reused, spans[0].action) if plain else (plan.num_tokens, spans,
-                                                                                plan.correction)
+        # (the span count too: two adjacent RECOMPUTE spans, which a policy may build, price apart from one)
+        key: Any = ((plan.num_tokens, num_reused, spans[0].action, len(spans)) if plain
+                    else (plan.num_tokens, spans, plan.correction))
         pc = self._memo.get(key)
         if pc is None:
             if len(self._memo) >= _MEMO_MAX:    # NOTE (memory): bounded (it grew by ~300 B per request)
