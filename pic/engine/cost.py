@@ -97,13 +97,6 @@ class CostModel:
         fused = m.attention == "mla" and self.config.fused_rotation
         self._rot_b = 0.0 if fused else 2.0 * m.rope_key_bytes_per_token
         self._hybrid = HybridShape.of(m) if m.is_hybrid else None   # hybrid pricing: engine.hybrid_cost
-        # ModelSpec.attention_flops' per-model factors, hoisted for prefill_step (the same operations on the
-        # same values, so the same floats): GQA ``layers * per_pair``; MLA (layers, per_pair, absorbed pair
-        # FLOPs, kv_lora_rank, heads, qk_nope + v head dims)
-        H = m.num_heads
-        self._gqa_pair = m.num_attn_layers * (4.0 * H * m.head_dim) if m.attention == "gqa" else None
-        self._mla = (m.num_attn_layers, 2.0 * H * (m.head_dim + m.v_head_dim), m._mla_absorbed_pair_flops(),
-                     m.kv_lora_rank, H, m.qk_nope_head_dim + m.v_head_dim) if m.attention == "mla" else None
 
     # ---- Public API -------------------------------------------------------------------------------
     def prefill(self, plan: Plan) -> PrefillCost:
@@ -233,23 +226,13 @@ class CostModel:
             return (step, 0.0) if num_new <= 0 else (step, step * (num_new / (num_new + num_decode)))
         # NOTE (speed): step_time's terms for one chunk, inlined (the same operations in the same order, so
         # the same floats), each computed once for the step and the share (called per prefill chunk);
-        # _phase and (GQA) ModelSpec.attention_flops inlined too
+        # _phase inlined too
         kvb, dctx, peak, bw = self._kvb, decode_context_tokens, self._peak, self._bw
         n, c = int(num_new), int(num_cached)
         num_tokens = n + num_decode
         lin_f = self._lin_per_token * num_tokens + self._lm_flops * (1 + num_decode)
         lin_b = self._weights(num_tokens) + num_tokens * kvb
-        gp, mla = self._gqa_pair, self._mla
-        fn, fc = float(n), float(c)
-        if gp is not None:      # ModelSpec.attention_flops, inlined
-            pre_f = gp * (fn * fc + fn * (fn + 1) / 2)
-        elif mla is not None:
-            layers, per_pair, absorbed_pair, rank, H, qk_v = mla
-            absorbed = fn * fc * absorbed_pair
-            expand = 2.0 * fc * rank * H * qk_v + fn * fc * per_pair
-            pre_f = layers * (per_pair * (fn * (fn + 1) / 2) + min(absorbed, expand))
-        else:
-            pre_f = self.model.attention_flops(n, c)
+        pre_f = self.model.attention_flops(n, c)
         t_lin = max(lin_f / peak, lin_b / bw)
         t_rec = max(0.0 / peak, 2.0 * (1 + num_decode) * self._state / bw)
         dec_f = dctx * self._dec_attn
