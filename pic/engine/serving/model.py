@@ -68,7 +68,6 @@ class ServingModel:
         self.num_finished = 0
         self._tick = max(1, n // 200)
         self._memo: dict[Any, Any] = {}
-        self._plans: dict[int, Plan] = {}
         self._hybrid = bool(getattr(getattr(cost, "model", None), "is_hybrid", False))
         self._one_chunk = getattr(cost, "prefill_one_chunk", None)   # CostModel's plain-plan pricing
         self.sim = Simulator({FINISH: self._on_finish, PREFILL_DONE: self._on_prefill_done,
@@ -166,7 +165,7 @@ class ServingModel:
             r.admitted = True
             self._note_resident(k)
         else:
-            plan, r.uncached = self._recompute_all(n), True
+            plan, r.uncached = Plan.recompute_all(n), True
         r.num_evictions = pol.stats.evictions - ev0
         reused, rotated, needs_extra = _plan_stats(plan)
         # NOTE: hybrid models: reuse after a non-prefix point still runs the recurrent layers (engine.hybrid_cost)
@@ -177,7 +176,7 @@ class ServingModel:
         r.prefill_flops, r.prefill_hbm_bytes = pc.flops, pc.hbm_bytes
         r.cache_read_bytes = pc.cache_read_bytes
         plain = reused == 0 and not needs_extra
-        nc = pc if plain else self.prefill_cost(self._recompute_all(n), 0)
+        nc = pc if plain else self.prefill_cost(Plan.recompute_all(n), 0)
         r.num_recurrent_tokens, r.attn_layer_s, r.recurrent_layer_s = (pc.recurrent_tokens, pc.attn_layer_s,
                                                                        pc.recurrent_layer_s)
         r.nocache_attn_layer_s, r.nocache_recurrent_layer_s = nc.attn_layer_s, nc.recurrent_layer_s
@@ -217,12 +216,6 @@ class ServingModel:
         if j < 0:
             return []
         return [(max(now, r.arrival_us + self._gap[i]), Event(ARRIVAL, -1, j))]
-
-    def _recompute_all(self, n: int) -> Plan:
-        plan = self._plans.get(n)
-        if plan is None:
-            plan = self._plans[n] = Plan.recompute_all(n)
-        return plan
 
     def _note_resident(self, k: int) -> None:
         total = self.policies[k].usage().total
