@@ -195,8 +195,8 @@ class LinearKV(CachePolicy):
         if self._tree is not None:
             p = self._tree.page_size
             pages = max(0, req.num_tokens // p * p - lay.prefix)
-        need_pages = pages * self.ctx.bytes_per_token
-        over = self._used() + need + need_pages - self.ctx.capacity_bytes
+        need_pages = pages * bpt
+        over = self.usage().total + need + need_pages - self.ctx.capacity_bytes
         if over > 0 and self.evict(int(over), now_us) < over:
             for fp in lay.used:
                 st.unlock(self._entries[fp])
@@ -270,11 +270,6 @@ class LinearKV(CachePolicy):
         return Usage(ev, pr, ev + pr, self.ctx.capacity_bytes)
 
     # ---- Internal helpers -------------------------------------------------------------------------
-    def _used(self) -> int:
-        st, t = self._store, self._tree
-        return (st.evictable + st.protected + self._reserved
-                + (t.total_tokens * self.ctx.bytes_per_token if t is not None else 0))
-
     def _prefix(self, req: RequestView, now_us: int | None) -> int:
         """Tokens of ``req``'s longest committed exact prefix in the prefix stage (0 without one)."""
         if self._tree is None:

@@ -72,8 +72,7 @@ class Store:
             return
         heapq.heappush(self._heap, (self.key(e), next(self._seq), e.fp))
         if len(self._heap) > 4 * len(self.entries) + 1024:   # drop stale heap items now and then
-            self._heap = [(self.key(x), next(self._seq), x.fp) for x in self.entries.values() if x.refs == 0]
-            heapq.heapify(self._heap)
+            self._rebuild_heap()
 
     def evict(self, num_bytes: int, stats: PolicyStats) -> int:
         """Drop unlocked entries, smallest key first, until ``num_bytes`` are freed; bytes freed."""
@@ -87,8 +86,7 @@ class Store:
         the way. Lets the policy merge this store's eviction order with its prefix stage's."""
         if not self.evicts:
             self.evicts = True
-            self._heap = [(self.key(x), next(self._seq), x.fp) for x in self.entries.values() if x.refs == 0]
-            heapq.heapify(self._heap)
+            self._rebuild_heap()
         heap = self._heap
         while heap:
             k, _, fp = heap[0]
@@ -115,3 +113,8 @@ class Store:
         """Remove an unlocked entry."""
         del self.entries[e.fp]
         self.evictable -= e.nbytes
+
+    def _rebuild_heap(self) -> None:
+        """The heap made afresh from the unlocked entries (stale items dropped; or the first one)."""
+        self._heap = [(self.key(x), next(self._seq), x.fp) for x in self.entries.values() if x.refs == 0]
+        heapq.heapify(self._heap)
