@@ -159,16 +159,11 @@ class ChunkIndexes:
         c.indexed = None
         if n >= self.min_match:
             tk = c.keys[1] if c.keys is not None else cdc.fingerprint(c.part(n - self.min_match, n))
-            d, k = self._heads, c.head
-            if d[k] == 1:
-                del d[k]
-            else:
-                d[k] -= 1
-            d = self._tails
-            if d[tk] == 1:
-                del d[tk]
-            else:
-                d[tk] -= 1
+            for d, k in ((self._heads, c.head), (self._tails, tk)):
+                if d[k] == 1:
+                    del d[k]
+                else:
+                    d[k] -= 1
         self._log += (False, c, n)
 
     def _flush(self) -> None:
