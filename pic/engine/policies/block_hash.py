@@ -87,7 +87,9 @@ class BlockHashCache(CachePolicy):
         self._queue_kept = ctx.capacity_tokens != float("inf")
         self._num_locked = 0                                  # blocks with ref > 0
         self._reserved = 0                                    # blocks reserved, not yet committed
-        self._live: dict[int, tuple[np.ndarray, int, np.ndarray, int]] = {}  # held, reserved, hashes, want
+        # request -> (held slot pieces, blocks reserved, hashes, want); a piece is a slice of consecutive
+        # slots or an int64 array of slots (:meth:`BlockChains.walk`)
+        self._live: dict[int, tuple[list, int, np.ndarray, int]] = {}
         self._memo: tuple[RequestView, np.ndarray] | None = None   # (request, hashes) of the last one
         self._walked: tuple | None = None       # (request, tree version, end, pieces) of the last walk
         cap = ctx.capacity_tokens
@@ -110,8 +112,13 @@ class BlockHashCache(CachePolicy):
             raise ValueError(f"request {req.request_id} admitted twice")
         hashes = self._hashes(req)
         want = plan.leading_reuse // self._bs
-        held = self._match(req, hashes, want)
-        if held.shape[0] < want:
+        if self.ctx.verify:
+            run = self._match(req, hashes, want)
+            num, held = run.shape[0], [run] if run.shape[0] else []
+        else:
+            num, pieces = self._walk(req, hashes)
+            held = pieces if num <= want else _head(pieces, want)
+        if num < want:
             self.stats.rejected += 1
             self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
             return False
@@ -133,12 +140,15 @@ class BlockHashCache(CachePolicy):
         self._reserved -= need
         n = hashes.shape[0]
         # the first `want` blocks are held: walk on from the last of them
-        run, pieces, pos = self._tree.walk(hashes, want, self._tree.after(int(held[want - 1]) if want else -1), n)
+        run, pieces, pos = self._tree.walk(hashes, want, self._tree.after(_last(held) if want else -1), n)
+        if pieces:
+            self._lock(pieces)
         if run < n:                                         # nothing after the matched run is resident
-            pieces.append(self._allocate(req, hashes, run, pos))
-        slots = pieces[0] if len(pieces) == 1 else np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
-        self._lock(slots)
-        self._live[req.request_id] = (np.concatenate([held, slots]), 0, hashes, want)
+            new = self._allocate(req, hashes, run, pos)
+            self._ref[new] = 1          # (fresh slots are 0, recycled ones were evicted at 0: locked now)
+            self._num_locked += n - run
+            pieces.append(new)
+        self._live[req.request_id] = (held + pieces, 0, hashes, want)
 
     def release(self, req: RequestView, now_us: int) -> None:
         held, need, _, _ = self._live.pop(req.request_id)
@@ -192,10 +202,10 @@ class BlockHashCache(CachePolicy):
         return w[2], w[3]
 
     def _match(self, req: RequestView, hashes: np.ndarray, limit: int | None = None) -> np.ndarray:
-        """Slots of the leading run of present blocks, at most ``limit`` (verified under --verify)."""
+        """Slots of the leading run of present blocks, at most ``limit``, verified (--verify only)."""
         end = hashes.shape[0] if limit is None else min(limit, hashes.shape[0])
         num, pieces = self._walk(req, hashes)
-        run = np.concatenate(pieces)[:end] if num else np.zeros(0, np.int64)
+        run = _cat(pieces)[:end] if num else np.zeros(0, np.int64)
         if self.ctx.verify and run.shape[0]:
             k, bs = run.shape[0], self._bs
             self.stats.verified_hits += k
@@ -206,9 +216,11 @@ class BlockHashCache(CachePolicy):
                 run = run[: int(np.argmin(ok))]
         return run
 
-    def _allocate(self, req: RequestView, hashes: np.ndarray, lo: int, pos) -> np.ndarray:
+    def _allocate(self, req: RequestView, hashes: np.ndarray, lo: int, pos) -> slice | np.ndarray:
         """Fresh slots for blocks ``[lo, len(hashes))`` (none of them resident), stored after walk
-        position ``pos``."""
+        position ``pos``: a slice where they are consecutive (never-used ones), else an int64 array.
+        Their ``ref`` is 0 (never used, or evicted at 0); their ``free_seq`` is stale until a release sets
+        it (read only for blocks at ref 0 that a release queued)."""
         k, bs = hashes.shape[0] - lo, self._bs
         take = min(k, self._num_spare)                      # evicted slots first, then never-used ones
         self._num_spare -= take
@@ -221,13 +233,14 @@ class BlockHashCache(CachePolicy):
             for a in arrays:
                 _extend(a, n)
             self._tree.grow(n)
-        slots = np.arange(top, top + fresh)
-        if take:
-            slots = np.concatenate([self._spare[self._num_spare:self._num_spare + take], slots])
         self._top = top + fresh
-        self._ref[slots] = 0
-        self._free_seq[slots] = -1
+        if take:
+            slots = np.concatenate([self._spare[self._num_spare:self._num_spare + take], np.arange(top, top + fresh)])
+        else:
+            slots = slice(top, top + fresh)
         if self.ctx.verify:
+            if not take:
+                slots = np.arange(top, top + fresh)
             self._hash[slots] = hashes[lo:]
             self._parent[slots[0]] = hashes[lo - 1] if lo else 0
             self._parent[slots[1:]] = hashes[lo:-1]
@@ -246,27 +259,58 @@ class BlockHashCache(CachePolicy):
         self._spare[self._num_spare:n] = slots
         self._num_spare = n
 
-    def _lock(self, slots: np.ndarray) -> None:
-        self._num_locked += int(np.count_nonzero(self._ref[slots] == 0))
-        self._ref[slots] += 1
+    def _lock(self, pieces: list) -> None:
+        """ref += 1 on the slots of ``pieces``."""
+        ref, num = self._ref, 0
+        for p in pieces:
+            v = ref[p]                      # a view (slice) or a copy (array)
+            num += v.shape[0] - int(np.count_nonzero(v))
+            if type(p) is slice:
+                v += 1
+            else:
+                ref[p] = v + 1
+        self._num_locked += num
 
-    def _unlock(self, slots: np.ndarray) -> None:
-        self._ref[slots] -= 1
-        zero = slots[self._ref[slots] == 0]
-        self._num_locked -= zero.shape[0]
-        if not zero.shape[0]:
+    def _unlock(self, pieces: list) -> None:
+        """ref -= 1 on the slots of ``pieces``; those that reach 0 join the free queue, tail first (vLLM frees
+        reversed(blocks): the tail is evicted first)."""
+        ref, nxt, queue = self._ref, self._next_free_seq, self._queue if self._queue_kept else None
+        for p in reversed(pieces):
+            if type(p) is slice:
+                v = ref[p]
+                v -= 1
+                k = v.shape[0]
+                z = k - int(np.count_nonzero(v))
+                if not z:
+                    continue
+                if z == k:                  # (the common case: all of them)
+                    zero = np.arange(p.stop - 1, p.start - 1, -1) if queue is not None else None
+                else:
+                    zero = np.flatnonzero(v == 0)[::-1] + p.start
+            else:
+                k = -1
+                v = ref[p] - 1
+                ref[p] = v
+                zero = p[v == 0][::-1]
+                z = zero.shape[0]
+                if not z:
+                    continue
+            if nxt + z > _I32_MAX and self._free_seq.dtype != np.int64:
+                self._free_seq = self._free_seq.astype(np.int64)
+            seq = np.arange(nxt, nxt + z, dtype=np.int64)
+            if z == k:
+                self._free_seq[p][::-1] = seq
+            else:
+                self._free_seq[zero] = seq
+            nxt += z
+            if queue is not None:
+                queue.append((seq, zero))
+        z = nxt - self._next_free_seq
+        self._num_locked -= z
+        self._next_free_seq = nxt
+        if queue is None or not z:
             return
-        # tail first into the free queue (vLLM frees reversed(blocks)): the tail is evicted first
-        zero = zero[::-1]
-        seq = self._next_free_seq + np.arange(zero.shape[0], dtype=np.int64)
-        if self._next_free_seq + zero.shape[0] > _I32_MAX and self._free_seq.dtype != np.int64:
-            self._free_seq = self._free_seq.astype(np.int64)
-        self._free_seq[zero] = seq
-        self._next_free_seq += zero.shape[0]
-        if not self._queue_kept:
-            return
-        self._queue.append((seq, zero))
-        self._num_queued += zero.shape[0]
+        self._num_queued += z
         if self._num_queued > 2 * self._num_resident + 65_536:
             seq, sl = (np.concatenate(a) for a in zip(*self._queue, strict=True))
             keep = self._valid(seq, sl)
@@ -316,6 +360,32 @@ class BlockHashCache(CachePolicy):
 
 
 _I32_MAX = (1 << 31) - 1
+
+
+def _head(pieces: list, n: int) -> list:
+    """The slot pieces of the first ``n`` blocks of ``pieces``."""
+    out = []
+    for p in pieces:
+        if n <= 0:
+            break
+        k = p.stop - p.start if type(p) is slice else p.shape[0]
+        if k > n:
+            p = slice(p.start, p.start + n) if type(p) is slice else p[:n]
+        out.append(p)
+        n -= k
+    return out
+
+
+def _last(pieces: list) -> int:
+    """The last slot of non-empty ``pieces``."""
+    p = pieces[-1]
+    return p.stop - 1 if type(p) is slice else int(p[-1])
+
+
+def _cat(pieces: list) -> np.ndarray:
+    """int64: the slots of ``pieces``, in order."""
+    parts = [np.arange(p.start, p.stop) if type(p) is slice else p for p in pieces]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def _grown(n: int) -> int:
