@@ -75,11 +75,17 @@ def test_states_and_operators_count_against_capacity(compose, ops):
 
 
 def test_capacity_for_kv_only_does_not_fit_states():
-    """A cache sized for the KV alone cannot hold the states: the request runs uncached."""
-    pol = _policy(capacity=len(DOC_A) * QNEXT.kv_bytes_per_token * 1.5)
+    """A cache sized for the KV alone cannot hold the states: ``always`` runs the request uncached; the
+    default admits it, its prompt's KV goes to the prefix stage and no chunk is stored."""
+    kvb = QNEXT.kv_bytes_per_token
     req = _req(0, DOC_A)
+    pol = _policy(capacity=len(DOC_A) * kvb * 1.5, admission="always")
     assert not pol.admit(req, pol.lookup(req, 0), 0)
     assert pol.usage().total == 0
+    pol = _policy(capacity=len(DOC_A) * kvb * 1.5)
+    serve(pol, req, 0)
+    assert pol.usage().total == len(DOC_A) * kvb
+    assert pol.stats.extra["stored_chunks"] == 0 and pol.stats.extra["unstored_chunks"] >= 5
 
 
 def test_attention_only_model_has_no_state_work():
@@ -200,10 +206,11 @@ def test_prefix_stage_then_moved_chunks():
 
 def test_prefix_stage_and_chunks_share_one_capacity():
     """Under a capacity both stores evict, one eviction order over prefix-tree leaves and chunks, and the
-    total never exceeds the capacity; after every release nothing stays protected."""
+    total never exceeds the capacity; after every release nothing stays protected. (``always``: the
+    default stores no chunk of these one-off prompts beyond free room, so its tree would not evict.)"""
     kvb = QNEXT.kv_bytes_per_token
     cap = 12 * QNEXT.state_bytes + 8000 * kvb
-    pol = _policy(capacity=cap)
+    pol = _policy(capacity=cap, admission="always")
     rng = np.random.default_rng(3)
     for i in range(12):
         req = _req(i, rng.integers(0, 40_000, int(rng.integers(800, 1500)), dtype=np.int32))
@@ -216,3 +223,70 @@ def test_prefix_stage_and_chunks_share_one_capacity():
     u = pol.usage()
     assert u.protected == 0 and u.total <= cap
     assert pol._tree.num_evicted > 0 and pol.stats.evictions > pol._tree.num_evicted
+
+
+@pytest.mark.parametrize("admission", ["prefix-first", "always"])
+def test_admission_changes_nothing_without_a_capacity(admission):
+    """Unbounded, every admission rule stores every new chunk: the same plans as the default."""
+    a, b = _policy(), _policy(admission=admission)
+    for t, req in enumerate(_conversation(6, seed=2) + [_shifted(_policy())[0]]):
+        pa, pb = a.lookup(req, t), b.lookup(req, t)
+        assert pa == pb
+        serve(a, req, t)
+        serve(b, req, t)
+    assert a.stats.extra == b.stats.extra and a.stats.extra["unstored_chunks"] == 0
+
+
+def test_chunks_that_do_not_fit_never_cost_the_request_its_prefix():
+    """Room for the prompts' KV but not for their chunks' states: ``always`` refuses every request (none is
+    cached); ``seen-twice`` admits them, stores the chunks that fit in free room only, and the second
+    request reuses the first one's prompt from the prefix stage."""
+    kvb = QNEXT.kv_bytes_per_token
+    head = np.arange(2000, dtype=np.int32) + 70_000
+    cap = 4000 * kvb + 2 * QNEXT.state_bytes
+    first, second = _req(0, head), _req(1, head, DOC_B[:1500])
+    pol = _policy(capacity=cap, admission="always", avg_chunk=128, min_chunk=32)
+    assert not pol.admit(first, pol.lookup(first, 0), 0)
+    pol = _policy(capacity=cap, avg_chunk=128, min_chunk=32)
+    serve(pol, first, 0)
+    plan = pol.lookup(second, 1)
+    assert plan.leading_reuse == 2000
+    assert pol.admit(second, plan, 1)
+    assert pol.usage().total <= cap
+    assert 0 < pol.stats.extra["stored_chunks"] <= 2 < pol.stats.extra["unstored_chunks"]
+    assert plan.correction.state_store_tokens < 2000 + 1500
+
+
+def test_moved_content_is_stored_in_place_repeats_are_not():
+    """Under pressure a chunk computed again in the same context (its prefix evicted) is not stored again,
+    while one computed again in another context (moved content, which only the chunk store serves) is,
+    and a third occurrence reuses it rotated."""
+    kvb = QNEXT.kv_bytes_per_token
+    cap = 9000 * kvb + 3 * QNEXT.state_bytes
+    pol = _policy(capacity=cap, avg_chunk=512, min_chunk=128)
+    doc = DOC_C[:1500]
+    heads = [np.arange(n, dtype=np.int32) + 80_000 + 1000 * i for i, n in enumerate((300, 500, 700))]
+    filler = [RNG.integers(0, 40_000, 8000, dtype=np.int32) for _ in range(3)]
+    serve(pol, _req(0, heads[0], doc), 0)
+    serve(pol, _req(1, filler[0]), 1)                  # flushes what has no lock
+    stored = pol.stats.extra["stored_chunks"]
+    serve(pol, _req(2, heads[0], doc), 2)              # the same context again
+    again = pol.stats.extra["stored_chunks"] - stored
+    serve(pol, _req(3, filler[1]), 3)
+    stored = pol.stats.extra["stored_chunks"]
+    serve(pol, _req(4, heads[1], doc), 4)              # moved: stored warm
+    moved = pol.stats.extra["stored_chunks"] - stored
+    assert moved > again
+    plan = pol.lookup(_req(5, heads[2], doc), 5)
+    assert plan.num_rotated > 0.5 * len(doc)
+
+
+def test_prefix_first_evicts_every_chunk_before_a_leaf():
+    """``prefix-first``: eviction takes unlocked chunks (oldest first) before any prefix-stage leaf."""
+    pol = _policy(capacity=10**15, admission="prefix-first")
+    serve(pol, _req(0, DOC_A), 0)
+    serve(pol, _req(1, DOC_B), 1)
+    chunks, leaves = pol._store.evictable, pol._tree.evictable_tokens
+    assert chunks > 0 and leaves > 0
+    freed = pol.evict(chunks, 2)
+    assert freed >= chunks and pol._store.evictable == 0 and pol._tree.evictable_tokens == leaves

@@ -25,7 +25,14 @@ from the matched chunks' cached states:
   front of the chunk store (as for ``fixed-chunk``): the longest committed exact prefix (a
   :class:`engine.radix.RadixTree` of committed prompts) is reused in place with the recurrent state at
   its end, no recompute and no state load, and chunk hits are taken after it only. One capacity and one
-  eviction order over both stores (unlocked radix leaves and unlocked chunks, smallest key first).
+  eviction order over both stores (unlocked radix leaves and unlocked chunks, smallest key first);
+* admission under a capacity (``admission``, default ``seen-twice``): a chunk's state can be ~6x its KV, so
+  a bounded store keeps a new chunk only where it pays: one computed before in another context (moved
+  content, which only the chunk store serves) competes in the eviction order; any other only fills free
+  room, first in line for eviction. Chunks inside the prefix-stage prefix are not stored again, a
+  request is never refused for chunks it could not store, and a committed request's chunks are unlocked
+  (its KV is the prefix stage's locked leaf). ``prefix-first`` also evicts every chunk before prefix-stage
+  content; ``always`` is the earlier rule (every new chunk, or the request is not cached).
 
 The Plan carries it (``Correction``: recompute_tokens, probe_tokens, state_loads, state_compositions,
 state_store_tokens) and the cost model prices it (:mod:`engine.hybrid_cost`). On an attention-only model
@@ -35,6 +42,7 @@ unlocked chunks (KV + state together) in key order (``lru``/``lfu``/``fifo``). D
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +57,10 @@ from pic.engine.radix import RadixNode, RadixTree
 from pic.traces.markers import BOUNDARY_MARKER
 
 COMPOSE = ("single-block", "exact")
+ADMISSION = ("seen-twice", "prefix-first", "always")
+#: slots of the seen-elsewhere filter (indexed by a fingerprint's top 22 bits; each holds 8 more bits of the
+#: fingerprint and a context tag; cleared when half full)
+_SEEN_SLOTS = 1 << 22
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +86,12 @@ class LinearKVConfig:
         "help": "serve the exact prefix first from the engine's hybrid prefix cache (as deployed: KV and the "
                 "recurrent state at its end; false: the chunk store alone)"})
     prefix_page_size: int = field(default=1, metadata={"help": "tokens per page of the prefix stage's radix tree"})
+    admission: str = field(default="seen-twice", metadata={
+        "help": "which new chunks a bounded store keeps (KV + recurrent state): seen-twice (one whose content "
+                "was computed before in another context may evict other chunks; any other only fills free "
+                "room, first in line for eviction) | prefix-first (the same, and the prefix stage evicts "
+                "chunks before its own content: never below prefix) | always (every new chunk; a request "
+                "whose chunks do not fit is not cached)"})
 
     def __post_init__(self) -> None:
         self.cdc  # noqa: B018 - validates the chunk sizes
@@ -91,6 +109,8 @@ class LinearKVConfig:
                     from None
         if self.prefix_page_size < 1:
             raise ValueError(f"prefix_page_size must be >= 1, got {self.prefix_page_size}")
+        if self.admission not in ADMISSION:
+            raise ValueError(f"admission must be one of {', '.join(ADMISSION)}, got {self.admission!r}")
 
     @property
     def cdc(self) -> cdc.CDCConfig:
@@ -103,6 +123,14 @@ class LinearKVConfig:
         return np.array([int(x) for x in self.marker_tokens.split(",")], dtype=np.int32)
 
 
+def _context_tags(bl: list[int], fl: list[int], new: dict[int, tuple[int, int]]) -> dict[int, int]:
+    """Per new chunk a 16-bit tag: 8 more bits of its fingerprint (the filter's slot takes the top 22) and
+    a nonzero byte of its context, its position and the chunk before it (in place again: the same tag)."""
+    first = {a: k for k, a in enumerate(bl)}
+    return {fp: (fp >> 34 & 0xFF) << 8 | ((fl[first[a] - 1] if first[a] else 0) ^ a * 0x9E3779B97F4A7C15) % 255 + 1
+            for fp, (a, _) in new.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class _Layout:
     """One prompt's chunks: bounds, fingerprints, which are hits (entry fp), and what to add."""
@@ -113,6 +141,8 @@ class _Layout:
     hits: list[int]                  # chunk indices reused
     used: list[int]                  # distinct entry fingerprints read, first-use order
     new: dict[int, tuple[int, int]]  # fingerprint -> [a, b) of chunks to store
+    computed: tuple[tuple[int, int], ...] = ()  # seen-twice: (fingerprint, context tag) of every new chunk
+    cold: frozenset[int] = frozenset()  # seen-twice: new chunks stored in free room, first to be evicted
 
 
 @register
@@ -144,9 +174,14 @@ class LinearKV(CachePolicy):
                                 evicts=ctx.capacity_bytes != float("inf")) if c.prefix_stage else None)
         self._nodes: dict[int, tuple[RadixNode | None, int]] = {}
         self._reserved = 0
+        # admission of a bounded store (seen-twice): fingerprints of chunks admitted requests computed, as
+        # one byte per slot of their top bits (a one-hash Bloom filter, cleared when half its slots are set)
+        self._gate = ctx.capacity_bytes != float("inf") and c.admission != "always"
+        self._prefix_first = self._tree is not None and c.admission == "prefix-first"
+        self._seen, self._seen_n = array("H", bytes(2 * _SEEN_SLOTS if self._gate else 0)), 0
         self.stats.extra.update(chunk_lookups=0, chunk_hits=0, rotated_tokens=0, recompute_tokens=0,
                                 probe_tokens=0, state_loads=0, state_compositions=0, state_store_tokens=0,
-                                stored_chunks=0, prefix_tokens=0)
+                                stored_chunks=0, unstored_chunks=0, prefix_tokens=0)
 
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
@@ -207,9 +242,15 @@ class LinearKV(CachePolicy):
         self._reserved += need_pages
         self._nodes[rid] = (node, need_pages)
         src, add = req.seq, st.add
+        cold = lay.cold
         for fp, (a, b) in lay.new.items():   # new chunks: protected until release
-            add(fp, src, b - a, a, (b - a) * bpt + per, now_us)
+            e = add(fp, src, b - a, a, (b - a) * bpt + per, now_us)
+            if fp in cold:                   # first in eviction order (an access promotes it)
+                e.last_access_us = e.created_us = -1
         self.stats.extra["stored_chunks"] += len(lay.new)
+        if self._gate:
+            self.stats.extra["unstored_chunks"] += len(lay.computed) - len(lay.new)
+            self._mark_seen(lay.computed)
         self.stats.extra["state_store_tokens"] += num_new if self._hybrid else 0
         self._locks[rid] = lay.used + list(lay.new)
         self._admitted[rid] = list(lay.new)
@@ -226,6 +267,10 @@ class LinearKV(CachePolicy):
             if node is not None:
                 self._tree.dec_lock(node)
             self._nodes[req.request_id] = (leaf, 0)
+            if self._gate:
+                # the committed prompt's KV is the prefix stage's locked leaf now: what the running request
+                # holds is there; its chunks (and their recurrent states) are no longer needed by it
+                self._unlock_chunks(req.request_id)
 
     def release(self, req: RequestView, now_us: int) -> None:
         self._admitted.pop(req.request_id, None)
@@ -233,7 +278,10 @@ class LinearKV(CachePolicy):
         self._reserved -= need_pages
         if node is not None:
             self._tree.dec_lock(node)
-        for fp in self._locks.pop(req.request_id, []):
+        self._unlock_chunks(req.request_id)
+
+    def _unlock_chunks(self, rid: int) -> None:
+        for fp in self._locks.pop(rid, []):
             e = self._entries.get(fp)
             if e is None:
                 continue
@@ -243,10 +291,13 @@ class LinearKV(CachePolicy):
 
     def evict(self, num_bytes: int, now_us: int) -> int:
         """Unlocked chunks and prefix-stage leaves, smallest eviction key first across both (chunks first on
-        equal keys), until ``num_bytes`` are freed or nothing is evictable; bytes freed."""
+        equal keys; ``prefix-first``: every unlocked chunk before any leaf), until ``num_bytes`` are freed or
+        nothing is evictable; bytes freed."""
         tree, st = self._tree, self._store
         if tree is None:
             return st.evict(num_bytes, self.stats)
+        if self._prefix_first:
+            return self._evict_chunks_first(num_bytes)
         freed, bpt = 0, self.ctx.bytes_per_token
         while freed < num_bytes:
             ck, tk = st.peek(), tree.peek_key()
@@ -257,6 +308,17 @@ class LinearKV(CachePolicy):
                 continue
             before = tree.num_evicted
             b = tree.evict(1) * bpt
+            freed += b
+            self.stats.evictions += tree.num_evicted - before
+            self.stats.evicted_bytes += b
+        return freed
+
+    def _evict_chunks_first(self, num_bytes: int) -> int:
+        freed, tree = self._store.evict(num_bytes, self.stats), self._tree
+        if freed < num_bytes:
+            bpt = self.ctx.bytes_per_token
+            before = tree.num_evicted
+            b = tree.evict(-(-(num_bytes - freed) // bpt)) * bpt
             freed += b
             self.stats.evictions += tree.num_evicted - before
             self.stats.evicted_bytes += b
@@ -285,17 +347,71 @@ class LinearKV(CachePolicy):
         bl, fl = bounds.tolist(), cdc.fingerprints(toks, bounds).tolist()
         hits: list[int] = []
         new: dict[int, tuple[int, int]] = {}
+        # seen-twice: a chunk inside the prefix stage's prefix is neither computed nor stored again
+        inside = prefix if self._gate else 0
         for k, fp in enumerate(fl):
             a, b = bl[k], bl[k + 1]
             if self._get(fp, toks, a, b) is not None:
                 if a >= prefix:
                     hits.append(k)
-            elif fp not in self._entries and fp not in new:
+            elif b > inside and fp not in self._entries and fp not in new:
                 new[fp] = (a, b)
         self.stats.extra["chunk_lookups"] += len(fl)
         self.stats.extra["chunk_hits"] += len(hits)
         used = list(dict.fromkeys(fl[k] for k in hits))
-        return _Layout(bl, fl, prefix, hits, used, new)
+        if not self._gate or not new:
+            return _Layout(bl, fl, prefix, hits, used, new)
+        ctx = _context_tags(bl, fl, new)
+        keep, cold = self._admissible(req, prefix, used, new, ctx)
+        return _Layout(bl, fl, prefix, hits, used, keep, tuple(ctx.items()), cold)
+
+    def _admissible(self, req: RequestView, prefix: int, used: list[int], new: dict[int, tuple[int, int]],
+                    ctx: dict[int, int]) -> tuple[dict[int, tuple[int, int]], frozenset[int]]:
+        """The new chunks a bounded store keeps (``seen-twice``, ``prefix-first``) and which of them are cold,
+        in prompt order: one whose content an admitted request last computed in another context (``ctx``;
+        moved content, which only the chunk store can serve: in its old context the prefix stage holds it)
+        if it fits in the free room plus what unlocked content holds (``prefix-first``: unlocked chunks
+        only); any other new chunk only if it fits in the free room, stored cold (first in eviction order
+        until a hit). Free room is counted after the request's own prefix-stage pages, evictable bytes after
+        the locks the plan takes (every prefix-stage token counted locked), so :meth:`admit` never fails
+        for a chunk kept here.
+
+        NOTE: a chunk's recurrent state can be ~6x its KV (Qwen3-Next: 39.5 MB vs 6 MB for 256 tokens);
+        storing every new chunk let one-off chunks flush the prefix stage (Mooncake conversation at 60 GiB:
+        2.5 % of tokens reused against prefix's 11.6 %) and failed half the admissions."""
+        bpt, per, st, entries = self.ctx.bytes_per_token, self._state_b + self._op_b, self._store, self._entries
+        pages = 0
+        evictable = st.evictable - sum(e.nbytes for e in map(entries.__getitem__, used) if e.refs == 0)
+        if self._tree is not None:
+            p = self._tree.page_size
+            pages = max(0, req.num_tokens // p * p - prefix)
+            if not self._prefix_first:
+                evictable += max(0, self._tree.evictable_tokens - prefix) * bpt
+        free = self.ctx.capacity_bytes - self.usage().total - pages * bpt
+        room, seen, keep, cold = free + evictable, self._seen, {}, set()
+        for fp, (a, b) in new.items():
+            cost = (b - a) * bpt + per
+            tag, last = ctx[fp], seen[fp >> 42]
+            if cost <= room and last >> 8 == tag >> 8 and last != tag and last:
+                keep[fp] = (a, b)
+            elif cost <= free:
+                keep[fp] = (a, b)
+                cold.add(fp)
+            else:
+                continue
+            free -= cost
+            room -= cost
+        return keep, frozenset(cold)
+
+    def _mark_seen(self, computed: tuple[tuple[int, int], ...]) -> None:
+        seen = self._seen
+        for fp, tag in computed:
+            i = fp >> 42
+            if not seen[i]:
+                self._seen_n += 1
+            seen[i] = tag
+        if self._seen_n > _SEEN_SLOTS // 2:
+            self._seen, self._seen_n = array("H", bytes(2 * _SEEN_SLOTS)), 0
 
     def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Entry | None:
         e = self._entries.get(fp)
