@@ -172,12 +172,44 @@ def cached_oracle(trace, prompts: Iterable[np.ndarray], *, request_ids: np.ndarr
     return reused[:k]
 
 
-def duplicate_tokens(runs: Iterable[tuple], min_match: int = DEFAULT_MIN_MATCH) -> int:
+class RefRuns:
+    """Stored runs ``(seq, lo, hi, 0)`` (tokens ``[lo, hi)`` of a :class:`~pic.engine.seq.Seq`, no context) as
+    columns: ``seqs`` the prompts, ``src`` (int64) each run's index into ``seqs``, ``lo``/``hi`` (int64). Iterates
+    as those tuples; :func:`duplicate_tokens` reads the columns (a store of ~10^5 runs: no tuple per run)."""
+
+    __slots__ = ("seqs", "src", "lo", "hi")
+
+    def __init__(self, seqs: list, src: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+        self.seqs, self.src, self.lo, self.hi = seqs, src, lo, hi
+
+    def __len__(self) -> int:
+        return int(self.lo.shape[0])
+
+    def __iter__(self):
+        seqs = self.seqs
+        return ((seqs[k], lo, hi, 0) for k, lo, hi in zip(self.src.tolist(), self.lo.tolist(), self.hi.tolist(),
+                                                           strict=True))
+
+
+def join_runs(parts: list) -> RefRuns | list[tuple]:
+    """Several policies' (replicas') stored runs as one sequence, in order: columns when all are
+    :class:`RefRuns`, else a list of tuples."""
+    if parts and all(isinstance(p, RefRuns) for p in parts):
+        if len(parts) == 1:
+            return parts[0]
+        base = np.cumsum([0] + [len(p.seqs) for p in parts[:-1]]).tolist()
+        return RefRuns([q for p in parts for q in p.seqs],
+                       np.concatenate([p.src + b for p, b in zip(parts, base, strict=True)]),
+                       np.concatenate([p.lo for p in parts]), np.concatenate([p.hi for p in parts]))
+    return [r for p in parts for r in p]
+
+
+def duplicate_tokens(runs: Iterable[tuple] | RefRuns, min_match: int = DEFAULT_MIN_MATCH) -> int:
     """Stored tokens whose content is stored elsewhere too: over ``runs`` of ``(tokens, context)`` (the
     first ``context`` tokens are only context, e.g. a radix edge's parent path), the counted tokens covered
     by a ``min_match`` window that occurs in an earlier run (windows that lie wholly in a run's context
     are not its content: they are looked up, not added). A run may also be a reference ``(seq, lo, hi,
-    context)``: tokens ``[lo, hi)`` of a :class:`~pic.engine.seq.Seq`.
+    context)``: tokens ``[lo, hi)`` of a :class:`~pic.engine.seq.Seq`; or ``runs`` a :class:`RefRuns`.
 
     NOTE (speed): when every run is a reference into one trace's segments, the count is decided from the
     segment structure (:func:`engine.coverage.covered_counts`), hashing only stored content met for the
@@ -185,6 +217,10 @@ def duplicate_tokens(runs: Iterable[tuple], min_match: int = DEFAULT_MIN_MATCH) 
     batches of ~4 M tokens: one hash pass, then the same sorted-level test as the hashed windows there
     (:func:`engine.coverage._first_held`)."""
     W = int(min_match)
+    if isinstance(runs, RefRuns):
+        stores = {id(q.store): q.store for q in runs.seqs}
+        if len(stores) == 1 and None not in stores.values():
+            return _duplicate_cols(runs, next(iter(stores.values())), W)
     runs = list(runs)
     store = _common_store(runs)
     if store is not None:
@@ -233,18 +269,33 @@ def _duplicate_refs(runs: list[tuple], store, W: int) -> int:
     return int(covered_counts_chunked(store, chunks(), W).sum())
 
 
+def _duplicate_cols(runs: RefRuns, store, W: int) -> int:
+    """:func:`_duplicate_refs` of columns (every context 0): blocks of ``_COL_BLOCK`` runs."""
+    from pic.engine.coverage import covered_counts_chunked
+
+    def chunks():
+        for b0 in range(0, len(runs), _COL_BLOCK):
+            lo, hi = runs.lo[b0:b0 + _COL_BLOCK], runs.hi[b0:b0 + _COL_BLOCK]
+            keep = np.flatnonzero(hi - lo >= W)
+            if not keep.shape[0]:
+                continue
+            used, k = np.unique(runs.src[b0:b0 + _COL_BLOCK][keep], return_inverse=True)
+            lo, hi = lo[keep], hi[keep]
+            yield _pieces_of(W, [runs.seqs[i] for i in used.tolist()], k.reshape(-1).astype(np.int64), lo, hi,
+                             np.zeros(lo.shape[0], np.int64))
+
+    return int(covered_counts_chunked(store, chunks(), W).sum())
+
+
 _REF_BLOCK = 1 << 13
+_COL_BLOCK = 1 << 15
 
 
 def _ref_pieces(runs: list[tuple], W: int):
     """One block of runs as a chunk for :func:`engine.coverage.covered_counts_chunked` (None: no run
     holds a window)."""
-    from array import array
-
     # NOTE (speed): per run only list-comprehension reads in Python; the segment pieces of each run are
-    # found by one searchsorted over the concatenated bounds of the distinct source prompts (each prompt's
-    # bounds offset by its index times a span above every bound, so that they sort as one array), and
-    # gathered vectorized from their concatenated rows
+    # found vectorized (:func:`_pieces_of`)
     lo = np.array([r[1] for r in runs], np.int64)
     hi = np.array([r[2] for r in runs], np.int64)
     own = lo + np.array([r[3] for r in runs], np.int64)
@@ -257,7 +308,17 @@ def _ref_pieces(runs: list[tuple], W: int):
     k = np.array([where.setdefault(id(q), len(where)) for q in seqs], np.int64)
     srcs = list({id(q): q for q in seqs}.values())          # in order of first use: index = where[id(q)]
     lo, hi, own = lo[keep], hi[keep], own[keep]
-    ctx = own - lo
+    return _pieces_of(W, srcs, k, lo, hi, own - lo)
+
+
+def _pieces_of(W: int, srcs: list, k: np.ndarray, lo: np.ndarray, hi: np.ndarray, ctx: np.ndarray):
+    """Runs ``[lo, hi)`` of ``srcs[k]`` (each holding a window; first ``ctx`` tokens context) as a chunk for
+    :func:`engine.coverage.covered_counts_chunked`."""
+    from array import array
+
+    # NOTE (speed): the segment pieces of each run are found by one searchsorted over the concatenated bounds
+    # of the distinct source prompts (each prompt's bounds offset by its index times a span above every
+    # bound, so that they sort as one array), and gathered vectorized from their concatenated rows
     rows_a, bounds_a = array("q"), array("q")              # (one buffer each: no array per prompt)
     for q in srcs:
         rows_a.extend(q.rows if q.rows.typecode == "q" else array("q", q.rows))   # (Seq arrays may be int32)

@@ -30,7 +30,7 @@ from pic.engine.cost import CostConfig, CostModel
 from pic.engine.coverage import prompt_oracle
 from pic.engine.latency import serving_summary
 from pic.engine.metrics import SUMMARY_VERSION, request_frame, summarize
-from pic.engine.oracle import cached_oracle, duplicate_tokens
+from pic.engine.oracle import cached_oracle, duplicate_tokens, join_runs
 from pic.engine.policies.base import PolicyContext, RequestView
 from pic.engine.request import Labels
 from pic.engine.runconfig import provenance
@@ -455,9 +455,9 @@ def _footprint(pols: list, min_match: int) -> dict[str, Any]:
         if fp.runs is None:
             dup = None
         elif dup is not None:
-            runs += fp.runs
+            runs.append(fp.runs)
     if dup is not None:
-        dup = duplicate_tokens(runs, min_match)
+        dup = duplicate_tokens(join_runs(runs), min_match)
     stored = sum(q.usage().total for q in pols) // pols[0].ctx.bytes_per_token
     return {"registry_entries": entries, "stored_tokens": int(stored), "duplicate_stored_tokens": dup}
 

@@ -157,6 +157,41 @@ def test_duplicate_tokens_by_reference_equals_tokens(seed: int) -> None:
     assert want > 0
 
 
+@pytest.mark.parametrize(("seed", "block"), [(0, 1 << 15), (1, 7), (2, 1)])
+def test_duplicate_tokens_of_columns_equals_tokens(monkeypatch, seed: int, block: int) -> None:
+    """Runs given as :class:`RefRuns` columns (a lean irminsul store's stored runs; several replicas' joined
+    by ``join_runs``, in blocks down to one run) count what their tokens count, and iterate as the tuples."""
+    from pic.engine import oracle
+    from pic.engine.replay import workload_from_trace
+
+    monkeypatch.setattr(oracle, "_COL_BLOCK", block)
+    t = _tricky_trace(seed, n=80)
+    work = workload_from_trace(t)
+    seqs = [work.view(i).seq for i in range(work.num_requests)]
+    rng = np.random.default_rng(seed)
+    parts = []
+    for _ in range(3):                        # replicas: each its own prompts, some shared
+        mine = [seqs[i] for i in rng.choice(len(seqs), 12, replace=False)]
+        src, lo, hi = [], [], []
+        for _ in range(60):
+            k = int(rng.integers(len(mine)))
+            a = int(rng.integers(0, mine[k].end))
+            src.append(k)
+            lo.append(a)
+            hi.append(int(rng.integers(a, mine[k].end + 1)))
+        parts.append(oracle.RefRuns(mine, np.array(src, np.int64), np.array(lo, np.int64), np.array(hi, np.int64)))
+    joined = oracle.join_runs(parts)
+    tuples = [r for p in parts for r in p]
+    assert [(id(q), a, b, c) for q, a, b, c in joined] == [(id(q), a, b, c) for q, a, b, c in tuples]
+    assert len(joined) == len(tuples) == 180 and all(c == 0 for *_, c in tuples)
+    assert oracle.join_runs([parts[0], tuples[:5]]) == list(parts[0]) + tuples[:5]
+    toks = [(q.tokens(a, b), 0) for q, a, b, _ in tuples]
+    for m in (8, 16, 64):
+        want = oracle.duplicate_tokens(toks, m)
+        assert oracle.duplicate_tokens(joined, m) == oracle.duplicate_tokens(tuples, m) == want
+    assert want > 0
+
+
 @pytest.mark.parametrize(("part", "spill", "batch", "chunk"),
                          [(1 << 22, 1 << 24, 1 << 21, 1 << 18), (8, 0, 50, 1), (64, 1 << 24, 7, 5), (16, 300, 100, 40)])
 def test_partitioned_windows_equal_token_oracle(monkeypatch, part: int, spill: int, batch: int, chunk: int) -> None:

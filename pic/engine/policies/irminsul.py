@@ -246,6 +246,7 @@ class Irminsul(ChunkWalk, CachePolicy):
                         run = Extent(src, a, b - a, (b - a) * bpt, now_us, 1, LEAN, tag)
                         c = Chunk(fp, src, a, b - a, [[run, 0, b - a]], tag, [run], keys)
                         st.num_extents += 1
+                        st.made.append((run, bounds, k))      # (its chunks' edges, for stored_runs)
                     run_end = b
                 else:
                     x = Extent(src, a, b - a, (b - a) * bpt, now_us, 1, fp, tag)
