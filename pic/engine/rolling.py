@@ -150,22 +150,30 @@ class BlockHasher:
             # values are pooled at phase 0: the general path below reduces to this product exactly
             st = int(self._kstart[rows[0]])
             return pw[bs:nb * bs + 1:bs] * self._pool[st:st + nb]
-        phase = b[:-1] % bs
+        b0 = b[:-1]
+        phase = b0 % bs
         # NOTE (speed): a segment's partial sums at the first phase it is met at sit in per-row arrays
         # (opaque ones at phase 0 from the start), read in one gather; only other phases use a dict
         start, full = self._kstart[rows], self._kfull[rows]
         miss = np.flatnonzero(self._kphase[rows] != phase)
         if miss.shape[0]:
             self._fill(store, rows, phase, miss, start, full)
-        s = np.zeros(k + 1, np.uint64)
-        np.cumsum(ipw[b[:-1]] * full, out=s[1:])
         if not nb:
             return np.zeros(0, np.uint64)
-        # block ends per segment: those in (b_i, b_i+1], the j-th at pool value start_i + j
-        cnt = b[1:] // bs - b[:-1] // bs
-        first = np.cumsum(cnt) - cnt
-        g = self._pool[np.repeat(start - first, cnt) + np.arange(nb)]
-        return pw[bs:nb * bs + 1:bs] * (np.repeat(s[:-1], cnt) + np.repeat(ipw[b[:-1]], cnt) * g)
+        iw = ipw[b0]
+        s = np.cumsum(iw * full)                         # s[i] = S(b_{i+1}); S(b_0) = 0
+        s[1:] = s[:-1]
+        s[0] = 0
+        # block ends per segment: those in (b_i, b_i+1], q_{i+1} - q_i of them (q = b // block), the first
+        # (the prompt's block q_i) at pool value start_i; b_0 = 0
+        q = b // bs
+        cnt = np.diff(q)
+        start -= q[:-1]
+        g = self._pool[np.repeat(start, cnt) + np.arange(nb)]
+        g *= np.repeat(iw, cnt)
+        g += np.repeat(s, cnt)
+        g *= pw[bs:nb * bs + 1:bs]
+        return g
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _reset(self, store) -> None:
@@ -188,14 +196,24 @@ class BlockHasher:
             return
         nblk = lens[rows] // bs
         base = splitmix64(store.keys[rows] ^ (store.salts[rows] * np.uint64(0x9E3779B97F4A7C15)))
-        k = ramp(nblk) + 1
-        y = splitmix64(np.repeat(base, nblk) + k.astype(np.uint64) * np.uint64(0xD1B54A32D192ED03))
-        c = np.cumsum(y, dtype=np.uint64)
-        lead = np.zeros(rows.shape[0], np.uint64)            # cumsum before each row's first block
         has = nblk > 0
         starts = np.cumsum(nblk) - nblk
-        lead[has & (starts > 0)] = c[starts[has & (starts > 0)] - 1]
-        self._pool = c - np.repeat(lead, nblk)                # per-row cumulative sums
+        # block value k (1-based) of a row: splitmix64(base + k * C). NOTE (speed): as base + (1 - start) * C
+        # repeated, plus (global block index) * C: the same sums mod 2^64 in 4 passes over the pool, not 9
+        # (in place, in cache-sized pieces: one pool-sized array, no pool-sized temporaries)
+        C = np.uint64(0xD1B54A32D192ED03)
+        y = np.repeat(base + (np.uint64(1) - starts.astype(np.uint64)) * C, nblk)
+        step = 1 << 15
+        for lo in range(0, y.shape[0], step):
+            part = y[lo:lo + step]
+            part += np.arange(lo, lo + part.shape[0], dtype=np.uint64) * C
+            splitmix64(part)
+        # per-row cumulative sums in one cumsum: each row's first value less the previous rows' sum
+        nz = starts[has]
+        if nz.shape[0] > 1:
+            sums = np.add.reduceat(y, nz)
+            y[nz[1:]] -= sums[:-1]
+        self._pool = np.cumsum(y, out=y)
         self._pool_n = self._pool.shape[0]
         last = np.zeros(rows.shape[0], np.uint64)
         last[has] = self._pool[starts[has] + nblk[has] - 1]
