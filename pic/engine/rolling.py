@@ -167,8 +167,9 @@ class BlockHasher:
         # block ends per segment: those in (b_i, b_i+1], q_{i+1} - q_i of them (q = b // block), the first
         # (the prompt's block q_i) at pool value start_i; b_0 = 0
         q = b // bs
-        cnt = np.diff(q)
-        start -= q[:-1]
+        q0 = q[:-1]
+        cnt = q[1:] - q0
+        start -= q0
         g = self._pool[np.repeat(start, cnt) + np.arange(nb)]
         g *= np.repeat(iw, cnt)
         g += np.repeat(s, cnt)

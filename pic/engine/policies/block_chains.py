@@ -137,7 +137,11 @@ class BlockChains:
         H = self.hash
         while i < limit:
             if o == e.n:
-                c = e.child(int(hashes[i])) if e.kids is not None else None
+                c = e.kids                      # (e.child inlined)
+                if c is None:
+                    break
+                h = int(hashes[i])
+                c = c.get(h) if type(c) is dict else c if c.key == h else None
                 if c is None:
                     break
                 e, o = c, 0
@@ -176,13 +180,15 @@ class BlockChains:
         if isinstance(slots, int):
             new = self._edge(k, int(hashes[0]), slots, None, None, e)
             self.hash[slots:slots + k] = hashes
+            at = slice(slots, slots + k)
         else:
             new = self._edge(k, int(hashes[0]), -1, slots, hashes.copy(), e)
             if self.off is None:
                 self.off = np.zeros(self.eid.shape[0], np.int32)
             self.off[slots] = np.arange(k)
+            at = slots
         e.adopt(new)
-        self.eid[new.at()] = new.eid
+        self.eid[at] = new.eid
         self.version += 1
 
     def evicted(self, slots: np.ndarray) -> None:

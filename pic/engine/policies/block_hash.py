@@ -297,10 +297,11 @@ class BlockHashCache(CachePolicy):
                     continue
             if nxt + z > _I32_MAX and self._free_seq.dtype != np.int64:
                 self._free_seq = self._free_seq.astype(np.int64)
-            seq = np.arange(nxt, nxt + z, dtype=np.int64)
             if z == k:
-                self._free_seq[p][::-1] = seq
+                self._free_seq[p] = np.arange(nxt + z - 1, nxt - 1, -1, dtype=np.int64)
+                seq = np.arange(nxt, nxt + z, dtype=np.int64) if queue is not None else None
             else:
+                seq = np.arange(nxt, nxt + z, dtype=np.int64)
                 self._free_seq[zero] = seq
             nxt += z
             if queue is not None:
