@@ -205,3 +205,93 @@ def test_gear_repeats_kernel_screens_exactly_the_gaps_with_a_triple() -> None:
         assert one.tolist() == [want[g]]
     back = fast.gear_repeats(t, table, starts[::-1].astype(np.int64), ends[::-1].astype(np.int64))
     assert back.tolist() == got.tolist()[::-1]
+
+
+@pytest.mark.parametrize("model", ["deepseek-v2-lite", "llama-3.1-8b"])
+@pytest.mark.parametrize("opts", [{}, {"head_sigma": 0.0, "budget": 0.6}, {"budget": 1.0}, {"budget": 0.05},
+                                  {"tiers": "4", "block_tokens": 7, "protect": ""}])
+def test_rdr_allocation_equal(modes, model, opts) -> None:
+    """rdr's tiers from the compiled passes equal the numpy path's: every counter and both distortion sums,
+    bit for bit, on random requests (jumps in the new positions, protected kinds and sinks; equal keys
+    everywhere with head_sigma=0)."""
+    from pic.engine import policies
+    from pic.engine.policies import PolicyContext, RequestView
+    from pic.engine.specs import MODELS
+    from pic.traces.schema import KIND_CODE
+
+    m = MODELS[model]
+    kinds = np.array(sorted(set(KIND_CODE.values())), np.uint8)
+
+    def run():
+        rng = np.random.default_rng(9)
+        pol = policies.build("rdr", PolicyContext(float("inf"), m.kv_bytes_per_token, model=m, seed=4), opts)
+        for rid in range(25):
+            nseg = int(rng.integers(1, 6))
+            lens = rng.integers(1, 400, nseg)
+            bounds = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+            req = RequestView(rid, "s", np.zeros(int(bounds[-1]), np.int32), bounds,
+                              np.arange(nseg, dtype=np.uint64), rng.choice(kinds, nseg))
+            n = int(bounds[-1])
+            keep = rng.random(n) < rng.choice([0.3, 0.9, 1.0])
+            pos = np.flatnonzero(keep).astype(np.int64)
+            if pos.size:
+                pol._allocate(req, pos)
+        return dict(pol.stats.extra), list(pol._dist)
+
+    (sa, da), (sb, db) = modes(run)
+    assert sa == sb and da == db
+    assert sa["rdr_tokens"] > 0
+
+
+def test_rdr_greedy_breaks_ties_as_the_stable_sort() -> None:
+    """Equal keys from unequal units (density equal, sizes not) are taken in unit order, as allocate's stable
+    sort takes them: the chosen option of every unit is the same, for budgets that cut inside the ties."""
+    from pic.engine.rdr_alloc import allocate, gqa_options, make_options
+
+    accel.set_mode("1")
+    try:
+        fast = accel.kernels(1)
+    finally:
+        accel.set_mode(None)
+    # dyadic options: step efficiencies 2, 1, 1/4, so equal keys also fall across steps (d * 2 == 2d * 1)
+    dyadic = make_options((0, 2, 4, 8), np.array([0, 0.25, 0.5, 1.0]), np.array([1, 0.5, 0.25, 0.125]))
+    rng = np.random.default_rng(2)
+    for trial in range(60):
+        opts = dyadic if trial % 3 else gqa_options(128, (8, 4, 3, 2))
+        B, H = int(rng.integers(1, 30)), int(rng.integers(1, 6))
+        sizes = rng.integers(1, 65, B)
+        block_w = sizes * rng.choice([0.5, 0.25, 1.0, 2.0], B)       # few distinct densities: many ties
+        head = rng.choice([1.0, 2.0], H) if trial % 2 else np.ones(H)
+        prot = rng.random(B) < 0.2
+        budget = float(rng.uniform(0.05, 0.8) * sizes.sum() * H)
+        w = (block_w[:, None] * head[None, :]).ravel()
+        size = np.repeat(sizes.astype(np.float64), H)
+        ref = allocate(opts, w, size, np.repeat(prot, H), budget)
+        option, w2, size2, per, forced = fast.rdr_greedy(block_w.astype(np.float64), sizes.astype(np.int64), prot,
+                                                         head, opts.hull, opts.step_frac, opts.efficiency(),
+                                                         opts.frac, len(opts.bits), budget)
+        assert np.array_equal(option, ref.option), trial
+        assert np.array_equal(w2, w) and np.array_equal(size2, size) and forced == ref.forced
+        assert np.array_equal(per, np.bincount(ref.option, weights=size, minlength=len(opts.bits)))
+
+
+def test_rdr_greedy_equal_products_of_unequal_densities() -> None:
+    """Two densities one ulp apart whose products with a step's efficiency round to the same key: the stable
+    sort takes the lower unit first, although its density is the smaller."""
+    from pic.engine.rdr_alloc import allocate, make_options
+
+    accel.set_mode("1")
+    try:
+        fast = accel.kernels(1)
+    finally:
+        accel.set_mode(None)
+    opts = make_options((0, 4, 8), np.array([0, 0.5, 1.0]), np.array([1, 0.25, 0.0]))   # efficiencies 1.5, 0.5
+    d0 = 1.341950975487744
+    d1 = float(np.nextafter(d0, 2))
+    assert d0 * 1.5 == d1 * 1.5 and d0 < d1
+    block_w, sizes = np.array([d0, 2 * d1]), np.array([1, 2])
+    budget = 0.5                                           # room for unit 0's first step only
+    ref = allocate(opts, block_w.copy(), sizes.astype(np.float64), np.zeros(2, bool), budget)
+    option = fast.rdr_greedy(block_w, sizes, np.zeros(2, bool), np.ones(1), opts.hull, opts.step_frac,
+                             opts.efficiency(), opts.frac, len(opts.bits), budget)[0]
+    assert list(ref.option) == [1, 0] and np.array_equal(option, ref.option)

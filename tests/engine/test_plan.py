@@ -59,3 +59,15 @@ def test_plan_validation_still_guards_policy_plans():
     assert Plan(10, (Span(0, 10, Action.RECOMPUTE),), Correction(state_loads=2)).num_reused == 0
     with pytest.raises(ValueError, match="REUSE span must keep"):
         Span(3, 5, Action.REUSE, 1)
+
+
+def test_with_reencode_equals_a_checked_replace():
+    """``Plan.with_reencode`` (rdr's lookup) gives the same Plan a checked ``dataclasses.replace`` gives."""
+    import dataclasses
+
+    plan = Plan.from_spans(100, [Span(0, 40, Action.REUSE), Span(40, 100, Action.RECOMPUTE)],
+                           Correction(recompute_tokens=3, state_loads=1, reencode_tokens=2, state_store_tokens=7))
+    want = dataclasses.replace(plan, correction=dataclasses.replace(plan.correction, reencode_tokens=62))
+    got = plan.with_reencode(60)
+    assert got == want and got.correction == want.correction and hash(got) == hash(want)
+    assert plan.correction.reencode_tokens == 2
