@@ -34,7 +34,7 @@ from pic.engine.oracle import cached_oracle, duplicate_tokens, join_runs
 from pic.engine.policies.base import PolicyContext, RequestView
 from pic.engine.request import Labels
 from pic.engine.runconfig import provenance
-from pic.engine.sanity import fit_warnings, resident_warnings, saturation_warning
+from pic.engine.sanity import below_prefix_warning, fit_warnings, resident_warnings, saturation_warning
 from pic.engine.serving import ServingModel, Workload
 from pic.engine.specs import gpu_from_name, model_from_name
 from pic.traces.io import atomic_dir
@@ -276,9 +276,11 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
                                      oracle_reused_tokens=pl.Series(oracle[sim.order], dtype=pl.Int64))
         frames.append(rows)
         summary[name] = _summary(sim, rows, best, base_sim, window, cost, config)
-        sat = saturation_warning(name, summary[name], config.replicas)
-        if sat is not None:
-            warnings.append(sat)
+        for w in (saturation_warning(name, summary[name], config.replicas),
+                  below_prefix_warning(name, summary[name], sim.config, config.capacity_bytes,
+                                       getattr(model, "is_hybrid", False))):
+            if w is not None:
+                warnings.append(w)
     warnings += resident_warnings(model, gpu, config.capacity_bytes, config.replicas,
                                   {n: s["peak_resident_bytes"] for n, s in summary.items()})
     # each frame is in request_id order: in policy order they are sorted by (policy, request_id), uncopied

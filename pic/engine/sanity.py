@@ -1,5 +1,6 @@
-"""Warnings about a replay whose numbers would mislead: the model or the cache does not fit the GPU, or the
-run is saturated (TTFT then measures the queue, not the cache). Each warning is a dict
+"""Warnings about a replay whose numbers would mislead: the model or the cache does not fit the GPU, the
+run is saturated (TTFT then measures the queue, not the cache), or a policy loses to the exact-prefix cache
+for a reason one of its options addresses. Each warning is a dict
 ``{"code", "message"}`` (plus ``"policy"`` for per-policy ones) in ``summary.json["warnings"]``; the CLI
 prints them, the report shows them. Nothing here stops a run: the simulation stays well defined, only its
 reading changes. Thresholds and reasoning: docs/metrics.md ("Warnings").
@@ -78,3 +79,25 @@ def saturation_warning(policy: str, s: dict[str, Any], replicas: int) -> dict[st
         f"queued {queue * 1e3:,.0f} ms before a {prefill * 1e3:,.1f} ms prefill (TTFT p50 {s['ttft_p50_s'] * 1e3:,.0f} ms): "
         "the offered load exceeds what they serve, so TTFT measures the queue; slow the trace down "
         "(--time-scale 2, --rate R) or add --replicas")}
+
+
+#: a policy "loses" to the best exact-prefix baseline when it spends at least this much more prefill energy
+BELOW_PREFIX = 0.01
+
+
+def below_prefix_warning(policy: str, s: dict[str, Any], config: dict[str, Any], capacity_bytes: float,
+                         hybrid: bool) -> dict[str, str] | None:
+    """``linearkv`` under a capacity spends more prefill energy than the best exact-prefix baseline while
+    its stored chunks may displace prefix-stage content (``admission`` other than ``prefix-first``): name
+    the option that protects the prefix stage. ``s`` is the policy's summary entry, ``config`` its
+    resolved options, ``hybrid`` whether each chunk also holds a recurrent state."""
+    saved = s.get("energy_saved_vs_prefix")
+    if (policy != "linearkv" or math.isinf(capacity_bytes) or saved is None or saved > -BELOW_PREFIX
+            or config.get("admission") == "prefix-first" or not config.get("prefix_stage", True)):
+        return None
+    what = "stored chunks and their recurrent states take" if hybrid else "stored chunks take"
+    return {"code": "below-prefix", "policy": policy, "message": (
+        f"{policy}: {-saved:.1%} more prefill energy than {s.get('baseline', 'the exact-prefix baseline')} at "
+        f"{_gib(capacity_bytes)}: its {what} room the prefix stage's content needed; "
+        "--set linearkv.admission=prefix-first evicts every chunk before prefix-stage content "
+        "(docs/linearkv.md, 'Admission under a capacity')")}

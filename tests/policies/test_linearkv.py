@@ -290,3 +290,20 @@ def test_prefix_first_evicts_every_chunk_before_a_leaf():
     assert chunks > 0 and leaves > 0
     freed = pol.evict(chunks, 2)
     assert freed >= chunks and pol._store.evictable == 0 and pol._tree.evictable_tokens == leaves
+
+
+def test_losing_to_prefix_under_a_capacity_names_prefix_first():
+    """A bounded linearkv run that spends more prefill energy than the best exact-prefix baseline warns and
+    names admission=prefix-first; none when it is already set, without a capacity or when it wins."""
+    from pic.engine.sanity import below_prefix_warning
+
+    lose, win = {"energy_saved_vs_prefix": -0.12, "baseline": "prefix"}, {"energy_saved_vs_prefix": 0.03}
+    cfg = {"admission": "seen-twice", "prefix_stage": True}
+    w = below_prefix_warning("linearkv", lose, cfg, 2 * 2**30, True)
+    assert w["code"] == "below-prefix" and "12.0%" in w["message"] and "admission=prefix-first" in w["message"]
+    assert "recurrent states" in w["message"]
+    assert "recurrent" not in below_prefix_warning("linearkv", lose, cfg, 2 * 2**30, False)["message"]
+    assert below_prefix_warning("linearkv", lose, {**cfg, "admission": "prefix-first"}, 2**31, True) is None
+    assert below_prefix_warning("linearkv", lose, cfg, math.inf, True) is None
+    assert below_prefix_warning("linearkv", win, cfg, 2**31, True) is None
+    assert below_prefix_warning("irminsul", lose, cfg, 2**31, True) is None
