@@ -349,13 +349,17 @@ class LinearKV(CachePolicy):
         new: dict[int, tuple[int, int]] = {}
         # seen-twice: a chunk inside the prefix stage's prefix is neither computed nor stored again
         inside = prefix if self._gate else 0
+        # NOTE (speed): _get's test inlined (Mooncake conversation: 588 k chunk lookups)
+        get, verify = self._entries.get, self.ctx.verify
         for k, fp in enumerate(fl):
             a, b = bl[k], bl[k + 1]
-            if self._get(fp, toks, a, b) is not None:
+            e = get(fp)
+            if e is None:
+                if b > inside and fp not in new:
+                    new[fp] = (a, b)
+            elif e.ready and e.size == b - a and (not verify or self._get(fp, toks, a, b) is not None):
                 if a >= prefix:
                     hits.append(k)
-            elif b > inside and fp not in self._entries and fp not in new:
-                new[fp] = (a, b)
         self.stats.extra["chunk_lookups"] += len(fl)
         self.stats.extra["chunk_hits"] += len(hits)
         used = list(dict.fromkeys(fl[k] for k in hits))
