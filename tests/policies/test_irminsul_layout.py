@@ -189,3 +189,37 @@ def test_marker_completed_after_the_shared_prefix_is_not_taken_from_the_other_la
         pol.release(req, 10 * i + 2)
     assert seen == [False]           # the first prompt had no committed one; the second fell back
     assert pol._store.entries.keys() >= set(cdc.fingerprints(r, wb).tolist())
+
+
+def test_marker_search_is_skipped_only_where_no_prompt_can_hold_a_marker() -> None:
+    """A store with no marker segment and no token equal to the marker's first (opaque blocks only, the default
+    marker above their vocabulary) skips the marker search; a stored marker occurrence, a marker segment, or a
+    marker whose first token an opaque block may derive keep it, and find what the search finds."""
+    from pic.engine.policies.irminsul_layout import _may_mark, marker_cuts
+    from pic.traces.content import Segments
+    from pic.traces.schema import KIND_CODE
+
+    def store(tokens, kinds, opaque):
+        n = len(kinds)
+        offs = np.arange(n + 1, dtype=np.int64) * 100
+        tok_offs = np.zeros(n + 1, np.int64) if opaque else None
+        keys = np.arange(n, dtype=np.uint64) if opaque else None
+        return Segments(np.arange(n, dtype=np.uint64), np.array(kinds, np.uint8), offs, tokens, tok_offs, keys,
+                        None if keys is None else keys * 0)
+
+    doc, mk = KIND_CODE["document"], KIND_CODE["marker"]
+    opaque = store(np.zeros(0, np.int32), [doc] * 3, True)
+    assert not _may_mark(opaque, BOUNDARY_MARKER)
+    assert _may_mark(opaque, np.arange(5, 69, dtype=np.int32))            # a marker opaque blocks may derive
+    toks = np.concatenate([np.arange(36, dtype=np.int32), BOUNDARY_MARKER, np.zeros(200, np.int32)])
+    stored = store(toks, [doc] * 3, False)
+    assert _may_mark(stored, BOUNDARY_MARKER)
+    assert not _may_mark(store(np.ones(300, np.int32), [doc] * 3, False), BOUNDARY_MARKER)
+    assert _may_mark(store(np.ones(300, np.int32), [doc, mk, doc], False), BOUNDARY_MARKER)
+    rows = np.arange(3)
+    view = RequestView(0, "s", None, np.array([0, 100, 200, 300], np.int64), stored.ids, stored.kinds, rows, stored)
+    got, marked = marker_cuts(view, view.tokens, 0, BOUNDARY_MARKER)
+    assert marked and sorted(got.tolist()) == [36, 100]
+    view = RequestView(0, "s", None, np.array([0, 100, 200, 300], np.int64), opaque.ids, opaque.kinds, rows, opaque)
+    got, marked = marker_cuts(view, view.tokens, 0, BOUNDARY_MARKER)
+    assert not marked and got.shape[0] == 0 and find_markers(view.tokens).shape[0] == 0

@@ -45,6 +45,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import not_
 
 import numpy as np
 
@@ -198,12 +200,13 @@ class Irminsul(ChunkWalk, CachePolicy):
             views = [(a, b, xs if all(x.parts is None for x in xs) else [y for x in xs for y in st.parts_of(x)])
                      for a, b, xs in views]
         entries = self._entries
-        fresh = [(fp, k) for k, fp in enumerate(fps) if fp not in entries]
-        new = dict(fresh)                     # fp -> chunk index, first occurrence, in prompt order
-        if len(new) < len(fresh):
+        # NOTE (speed): the chunks not in the registry in C-level passes (map, compress), no bytecode per chunk
+        ks = [*compress(range(len(fps)), map(not_, map(entries.__contains__, fps)))]
+        new = dict(zip(map(fps.__getitem__, ks), ks, strict=True))     # fp -> chunk index, first occurrence, in prompt order
+        if len(new) < len(ks):
             new = {}
-            for fp, k in fresh:
-                new.setdefault(fp, k)
+            for k in ks:
+                new.setdefault(fps[k], k)
         ends = [e for _, e, _ in views]       # views are disjoint, in target order
         # NOTE (speed): a chunk after the last reused range is recomputed whole (most new chunks); only the
         # others get their gaps listed
@@ -226,35 +229,44 @@ class Irminsul(ChunkWalk, CachePolicy):
             # every new chunk fits. NOTE (speed): one recomputed whole (most) gets one own extent, built inline
             # (new_extent and register); only the ones a reused range overlaps take the general path. A lean
             # store (unbounded) gives each run of them in a row one extent, each chunk a piece of it
-            whole, lean, run, run_end = 0, st.lean, None, -1
+            # NOTE (speed): a run's size and bytes are set once it ends (its chunks do not read them)
+            whole, lean, run, run_end, rb = 0, st.lean, None, -1, 0
+            kz = list(zip(hk, tk, strict=True)) if hk else []     # keys of chunk k0 + j
             for fp, k in new.items():
                 a, b = bounds[k], bounds[k + 1]
-                keys = (hk[k - k0], tk[k - k0]) if k >= k0 and hk and b - a >= m else None
+                n = b - a
+                keys = kz[k - k0] if k >= k0 and kz and n >= m else None
                 if k in gaps:
                     g = gaps[k]
                     own = [st.new_extent(src, g0, g1 - g0, now_us, tag) for g0, g1 in g]
-                    pieces = [[own[0], 0, b - a]] if len(g) == 1 and g[0] == (a, b) else \
+                    pieces = [[own[0], 0, n]] if len(g) == 1 and g[0] == (a, b) else \
                         layout_pieces(views, bisect_right(ends, a), own, g, a, b)
-                    chunks.append(st.register(fp, src, a, b - a, pieces, tag, own, keys))
+                    chunks.append(st.register(fp, src, a, n, pieces, tag, own, keys))
                     continue
                 if lean:
                     if a == run_end:          # the run goes on: this chunk is its next piece
-                        run.size += b - a
-                        run.nbytes += (b - a) * bpt
-                        c = Chunk(fp, src, a, b - a, [[run, a - run.base_pos, b - a]], tag, _RELEASED, keys)
+                        c = Chunk(fp, src, a, n, [[run, a - rb, n]], tag, _RELEASED, keys)
                     else:
-                        run = Extent(src, a, b - a, (b - a) * bpt, now_us, 1, LEAN, tag)
-                        c = Chunk(fp, src, a, b - a, [[run, 0, b - a]], tag, [run], keys)
+                        if run is not None:
+                            run.size = run_end - rb
+                            run.nbytes = run.size * bpt
+                            whole += run.size
+                        run, rb = Extent(src, a, n, n * bpt, now_us, 1, LEAN, tag), a
+                        c = Chunk(fp, src, a, n, [[run, 0, n]], tag, [run], keys)
                         st.num_extents += 1
                         st.made.append((run, bounds, k))      # (its chunks' edges, for stored_runs)
                     run_end = b
                 else:
-                    x = Extent(src, a, b - a, (b - a) * bpt, now_us, 1, fp, tag)
-                    c = Chunk(fp, src, a, b - a, [[x, 0, b - a]], tag, [x], keys)
+                    x = Extent(src, a, n, n * bpt, now_us, 1, fp, tag)
+                    c = Chunk(fp, src, a, n, [[x, 0, n]], tag, [x], keys)
                     st.num_extents += 1
+                    whole += n
                 entries[fp] = c
                 chunks.append(c)
-                whole += b - a
+            if run is not None:
+                run.size = run_end - rb
+                run.nbytes = run.size * bpt
+                whole += run.size
             st.protected += whole * bpt
             new = {}
         for fp, k in new.items():

@@ -10,6 +10,7 @@ import numpy as np
 
 from pic.engine.policies.base import RequestView
 from pic.engine.policies.irminsul_records import Extent
+from pic.traces.content import OPAQUE_VOCAB
 from pic.traces.markers import find_markers
 from pic.traces.schema import KIND_CODE
 
@@ -36,6 +37,8 @@ def marker_boundaries(req: RequestView, marker: np.ndarray) -> np.ndarray:
 def marker_cuts(req: RequestView, toks: np.ndarray, off: int, marker: np.ndarray) -> tuple[np.ndarray, bool]:
     """:func:`marker_boundaries` with the occurrences searched in ``toks`` = the prompt's tokens from ``off``
     on (exact when no occurrence lies wholly before ``off + len(marker) - 1``), and whether any was found."""
+    if req.source is not None and not _may_mark(req.source, marker):
+        return NO_CUTS, False
     m = marker.shape[0]
     starts = find_markers(toks, marker)
     idx = np.flatnonzero(req.segment_kinds == _MARKER_KIND)
@@ -45,6 +48,27 @@ def marker_cuts(req: RequestView, toks: np.ndarray, off: int, marker: np.ndarray
     return np.concatenate([starts + off, starts + (off + m), sb[idx], sb[idx + 1]]).astype(np.int64), \
         bool(starts.shape[0])
 
+
+def _may_mark(store, marker: np.ndarray) -> bool:
+    """Whether a prompt made of ``store``'s segments (a :class:`~pic.traces.content.Segments`) may hold a
+    ``marker`` segment or an occurrence of ``marker``: a segment of kind marker, or a token equal to its first
+    (stored tokens; opaque ones lie in ``[0, OPAQUE_VOCAB)``). Decided once per store and marker start.
+
+    NOTE (speed): a trace without any (Mooncake, Azure: opaque blocks only) skips the marker search of every
+    prompt (a pass over its tokens and one over its segments' kinds)"""
+    t = int(marker[0]) if marker.shape[0] else -1
+    got = _MAY_MARK.get((id(store), t))
+    if got is not None and got[0] is store:
+        return got[1]
+    may = bool((store.kinds == _MARKER_KIND).any()) or bool((store.tokens == t).any()) or \
+        (store.token_offsets is not None and 0 <= t < OPAQUE_VOCAB)
+    _MAY_MARK[(id(store), t)] = (store, may)
+    if len(_MAY_MARK) > 8:
+        del _MAY_MARK[next(iter(_MAY_MARK))]
+    return may
+
+
+_MAY_MARK: dict[tuple[int, int], tuple[object, bool]] = {}
 
 Use = tuple[int, int, Extent, int]   # target start, target end, extent, offset in the extent
 NO_TOKENS = np.zeros(0, np.int32)
