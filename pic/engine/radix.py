@@ -171,6 +171,26 @@ class RadixTree:
         p = self.page_size
         n = ((q.end if hi is None else hi) - lo) // p * p
         pos, node = self.match_prefix(q, now_us, split=True, count_hit=False, lo=lo, hi=lo + n)
+        return self._leaf_after(q, lo, n, pos, node, now_us)
+
+    def insert_walked(self, tokens: Any, now_us: int, pos: int, node: RadixNode) -> tuple[int, RadixNode]:
+        """:meth:`insert` of all of ``tokens`` right after ``match_prefix(tokens, None, split=True)`` found
+        ``(pos, node)``, with the tree unchanged since (the caller compares :attr:`version`): the same tree,
+        access times and result, without walking the path again (its nodes are touched, as the walk would)."""
+        q = as_seq(tokens)
+        nd = node
+        while nd is not self.root:
+            nd.last_access_us = now_us
+            nd = nd.parent
+        return self._leaf_after(q, 0, q.end // self.page_size * self.page_size, pos, node, now_us)
+
+    @property
+    def version(self) -> int:
+        """Bumped on every change of shape (insert, split, removal)."""
+        return self._version
+
+    def _leaf_after(self, q: Seq, lo: int, n: int, pos: int, node: RadixNode, now_us: int) -> tuple[int, RadixNode]:
+        """The rest of :meth:`insert` once its walk found ``(pos, node)``."""
         if pos >= n:
             return 0, node
         # NOTE (speed): the walk that just stopped here derived this child key (an opaque token: a hash mix)

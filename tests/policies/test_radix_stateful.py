@@ -157,3 +157,39 @@ def test_prune_removes_what_a_full_eviction_removes() -> None:
         live = [i for i in range(len(prompts)) if nodes[0][i].is_alive]
         assert live == [i for i in range(len(prompts)) if nodes[1][i].is_alive]
     assert freed_total > 0 and trees[0].num_nodes == 0 and trees[0].total_tokens == 0
+
+
+def test_insert_walked_equals_insert_after_the_same_walk() -> None:
+    """``insert_walked`` where a ``match_prefix(split=True)`` walk of the same tokens stopped (tree unchanged
+    since) leaves the tree ``insert`` leaves: the same edges, access times, hits, counters and result."""
+    from pic.engine.seq import Seq
+
+    def shape(tree: RadixTree) -> list:
+        out, stack = [], [(tree.root, ())]
+        while stack:
+            nd, path = stack.pop()
+            for k, ch in sorted(nd.children.items()):
+                toks = tuple(ch.src.tokens(ch.lo, ch.lo + ch.n).tolist())
+                out.append((path, k, toks, ch.last_access_us, ch.hits, ch.created_us, ch.lock_ref))
+                stack.append((ch, path + toks))
+        return sorted(out) + [tree.total_tokens, tree.evictable_tokens, tree.num_nodes, tree.version]
+
+    rng = np.random.default_rng(3)
+    for page in (1, 2, 3):
+        a, b = RadixTree(page, evicts=False), RadixTree(page, evicts=False)
+        base = rng.integers(0, 4, 40, dtype=np.int32)
+        for t in range(120):
+            cut = int(rng.integers(0, 40))
+            toks = np.concatenate([base[:cut], rng.integers(0, 4, int(rng.integers(0, 12)), dtype=np.int32)])
+            qa, qb = Seq.of_array(toks), Seq.of_array(toks.copy())
+            pa, na = a.match_prefix(qa, None, split=True)
+            pb, _ = b.match_prefix(qb, None, split=True)
+            assert pa == pb
+            if rng.random() < 0.3:
+                b.match_prefix(qb, 10 * t, split=False)                # other walks touch nodes in both trees
+                a.match_prefix(qa, 10 * t, split=False)
+            assert a.version == b.version
+            got = a.insert_walked(qa, 10 * t + 1, pa, na)
+            want = b.insert(qb, 10 * t + 1)
+            assert got[0] == want[0]
+            assert shape(a) == shape(b), f"page {page}, step {t}"

@@ -286,7 +286,9 @@ class Irminsul(ChunkWalk, CachePolicy):
             chunks.append(st.register(fp, src, a, b - a, pieces, tag, own, keys))
         self.stats.extra["partly_stored"] += not full
         self._live[rid] = (locked, chunks)
-        self._pending[rid] = got._replace(uses=[], toks=NO_TOKENS, heads=(), tails=())    # the layout, for commit
+        # the layout, for commit (NOTE (speed): built positionally, not by NamedTuple._replace)
+        self._pending[rid] = Analysis(got.bounds, got.fps, got.anchors, got.hard, got.marked, NO_TOKENS, got.off, [],
+                                      got.k0, (), ())
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:

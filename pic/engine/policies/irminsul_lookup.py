@@ -113,7 +113,9 @@ class ChunkWalk:
         if fast:
             ex["chunk_lookups"] += misses
         uses.sort(key=lambda u: u[0])        # S1 adds end-aligned windows after start-aligned ones
-        return got._replace(uses=uses, k0=kc, heads=heads_at, tails=tails_at) if fast else got._replace(uses=uses)
+        if fast:        # (positionally: NamedTuple._replace is a Python-level rebuild)
+            return Analysis(got.bounds, got.fps, got.anchors, got.hard, got.marked, toks, off, uses, kc, heads_at, tails_at)
+        return got._replace(uses=uses)
 
     def _full_layout(self, req: RequestView) -> Analysis:
         """CDC over the whole prompt."""

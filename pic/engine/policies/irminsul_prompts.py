@@ -20,11 +20,20 @@ class PromptIndex:
     def __init__(self, entries: dict[int, Chunk], evicts: bool = True) -> None:
         self.entries = entries
         self.tree = RadixTree(evicts=evicts)      # False: an unbounded cache's index never evicts (no heap)
+        self._walk: tuple | None = None           # the last best_layout walk: (tokens, tree version, num, node)
 
     def add(self, tokens: Seq | np.ndarray, layout: tuple, now_us: int, cap_tokens: float) -> None:
         """Index a committed prompt (its :class:`~engine.seq.Seq`: edges are references) with its chunk
         layout (``(bounds, fps, ...)``: what the policy keeps of it); keep the index under ``cap_tokens``."""
-        _, node = self.tree.insert(tokens, now_us)
+        w = self._walk
+        if w is not None and w[0] is tokens and w[1] == self.tree.version:
+            # NOTE (speed): the tree is as best_layout's walk of this prompt left it (its lookup, then admit and
+            # commit with no other commit or split in between: every request of Mooncake and Azure
+            # conversation): the new leaf goes where that walk stopped, without walking the prompt again
+            _, node = self.tree.insert_walked(tokens, now_us, w[2], w[3])
+        else:
+            _, node = self.tree.insert(tokens, now_us)
+        self._walk = None
         node.value = layout
         if self.tree.total_tokens > cap_tokens:
             self.tree.evict(int(self.tree.total_tokens - cap_tokens))
@@ -35,6 +44,7 @@ class PromptIndex:
         prompts, deepest shared prefix first; ``(None, 0)`` when none serves any), and the layout ``other``
         of a committed prompt sharing the longest prefix, ``shared`` tokens (None when none shares any)."""
         num, node = self.tree.match_prefix(toks, None, split=True)
+        self._walk = (toks, self.tree.version, num, node)
         best, best_len, tried, depth, skip, other = None, 0, 0, num, None, None
         while node is not None and best_len < depth and tried < _LAYOUTS:
             # prompts below ``node`` (minus the branch done) share ``depth``; pre-order, children in order
