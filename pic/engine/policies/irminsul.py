@@ -46,7 +46,7 @@ import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import not_
+from operator import attrgetter, not_
 
 import numpy as np
 
@@ -64,6 +64,7 @@ from pic.engine.policies.irminsul_store import ChunkStore
 from pic.traces.markers import BOUNDARY_MARKER
 
 _RELEASED: list = []  # never appended to
+_READY = attrgetter("ready")
 
 __all__ = ["Irminsul", "IrminsulConfig", "marker_boundaries"]
 
@@ -304,8 +305,9 @@ class Irminsul(ChunkWalk, CachePolicy):
         st = self._store
         # NOTE: tail first (vLLM frees a request's blocks reversed): among extents of equal recency the
         # end of a prompt is evicted before its head, so a chunk loses its tail and keeps serving its head
-        if all(c.ready for c in chunks):      # committed: nothing to drop, one pass over the extents
-            xs = [x for c in reversed(chunks) for x in reversed(c.own)]
+        if all(map(_READY, chunks)):          # committed: nothing to drop, one pass over the extents
+            # (most chunks of a lean run own nothing: their own list is already _RELEASED)
+            xs = [x for c in reversed(chunks) if c.own is not _RELEASED for x in reversed(c.own)]
             for c in chunks:
                 c.own = _RELEASED
             xs += reversed(locked)
