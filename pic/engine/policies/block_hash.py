@@ -91,7 +91,7 @@ class BlockHashCache(CachePolicy):
         # slots or an int64 array of slots (:meth:`BlockChains.walk`)
         self._live: dict[int, tuple[list, int, np.ndarray, int]] = {}
         self._memo: tuple[RequestView, np.ndarray] | None = None   # (request, hashes) of the last one
-        self._walked: tuple | None = None       # (request, tree version, end, pieces) of the last walk
+        self._walked: tuple | None = None       # (request, tree version, end, pieces, position) of the last walk
         cap = ctx.capacity_tokens
         self._cap_blocks = cap if cap == float("inf") else cap // bs
 
@@ -140,7 +140,13 @@ class BlockHashCache(CachePolicy):
         self._reserved -= need
         n = hashes.shape[0]
         # the first `want` blocks are held: walk on from the last of them
-        run, pieces, pos = self._tree.walk(hashes, want, self._tree.after(_last(held) if want else -1), n)
+        w = self._walked
+        if w is not None and w[0] is req and w[1] == self._tree.version and not self.ctx.verify:
+            # NOTE (speed): the tree is unchanged since lookup's walk (one replica commits a request before
+            # it admits the next): that walk went on from block `want` to where this one would end
+            run, pieces, pos = w[2], _tail(w[3], want), w[4]
+        else:
+            run, pieces, pos = self._tree.walk(hashes, want, self._tree.after(_last(held) if want else -1), n)
         if pieces:
             self._lock(pieces)
         if run < n:                                         # nothing after the matched run is resident
@@ -197,8 +203,8 @@ class BlockHashCache(CachePolicy):
         tree is unchanged: admit reuses lookup's walk)."""
         w = self._walked
         if w is None or w[0] is not req or w[1] != self._tree.version:
-            run, pieces, _ = self._tree.walk(hashes, 0, self._tree.after(-1), hashes.shape[0])
-            self._walked = w = (req, self._tree.version, run, pieces)
+            run, pieces, pos = self._tree.walk(hashes, 0, self._tree.after(-1), hashes.shape[0])
+            self._walked = w = (req, self._tree.version, run, pieces, pos)
         return w[2], w[3]
 
     def _match(self, req: RequestView, hashes: np.ndarray, limit: int | None = None) -> np.ndarray:
@@ -374,6 +380,19 @@ def _head(pieces: list, n: int) -> list:
             p = slice(p.start, p.start + n) if type(p) is slice else p[:n]
         out.append(p)
         n -= k
+    return out
+
+
+def _tail(pieces: list, n: int) -> list:
+    """The slot pieces after the first ``n`` blocks of ``pieces``."""
+    out = []
+    for p in pieces:
+        k = p.stop - p.start if type(p) is slice else p.shape[0]
+        if n >= k:
+            n -= k
+            continue
+        out.append(p if not n else slice(p.start + n, p.stop) if type(p) is slice else p[n:])
+        n = 0
     return out
 
 
