@@ -195,7 +195,15 @@ class BlockChains:
         """Forget ``slots``: each edge keeps its head of blocks not among them (eviction takes leaves, so an
         edge's evicted blocks are its tail and everything below them). A slot is resident while its ``eid``
         is not 0."""
-        eids = np.unique(self.eid[slots]).tolist()
+        ids = self.eid[slots]
+        # NOTE (speed): the ids come in runs (an edge's blocks are freed together): their run heads, then a
+        # sorted set of those few (np.unique costs ~5 us a call even on a handful of values; same order)
+        if ids.shape[0] > 16:
+            head = np.empty(ids.shape[0], np.bool_)
+            head[0] = True
+            np.not_equal(ids[1:], ids[:-1], out=head[1:])
+            ids = ids[head]
+        eids = sorted(set(ids.tolist()))
         self.eid[slots] = 0
         for eid in eids:
             e = self._edges[eid]

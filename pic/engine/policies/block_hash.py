@@ -348,6 +348,7 @@ class BlockHashCache(CachePolicy):
         if not got:
             return 0
         cand = np.concatenate(got)
+        self._free_seq[cand] = -1       # (so that their queue entries are stale: see _valid)
         self._tree.evicted(cand)
         self._num_resident -= cand.shape[0]
         self._push_spare(cand)
@@ -358,7 +359,10 @@ class BlockHashCache(CachePolicy):
 
 
     def _valid(self, seq: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        return (self._tree.eid[slots] != 0) & (self._ref[slots] == 0) & (self._free_seq[slots] == seq)
+        """Whether queue entries ``(seq, slots)`` still stand: the block is free and was last freed at ``seq``
+        (eviction sets ``free_seq`` to -1 and a recycled slot is locked at once, so a block evicted since, or
+        recycled, fails the check without reading ``eid``)."""
+        return (self._ref[slots] == 0) & (self._free_seq[slots] == seq)
 
     @property
     def _alive(self) -> np.ndarray:
