@@ -280,7 +280,8 @@ class BlockHashCache(CachePolicy):
     def _unlock(self, pieces: list) -> None:
         """ref -= 1 on the slots of ``pieces``; those that reach 0 join the free queue, tail first (vLLM frees
         reversed(blocks): the tail is evicted first)."""
-        ref, nxt, queue = self._ref, self._next_free_seq, self._queue if self._queue_kept else None
+        ref, nxt, kept = self._ref, self._next_free_seq, self._queue_kept
+        parts: list[tuple[np.ndarray, np.ndarray]] = []        # (seq, slots) per piece, for the queue
         for p in reversed(pieces):
             if type(p) is slice:
                 v = ref[p]
@@ -290,7 +291,7 @@ class BlockHashCache(CachePolicy):
                 if not z:
                     continue
                 if z == k:                  # (the common case: all of them)
-                    zero = np.arange(p.stop - 1, p.start - 1, -1) if queue is not None else None
+                    zero = np.arange(p.stop - 1, p.start - 1, -1) if kept else None
                 else:
                     zero = np.flatnonzero(v == 0)[::-1] + p.start
             else:
@@ -303,20 +304,24 @@ class BlockHashCache(CachePolicy):
                     continue
             if nxt + z > _I32_MAX and self._free_seq.dtype != np.int64:
                 self._free_seq = self._free_seq.astype(np.int64)
-            if z == k:
+            if z == k and not kept:
                 self._free_seq[p] = np.arange(nxt + z - 1, nxt - 1, -1, dtype=np.int64)
-                seq = np.arange(nxt, nxt + z, dtype=np.int64) if queue is not None else None
             else:
                 seq = np.arange(nxt, nxt + z, dtype=np.int64)
-                self._free_seq[zero] = seq
+                if z == k:
+                    self._free_seq[p][::-1] = seq
+                else:
+                    self._free_seq[zero] = seq
+                if kept:
+                    parts.append((seq, zero))
             nxt += z
-            if queue is not None:
-                queue.append((seq, zero))
         z = nxt - self._next_free_seq
         self._num_locked -= z
         self._next_free_seq = nxt
-        if queue is None or not z:
+        if not parts:
             return
+        # one queue entry per release, as one array pair (fewer entries for eviction to check)
+        self._queue.append(parts[0] if len(parts) == 1 else tuple(np.concatenate(a) for a in zip(*parts, strict=True)))
         self._num_queued += z
         if self._num_queued > 2 * self._num_resident + 65_536:
             seq, sl = (np.concatenate(a) for a in zip(*self._queue, strict=True))
