@@ -24,7 +24,9 @@ from hash to slot, one entry per block: on Mooncake conversation (5.6 M resident
 misses were ~430 of ~690 us per request (~290 inserting, ~140 looking up); numpy open-addressing
 tables were tried twice in its place and lost to the dict at the 70-470 keys a request brings.
 A chained-hash collision (2^-64 per pair) used to merge two chains in the dict; in the tree, blocks
-match only along their whole path.
+match only along their whole path. A request's held blocks are the walk's slot pieces (a slice per run
+of consecutive slots, an array only for recycled ones), so ref counts and the free order are updated
+through views: per request the cost is numpy calls per piece, not per block (docs/bench-bh8.md).
 """
 
 from __future__ import annotations
