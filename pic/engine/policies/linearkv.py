@@ -90,7 +90,7 @@ class LinearKVConfig:
         "help": "which new chunks a bounded store keeps (KV + recurrent state): seen-twice (one whose content "
                 "was computed before in another context may evict other chunks; any other only fills free "
                 "room, first in line for eviction) | prefix-first (the same, and the prefix stage evicts "
-                "chunks before its own content: never below prefix) | always (every new chunk; a request "
+                "every chunk before its own content) | always (every new chunk; a request "
                 "whose chunks do not fit is not cached)"})
 
     def __post_init__(self) -> None:
@@ -174,8 +174,9 @@ class LinearKV(CachePolicy):
                                 evicts=ctx.capacity_bytes != float("inf")) if c.prefix_stage else None)
         self._nodes: dict[int, tuple[RadixNode | None, int]] = {}
         self._reserved = 0
-        # admission of a bounded store (seen-twice): fingerprints of chunks admitted requests computed, as
-        # one byte per slot of their top bits (a one-hash Bloom filter, cleared when half its slots are set)
+        # admission of a bounded store (seen-twice, prefix-first): per chunk admitted requests computed, the
+        # context tag it was last computed in, in the slot of its fingerprint's top bits with 8 check bits
+        # (a one-hash filter, cleared when half its slots are set)
         self._gate = ctx.capacity_bytes != float("inf") and c.admission != "always"
         self._prefix_first = self._tree is not None and c.admission == "prefix-first"
         self._seen, self._seen_n = array("H", bytes(2 * _SEEN_SLOTS if self._gate else 0)), 0
@@ -226,11 +227,7 @@ class LinearKV(CachePolicy):
         per, bpt = self._state_b + self._op_b, self.ctx.bytes_per_token
         num_new = sum(b - a for a, b in lay.new.values())
         need = num_new * bpt + len(lay.new) * per
-        pages = 0                            # prompt tokens the prefix stage will add at commit
-        if self._tree is not None:
-            p = self._tree.page_size
-            pages = max(0, req.num_tokens // p * p - lay.prefix)
-        need_pages = pages * bpt
+        need_pages = self._pages(req, lay.prefix) * bpt
         over = self.usage().total + need + need_pages - self.ctx.capacity_bytes
         if over > 0 and self.evict(int(over), now_us) < over:
             for fp in lay.used:
@@ -243,7 +240,7 @@ class LinearKV(CachePolicy):
         self._nodes[rid] = (node, need_pages)
         src, add = req.seq, st.add
         cold = lay.cold
-        for fp, (a, b) in lay.new.items():   # new chunks: protected until release
+        for fp, (a, b) in lay.new.items():   # new chunks: protected until release (admission: until commit)
             e = add(fp, src, b - a, a, (b - a) * bpt + per, now_us)
             if fp in cold:                   # first in eviction order (an access promotes it)
                 e.last_access_us = e.created_us = -1
@@ -298,7 +295,7 @@ class LinearKV(CachePolicy):
             return st.evict(num_bytes, self.stats)
         if self._prefix_first:
             return self._evict_chunks_first(num_bytes)
-        freed, bpt = 0, self.ctx.bytes_per_token
+        freed = 0
         while freed < num_bytes:
             ck, tk = st.peek(), tree.peek_key()
             if ck is None and tk is None:
@@ -306,23 +303,23 @@ class LinearKV(CachePolicy):
             if ck is not None and (tk is None or ck <= tk):
                 freed += st.evict_next(self.stats)
                 continue
-            before = tree.num_evicted
-            b = tree.evict(1) * bpt
-            freed += b
-            self.stats.evictions += tree.num_evicted - before
-            self.stats.evicted_bytes += b
+            freed += self._evict_leaves(1)
         return freed
 
     def _evict_chunks_first(self, num_bytes: int) -> int:
-        freed, tree = self._store.evict(num_bytes, self.stats), self._tree
+        freed = self._store.evict(num_bytes, self.stats)
         if freed < num_bytes:
-            bpt = self.ctx.bytes_per_token
-            before = tree.num_evicted
-            b = tree.evict(-(-(num_bytes - freed) // bpt)) * bpt
-            freed += b
-            self.stats.evictions += tree.num_evicted - before
-            self.stats.evicted_bytes += b
+            freed += self._evict_leaves(-(-(num_bytes - freed) // self.ctx.bytes_per_token))
         return freed
+
+    def _evict_leaves(self, num_tokens: int) -> int:
+        """Evict prefix-stage leaves for at least ``num_tokens`` tokens (counted in the stats); bytes freed."""
+        tree = self._tree
+        before = tree.num_evicted
+        b = tree.evict(num_tokens) * self.ctx.bytes_per_token
+        self.stats.evictions += tree.num_evicted - before
+        self.stats.evicted_bytes += b
+        return b
 
     def usage(self) -> Usage:
         st, t, bpt = self._store, self._tree, self.ctx.bytes_per_token
@@ -332,6 +329,13 @@ class LinearKV(CachePolicy):
         return Usage(ev, pr, ev + pr, self.ctx.capacity_bytes)
 
     # ---- Internal helpers -------------------------------------------------------------------------
+    def _pages(self, req: RequestView, prefix: int) -> int:
+        """Prompt tokens the prefix stage adds at commit beyond its ``prefix`` (whole pages; 0 without it)."""
+        if self._tree is None:
+            return 0
+        p = self._tree.page_size
+        return max(0, req.num_tokens // p * p - prefix)
+
     def _prefix(self, req: RequestView, now_us: int | None) -> int:
         """Tokens of ``req``'s longest committed exact prefix in the prefix stage (0 without one)."""
         if self._tree is None:
@@ -384,14 +388,10 @@ class LinearKV(CachePolicy):
         storing every new chunk let one-off chunks flush the prefix stage (Mooncake conversation at 60 GiB:
         2.5 % of tokens reused against prefix's 11.6 %) and failed half the admissions."""
         bpt, per, st, entries = self.ctx.bytes_per_token, self._state_b + self._op_b, self._store, self._entries
-        pages = 0
         evictable = st.evictable - sum(e.nbytes for e in map(entries.__getitem__, used) if e.refs == 0)
-        if self._tree is not None:
-            p = self._tree.page_size
-            pages = max(0, req.num_tokens // p * p - prefix)
-            if not self._prefix_first:
-                evictable += max(0, self._tree.evictable_tokens - prefix) * bpt
-        free = self.ctx.capacity_bytes - self.usage().total - pages * bpt
+        if self._tree is not None and not self._prefix_first:
+            evictable += max(0, self._tree.evictable_tokens - prefix) * bpt
+        free = self.ctx.capacity_bytes - self.usage().total - self._pages(req, prefix) * bpt
         room, seen, keep, cold = free + evictable, self._seen, {}, set()
         for fp, (a, b) in new.items():
             cost = (b - a) * bpt + per
