@@ -103,6 +103,24 @@ def test_series_statistics_equal_numpy_on_the_expanded_multiset(seed):
         assert got[k] == pytest.approx(want[k], rel=1e-9, abs=1e-12), k
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_series_percentiles_on_many_segments_with_ties(seed):
+    """Thousands of segments (the search drops settled ones every 8 halvings), many values tied across
+    segments and zero weights: the same statistics as the values written out."""
+    rng = np.random.default_rng(100 + seed)
+    k = 5000
+    d0 = np.round(rng.uniform(1e-3, 0.05, k), 4)          # ties across segments
+    step = np.where(rng.random(k) < 0.6, 0.0, np.round(rng.uniform(0, 1e-3, k), 5))
+    n = rng.integers(1, 40, k)
+    w = rng.integers(0, 6, k)
+    segs = np.stack([d0, step, n, w], 1).astype(np.float64)
+    vals = np.concatenate([np.repeat(a + s * np.arange(m), c) for a, s, m, c in zip(d0, step, n, w, strict=True)])
+    want = describe(vals, "itl", PCTS)
+    got = describe_series(segs, "itl", PCTS)
+    for key in want:
+        assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-12), key
+
+
 def test_empty_series_and_empty_values_are_null():
     """No ITL (every request one token) gives null statistics, not zeros."""
     assert set(describe_series([], "itl", (99,)).values()) == {None}
