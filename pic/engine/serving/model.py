@@ -77,7 +77,9 @@ class ServingModel:
     def run(self) -> RequestTable:
         """Replay every request to completion; returns the requests (index = workload row; iterating gives
         finished Request entities, ``request_frame`` reads the columns)."""
-        if self._chain.size:
+        if self._next_turn is None:        # open loop: every arrival known in advance, fed in order
+            self.sim.feed(self.w.arrival_us, ARRIVAL, self._arrive)
+        elif self._chain.size:
             first = int(self._chain[0])
             self.sim.schedule(Event(ARRIVAL, -1, first), int(self.w.arrival_us[first]))
         self.sim.run()
@@ -104,7 +106,15 @@ class ServingModel:
 
     # ---- Event handlers ---------------------------------------------------------------------------
     def _on_arrival(self, ev: Event, now: int) -> list[tuple[int, Event]]:
-        i = ev.req
+        """Closed loop: request ``ev.req`` arrives; the next session head's arrival is chained after it."""
+        out = self._arrive(ev.req, now)
+        nxt = self._chain_after[ev.req]
+        if nxt >= 0:
+            out.append((max(now, self.w.arrival_us.item(nxt)), Event(ARRIVAL, -1, nxt)))
+        return out
+
+    def _arrive(self, i: int, now: int) -> list[tuple[int, Event]]:
+        """Request ``i`` arrives at ``now``: routed and queued; a replica that must re-plan is woken."""
         r = self.requests[i]
         r.arrival_us = now
         r.status = Status.WAITING
@@ -114,15 +124,8 @@ class ServingModel:
         rep = self.replicas[k]
         rep.queue.append(i)
         rep.num_outstanding += 1
-        out = []
         wake = rep.cut(now)
-        if wake is not None:
-            out.append((wake, Event(SCHEDULE, k, -1, rep.version)))
-        after = self._chain_after
-        nxt = (i + 1 if i + 1 < self._n else -1) if after is None else after[i]
-        if nxt >= 0:
-            out.append((max(now, self.w.arrival_us.item(nxt)), Event(ARRIVAL, -1, nxt)))
-        return out
+        return [] if wake is None else [(wake, Event(SCHEDULE, k, -1, rep.version))]
 
     def _on_schedule(self, ev: Event, now: int) -> list[tuple[int, Event]]:
         rep = self.replicas[ev.target]
