@@ -84,6 +84,7 @@ class CostModel:
         # bytes attention reads per cached token: dense, or fewer for compressed KV (rdr / ADA codes)
         self._kv_read = self._kvb if kv_read_bytes is None else float(kv_read_bytes)
         self._dec_attn = m.decode_attention_flops_per_context_token()
+        self._attn = m.attention_flops_fn()      # ModelSpec.attention_flops, constants bound
         self._lin_per_token = m.linear_flops(1)
         self._lm_flops = 2.0 * m.lm_head_params
         self._state = float(m.state_bytes)
@@ -174,7 +175,7 @@ class CostModel:
             num_new, start = 1, num_tokens - 1
         lin_f = self._lin_per_token * num_new + self._lm_flops
         lin_b = self._weights(num_new) + num_new * kvb
-        att_f = self.model.attention_flops(num_new, start)
+        att_f = self._attn(num_new, start)
         att_b = (num_new + start) * kvb
         rec_b = 2.0 * 1 * self._state
         extra_s = max(0.0 / peak, rec_b / bw)
@@ -204,7 +205,7 @@ class CostModel:
         num_tokens = sum(n for n, _ in chunks) + num_decode
         lin_f = self._lin_per_token * num_tokens + self._lm_flops * (len(chunks) + num_decode)
         lin_b = self._weights(num_tokens) + num_tokens * kvb
-        att_f = sum(m.attention_flops(n, c) for n, c in chunks) + decode_context_tokens * self._dec_attn
+        att_f = sum(self._attn(n, c) for n, c in chunks) + decode_context_tokens * self._dec_attn
         att_b = sum(n + c for n, c in chunks) * kvb + decode_context_tokens * self._kv_read
         rec_b = 2.0 * (len(chunks) + num_decode) * self._state
         return (self._phase(lin_f, lin_b) + self._phase(att_f, att_b) + self._phase(0.0, rec_b)
@@ -232,7 +233,7 @@ class CostModel:
         num_tokens = n + num_decode
         lin_f = self._lin_per_token * num_tokens + self._lm_flops * (1 + num_decode)
         lin_b = self._weights(num_tokens) + num_tokens * kvb
-        pre_f = self.model.attention_flops(n, c)
+        pre_f = self._attn(n, c)
         t_lin = max(lin_f / peak, lin_b / bw)
         t_rec = max(0.0 / peak, 2.0 * (1 + num_decode) * self._state / bw)
         dec_f = dctx * self._dec_attn

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from pic.engine.specs import GPUS, MODELS, ModelSpec, gpu_from_name, model_from_hf_config, model_from_name
@@ -197,3 +198,15 @@ def test_hf_missing_file(tmp_path):
     """A missing config.json is a ValueError naming the path."""
     with pytest.raises(ValueError, match="cannot read"):
         model_from_hf_config(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_bound_attention_flops_equal_the_method_bit_for_bit(name):
+    """CostModel prices every batch step with ``attention_flops_fn()``: the same floats as the method
+    (GQA and MLA, empty chunks, long contexts) on fresh random inputs."""
+    m = MODELS[name]
+    f = m.attention_flops_fn()
+    rng = np.random.default_rng()
+    for n, c in zip(rng.integers(-3, 70_000, 500).tolist(), rng.integers(0, 1_000_000, 500).tolist(), strict=True):
+        assert f(n, c) == m.attention_flops(n, c), (n, c)
+    assert f(0, 5) == 0.0 and f(1, 0) == m.attention_flops(1, 0)

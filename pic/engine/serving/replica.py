@@ -109,8 +109,8 @@ class Replica:
         a request, priced in the batch it actually met."""
         budget, cost = self.token_budget, self.cost
         s, nd, base = self.steps, self.num_decode, self.ctx_base
-        fins: list[tuple[int, int]] | None = None
-        done, share, k, num_cached = 0, 0.0, 0, num_tokens - num_new
+        fins: list[tuple[int, int, int, int]] | None = None
+        done, share, num_cached = 0, 0.0, num_tokens - num_new
         while done < num_new:
             chunk = min(num_new - done, max(1, budget - nd))
             share += cost.prefill_step(chunk, num_cached + done, nd, base + nd * s if nd else 0)[1]
@@ -119,13 +119,14 @@ class Replica:
             if done >= num_new:
                 break
             if fins is None:
-                # NOTE (speed): the decoders' finish steps matter only from a second chunk on; most prefills
-                # fit one step, and sorting the whole decode batch per request cost ~15 us on Mooncake
-                fins = sorted((f, term) for f, _, _, term in self.decoding)
-            while k < len(fins) and fins[k][0] <= s:
+                # NOTE (speed): the decoders' finish steps matter only from a second chunk on (most prefills
+                # fit one step); a copy of the decode heap gives the few finishing within the prefill's steps
+                # without sorting the whole batch (every decoder with finish step <= s leaves, in any order)
+                fins = self.decoding.copy()
+            while fins and fins[0][0] <= s:
+                term = heapq.heappop(fins)[3]
                 nd -= 1
-                base -= fins[k][1]
-                k += 1
+                base -= term
         return share
 
     def run_decode(self, now: int) -> int:

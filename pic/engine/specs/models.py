@@ -9,6 +9,7 @@ whose per-sequence state does not grow with context. Formulas: docs/cost-model.m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -272,6 +273,31 @@ class ModelSpec:
         absorbed = n * c * self._mla_absorbed_pair_flops()
         expand = 2.0 * c * self.kv_lora_rank * H * (self.qk_nope_head_dim + self.v_head_dim) + n * c * per_pair
         return self.num_attn_layers * (per_pair * self_pairs + min(absorbed, expand))
+
+    def attention_flops_fn(self) -> Callable[[int, int], float]:
+        """:meth:`attention_flops` with this model's constants bound: the same operations in the same order
+        (so the same floats). NOTE (speed): for callers pricing every batch step (CostModel): the layer
+        census and the per-pair terms are not recomputed per call."""
+        L, H = self.num_attn_layers, self.num_heads
+        if self.attention == "gqa":
+            per_gqa = 4.0 * H * self.head_dim
+
+            def gqa(num_new: int, num_cached: int) -> float:
+                if num_new <= 0:
+                    return 0.0
+                n, c = float(num_new), float(num_cached)
+                return L * per_gqa * (n * c + n * (n + 1) / 2)
+            return gqa
+        per_pair = 2.0 * H * (self.head_dim + self.v_head_dim)
+        pair_abs = self._mla_absorbed_pair_flops()
+        r, q = self.kv_lora_rank, self.qk_nope_head_dim + self.v_head_dim
+
+        def mla(num_new: int, num_cached: int) -> float:
+            if num_new <= 0:
+                return 0.0
+            n, c = float(num_new), float(num_cached)
+            return L * (per_pair * (n * (n + 1) / 2) + min(n * c * pair_abs, 2.0 * c * r * H * q + n * c * per_pair))
+        return mla
 
     def _mla_absorbed_pair_flops(self) -> float:
         return 2.0 * self.num_heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
