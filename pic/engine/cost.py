@@ -196,7 +196,7 @@ class CostModel:
         if not chunks:
             fixed, per = self.decode_step_coeffs(num_decode)
             return fixed + per * decode_context_tokens
-        m, kvb = self.model, self._kvb
+        kvb = self._kvb
         if self.profile is not None:
             num_new = sum(n for n, _ in chunks)
             fixed, per = self.profile.decode_coeffs(num_decode)
