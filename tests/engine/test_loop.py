@@ -118,3 +118,71 @@ def test_a_failing_handler_leaves_the_count_of_processed_events():
     with pytest.raises(RuntimeError, match="boom"):
         sim.run()
     assert sim.num_events == 3 and sim.now == 3 and sim.run() == 1
+
+
+def _feed_vs_heap(seed: int, mode: str):
+    """The same events dispatched two ways: arrivals as heap events chained one after another (the old
+    open-loop path) vs arrivals fed (Simulator.feed); handlers add finishes, prefill completions and
+    schedules at random times, many of them at an arrival's instant."""
+    import random
+
+    def build(use_feed):
+        rng = random.Random(seed)
+        times = sorted(rng.randrange(0, 60) for _ in range(40))
+        follow = [[(t + rng.choice([0, 0, 1, 3]), rng.choice([EventKind.FINISH, EventKind.PREFILL_DONE,
+                                                              EventKind.SCHEDULE, EventKind.METRICS]))
+                   for _ in range(rng.randrange(0, 3))] for t in times]
+        seen = []
+
+        def arrive(j, now):
+            seen.append((now, "A", j))
+            out = [(t, Event(k, req=j)) for t, k in follow[j]]
+            if not use_feed and j + 1 < len(times):
+                out.append((times[j + 1], Event(EventKind.ARRIVAL, req=j + 1)))
+            return out
+
+        def other(ev, now):
+            seen.append((now, ev.kind.name, ev.req))
+            return [(now, Event(EventKind.METRICS, req=-ev.req - 1))] if ev.kind == EventKind.FINISH else []
+
+        sim = Simulator({**dict.fromkeys(EventKind, other), EventKind.ARRIVAL: lambda ev, now: arrive(ev.req, now)})
+        sim.schedule(Event(EventKind.FINISH, req=99), times[0])         # a tie with the first arrival
+        if use_feed:
+            sim.feed(times, EventKind.ARRIVAL, arrive)
+        else:
+            sim.schedule(Event(EventKind.ARRIVAL, req=0), times[0])
+        if mode == "observers":
+            sim.observers.append(lambda ev, now: None)
+            sim.run()
+        elif mode == "until":
+            for stop in (7, 20, 21, 45):
+                sim.run(until=stop)
+                assert sim.now == stop
+            sim.run()
+        else:
+            sim.run()
+        return seen, sim.num_events
+
+    return build(False), build(True)
+
+
+@pytest.mark.parametrize("mode", ["drain", "observers", "until"])
+@pytest.mark.parametrize("seed", range(6))
+def test_fed_arrivals_dispatch_in_the_heap_order(seed, mode):
+    """Simulator.feed gives the order the heap gives (time, then kind rank; the heap holds no event of the
+    fed kind), in the fast drain, with observers and through run(until) stops."""
+    (heap_seen, heap_n), (fed_seen, fed_n) = _feed_vs_heap(seed, mode)
+    assert fed_seen == heap_seen and fed_n == heap_n
+    assert sum(1 for _, k, _ in fed_seen if k == "A") == 40
+
+
+def test_feed_rejects_a_second_feed_and_the_past():
+    """One feed per simulator; a feed cannot start before now."""
+    sim = Simulator({})
+    sim.feed([1, 2], EventKind.ARRIVAL, lambda j, now: None)
+    with pytest.raises(ValueError, match="one feed"):
+        sim.feed([3], EventKind.ARRIVAL, lambda j, now: None)
+    sim2 = Simulator({})
+    sim2.now = 5
+    with pytest.raises(ValueError, match="cannot feed"):
+        sim2.feed([4], EventKind.ARRIVAL, lambda j, now: None)
