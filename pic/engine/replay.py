@@ -350,9 +350,13 @@ def _no_cyclic_gc():
     try:
         yield
     finally:
+        # NOTE (speed): everything goes to the oldest generation (freeze resets the young count, unfreeze
+        # moves all to the oldest): re-enabling the GC over a young generation holding the last policy's
+        # whole state started a pass over it at once (0.68 CPU s at exit, irminsul on Mooncake)
+        gc.freeze()
+        gc.unfreeze()
         if was:
             gc.enable()
-        gc.unfreeze()
 
 
 @dataclass
