@@ -6,7 +6,8 @@ Prints M tokens/s (best of ``--repeats``, process CPU seconds, so other load on 
 count) for: raw xxh64 over the token bytes (one call: the reference of issue #12's "CDC + fingerprints vs
 xxh64" ratio), np.copy, Gear hash by log-doubling, Gear hash by 64 shifted gathers, chunk() (hash +
 boundary rules), fingerprints(), chunk+fingerprints on one long stream, and chunk+fingerprints called once
-per ``--prompt-tokens`` prompt (the policy's calling pattern); each as a ratio to xxh64 and to np.copy.
+per ``--prompt-tokens`` prompt (the policy's calling pattern), the same two with the fused ``layout_fps`` (bounds,
+anchors and fingerprints from one call); each as a ratio to xxh64 and to np.copy.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np  # noqa: E402
 import xxhash  # noqa: E402
 from _timing import best_cpu  # noqa: E402
 
-from pic.engine.cdc import CDCConfig, chunk, fingerprints, gear_hash, gear_hash_gathers  # noqa: E402
+from pic.engine.cdc import CDCConfig, chunk, fingerprints, gear_hash, gear_hash_gathers, layout_fps  # noqa: E402
 
 
 def main() -> None:
@@ -43,6 +44,10 @@ def main() -> None:
         for p in prompts:
             fingerprints(p, chunk(p, cfg))
 
+    def per_prompt_fused() -> None:
+        for p in prompts:
+            layout_fps(p, cfg)
+
     gsub = toks[: n // 10]
     raw = toks.tobytes()
     rows = [
@@ -55,6 +60,8 @@ def main() -> None:
         ("fingerprints (xxh64 per chunk)", best_cpu(lambda: fingerprints(toks, bounds), a.repeats), n),
         ("chunk + fingerprints, one stream", best_cpu(lambda: fingerprints(toks, chunk(toks, cfg)), a.repeats), n),
         (f"chunk + fingerprints, per {a.prompt_tokens}-token prompt", best_cpu(per_prompt, a.repeats), n),
+        ("layout_fps (one call), one stream", best_cpu(lambda: layout_fps(toks, cfg), a.repeats), n),
+        (f"layout_fps (one call), per {a.prompt_tokens}-token prompt", best_cpu(per_prompt_fused, a.repeats), n),
     ]
     xxh_rate, copy_rate = n / rows[0][1], n / rows[1][1]
     print(f"{n:,} random token ids, avg_chunk={cfg.avg_chunk} -> {bounds.size - 1:,} chunks "

@@ -141,25 +141,6 @@ def gear_cuts(toks, table, thr, first, last, shift, m):
     return out
 
 
-@njit(types.Tuple((types.int64[::1], types.boolean))(_I32, _U64, types.uint64, types.int64, types.int64, types.int64,
-                                                      types.int64, types.int64, types.int64, types.int64), **_OPTS)
-def gear_bounds(toks, table, thr, first, last, shift, m, start, n, mx):
-    """``[start] + gear_cuts(...) + [n]`` (:func:`engine.cdc._layout`'s bounds when there is no hard boundary,
-    before its over-long-gap rules), and whether a gap between two of them exceeds ``mx`` tokens."""
-    cuts = gear_cuts(toks, table, thr, first, last, shift, m)
-    k = cuts.shape[0]
-    out = np.empty(k + 2, np.int64)
-    out[0] = start
-    out[k + 1] = n
-    big = False
-    for j in range(k):
-        out[j + 1] = cuts[j]
-    for j in range(k + 1):
-        if out[j + 1] - out[j] > mx:
-            big = True
-    return out, big
-
-
 @njit(types.uint64[::1](_I32, _U64), **_OPTS)
 def gear_hash(toks, table):
     """``h_i = sum_{j<min(64, i+1)} G[t_{i-j}] << j mod 2**64`` for every ``i`` (:func:`engine.cdc.gear_hash`)."""
@@ -170,6 +151,34 @@ def gear_hash(toks, table):
         h = (h << np.uint64(1)) + _g(toks, table, i)
         out[i] = h
     return out
+
+
+@njit(inline="always", **_OPTS)
+def _gap_repeats(toks, table, s, e, keys, cnt):
+    """Whether some Gear hash value of the 64-token windows wholly inside ``toks[s:e]`` (ending at ``i`` in
+    ``[s + 63, e)``) occurs at least 3 times; ``e - s - 63 <= 2**16``, ``keys`` and ``cnt`` of at least
+    ``2**(bits)`` slots for the smallest ``bits >= 4`` with ``2**bits >= 2 * (e - s - 63)`` (a counting hash
+    set sized to the gap)."""
+    bits = 4
+    while (1 << bits) < 2 * (e - s - 63):
+        bits += 1
+    mask = np.uint64((1 << bits) - 1)
+    down = np.uint64(64 - bits)
+    cnt[:1 << bits] = 0
+    one = np.uint64(1)
+    h = np.uint64(0)
+    for i in range(s, e):
+        h = (h << one) + _g(toks, table, i)
+        if i < s + 63:
+            continue
+        q = (h * _GOLDEN) >> down
+        while cnt[q] and keys[q] != h:
+            q = (q + one) & mask
+        if cnt[q] == 2:
+            return True
+        keys[q] = h
+        cnt[q] += 1
+    return False
 
 
 @njit(types.boolean[::1](_I32, _U64, _I64, _I64), **_OPTS)
@@ -186,7 +195,6 @@ def gear_repeats(toks, table, starts, ends):
     cap = 1 << 16
     keys = np.empty(2 * cap, np.uint64)
     cnt = np.zeros(2 * cap, np.uint8)
-    one = np.uint64(1)
     for g in range(starts.shape[0]):
         s, e = starts[g], ends[g]
         if e - s <= 66:
@@ -194,25 +202,7 @@ def gear_repeats(toks, table, starts, ends):
         if e - s - 63 > cap:
             out[g] = True
             continue
-        bits = 4
-        while (1 << bits) < 2 * (e - s - 63):
-            bits += 1
-        mask = np.uint64((1 << bits) - 1)
-        down = np.uint64(64 - bits)
-        cnt[:1 << bits] = 0
-        h = np.uint64(0)
-        for i in range(s, e):
-            h = (h << one) + _g(toks, table, i)
-            if i < s + 63:
-                continue
-            q = (h * _GOLDEN) >> down
-            while cnt[q] and keys[q] != h:
-                q = (q + one) & mask
-            if cnt[q] == 2:
-                out[g] = True
-                break
-            keys[q] = h
-            cnt[q] += 1
+        out[g] = _gap_repeats(toks, table, s, e, keys, cnt)
     return out
 
 
@@ -303,6 +293,80 @@ def edge_keys(toks, bounds, m):
         if b - a >= m:
             tails[c] = _xxh(toks, b - m, b)
     return heads, tails
+
+
+_LAYOUT = types.Tuple((types.int64[::1], types.boolean[::1], types.uint64[::1], types.boolean))
+
+
+@njit(_LAYOUT(_I32, _U64, types.uint64, types.int64, types.int64, types.int64, types.int64, types.int64,
+              types.int64, types.int64, types.boolean), **_OPTS)
+def gear_layout(toks, table, thr, first, last, base, m, start, n, mx, fps):
+    """:func:`engine.cdc._layout` without hard boundaries, and the chunks' :func:`fingerprints`, in one call:
+    ``(bounds, anchor, fingerprints, ok)`` for a prompt of ``n`` tokens of which ``toks`` holds ``[base, n)``,
+    bounds ``>= start``; candidates ``i`` in ``[first, last)`` (indices into ``toks``: :func:`gear_cuts` with
+    ``shift = base + 1``). An over-long gap (``> mx``) where no Gear hash value repeats
+    (:func:`_gap_repeats`: :func:`engine.cdc._periodic_cuts` finds nothing there) gets
+    :func:`engine.cdc._forced_cuts` (not anchors). ``ok`` is False (and the arrays empty) when some
+    over-long gap may hold a periodic run: the numpy rules decide then. ``fps`` False: no fingerprints
+    (an empty array).
+
+    NOTE (speed): one compiled call per prompt instead of ~3 calls and ~10 numpy calls of set-up (a
+    per-prompt cost as large as the scan itself at 4096 tokens), and the forced cuts of random content's
+    over-long gaps (~1 prompt in 14 at 4096 tokens) without the numpy rules (~50 us each)."""
+    cuts = gear_cuts(toks, table, thr, first, last, base + 1, m)
+    k = cuts.shape[0]
+    extra = 0
+    prev = start
+    big = 0
+    for j in range(k + 1):
+        e = cuts[j] if j < k else n
+        g = e - prev
+        if g > mx:
+            big = max(big, g)
+            extra += g // mx - (1 if g % mx == 0 else 0)
+        prev = e
+    if big:
+        cap = 1 << 16
+        if big - 63 > cap:
+            return np.empty(0, np.int64), np.empty(0, np.bool_), np.empty(0, np.uint64), False
+        slots = 16
+        while slots < 2 * (big - 63):
+            slots *= 2
+        keys = np.empty(slots, np.uint64)
+        cnt = np.zeros(slots, np.uint8)
+        prev = start
+        for j in range(k + 1):
+            e = cuts[j] if j < k else n
+            if e - prev > max(mx, 66) and _gap_repeats(toks, table, prev - base, e - base, keys, cnt):
+                return np.empty(0, np.int64), np.empty(0, np.bool_), np.empty(0, np.uint64), False
+            prev = e
+    total = k + 2 + extra
+    bounds = np.empty(total, np.int64)
+    anchor = np.empty(total, np.bool_)
+    bounds[0] = start
+    anchor[0] = True
+    q = 1
+    prev = start
+    for j in range(k + 1):
+        e = cuts[j] if j < k else n
+        g = e - prev
+        if g > mx:
+            rem = g % mx
+            num = g // mx - (1 if rem == 0 else 0)
+            for c in range(1, num + 1):
+                bounds[q] = prev + c * mx if (c < num or rem == 0) else prev + (c - 1) * mx + (mx + rem) // 2
+                anchor[q] = False
+                q += 1
+        bounds[q] = e
+        anchor[q] = True
+        q += 1
+        prev = e
+    if not fps:
+        return bounds, anchor, np.empty(0, np.uint64), True
+    out = np.empty(total - 1, np.uint64)
+    for c in range(total - 1):
+        out[c] = _xxh(toks, bounds[c] - base, bounds[c + 1] - base)
+    return bounds, anchor, out, True
 
 
 @njit(types.int64[::1](_U64, types.int64, types.Array(types.uint8, 1, "C", readonly=True),

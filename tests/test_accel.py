@@ -81,6 +81,13 @@ def test_cdc_cuts_equal(modes, cfg) -> None:
             hard = np.sort(rng.choice(max(n, 1), size=min(n, 5), replace=False)) if n and rng.random() < 0.5 else None
             a, b = modes(lambda t=t, hard=hard: cdc.layout(t, cfg, hard))
             assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]), (n, kind)
+            assert a[1].dtype == b[1].dtype == bool and a[0].dtype == b[0].dtype == np.int64
+            # fused: layout and fingerprints in one call, the same as the two calls
+            f0, f1 = modes(lambda t=t, hard=hard: cdc.layout_fps(t, cfg, hard))
+            want = cdc.fingerprints(t, a[0])
+            for f in (f0, f1):
+                assert np.array_equal(f[0], a[0]) and np.array_equal(f[1], a[1]) and np.array_equal(f[2], want)
+                assert f[2].dtype == np.uint64
             if n > 400:
                 # resumed from an anchor: the tail alone, the same cuts
                 bounds, anc = a
@@ -90,6 +97,11 @@ def test_cdc_cuts_equal(modes, cfg) -> None:
                     x, y = modes(lambda t=t, c=c, lo=lo, n=n, hard=hard: cdc.layout_from(t[lo:], lo, n, c, cfg, hard))
                     assert np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1])
                     assert np.array_equal(x[0], bounds[bounds >= c])
+                    g0, g1 = modes(lambda t=t, c=c, lo=lo, n=n, hard=hard:
+                                   cdc.layout_from_fps(t[lo:], lo, n, c, cfg, hard))
+                    for g in (g0, g1):
+                        assert np.array_equal(g[0], x[0]) and np.array_equal(g[1], x[1])
+                        assert np.array_equal(g[2], cdc.fingerprints(t, x[0]))
     for n in (0, 1, 5, 63, 64, 65, 70_000):
         t = rng.integers(-2**31, 2**31 - 1, n, dtype=np.int32)
         a, b = modes(lambda t=t: cdc.gear_hash(t, seed=3))
@@ -295,3 +307,25 @@ def test_rdr_greedy_equal_products_of_unequal_densities() -> None:
     option = fast.rdr_greedy(block_w, sizes, np.zeros(2, bool), np.ones(1), opts.hull, opts.step_frac,
                              opts.efficiency(), opts.frac, len(opts.bits), budget)[0]
     assert list(ref.option) == [1, 0] and np.array_equal(option, ref.option)
+
+
+def test_gear_layout_forced_cuts_of_random_gaps(modes) -> None:
+    """Random content with many over-long gaps (avg_chunk near max_chunk): the fused kernel's forced cuts,
+    anchors and fingerprints equal the numpy rules', resumed from an anchor too."""
+    cfg = cdc.CDCConfig(avg_chunk=900, min_chunk=64, max_chunk=1000)
+    rng = np.random.default_rng(11)
+    forced = 0
+    for n in (1001, 2500, 4096, 20_000):
+        t = rng.integers(0, 150_000, n, dtype=np.int32)
+        a, b = modes(lambda t=t: cdc.layout_fps(t, cfg))
+        for x, y in zip(a, b, strict=True):
+            assert x.dtype == y.dtype and np.array_equal(x, y), n
+        forced += int((~a[1]).sum())
+        assert np.diff(a[0]).max() <= 1000
+        anc = np.flatnonzero(a[1])
+        c = int(a[0][anc[len(anc) // 2]])
+        if 63 < c < n:
+            x, y = modes(lambda t=t, c=c, n=n: cdc.layout_from_fps(t[c - 63:], c - 63, n, c, cfg))
+            for u, v, w in zip(x, y, (a[0][a[0] >= c], a[1][a[0] >= c], a[2][a[0][:-1] >= c]), strict=True):
+                assert np.array_equal(u, v) and np.array_equal(u, w)
+    assert forced >= 5

@@ -236,29 +236,62 @@ def layout_from(tail: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig,
     return _layout(toks, base, n, start, cfg, clean_hard(hard_boundaries, n))
 
 
+def layout_fps(tokens: np.ndarray, cfg: CDCConfig | None = None, hard_boundaries: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(bounds, anchor, fps)``: :func:`layout` and the :func:`fingerprints` of its chunks, in one call (one
+    compiled call per prompt when the kernels are loaded and there is no hard boundary)."""
+    cfg = cfg or CDCConfig()
+    toks = np.ascontiguousarray(tokens, dtype=np.int32)
+    n = int(toks.shape[0])
+    if n == 0:
+        return np.zeros(1, np.int64), np.ones(1, bool), np.zeros(0, np.uint64)
+    return _layout_fps(toks, 0, n, 0, cfg, clean_hard(hard_boundaries, n))
+
+
+def layout_from_fps(tail: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig,
+                    hard_boundaries: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(bounds, anchor, fps)``: :func:`layout_from` and the :func:`fingerprints` of its chunks (``tail``
+    holds tokens ``[base, n)``; chunk ``c`` is ``tail[bounds[c] - base : bounds[c + 1] - base]``)."""
+    if not 0 <= base <= max(0, start - (WINDOW - 1)) or not start < n or tail.shape[0] != n - base:
+        raise ValueError(f"layout_from: need 0 <= base <= start - 63, start < n, tail = [base, n); got base={base}, "
+                         f"start={start}, n={n}, {tail.shape[0]} tokens")
+    toks = np.ascontiguousarray(tail, dtype=np.int32)
+    return _layout_fps(toks, base, n, start, cfg, clean_hard(hard_boundaries, n))
+
+
+def _layout_fps(toks: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig, hard: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    i0 = max(start, WINDOW - 1)
+    fast = accel.kernels(n - i0) if not hard.size and n - 1 > i0 and n > WINDOW else None
+    if fast is not None:
+        b, anc, fps, ok = fast.gear_layout(toks, gear_table(cfg.seed), cfg.threshold, i0 - base, n - 1 - base, base,
+                                           cfg.min_chunk, start, n, cfg.max_chunk, True)
+        if ok:
+            return b, anc, fps
+    b, anc = _layout(toks, base, n, start, cfg, hard)
+    return b, anc, fingerprints(toks, b - base)
+
+
 def _layout(toks: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig, hard: np.ndarray
             ) -> tuple[np.ndarray, np.ndarray]:
     """Bounds ``>= start`` (anchor mask with them) of a prompt of ``n`` tokens, ``toks`` = ``[base, n)``."""
     i0 = max(start, WINDOW - 1)
     fast = accel.kernels(n - i0) if not hard.size and n - 1 > i0 and n > WINDOW else None
     if fast is not None:
-        # NOTE (speed): no hard boundary (the common case): the bounds and whether a gap is over-long from
-        # one compiled call, instead of ~10 numpy calls per prompt (_natural, then the lines below)
-        b, over = fast.gear_bounds(toks, gear_table(cfg.seed), cfg.threshold, i0 - base, n - 1 - base, base + 1,
-                                   cfg.min_chunk, start, n, cfg.max_chunk)
-        if not over:
-            return b, np.ones(b.shape[0], bool)
-        gaps = np.diff(b)
-        big = gaps > cfg.max_chunk
-    else:
-        nat = _natural(toks, base, n, start, cfg, hard) if n > WINDOW else _EMPTY
-        hard = hard[hard > start]
-        cuts = _union(nat, hard) if hard.size else nat
-        b = np.concatenate(([start], cuts, [n])).astype(np.int64)
-        gaps = np.diff(b)
-        big = gaps > cfg.max_chunk
-        if not big.any():
-            return b, np.ones(b.shape[0], bool)
+        # NOTE (speed): no hard boundary (the common case): the bounds, anchors and the forced cuts of gaps
+        # where nothing repeats from one compiled call, instead of ~10 numpy calls per prompt
+        b, anc, _, ok = fast.gear_layout(toks, gear_table(cfg.seed), cfg.threshold, i0 - base, n - 1 - base, base,
+                                         cfg.min_chunk, start, n, cfg.max_chunk, False)
+        if ok:
+            return b, anc
+    nat = _natural(toks, base, n, start, cfg, hard) if n > WINDOW else _EMPTY
+    hard = hard[hard > start]
+    cuts = _union(nat, hard) if hard.size else nat
+    b = np.concatenate(([start], cuts, [n])).astype(np.int64)
+    gaps = np.diff(b)
+    big = gaps > cfg.max_chunk
+    if not big.any():
+        return b, np.ones(b.shape[0], bool)
     anchors = b
     starts, ends = b[:-1][big], b[1:][big]
     fast = accel.kernels(0)
