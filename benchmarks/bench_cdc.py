@@ -7,7 +7,8 @@ count) for: raw xxh64 over the token bytes (one call: the reference of issue #12
 xxh64" ratio), np.copy, Gear hash by log-doubling, Gear hash by 64 shifted gathers, chunk() (hash +
 boundary rules), fingerprints(), chunk+fingerprints on one long stream, and chunk+fingerprints called once
 per ``--prompt-tokens`` prompt (the policy's calling pattern), the same two with the fused ``layout_fps`` (bounds,
-anchors and fingerprints from one call); each as a ratio to xxh64 and to np.copy.
+anchors and fingerprints from one call); the chunking rows for both Gear value kinds (``[table]``: the default
+seeded table, ``[mix]``: ``CDCConfig(gear="mix")``, table-free); each as a ratio to xxh64 and to np.copy.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -24,7 +26,15 @@ import numpy as np  # noqa: E402
 import xxhash  # noqa: E402
 from _timing import best_cpu  # noqa: E402
 
-from pic.engine.cdc import CDCConfig, chunk, fingerprints, gear_hash, gear_hash_gathers, layout_fps  # noqa: E402
+from pic.engine.cdc import (  # noqa: E402
+    GEARS,
+    CDCConfig,
+    chunk,
+    fingerprints,
+    gear_hash,
+    gear_hash_gathers,
+    layout_fps,
+)
 
 
 def main() -> None:
@@ -40,13 +50,13 @@ def main() -> None:
     bounds = chunk(toks, cfg)
     prompts = [toks[s:s + a.prompt_tokens] for s in range(0, n, a.prompt_tokens)]
 
-    def per_prompt() -> None:
+    def per_prompt(c: CDCConfig) -> None:
         for p in prompts:
-            fingerprints(p, chunk(p, cfg))
+            fingerprints(p, chunk(p, c))
 
-    def per_prompt_fused() -> None:
+    def per_prompt_fused(c: CDCConfig) -> None:
         for p in prompts:
-            layout_fps(p, cfg)
+            layout_fps(p, c)
 
     gsub = toks[: n // 10]
     raw = toks.tobytes()
@@ -56,20 +66,27 @@ def main() -> None:
         ("gear hash, log-doubling", best_cpu(lambda: gear_hash(toks), a.repeats), n),
         ("gear hash, 64 shifted gathers", best_cpu(lambda: gear_hash_gathers(gsub), max(1, a.repeats // 2)),
          gsub.size),
-        ("chunk (hash + boundaries)", best_cpu(lambda: chunk(toks, cfg), a.repeats), n),
         ("fingerprints (xxh64 per chunk)", best_cpu(lambda: fingerprints(toks, bounds), a.repeats), n),
-        ("chunk + fingerprints, one stream", best_cpu(lambda: fingerprints(toks, chunk(toks, cfg)), a.repeats), n),
-        (f"chunk + fingerprints, per {a.prompt_tokens}-token prompt", best_cpu(per_prompt, a.repeats), n),
-        ("layout_fps (one call), one stream", best_cpu(lambda: layout_fps(toks, cfg), a.repeats), n),
-        (f"layout_fps (one call), per {a.prompt_tokens}-token prompt", best_cpu(per_prompt_fused, a.repeats), n),
     ]
+    for gear in GEARS:
+        c = replace(cfg, gear=gear)
+        rows += [
+            (f"[{gear}] chunk (hash + boundaries)", best_cpu(lambda c=c: chunk(toks, c), a.repeats), n),
+            (f"[{gear}] chunk + fingerprints, one stream",
+             best_cpu(lambda c=c: fingerprints(toks, chunk(toks, c)), a.repeats), n),
+            (f"[{gear}] chunk + fingerprints, per {a.prompt_tokens}-token prompt",
+             best_cpu(lambda c=c: per_prompt(c), a.repeats), n),
+            (f"[{gear}] layout_fps (one call), one stream", best_cpu(lambda c=c: layout_fps(toks, c), a.repeats), n),
+            (f"[{gear}] layout_fps (one call), per {a.prompt_tokens}-token prompt",
+             best_cpu(lambda c=c: per_prompt_fused(c), a.repeats), n),
+        ]
     xxh_rate, copy_rate = n / rows[0][1], n / rows[1][1]
     print(f"{n:,} random token ids, avg_chunk={cfg.avg_chunk} -> {bounds.size - 1:,} chunks "
           f"(mean {n / (bounds.size - 1):.0f} tokens); best of {a.repeats}, process CPU seconds")
-    print(f"{'stage':48s} {'M tok/s':>10s} {'x xxh64':>10s} {'x np.copy':>10s}")
+    print(f"{'stage':58s} {'M tok/s':>10s} {'x xxh64':>10s} {'x np.copy':>10s}")
     for name, secs, num in rows:
         rate = num / secs
-        print(f"{name:48s} {rate / 1e6:10.1f} {rate / xxh_rate:10.3f} {rate / copy_rate:10.3f}")
+        print(f"{name:58s} {rate / 1e6:10.1f} {rate / xxh_rate:10.3f} {rate / copy_rate:10.3f}")
 
 
 if __name__ == "__main__":

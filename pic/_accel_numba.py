@@ -49,6 +49,19 @@ def _g(toks, table, i):
     return table[np.uint32(np.uint32(toks[np.uint64(i)]) * np.uint32(0x9E3779B1)) >> np.uint32(16)]
 
 
+@njit(inline="always", **_OPTS)
+def _gm(toks, key, i):
+    """Table-free Gear value of token ``toks[i]`` (``CDCConfig(gear="mix")``): the splitmix64 finalizer of
+    ``(t mod 2**32) + key`` (:func:`engine.cdc.gear_values`)."""
+    return _mix(np.uint64(np.uint32(toks[np.uint64(i)])) + key)
+
+
+@njit(inline="always", **_OPTS)
+def _gv(toks, table, key, i):
+    """Gear value of ``toks[i]``: from ``table``, or table-free (:func:`_gm`) when ``table`` is empty."""
+    return _g(toks, table, i) if table.shape[0] else _gm(toks, key, i)
+
+
 @njit(types.int64[::1](_I32, _U64, types.uint64, types.int64, types.int64), **_OPTS)
 def gear_candidates(toks, table, thr, first, last):
     """Indices ``i`` in ``[first, last)`` (``first >= 63``) whose 64-token Gear hash ``h_i = sum_{j<64}
@@ -118,12 +131,170 @@ def gear_candidates(toks, table, thr, first, last):
     return out[:k].copy()
 
 
-@njit(types.int64[::1](_I32, _U64, types.uint64, types.int64, types.int64, types.int64, types.int64), **_OPTS)
-def gear_cuts(toks, table, thr, first, last, shift, m):
-    """:func:`gear_candidates` ``+ shift`` (the cut offsets ``b``) with :func:`engine.cdc._natural`'s min-size
-    rule when there is no hard boundary: keep ``b`` when ``b >= m`` and the next candidate (none: the end
-    of the prompt, which never suppresses) is at least ``m`` after it."""
-    cand = gear_candidates(toks, table, thr, first, last)
+_IR32, _IR64 = ir.IntType(32), ir.IntType(64)
+_V32, _V64 = ir.VectorType(_IR32, 8), ir.VectorType(_IR64, 8)
+
+
+def _vc(c):
+    return ir.Constant(_V64, [c] * 8)
+
+
+def _shuf(builder, a, b, idx):
+    return builder.shuffle_vector(a, b, ir.Constant(_V32, idx))
+
+
+def _splat(builder, x):
+    v = builder.insert_element(ir.Constant(_V64, ir.Undefined), x, ir.Constant(_IR32, 0))
+    return builder.shuffle_vector(v, ir.Constant(_V64, ir.Undefined), ir.Constant(_V32, [0] * 8))
+
+
+def _transpose8(builder, v):
+    """``u[j][l] = v[l][j]`` for 8 vectors of 8 int32 (unpack 32, unpack 64, swap 128-bit halves: 24 shuffles)."""
+    lo, hi = [0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15]
+    a = []
+    for p in range(4):
+        a += [_shuf(builder, v[2 * p], v[2 * p + 1], lo), _shuf(builder, v[2 * p], v[2 * p + 1], hi)]
+    l64, h64 = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
+    b = []
+    for half in (0, 4):
+        x = a[half:half + 4]
+        b += [_shuf(builder, x[0], x[2], l64), _shuf(builder, x[0], x[2], h64),
+              _shuf(builder, x[1], x[3], l64), _shuf(builder, x[1], x[3], h64)]
+    u = [None] * 8
+    for j in range(4):
+        u[j] = _shuf(builder, b[j], b[4 + j], [0, 1, 2, 3, 8, 9, 10, 11])
+        u[4 + j] = _shuf(builder, b[j], b[4 + j], [4, 5, 6, 7, 12, 13, 14, 15])
+    return u
+
+
+@intrinsic
+def _mix_lanes(typingctx, toks, pos, st, q0, q1, key, thr, ev, rec):
+    """Table-free Gear hash on 8 lanes at once: lane ``l`` reads ``toks[pos[l] + q]`` for ``q`` in ``[q0, q1)``
+    (``q1 - q0`` a multiple of 8, every read inside ``toks``), its hash carried in ``st[l]`` (read, then
+    written back). With ``rec`` nonzero, each block of 8 steps at ``q`` with a hash ``< thr`` is recorded as
+    ``ev[2k] = q``, ``ev[2k + 1] = mask`` (bit ``8 j + l``: lane ``l`` after step ``q + j``); returns the
+    number of blocks recorded (``ev`` needs ``2 * (q1 - q0) / 8`` slots).
+
+    NOTE (speed): written as LLVM vector IR (numba does not vectorize a loop-carried recurrence): 8 tokens of
+    each lane loaded at once and transposed in registers (no gathers: they ran at ~1.3 ns per token on
+    this VM), then per step one vector of 8 Gear values (the mixer: 2 multiplies, 3 xor-shifts) and ``h = 2h
+    + g`` on 8 lanes; the candidate test is one compare per step and one branch-free event store per block."""
+    sig = types.int64(toks, pos, st, q0, q1, key, thr, ev, rec)
+
+    def codegen(context, builder, sig, args):
+        tarr = context.make_array(sig.args[0])(context, builder, args[0])
+        parr = context.make_array(sig.args[1])(context, builder, args[1])
+        sarr = context.make_array(sig.args[2])(context, builder, args[2])
+        earr = context.make_array(sig.args[7])(context, builder, args[7])
+        q0v, q1v, keyv, thrv, recv = args[3], args[4], args[5], args[6], args[8]
+        sp = builder.bitcast(sarr.data, _V64.as_pointer())
+        h0 = builder.load(sp, align=8)
+        keys, thrs = _splat(builder, keyv), _splat(builder, thrv)
+        rec1 = builder.icmp_signed("!=", recv, ir.Constant(_IR64, 0))
+        lanes = [builder.load(builder.gep(parr.data, [ir.Constant(_IR32, j)])) for j in range(8)]
+        entry = builder.block
+        loop = builder.append_basic_block("mix_loop")
+        body = builder.append_basic_block("mix_body")
+        out = builder.append_basic_block("mix_out")
+        builder.branch(loop)
+        builder.position_at_end(loop)
+        q, h, k = builder.phi(_IR64), builder.phi(_V64), builder.phi(_IR64)
+        q.add_incoming(q0v, entry)
+        h.add_incoming(h0, entry)
+        k.add_incoming(ir.Constant(_IR64, 0), entry)
+        builder.cbranch(builder.icmp_signed("<", q, q1v), body, out)
+        builder.position_at_end(body)
+        v = [builder.load(builder.bitcast(builder.gep(tarr.data, [builder.add(lanes[j], q)]), _V32.as_pointer()),
+                          align=4) for j in range(8)]
+        mask = ir.Constant(_IR64, 0)
+        hc = h
+        for j, u in enumerate(_transpose8(builder, v)):
+            z = builder.add(builder.zext(u, _V64), keys)
+            z = builder.mul(builder.xor(z, builder.lshr(z, _vc(30))), _vc(0xBF58476D1CE4E5B9))
+            z = builder.mul(builder.xor(z, builder.lshr(z, _vc(27))), _vc(0x94D049BB133111EB))
+            z = builder.xor(z, builder.lshr(z, _vc(31)))
+            hc = builder.add(builder.add(hc, hc), z)
+            c = builder.bitcast(builder.icmp_unsigned("<", hc, thrs), ir.IntType(8))
+            mask = builder.or_(mask, builder.shl(builder.zext(c, _IR64), ir.Constant(_IR64, 8 * j)))
+        ep = builder.gep(earr.data, [builder.shl(k, ir.Constant(_IR64, 1))])
+        builder.store(q, ep)
+        builder.store(mask, builder.gep(ep, [ir.Constant(_IR32, 1)]))
+        hit = builder.and_(builder.icmp_unsigned("!=", mask, ir.Constant(_IR64, 0)), rec1)
+        q.add_incoming(builder.add(q, ir.Constant(_IR64, 8)), body)
+        h.add_incoming(hc, body)
+        k.add_incoming(builder.add(k, builder.zext(hit, _IR64)), body)
+        builder.branch(loop)
+        builder.position_at_end(out)
+        builder.store(h, sp, align=8)
+        return k
+    return sig, codegen
+
+
+@njit(types.int64[::1](_I32, types.uint64, types.uint64, types.int64, types.int64), **_OPTS)
+def mix_candidates(toks, key, thr, first, last):
+    """:func:`gear_candidates` with the table-free Gear values (:func:`_gm` with ``key``): indices ``i`` in
+    ``[first, last)`` (``first >= 63``) with ``h_i < thr``, ascending.
+
+    Eight lanes (:func:`_mix_lanes`): lane ``l`` owns positions ``[p_l, p_l + span)``, ``p_l = first + l *
+    span``, ``span - 1`` a multiple of 8; its 64 warm-up steps over tokens ``p_l - 63 .. p_l`` leave it at
+    ``h_{p_l}`` (checked here), the scan then records blocks of 8 steps with a candidate. The lanes' events
+    are read lane by lane (ascending); what is left after lane 7 (< 72 tokens) goes on one token at a time
+    from lane 7's hash. Short ranges (< 1024) run one token at a time."""
+    n = last - first
+    out = np.empty(max(n, 0), np.int64)
+    if n <= 0:
+        return out
+    one = np.uint64(1)
+    k = 0
+    steps = (n // 8 - 1) // 8 * 8 if n >= 1024 else 0
+    if steps:
+        span = steps + 1
+        pos = np.empty(8, np.int64)
+        st = np.zeros(8, np.uint64)
+        ev = np.empty(2 * (steps // 8), np.int64)
+        for j in range(8):
+            pos[j] = first + j * span - 63
+        _mix_lanes(toks, pos, st, 0, 64, key, thr, ev, 0)
+        at0 = st.copy()                              # h at p_l
+        for j in range(8):
+            pos[j] += 64
+        ne = _mix_lanes(toks, pos, st, 0, steps, key, thr, ev, 1)
+        for j in range(8):
+            p = first + j * span
+            if at0[j] < thr:
+                out[k] = p
+                k += 1
+            for e in range(ne):
+                q, mask = ev[2 * e], ev[2 * e + 1] >> j
+                if mask & 0x0101010101010101:
+                    for s in range(8):
+                        if (mask >> (8 * s)) & 1:
+                            out[k] = p + 1 + q + s
+                            k += 1
+        h, start = st[7], 8 * span
+    else:
+        h, start = np.uint64(0), 0
+        for j in range(-63, 0):
+            h = (h << one) + _gm(toks, key, first + j)
+    for j in range(start, n):
+        h = (h << one) + _gm(toks, key, first + j)
+        if h < thr:
+            out[k] = first + j
+            k += 1
+    return out[:k].copy()
+
+
+@njit(types.int64[::1](_I32, _U64, types.uint64, types.uint64, types.int64, types.int64, types.int64, types.int64),
+      **_OPTS)
+def gear_cuts(toks, table, key, thr, first, last, shift, m):
+    """:func:`gear_candidates` (:func:`mix_candidates` with ``key`` when ``table`` is empty) ``+ shift`` (the
+    cut offsets ``b``) with :func:`engine.cdc._natural`'s min-size rule when there is no hard boundary: keep
+    ``b`` when ``b >= m`` and the next candidate (none: the end of the prompt, which never suppresses) is at
+    least ``m`` after it."""
+    if table.shape[0]:
+        cand = gear_candidates(toks, table, thr, first, last)
+    else:
+        cand = mix_candidates(toks, key, thr, first, last)
     k = cand.shape[0]
     keep = np.zeros(k, np.bool_)
     num = 0
@@ -141,20 +312,26 @@ def gear_cuts(toks, table, thr, first, last, shift, m):
     return out
 
 
-@njit(types.uint64[::1](_I32, _U64), **_OPTS)
-def gear_hash(toks, table):
-    """``h_i = sum_{j<min(64, i+1)} G[t_{i-j}] << j mod 2**64`` for every ``i`` (:func:`engine.cdc.gear_hash`)."""
+@njit(types.uint64[::1](_I32, _U64, types.uint64), **_OPTS)
+def gear_hash(toks, table, key):
+    """``h_i = sum_{j<min(64, i+1)} G[t_{i-j}] << j mod 2**64`` for every ``i`` (:func:`engine.cdc.gear_hash`;
+    ``G`` table-free, :func:`_gm` with ``key``, when ``table`` is empty)."""
     n = toks.shape[0]
     out = np.empty(n, np.uint64)
     h = np.uint64(0)
-    for i in range(n):
-        h = (h << np.uint64(1)) + _g(toks, table, i)
-        out[i] = h
+    if table.shape[0]:
+        for i in range(n):
+            h = (h << np.uint64(1)) + _g(toks, table, i)
+            out[i] = h
+    else:
+        for i in range(n):
+            h = (h << np.uint64(1)) + _gm(toks, key, i)
+            out[i] = h
     return out
 
 
 @njit(inline="always", **_OPTS)
-def _gap_repeats(toks, table, s, e, keys, cnt):
+def _gap_repeats(toks, table, key, s, e, keys, cnt):
     """Whether some Gear hash value of the 64-token windows wholly inside ``toks[s:e]`` (ending at ``i`` in
     ``[s + 63, e)``) occurs at least 3 times; ``e - s - 63 <= 2**16``, ``keys`` and ``cnt`` of at least
     ``2**(bits)`` slots for the smallest ``bits >= 4`` with ``2**bits >= 2 * (e - s - 63)`` (a counting hash
@@ -168,7 +345,7 @@ def _gap_repeats(toks, table, s, e, keys, cnt):
     one = np.uint64(1)
     h = np.uint64(0)
     for i in range(s, e):
-        h = (h << one) + _g(toks, table, i)
+        h = (h << one) + _gv(toks, table, key, i)
         if i < s + 63:
             continue
         q = (h * _GOLDEN) >> down
@@ -181,8 +358,8 @@ def _gap_repeats(toks, table, s, e, keys, cnt):
     return False
 
 
-@njit(types.boolean[::1](_I32, _U64, _I64, _I64), **_OPTS)
-def gear_repeats(toks, table, starts, ends):
+@njit(types.boolean[::1](_I32, _U64, types.uint64, _I64, _I64), **_OPTS)
+def gear_repeats(toks, table, key, starts, ends):
     """For each gap ``[starts[g], ends[g])``: whether some Gear hash value of the 64-token windows wholly
     inside it (ending at ``i`` in ``[s + 63, e)``) may occur at least 3 times. False only where none does:
     :func:`engine.cdc._periodic_cuts` finds no cut there (False also for gaps of <= 66 tokens, which it
@@ -202,7 +379,7 @@ def gear_repeats(toks, table, starts, ends):
         if e - s - 63 > cap:
             out[g] = True
             continue
-        out[g] = _gap_repeats(toks, table, s, e, keys, cnt)
+        out[g] = _gap_repeats(toks, table, key, s, e, keys, cnt)
     return out
 
 
@@ -298,9 +475,9 @@ def edge_keys(toks, bounds, m):
 _LAYOUT = types.Tuple((types.int64[::1], types.boolean[::1], types.uint64[::1], types.boolean))
 
 
-@njit(_LAYOUT(_I32, _U64, types.uint64, types.int64, types.int64, types.int64, types.int64, types.int64,
-              types.int64, types.int64, types.boolean), **_OPTS)
-def gear_layout(toks, table, thr, first, last, base, m, start, n, mx, fps):
+@njit(_LAYOUT(_I32, _U64, types.uint64, types.uint64, types.int64, types.int64, types.int64, types.int64,
+              types.int64, types.int64, types.int64, types.boolean), **_OPTS)
+def gear_layout(toks, table, key, thr, first, last, base, m, start, n, mx, fps):
     """:func:`engine.cdc._layout` without hard boundaries, and the chunks' :func:`fingerprints`, in one call:
     ``(bounds, anchor, fingerprints, ok)`` for a prompt of ``n`` tokens of which ``toks`` holds ``[base, n)``,
     bounds ``>= start``; candidates ``i`` in ``[first, last)`` (indices into ``toks``: :func:`gear_cuts` with
@@ -313,7 +490,7 @@ def gear_layout(toks, table, thr, first, last, base, m, start, n, mx, fps):
     NOTE (speed): one compiled call per prompt instead of ~3 calls and ~10 numpy calls of set-up (a
     per-prompt cost as large as the scan itself at 4096 tokens), and the forced cuts of random content's
     over-long gaps (~1 prompt in 14 at 4096 tokens) without the numpy rules (~50 us each)."""
-    cuts = gear_cuts(toks, table, thr, first, last, base + 1, m)
+    cuts = gear_cuts(toks, table, key, thr, first, last, base + 1, m)
     k = cuts.shape[0]
     extra = 0
     prev = start
@@ -337,7 +514,7 @@ def gear_layout(toks, table, thr, first, last, base, m, start, n, mx, fps):
         prev = start
         for j in range(k + 1):
             e = cuts[j] if j < k else n
-            if e - prev > max(mx, 66) and _gap_repeats(toks, table, prev - base, e - base, keys, cnt):
+            if e - prev > max(mx, 66) and _gap_repeats(toks, table, key, prev - base, e - base, keys, cnt):
                 return np.empty(0, np.int64), np.empty(0, np.bool_), np.empty(0, np.uint64), False
             prev = e
     total = k + 2 + extra

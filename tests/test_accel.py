@@ -65,7 +65,9 @@ def test_opaque_tokens_equal(modes) -> None:
     assert np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("cfg", [cdc.CDCConfig(), cdc.CDCConfig(avg_chunk=180, min_chunk=16, max_chunk=256)])
+@pytest.mark.parametrize("cfg", [cdc.CDCConfig(), cdc.CDCConfig(avg_chunk=180, min_chunk=16, max_chunk=256),
+                                 cdc.CDCConfig(gear="mix"),
+                                 cdc.CDCConfig(avg_chunk=180, min_chunk=16, max_chunk=256, seed=5, gear="mix")])
 def test_cdc_cuts_equal(modes, cfg) -> None:
     rng = np.random.default_rng(3)
     for n in [0, 1, 63, 64, 65, 66, 127, 200, 1023, 1024, 1025, 1090, 4099, 30_000]:
@@ -104,9 +106,9 @@ def test_cdc_cuts_equal(modes, cfg) -> None:
                         assert np.array_equal(g[2], cdc.fingerprints(t, x[0]))
     for n in (0, 1, 5, 63, 64, 65, 70_000):
         t = rng.integers(-2**31, 2**31 - 1, n, dtype=np.int32)
-        a, b = modes(lambda t=t: cdc.gear_hash(t, seed=3))
+        a, b = modes(lambda t=t: cdc.gear_hash(t, 3, cfg.gear))
         assert a.dtype == b.dtype == np.uint64 and np.array_equal(a, b)
-        assert np.array_equal(a, cdc.gear_hash_gathers(t, seed=3))
+        assert np.array_equal(a, cdc.gear_hash_gathers(t, 3, cfg.gear))
     for n in (0, 1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 1000):
         t = rng.integers(-2**31, 2**31 - 1, n, dtype=np.int32)
         bounds = np.sort(np.r_[0, rng.integers(0, n + 1, 6), n])      # (empty chunks too)
@@ -203,7 +205,7 @@ def test_gear_repeats_kernel_screens_exactly_the_gaps_with_a_triple() -> None:
     t = np.concatenate(parts)
     ends = np.cumsum([p.size for p in parts])
     starts = ends - [p.size for p in parts]
-    got = fast.gear_repeats(t, table, starts.astype(np.int64), ends.astype(np.int64))
+    got = fast.gear_repeats(t, table, np.uint64(0), starts.astype(np.int64), ends.astype(np.int64))
     want = []
     for s, e in zip(starts, ends, strict=True):
         h = cdc.gear_hash(t[s:e])[63:]
@@ -213,10 +215,76 @@ def test_gear_repeats_kernel_screens_exactly_the_gaps_with_a_triple() -> None:
     assert got.tolist() == want[:-1] + [True]
     # each gap alone, and in another order (the hash set is sized per gap)
     for g in (0, 1, 4, 8):
-        one = fast.gear_repeats(t, table, starts[g:g + 1].astype(np.int64), ends[g:g + 1].astype(np.int64))
+        one = fast.gear_repeats(t, table, np.uint64(0), starts[g:g + 1].astype(np.int64), ends[g:g + 1].astype(np.int64))
         assert one.tolist() == [want[g]]
-    back = fast.gear_repeats(t, table, starts[::-1].astype(np.int64), ends[::-1].astype(np.int64))
+    back = fast.gear_repeats(t, table, np.uint64(0), starts[::-1].astype(np.int64), ends[::-1].astype(np.int64))
     assert back.tolist() == got.tolist()[::-1]
+
+
+def test_mix_candidates_kernel_equals_numpy_hash() -> None:
+    """The table-free scan (8 vector lanes from 1024 tokens on: a 64-step warm-up ending on each lane's first
+    position, blocks of 8 steps recorded as bit masks, a scalar remainder) gives the indices where the numpy
+    hash with the splitmix64 Gear values is below the threshold, for every length around the lane split,
+    any window ``[first, last)``, every position a candidate (constant run of a hot token) and views at an
+    odd offset."""
+    fast = accel._load()
+    assert fast is not None
+    rng = np.random.default_rng(12)
+    thr = cdc.CDCConfig().threshold
+    for seed in (0, 7):
+        key = cdc.mix_key(seed)
+        g = cdc.gear_values(np.arange(5000, dtype=np.int32), seed, "mix")
+        hot = int(np.flatnonzero(g > np.uint64(2**64 - 1) - thr)[0])     # constant run hashes to 2**64 - G
+        for n in (64, 65, 100, 1023 + 63, 1024 + 63, 1025 + 63, 1087 + 8, 1151, 1152, 1153, 1160, 1216, 1217,
+                  5000, 40_001):
+            for kind in ("random", "negative", "constant", "mixed"):
+                if kind == "random":
+                    buf = rng.integers(0, 150_000, n + 1, dtype=np.int32)
+                elif kind == "negative":
+                    buf = rng.integers(-2**31, 2**31 - 1, n + 1, dtype=np.int32)
+                elif kind == "constant":
+                    buf = np.full(n + 1, hot, np.int32)
+                else:
+                    buf = rng.integers(0, 150_000, n + 1, dtype=np.int32)
+                    buf[n // 3: 2 * n // 3] = hot
+                t = buf[1:]                                  # (a view at an odd offset)
+                t.flags.writeable = False
+                accel.set_mode("0")
+                try:
+                    h = cdc.gear_hash(t, seed, "mix")
+                finally:
+                    accel.set_mode(None)
+                mid = min(n - 1, 100)
+                for first, last in ((63, n - 1), (63, n), (int(rng.integers(63, n)), n), (mid, max(n - 7, mid))):
+                    want = np.flatnonzero(h[first:last] < thr) + first if last > first else np.zeros(0, np.int64)
+                    got = fast.mix_candidates(t, key, thr, first, last)
+                    assert got.dtype == np.int64 and np.array_equal(got, want), (seed, n, kind, first, last)
+                    if kind == "constant" and last - first > 0:
+                        assert got.size == last - first
+    # the kernels' table-free hash and repeat screen take the same values
+    t = np.r_[rng.integers(0, 150_000, 900), np.tile(rng.integers(0, 150_000, 37), 40)].astype(np.int32)
+    e = np.zeros(0, np.uint64)
+    accel.set_mode("0")
+    try:
+        want = cdc.gear_hash(t, 3, "mix")
+    finally:
+        accel.set_mode(None)
+    assert np.array_equal(fast.gear_hash(t, e, cdc.mix_key(3)), want)
+    assert fast.gear_repeats(t, e, cdc.mix_key(3), np.array([0, 900]), np.array([900, t.size])).tolist() == [False, True]
+
+
+def test_gear_layout_forced_cuts_of_random_gaps_mix(modes) -> None:
+    """As above with the table-free Gear values."""
+    cfg = cdc.CDCConfig(avg_chunk=900, min_chunk=64, max_chunk=1000, gear="mix")
+    rng = np.random.default_rng(13)
+    forced = 0
+    for n in (1001, 2500, 4096, 20_000):
+        t = rng.integers(0, 150_000, n, dtype=np.int32)
+        a, b = modes(lambda t=t: cdc.layout_fps(t, cfg))
+        for x, y in zip(a, b, strict=True):
+            assert x.dtype == y.dtype and np.array_equal(x, y), n
+        forced += int((~a[1]).sum())
+    assert forced >= 5
 
 
 @pytest.mark.parametrize("model", ["deepseek-v2-lite", "llama-3.1-8b"])

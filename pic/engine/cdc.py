@@ -5,7 +5,11 @@ bit 63 fall off, so ``h_i`` depends on the last 64 tokens only. It is computed v
 (``H_1 = G[t]``; ``H_2k[i] = (H_k[i-k] << k) + H_k[i]``: 6 shift+add passes for a 64-token window) in
 cache-sized blocks; :func:`gear_hash_gathers` (64 shifted gathers) is kept as the slower alternative.
 ``G`` is a seeded uint64 table of 2**16 entries; a token id ``t`` (any int32) picks ``G[(t * 0x9E3779B1
-mod 2**32) >> 16]`` (Fibonacci hashing).
+mod 2**32) >> 16]`` (Fibonacci hashing). ``CDCConfig(gear="mix")`` (an option; the table stays the default)
+uses no table: ``G(t)`` is the splitmix64 finalizer of ``(t mod 2**32) + (seed + 1) * 0x9E3779B97F4A7C15``
+(:func:`gear_values`), computed 8 lanes at a time by the compiled kernel instead of one random load from a
+512 KB table per token; the same hash formula and boundary rules, so every property below holds for both
+(other values, so other cuts).
 
 Boundaries. A cut *after* token ``i`` (chunk boundary offset ``b = i + 1``) is a candidate when
 ``h_i < threshold`` and ``i >= 63`` (a full window). Every rule below depends on content near ``b`` only,
@@ -50,6 +54,10 @@ _FIB32 = np.uint32(0x9E3779B1)
 _BLOCK = 1 << 15  # tokens per hash block (arrays stay in L2)
 _EMPTY = np.zeros(0, np.int64)
 _SHIFTS = {k: np.uint64(k) for k in (1, 2, 4, 8, 16, 32)}
+GEARS = ("table", "mix")
+_GOLDEN = 0x9E3779B97F4A7C15
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_NO_TABLE = np.zeros(0, np.uint64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +68,13 @@ class CDCConfig:
     min_chunk: int = field(default=64, metadata={"help": "minimum chunk size in tokens"})
     max_chunk: int = field(default=1024, metadata={"help": "maximum chunk size in tokens"})
     seed: int = field(default=0, metadata={"help": "seed of the Gear table"})
+    gear: str = field(default="table", metadata={
+        "help": "Gear values: table (a seeded 2**16-entry table, the default) | mix (splitmix64 of the token id "
+                "and the seed: no table loads, 8 lanes vectorized; other cuts)"})
 
     def __post_init__(self) -> None:
+        if self.gear not in GEARS:
+            raise ValueError(f"gear must be one of {', '.join(GEARS)}, got {self.gear!r}")
         if self.min_chunk < 1:
             raise ValueError(f"min_chunk must be >= 1, got {self.min_chunk}")
         if self.max_chunk < 2 * self.min_chunk:
@@ -96,31 +109,55 @@ def gear_table(seed: int) -> np.ndarray:
                                                 endpoint=False)
 
 
+def mix_key(seed: int) -> np.uint64:
+    """The table-free Gear values' key: ``(seed + 1) * 0x9E3779B97F4A7C15 mod 2**64`` (splitmix64's state)."""
+    return np.uint64((seed + 1) * _GOLDEN % 2**64)
+
+
+def gear_values(tokens: np.ndarray, seed: int = 0, gear: str = "table") -> np.ndarray:
+    """uint64 [N]: the Gear value ``G(t)`` of each token. ``table``: ``G[(t * 0x9E3779B1 mod 2**32) >> 16]``
+    of the seeded table; ``mix``: the splitmix64 finalizer of ``(t mod 2**32) + mix_key(seed)`` (``z ^= z >>
+    30; z *= 0xBF58476D1CE4E5B9; z ^= z >> 27; z *= 0x94D049BB133111EB; z ^= z >> 31``, mod 2**64)."""
+    toks = np.ascontiguousarray(tokens, dtype=np.int32)
+    if gear == "table":
+        return _gear_values(toks, gear_table(seed))
+    z = toks.view(np.uint32).astype(np.uint64) + mix_key(seed)
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
 def _gear_values(tokens: np.ndarray, table: np.ndarray) -> np.ndarray:
     idx = (tokens.astype(np.uint32, copy=False) * _FIB32) >> np.uint32(32 - TABLE_BITS)
     return table[idx]
 
 
-def gear_hash(tokens: np.ndarray, seed: int = 0) -> np.ndarray:
-    """uint64 [N]: ``h_i = sum_{j<min(64, i+1)} G[t_{i-j}] << j`` (log-doubling, blocked)."""
+@lru_cache(maxsize=16)
+def _kernel_gear(seed: int, gear: str) -> tuple[np.ndarray, np.uint64]:
+    """``(table, key)`` as the compiled kernels take them: the table, or an empty one and the mix key."""
+    return (gear_table(seed), np.uint64(0)) if gear == "table" else (_NO_TABLE, mix_key(seed))
+
+
+def gear_hash(tokens: np.ndarray, seed: int = 0, gear: str = "table") -> np.ndarray:
+    """uint64 [N]: ``h_i = sum_{j<min(64, i+1)} G(t_{i-j}) << j`` (log-doubling, blocked; ``G``:
+    :func:`gear_values`)."""
     toks = np.ascontiguousarray(tokens, dtype=np.int32)
-    table = gear_table(seed)
     n = toks.size
     fast = accel.kernels(n)
     if fast is not None:
-        return fast.gear_hash(toks, table)
+        return fast.gear_hash(toks, *_kernel_gear(seed, gear))
     if n <= _BLOCK:
-        return _gear_block(toks, table)
+        return _gear_block(toks, seed, gear)
     out = np.empty(n, np.uint64)
     for s in range(0, n, _BLOCK):  # NOTE: loop over 32K-token blocks, not tokens
         lo = max(0, s - (WINDOW - 1))
         e = min(n, s + _BLOCK)
-        out[s:e] = _gear_block(toks[lo:e], table)[s - lo:]
+        out[s:e] = _gear_block(toks[lo:e], seed, gear)[s - lo:]
     return out
 
 
-def _gear_block(toks: np.ndarray, table: np.ndarray) -> np.ndarray:
-    h = _gear_values(toks, table)
+def _gear_block(toks: np.ndarray, seed: int, gear: str) -> np.ndarray:
+    h = gear_values(toks, seed, gear)
     m = h.size
     tmp = np.empty(m, np.uint64)
     k = 1
@@ -132,10 +169,9 @@ def _gear_block(toks: np.ndarray, table: np.ndarray) -> np.ndarray:
     return h
 
 
-def gear_hash_gathers(tokens: np.ndarray, seed: int = 0) -> np.ndarray:
+def gear_hash_gathers(tokens: np.ndarray, seed: int = 0, gear: str = "table") -> np.ndarray:
     """Same values as :func:`gear_hash`, as 64 shifted gathers (the slower reference formulation)."""
-    toks = np.ascontiguousarray(tokens, dtype=np.int32)
-    g = _gear_values(toks, gear_table(seed))
+    g = gear_values(tokens, seed, gear)
     h = g.copy()
     for j in range(1, WINDOW):  # 63 vector passes over the array
         h[j:] += g[:-j] << np.uint64(j)
@@ -163,13 +199,15 @@ def _natural(tail: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig, ha
     if fast is not None and not hard.size:
         # NOTE (speed): candidates and the min-size rule in one compiled call (no hard boundary: the common
         # case), instead of ~8 numpy calls of set-up per prompt
-        return fast.gear_cuts(np.ascontiguousarray(tail, np.int32), gear_table(cfg.seed), cfg.threshold,
-                              i0 - base, n - 1 - base, base + 1, m)
+        return fast.gear_cuts(np.ascontiguousarray(tail, np.int32), *_kernel_gear(cfg.seed, cfg.gear),
+                              cfg.threshold, i0 - base, n - 1 - base, base + 1, m)
     if fast is not None:
-        cand = fast.gear_candidates(np.ascontiguousarray(tail, np.int32), gear_table(cfg.seed), cfg.threshold,
-                                    i0 - base, n - 1 - base) + (base + 1)
+        table, key = _kernel_gear(cfg.seed, cfg.gear)
+        t32 = np.ascontiguousarray(tail, np.int32)
+        cand = (fast.gear_candidates(t32, table, cfg.threshold, i0 - base, n - 1 - base) if table.size else
+                fast.mix_candidates(t32, key, cfg.threshold, i0 - base, n - 1 - base)) + (base + 1)
     else:
-        h = gear_hash(tail[max(0, i0 - (WINDOW - 1) - base):], cfg.seed)
+        h = gear_hash(tail[max(0, i0 - (WINDOW - 1) - base):], cfg.seed, cfg.gear)
         off = i0 - max(0, i0 - (WINDOW - 1) - base) - base      # index of i0 in h
         cand = np.flatnonzero(h[off: off + n - 1 - i0] < cfg.threshold) + (i0 + 1)
     # next cut-like event after each candidate: next candidate or next hard boundary
@@ -264,8 +302,8 @@ def _layout_fps(toks: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig,
     i0 = max(start, WINDOW - 1)
     fast = accel.kernels(n - i0) if not hard.size and n - 1 > i0 and n > WINDOW else None
     if fast is not None:
-        b, anc, fps, ok = fast.gear_layout(toks, gear_table(cfg.seed), cfg.threshold, i0 - base, n - 1 - base, base,
-                                           cfg.min_chunk, start, n, cfg.max_chunk, True)
+        b, anc, fps, ok = fast.gear_layout(toks, *_kernel_gear(cfg.seed, cfg.gear), cfg.threshold, i0 - base,
+                                           n - 1 - base, base, cfg.min_chunk, start, n, cfg.max_chunk, True)
         if ok:
             return b, anc, fps
     b, anc = _layout(toks, base, n, start, cfg, hard)
@@ -280,8 +318,8 @@ def _layout(toks: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig, har
     if fast is not None:
         # NOTE (speed): no hard boundary (the common case): the bounds, anchors and the forced cuts of gaps
         # where nothing repeats from one compiled call, instead of ~10 numpy calls per prompt
-        b, anc, _, ok = fast.gear_layout(toks, gear_table(cfg.seed), cfg.threshold, i0 - base, n - 1 - base, base,
-                                         cfg.min_chunk, start, n, cfg.max_chunk, False)
+        b, anc, _, ok = fast.gear_layout(toks, *_kernel_gear(cfg.seed, cfg.gear), cfg.threshold, i0 - base,
+                                         n - 1 - base, base, cfg.min_chunk, start, n, cfg.max_chunk, False)
         if ok:
             return b, anc
     nat = _natural(toks, base, n, start, cfg, hard) if n > WINDOW else _EMPTY
@@ -299,7 +337,7 @@ def _layout(toks: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig, har
         # NOTE (speed): random content has over-long gaps too (~1 chunk in 180); one compiled call keeps the
         # gaps where a Gear hash value repeats (the only ones _periodic_cuts can cut), instead of a hash
         # pass and a sort per gap
-        rep = fast.gear_repeats(toks, gear_table(cfg.seed), starts - base, ends - base)
+        rep = fast.gear_repeats(toks, *_kernel_gear(cfg.seed, cfg.gear), starts - base, ends - base)
         starts, ends = starts[rep], ends[rep]
     # NOTE: a Python loop over the over-long gaps that may hold a periodic run only (rare)
     per = [_periodic_cuts(toks, a - base, e - base, cfg) + base
@@ -330,7 +368,7 @@ def _periodic_cuts(toks: np.ndarray, s: int, e: int, cfg: CDCConfig) -> np.ndarr
     from where the run starts, wherever it sits in the prompt. Empty when nothing repeats."""
     if e - s <= WINDOW + 2:
         return _EMPTY
-    h = gear_hash(toks[s:e], cfg.seed)[WINDOW - 1:]        # windows wholly inside the gap: i = s + 63 + j
+    h = gear_hash(toks[s:e], cfg.seed, cfg.gear)[WINDOW - 1:]        # windows wholly inside the gap: i = s + 63 + j
     srt = np.sort(h)
     trip = srt[2:][srt[2:] == srt[:-2]]                      # values that occur at least 3 times, ascending
     if not trip.size:
