@@ -185,6 +185,40 @@ def test_fingerprint_kernel_reads_unaligned_pairs() -> None:
                                   for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
+def test_fingerprint_lanes_equal_xxhash() -> None:
+    """The 8-lane stripe loop (many chunks of >= 64 tokens: lanes of about equal stripes, chunks left when
+    the first lane runs out, tails of 0-7 tokens read from the snapshot, chunks near the end of the buffer
+    and short ones one at a time): every fingerprint equals xxhash's C, on views at odd offsets, with a
+    base offset (the fused layout's call) too."""
+    fast = accel._load()
+    assert fast is not None
+    rng = np.random.default_rng(21)
+    buf = rng.integers(-2**31, 2**31 - 1, 60_003, dtype=np.int32)
+    for trial in range(60):
+        t = buf[int(rng.integers(0, 4)):][:int(rng.integers(0, 60_000))]
+        n = t.size
+        kind = trial % 4
+        if kind == 0:       # CDC-like sizes
+            sizes = 64 + rng.geometric(1 / 190, n // 64 + 1)
+        elif kind == 1:     # every size 0..200 (empty and short chunks among them)
+            sizes = rng.integers(0, 200, n // 50 + 1)
+        elif kind == 2:     # one very long chunk among short ones
+            sizes = np.r_[rng.integers(64, 80, 40), [n], rng.integers(64, 80, 40)]
+        else:               # equal sizes: every lane runs out together
+            sizes = np.full(n // 64 + 1, 64 + int(rng.integers(0, 8)))
+        bounds = np.unique(np.r_[0, np.minimum(np.cumsum(sizes), n), n]).astype(np.int64)
+        want = [cdc.fingerprint(t[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        assert fast.fingerprints(t, bounds).tolist() == want, trial
+    t = buf[1:40_001]
+    cfg = cdc.CDCConfig(avg_chunk=180, min_chunk=64, max_chunk=512)
+    b, anc = cdc.layout(t, cfg)
+    c = int(b[len(b) // 2])
+    got = fast.gear_layout(t[c - 63:], cdc.gear_table(0), np.uint64(0), cfg.threshold, 63, t.size - 1 - (c - 63),
+                           c - 63, cfg.min_chunk, c, t.size, cfg.max_chunk, True)
+    assert got[3] and got[0].tolist() == b[b >= c].tolist()
+    assert got[2].tolist() == [cdc.fingerprint(t[x:y]) for x, y in zip(got[0][:-1], got[0][1:], strict=True)]
+
+
 def test_gear_repeats_kernel_screens_exactly_the_gaps_with_a_triple() -> None:
     """The compiled screen of over-long gaps says True exactly where a 64-token Gear hash value of the
     windows inside the gap occurs 3 or more times (what ``_periodic_cuts`` looks for, in numpy), and True
