@@ -331,30 +331,38 @@ def gear_hash(toks, table, key):
 
 
 @njit(inline="always", **_OPTS)
-def _gap_repeats(toks, table, key, s, e, keys, cnt):
+def _gap_repeats(toks, table, key, s, e, bm, lst):
     """Whether some Gear hash value of the 64-token windows wholly inside ``toks[s:e]`` (ending at ``i`` in
-    ``[s + 63, e)``) occurs at least 3 times; ``e - s - 63 <= 2**16``, ``keys`` and ``cnt`` of at least
-    ``2**(bits)`` slots for the smallest ``bits >= 4`` with ``2**bits >= 2 * (e - s - 63)`` (a counting hash
-    set sized to the gap)."""
-    bits = 4
-    while (1 << bits) < 2 * (e - s - 63):
-        bits += 1
-    mask = np.uint64((1 << bits) - 1)
-    down = np.uint64(64 - bits)
-    cnt[:1 << bits] = 0
-    one = np.uint64(1)
+    ``[s + 63, e)``) occurs at least 3 times (``bm``: 1024 words, ``lst``: ``e - s`` slots, scratch).
+
+    Exact: every occurrence of a value after its first finds its 16-bit bucket marked, so lands in ``lst``;
+    a value occurs 3 times exactly when it is twice in ``lst`` (sorted, neighbours compared).
+    NOTE (speed): one bitmap test-and-set per window in 8 KB (a rare, predictable branch) instead of a
+    probed hash set (a data-dependent probe loop per window): random content has no repeat and ``lst``
+    holds ~n**2 / 2**17 bucket collisions."""
+    bm[:] = 0
+    one, six, low, top = np.uint64(1), np.uint64(6), np.uint64(63), np.uint64(48)
+    k = 0
     h = np.uint64(0)
-    for i in range(s, e):
-        h = (h << one) + _gv(toks, table, key, i)
-        if i < s + 63:
-            continue
-        q = (h * _GOLDEN) >> down
-        while cnt[q] and keys[q] != h:
-            q = (q + one) & mask
-        if cnt[q] == 2:
+    tab = table.shape[0] != 0
+    for i in range(s, s + 63):
+        h = (h << one) + (_g(toks, table, i) if tab else _gm(toks, key, i))
+    for i in range(s + 63, e):
+        h = (h << one) + (_g(toks, table, i) if tab else _gm(toks, key, i))
+        # NOTE (speed): written out here: a helper taking the arrays costs a refcount call pair per window
+        q = (h * _GOLDEN) >> top
+        w, bit = q >> six, one << (q & low)
+        old = bm[w]
+        bm[w] = old | bit
+        if old & bit:
+            lst[k] = h
+            k += 1
+    if k < 2:
+        return False
+    srt = np.sort(lst[:k])
+    for j in range(k - 1):
+        if srt[j] == srt[j + 1]:
             return True
-        keys[q] = h
-        cnt[q] += 1
     return False
 
 
@@ -366,12 +374,11 @@ def gear_repeats(toks, table, key, starts, ends):
     skips); True for gaps of more than ``2**16`` windows without looking (the numpy rule then decides).
 
     NOTE (speed): random content has over-long gaps too (~1 in 180 chunks) and none repeats; this screens
-    them in one call (a counting hash set per gap, sized to the gap: at most 2**17 slots) instead of a hash
-    pass and a sort per gap in numpy."""
+    them in one call (:func:`_gap_repeats`) instead of a hash pass and a sort per gap in numpy."""
     out = np.zeros(starts.shape[0], np.bool_)
     cap = 1 << 16
-    keys = np.empty(2 * cap, np.uint64)
-    cnt = np.zeros(2 * cap, np.uint8)
+    bm = np.empty(1024, np.uint64)
+    lst = np.empty(0, np.uint64)
     for g in range(starts.shape[0]):
         s, e = starts[g], ends[g]
         if e - s <= 66:
@@ -379,7 +386,9 @@ def gear_repeats(toks, table, key, starts, ends):
         if e - s - 63 > cap:
             out[g] = True
             continue
-        out[g] = _gap_repeats(toks, table, key, s, e, keys, cnt)
+        if lst.shape[0] < e - s:
+            lst = np.empty(e - s, np.uint64)
+        out[g] = _gap_repeats(toks, table, key, s, e, bm, lst)
     return out
 
 
@@ -715,15 +724,12 @@ def gear_layout(toks, table, key, thr, first, last, base, m, start, n, mx, fps):
         cap = 1 << 16
         if big - 63 > cap:
             return np.empty(0, np.int64), np.empty(0, np.bool_), np.empty(0, np.uint64), False
-        slots = 16
-        while slots < 2 * (big - 63):
-            slots *= 2
-        keys = np.empty(slots, np.uint64)
-        cnt = np.zeros(slots, np.uint8)
+        bm = np.empty(1024, np.uint64)
+        lst = np.empty(big, np.uint64)
         prev = start
         for j in range(k + 1):
             e = cuts[j] if j < k else n
-            if e - prev > max(mx, 66) and _gap_repeats(toks, table, key, prev - base, e - base, keys, cnt):
+            if e - prev > max(mx, 66) and _gap_repeats(toks, table, key, prev - base, e - base, bm, lst):
                 return np.empty(0, np.int64), np.empty(0, np.bool_), np.empty(0, np.uint64), False
             prev = e
     total = k + 2 + extra
