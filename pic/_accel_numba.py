@@ -11,6 +11,7 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core.extending import intrinsic
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -259,18 +260,27 @@ def mix_candidates(toks, key, thr, first, last):
         for j in range(8):
             pos[j] += 64
         ne = _mix_lanes(toks, pos, st, 0, steps, key, thr, ev, 1)
+        # lane-major output: count each lane's candidates, then place them (one pass over the set bits each)
+        at = np.zeros(8, np.int64)
+        for e in range(ne):
+            mask = np.uint64(ev[2 * e + 1])
+            while mask:
+                at[trailing_zeros(mask) & 7] += 1
+                mask &= mask - np.uint64(1)
         for j in range(8):
             p = first + j * span
             if at0[j] < thr:
                 out[k] = p
                 k += 1
-            for e in range(ne):
-                q, mask = ev[2 * e], ev[2 * e + 1] >> j
-                if mask & 0x0101010101010101:
-                    for s in range(8):
-                        if (mask >> (8 * s)) & 1:
-                            out[k] = p + 1 + q + s
-                            k += 1
+            at[j], k = k, k + at[j]
+        for e in range(ne):
+            q, mask = ev[2 * e], np.uint64(ev[2 * e + 1])
+            while mask:
+                b = np.int64(trailing_zeros(mask))
+                j = b & 7
+                out[at[j]] = first + j * span + 1 + q + (b >> 3)
+                at[j] += 1
+                mask &= mask - np.uint64(1)
         h, start = st[7], 8 * span
     else:
         h, start = np.uint64(0), 0
