@@ -52,9 +52,10 @@ def _g(toks, table, i):
 
 @njit(inline="always", **_OPTS)
 def _gm(toks, key, i):
-    """Table-free Gear value of token ``toks[i]`` (``CDCConfig(gear="mix")``): the splitmix64 finalizer of
-    ``(t mod 2**32) + key`` (:func:`engine.cdc.gear_values`)."""
-    return _mix(np.uint64(np.uint32(toks[np.uint64(i)])) + key)
+    """Table-free Gear value of token ``toks[i]`` (``CDCConfig(gear="mix")``): ``z ^ (z >> 32)`` with ``z = ((t mod
+    2**32) ^ key) * 0xBF58476D1CE4E5B9 mod 2**64`` (:func:`engine.cdc.gear_values`)."""
+    z = (np.uint64(np.uint32(toks[np.uint64(i)])) ^ key) * _M1
+    return z ^ (z >> np.uint64(32))
 
 
 @njit(inline="always", **_OPTS)
@@ -178,8 +179,8 @@ def _mix_lanes(typingctx, toks, pos, st, q0, q1, key, thr, ev, rec):
 
     NOTE (speed): written as LLVM vector IR (numba does not vectorize a loop-carried recurrence): 8 tokens of
     each lane loaded at once and transposed in registers (no gathers: they ran at ~1.3 ns per token on
-    this VM), then per step one vector of 8 Gear values (the mixer: 2 multiplies, 3 xor-shifts) and ``h = 2h
-    + g`` on 8 lanes; the candidate test is one compare per step and one branch-free event store per block."""
+    this VM), then per step one vector of 8 Gear values (one multiply, one xor-shift) and ``h = 2h + g`` on 8
+    lanes; the candidate test is one compare per step and one branch-free event store per block."""
     sig = types.int64(toks, pos, st, q0, q1, key, thr, ev, rec)
 
     def codegen(context, builder, sig, args):
@@ -210,10 +211,8 @@ def _mix_lanes(typingctx, toks, pos, st, q0, q1, key, thr, ev, rec):
         mask = ir.Constant(_IR64, 0)
         hc = h
         for j, u in enumerate(_transpose8(builder, v)):
-            z = builder.add(builder.zext(u, _V64), keys)
-            z = builder.mul(builder.xor(z, builder.lshr(z, _vc(30))), _vc(0xBF58476D1CE4E5B9))
-            z = builder.mul(builder.xor(z, builder.lshr(z, _vc(27))), _vc(0x94D049BB133111EB))
-            z = builder.xor(z, builder.lshr(z, _vc(31)))
+            z = builder.mul(builder.xor(builder.zext(u, _V64), keys), _vc(0xBF58476D1CE4E5B9))
+            z = builder.xor(z, builder.lshr(z, _vc(32)))
             hc = builder.add(builder.add(hc, hc), z)
             c = builder.bitcast(builder.icmp_unsigned("<", hc, thrs), ir.IntType(8))
             mask = builder.or_(mask, builder.shl(builder.zext(c, _IR64), ir.Constant(_IR64, 8 * j)))

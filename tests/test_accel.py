@@ -258,7 +258,7 @@ def test_gear_repeats_kernel_screens_exactly_the_gaps_with_a_triple() -> None:
 def test_mix_candidates_kernel_equals_numpy_hash() -> None:
     """The table-free scan (8 vector lanes from 1024 tokens on: a 64-step warm-up ending on each lane's first
     position, blocks of 8 steps recorded as bit masks, a scalar remainder) gives the indices where the numpy
-    hash with the splitmix64 Gear values is below the threshold, for every length around the lane split,
+    hash with the table-free Gear values is below the threshold, for every length around the lane split,
     any window ``[first, last)``, every position a candidate (constant run of a hot token) and views at an
     odd offset."""
     fast = accel._load()

@@ -6,8 +6,8 @@ bit 63 fall off, so ``h_i`` depends on the last 64 tokens only. It is computed v
 cache-sized blocks; :func:`gear_hash_gathers` (64 shifted gathers) is kept as the slower alternative.
 ``G`` is a seeded uint64 table of 2**16 entries; a token id ``t`` (any int32) picks ``G[(t * 0x9E3779B1
 mod 2**32) >> 16]`` (Fibonacci hashing). ``CDCConfig(gear="mix")`` (an option; the table stays the default)
-uses no table: ``G(t)`` is the splitmix64 finalizer of ``(t mod 2**32) + (seed + 1) * 0x9E3779B97F4A7C15``
-(:func:`gear_values`), computed 8 lanes at a time by the compiled kernel instead of one random load from a
+uses no table: ``G(t) = z ^ (z >> 32)`` with ``z = ((t mod 2**32) ^ key) * 0xBF58476D1CE4E5B9 mod 2**64``, ``key
+= (seed + 1) * 0x9E3779B97F4A7C15 mod 2**64`` (a multiply-xorshift: a bijection of the token id; :func:`gear_values`), computed 8 lanes at a time by the compiled kernel instead of one random load from a
 512 KB table per token; the same hash formula and boundary rules, so every property below holds for both
 (other values, so other cuts).
 
@@ -56,7 +56,7 @@ _EMPTY = np.zeros(0, np.int64)
 _SHIFTS = {k: np.uint64(k) for k in (1, 2, 4, 8, 16, 32)}
 GEARS = ("table", "mix")
 _GOLDEN = 0x9E3779B97F4A7C15
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
 _NO_TABLE = np.zeros(0, np.uint64)
 
 
@@ -69,8 +69,8 @@ class CDCConfig:
     max_chunk: int = field(default=1024, metadata={"help": "maximum chunk size in tokens"})
     seed: int = field(default=0, metadata={"help": "seed of the Gear table"})
     gear: str = field(default="table", metadata={
-        "help": "Gear values: table (a seeded 2**16-entry table, the default) | mix (splitmix64 of the token id "
-                "and the seed: no table loads, 8 lanes vectorized; other cuts)"})
+        "help": "Gear values: table (a seeded 2**16-entry table, the default) | mix (a multiply-xorshift of the "
+                "token id and the seed: no table loads, 8 lanes vectorized; other cuts)"})
 
     def __post_init__(self) -> None:
         if self.gear not in GEARS:
@@ -110,21 +110,19 @@ def gear_table(seed: int) -> np.ndarray:
 
 
 def mix_key(seed: int) -> np.uint64:
-    """The table-free Gear values' key: ``(seed + 1) * 0x9E3779B97F4A7C15 mod 2**64`` (splitmix64's state)."""
+    """The table-free Gear values' key: ``(seed + 1) * 0x9E3779B97F4A7C15 mod 2**64``."""
     return np.uint64((seed + 1) * _GOLDEN % 2**64)
 
 
 def gear_values(tokens: np.ndarray, seed: int = 0, gear: str = "table") -> np.ndarray:
     """uint64 [N]: the Gear value ``G(t)`` of each token. ``table``: ``G[(t * 0x9E3779B1 mod 2**32) >> 16]``
-    of the seeded table; ``mix``: the splitmix64 finalizer of ``(t mod 2**32) + mix_key(seed)`` (``z ^= z >>
-    30; z *= 0xBF58476D1CE4E5B9; z ^= z >> 27; z *= 0x94D049BB133111EB; z ^= z >> 31``, mod 2**64)."""
+    of the seeded table; ``mix``: ``z ^ (z >> 32)``, ``z = ((t mod 2**32) ^ mix_key(seed)) * 0xBF58476D1CE4E5B9
+    mod 2**64`` (one multiply: the compiled scan computes 8 at a time with no table loads)."""
     toks = np.ascontiguousarray(tokens, dtype=np.int32)
     if gear == "table":
         return _gear_values(toks, gear_table(seed))
-    z = toks.view(np.uint32).astype(np.uint64) + mix_key(seed)
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
+    z = (toks.view(np.uint32).astype(np.uint64) ^ mix_key(seed)) * _M1
+    return z ^ (z >> np.uint64(32))
 
 
 def _gear_values(tokens: np.ndarray, table: np.ndarray) -> np.ndarray:

@@ -23,18 +23,16 @@ from pic.engine.cdc import (
 MASK = 2**64 - 1
 
 
-def _splitmix(t: int, seed: int) -> int:
-    """The table-free Gear value, in Python ints: splitmix64's finalizer of ``(t mod 2**32) + (seed + 1) *
-    golden``."""
-    z = ((t & 0xFFFFFFFF) + (seed + 1) * 0x9E3779B97F4A7C15) & MASK
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
-    return z ^ (z >> 31)
+def _mix(t: int, seed: int) -> int:
+    """The table-free Gear value, in Python ints: ``z ^ (z >> 32)``, ``z = ((t mod 2**32) ^ (seed + 1) * golden)
+    * 0xBF58476D1CE4E5B9``, mod 2**64."""
+    z = (((t & 0xFFFFFFFF) ^ ((seed + 1) * 0x9E3779B97F4A7C15 & MASK)) * 0xBF58476D1CE4E5B9) & MASK
+    return z ^ (z >> 32)
 
 
 def _naive_gear(tokens: np.ndarray, seed: int, gear: str = "table") -> np.ndarray:
     if gear == "mix":
-        vals = [_splitmix(t, seed) for t in tokens.tolist()]
+        vals = [_mix(t, seed) for t in tokens.tolist()]
     else:
         g = cdc.gear_table(seed)
         idx = (tokens.astype(np.uint32) * np.uint32(0x9E3779B1)) >> np.uint32(16)
@@ -50,7 +48,7 @@ def _naive_gear(tokens: np.ndarray, seed: int, gear: str = "table") -> np.ndarra
 @given(st.lists(st.integers(-2**31, 2**31 - 1), min_size=0, max_size=400), st.integers(0, 3), st.sampled_from(GEARS))
 def test_gear_hash_matches_naive_recurrence(toks, seed, gear):
     """The vectorized log-doubling hash equals the per-token recurrence and the 64-gather form (both Gear
-    value kinds: the seeded table, the table-free splitmix64 of the token id)."""
+    value kinds: the seeded table, the table-free multiply-xorshift of the token id)."""
     t = np.array(toks, dtype=np.int32)
     ref = _naive_gear(t, seed, gear)
     assert np.array_equal(gear_hash(t, seed, gear), ref)
@@ -67,7 +65,7 @@ def test_gear_hash_blocks_match_naive(monkeypatch, gear):
 
 def test_mix_values_differ_by_seed_and_token():
     """The table-free values: distinct tokens and seeds give distinct values (the mixer is a bijection of
-    ``t + key``); the config rejects an unknown kind."""
+    the token id); the config rejects an unknown kind."""
     t = np.arange(-5000, 5000, dtype=np.int32)
     a, b = cdc.gear_values(t, 0, "mix"), cdc.gear_values(t, 1, "mix")
     assert np.unique(a).size == t.size and not np.array_equal(a, b)
@@ -112,9 +110,9 @@ def test_periodic_run_is_cut_at_the_same_phase_wherever_it_sits(gear):
     """A repeated 23-token line behind headers of different lengths is cut at the same offsets from the
     run's start (whole periods), so every full piece is one chunk content, shared by both prompts. (Data
     dependent: a content-defined cut whose window straddles the run's start moves the gap's start, and the
-    pieces are counted from there; over seeds 3-42 of this test it holds for 30 of 40 with the table and 22
-    of 40 with the table-free values: each kind gets a seed where it holds.)"""
-    rng = np.random.default_rng(3 if gear == "table" else 4)
+    pieces are counted from there; over seeds 3-42 of this test it holds for 30 of 40 with the table and 25
+    of 40 with the table-free values.)"""
+    rng = np.random.default_rng(3)
     line = rng.integers(0, 50_000, 23, dtype=np.int32)
     run = np.tile(line, 200)
     cfg = CDCConfig(avg_chunk=256, min_chunk=64, max_chunk=1024, gear=gear)
