@@ -472,8 +472,9 @@ def _xxh_lanes(typingctx, toks, starts, nstr, lo, hi, snap, cur):
     of a list in turn (chunk ``q``: ``nstr[q]`` stripes of 8 tokens from token ``starts[q]``; ``starts`` and
     ``nstr`` padded by one entry). When a chunk's stripes are done, its four accumulators and the 8 tokens
     after its last stripe (its tail, < 8 tokens, and what follows: every chunk needs 8 tokens of ``toks``
-    after its stripes) go to ``snap[8 q .. 8 q + 7]``, and the lane starts its next chunk. Returns when a
-    lane has no chunk left; ``cur[l]``: lane ``l``'s first chunk not in ``snap``.
+    after its stripes) go to ``snap[8 q .. 8 q + 7]``, and the lane starts its next chunk; a lane with no chunk
+    left idles (reading tokens from 0 on, its state to the padding slot ``m = hi[7]``) until every lane is
+    done (every lane needs a chunk). ``cur``: scratch.
 
     NOTE (speed): xxh64 is bound by its 64-bit multiplies (1 per token: one scalar multiplier); 8 chunks'
     accumulators in vectors multiply 8 at a time (the 8 lanes' stripes loaded and transposed in registers).
@@ -510,11 +511,13 @@ def _xxh_lanes(typingctx, toks, starts, nstr, lo, hi, snap, cur):
         builder.branch(head)
         builder.position_at_end(head)          # s: stripes done by every lane so far
         s = builder.phi(_IR64)
+        nex = builder.phi(_IR64)                          # lanes with no chunk left
         cur = [builder.phi(_IR64) for _ in range(8)]
         base = [builder.phi(_IR64) for _ in range(8)]      # lane j's stripe s starts at token base[j] + 8 s
         stopv = builder.phi(_V64)                         # the s at which lane j's chunk is done
         acc = [builder.phi(_V64) for _ in range(4)]
         s.add_incoming(c(0), entry)
+        nex.add_incoming(c(0), entry)
         for j in range(8):
             cur[j].add_incoming(cur0[j], entry)
             base[j].add_incoming(base0[j], entry)
@@ -530,7 +533,7 @@ def _xxh_lanes(typingctx, toks, starts, nstr, lo, hi, snap, cur):
         builder.position_at_end(cold)
         pp = builder.bitcast(parr.data, _IR64.as_pointer())
         off = builder.shl(s, c(3))
-        ncur, nbase, nstop, exhausted = [], [], stopv, ir.Constant(ir.IntType(1), 0)
+        ncur, nbase, nstop, nnex = [], [], stopv, nex
         for j in range(8):
             bit = builder.extract_element(hit, lane(j))
             slot = builder.shl(cur[j], c(3))
@@ -540,18 +543,22 @@ def _xxh_lanes(typingctx, toks, starts, nstr, lo, hi, snap, cur):
             builder.store(builder.load(tail, align=4),
                           builder.bitcast(builder.gep(pp, [builder.add(slot, c(4))]), _V4.as_pointer()), align=8)
             cj = builder.add(cur[j], builder.zext(bit, _IR64))
-            exhausted = builder.or_(exhausted, builder.icmp_signed("==", cj, his[j]))
-            ncur.append(cj)
-            nbase.append(builder.select(bit, builder.sub(ld(sarr, cj), off), base[j]))
-            nstop = builder.insert_element(nstop, builder.select(bit, builder.add(s, ld(narr, cj)),
-                                                                 builder.extract_element(stopv, lane(j))), lane(j))
+            done = builder.and_(bit, builder.icmp_signed("==", cj, his[j]))      # no chunk left: idle
+            nnex = builder.add(nnex, builder.zext(done, _IR64))
+            ncur.append(builder.select(done, his[7], cj))
+            nbase.append(builder.select(bit, builder.select(done, builder.sub(c(0), off), builder.sub(ld(sarr, cj), off)),
+                                        base[j]))
+            nstop = builder.insert_element(nstop, builder.select(
+                bit, builder.select(done, c(1 << 62), builder.add(s, ld(narr, cj))),
+                builder.extract_element(stopv, lane(j))), lane(j))
         nacc = [builder.select(hit, inits[k], acc[k]) for k in range(4)]
         cold_end = builder.block
-        builder.cbranch(exhausted, out, body)
+        builder.cbranch(builder.icmp_signed("==", nnex, c(8)), out, body)
         builder.position_at_end(body)
         bcur = [builder.phi(_IR64) for _ in range(8)]
         bbase = [builder.phi(_IR64) for _ in range(8)]
         bstop = builder.phi(_V64)
+        bnex = builder.phi(_IR64)
         bacc = [builder.phi(_V64) for _ in range(4)]
         for j in range(8):
             bcur[j].add_incoming(cur[j], head_end)
@@ -560,6 +567,8 @@ def _xxh_lanes(typingctx, toks, starts, nstr, lo, hi, snap, cur):
             bbase[j].add_incoming(nbase[j], cold_end)
         bstop.add_incoming(stopv, head_end)
         bstop.add_incoming(nstop, cold_end)
+        bnex.add_incoming(nex, head_end)
+        bnex.add_incoming(nnex, cold_end)
         for k in range(4):
             bacc[k].add_incoming(acc[k], head_end)
             bacc[k].add_incoming(nacc[k], cold_end)
@@ -575,6 +584,7 @@ def _xxh_lanes(typingctx, toks, starts, nstr, lo, hi, snap, cur):
         v = [_shuf(builder, d0, e0, lo8), _shuf(builder, d0, e0, hi8), _shuf(builder, d1, e1, lo8),
              _shuf(builder, d1, e1, hi8)]
         s.add_incoming(builder.add(s, c(1)), body)
+        nex.add_incoming(bnex, body)
         for k in range(4):                      # round: rotl(acc + v * P2, 31) * P1
             x = builder.add(bacc[k], builder.mul(v[k], _vc(int(_P2))))
             acc[k].add_incoming(builder.mul(builder.call(fshl, [x, x, _vc(31)]), _vc(int(_P1))), body)
@@ -619,9 +629,9 @@ def _fps(toks, bounds, base, out):
     """``out[c]`` = :func:`_xxh` of ``toks[bounds[c] - base : bounds[c + 1] - base]`` for every chunk.
 
     Chunks of >= 64 tokens that end 8 or more tokens before the end of ``toks`` go through the 8-lane stripe
-    loop (:func:`_xxh_lanes`), split into 8 runs of consecutive chunks with about equal stripes (so the lanes
-    run out at about the same time; the chunks left in the others when the first runs out, and the rest,
-    one at a time); 16 such chunks at least, else all one at a time."""
+    loop (:func:`_xxh_lanes`), split into 8 runs of consecutive chunks with about equal stripes (the lanes
+    run out at about the same time; one that does idles until the others are done); 8 such chunks at
+    least, else all one at a time."""
     nc = bounds.shape[0] - 1
     n = toks.shape[0]
     idx = np.empty(nc + 1, np.int64)
@@ -639,7 +649,7 @@ def _fps(toks, bounds, base, out):
             m += 1
         else:
             out[c] = _xxh(toks, a, e)
-    if m >= 16:
+    if m >= 8:
         starts[m] = 0
         nstr[m] = 1
         lo = np.empty(8, np.int64)
@@ -658,14 +668,10 @@ def _fps(toks, bounds, base, out):
             cur = np.empty(8, np.int64)
             snap = np.empty(8 * (m + 1), np.uint64)
             _xxh_lanes(toks, starts, nstr, lo, hi, snap, cur)
-            for q in range(8):
-                for r in range(lo[q], cur[q]):
-                    c = idx[r]
-                    ln = bounds[c + 1] - bounds[c]
-                    out[c] = _xxh_finish(snap, r, ln & 7, np.uint64(4 * ln))
-                for r in range(cur[q], hi[q]):
-                    c = idx[r]
-                    out[c] = _xxh(toks, bounds[c] - base, bounds[c + 1] - base)
+            for r in range(m):
+                c = idx[r]
+                ln = bounds[c + 1] - bounds[c]
+                out[c] = _xxh_finish(snap, r, ln & 7, np.uint64(4 * ln))
             return
     for r in range(m):
         c = idx[r]
