@@ -80,14 +80,21 @@ def _load() -> ModuleType | None:
     # NOTE (speed): numba probes ``scipy.linalg`` for a BLAS (np.dot in jitted code) when its numpy support
     # loads: ~0.3 s CPU of scipy imports where scipy is installed. The kernels use no BLAS, so while they
     # load ``scipy.linalg`` is hidden (numba then records "no BLAS"); it is importable again afterwards.
-    hide = "scipy.linalg" not in sys.modules
-    if hide:
-        sys.modules["scipy.linalg"] = None  # type: ignore[assignment]
+    # Likewise ``cffi`` (~0.035 s CPU to import and set up), which numba's typing probes for its cffi support
+    # (no kernel calls a cffi function), and ``scipy`` itself (~0.01 s), imported by numba only to check its
+    # version.
+    hidden = [m for m in _HIDDEN if m not in sys.modules]
+    for m in hidden:
+        sys.modules[m] = None  # type: ignore[assignment]
     try:
         from pic import _accel_numba as mod
     except Exception:
         return None
     finally:
-        if hide and sys.modules.get("scipy.linalg", 0) is None:
-            del sys.modules["scipy.linalg"]
+        for m in hidden:
+            if sys.modules.get(m, 0) is None:
+                del sys.modules[m]
     return mod
+
+
+_HIDDEN = ("scipy", "scipy.linalg", "cffi")

@@ -25,6 +25,31 @@ def modes():
     accel.set_mode(None)
 
 
+def test_other_policies_kernels_load_on_first_use() -> None:
+    """Loading the kernels loads neither fixed-chunk's nor rdr's group (a fresh process: irminsul's runs never
+    pay for them), nor cffi or scipy; each kernel is an attribute of pic._accel_numba all the same."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from pic import accel; mod = accel._load(); "
+            "print(sorted(m for m in sys.modules if m.startswith('pic._accel_numba_') or m in ('cffi', 'scipy'))); "
+            "f = mod.filter_candidates; r = mod.rdr_greedy; "
+            "import pic._accel_numba_fixed as a, pic._accel_numba_rdr as b; "
+            "print(f is a.filter_candidates and r is b.rdr_greedy and mod.prefix_window_hashes is a.prefix_window_hashes "
+            "and mod.rdr_blocks is b.rdr_blocks)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[]" and out[1] == "True"
+    # the modules hidden while numba loads (pic.accel._HIDDEN) are importable afterwards
+    code = ("import importlib.util, sys; from pic import accel; accel._load(); "
+            "print(all(sys.modules.get(m, 0) is not None for m in accel._HIDDEN)); "
+            "print(importlib.util.find_spec('scipy') is None or bool(__import__('scipy.linalg').linalg))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[:2] == ["True", "True"]
+    from pic import _accel_numba
+    with pytest.raises(AttributeError):
+        _accel_numba.no_such_kernel  # noqa: B018
+
+
 def test_auto_mode_waits_for_enough_tokens() -> None:
     accel.set_mode("auto")
     try:

@@ -53,6 +53,8 @@ import numpy as np
 from pic import accel
 from pic.engine import cdc, eviction
 from pic.engine.plan import Action, Plan, Span
+from pic.engine.plan import _trusted_plan as _plan
+from pic.engine.plan import _trusted_span as _span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
 from pic.engine.policies.irminsul_layout import NO_TOKENS, Analysis, marker_boundaries
@@ -65,6 +67,7 @@ from pic.traces.markers import BOUNDARY_MARKER
 
 _RELEASED: list = []  # never appended to
 _READY = attrgetter("ready")
+_REUSE, _ROTATED, _RECOMPUTE = Action.REUSE, Action.REUSE_ROTATED, Action.RECOMPUTE
 
 __all__ = ["Irminsul", "IrminsulConfig", "marker_boundaries"]
 
@@ -132,7 +135,7 @@ class Irminsul(ChunkWalk, CachePolicy):
         self._entries = self._store.entries
         self._pending: dict[int, Analysis] = {}   # rid -> lookup's analysis
         self._live: dict[int, tuple[list[Extent], list[Chunk]]] = {}    # rid -> locked extents, new chunks
-        self._chunks_used: list[Chunk] = []       # chunks the last _analyze read
+        self._used_x: list[Extent] = []           # extents of the chunks the last _analyze read
         self.stats.extra.update(prefix_tokens=0, chunk_lookups=0, chunk_hits=0, extended_tokens=0, window_lookups=0,
                                 window_hits=0, clipped_tokens=0, rotated_tokens=0, partly_stored=0, tail_tokens=0,
                                 unstored_tokens=0)
@@ -145,22 +148,20 @@ class Irminsul(ChunkWalk, CachePolicy):
             # up front, the compiled kernels load now when that is worth it (pic.accel), not after 2^22 tokens
             accel.kernels(int(req.source.offsets[-1]))
         got = self._analyze(req)
-        uses = got.uses
         # NOTE: recency per chunk: every extent of a chunk the plan reads is touched, so a chunk's unused
-        # tail does not age out alone and take the chunk (its index entry) with it
-        self._store.touch(self._chunks_used, now_us)
+        # tail does not age out alone and take the chunk (its index entry) with it (the walk listed them)
+        self._store.touch_extents(self._used_x, now_us)
         hits: list[list[int]] = []            # [start, end, source]: abutting pieces of equal delta merged
-        for t, e, x, lo in uses:
+        for t, e, x, lo in got.uses:
             src = x.base_pos + lo
             if hits and hits[-1][1] == t and t - src == hits[-1][0] - hits[-1][2]:
                 hits[-1][1] = e
             else:
                 hits.append([t, e, src])
-        plan = Plan.from_spans(req.num_tokens, [Span(a, b, Action.REUSE if a == src else Action.REUSE_ROTATED, src)
-                                                for a, b, src in hits])
-        if plan.num_reused:
+        plan, reused, rotated = _plan_of(req.num_tokens, hits)
+        if reused:
             self.stats.hits += 1
-            self.stats.extra["rotated_tokens"] += plan.num_rotated
+            self.stats.extra["rotated_tokens"] += rotated
         self._pending[req.request_id] = got
         if len(self._pending) > 4096:       # lookups never followed by admit (probes) must not pile up
             del self._pending[next(iter(self._pending))]
@@ -306,9 +307,10 @@ class Irminsul(ChunkWalk, CachePolicy):
         # NOTE: tail first (vLLM frees a request's blocks reversed): among extents of equal recency the
         # end of a prompt is evicted before its head, so a chunk loses its tail and keeps serving its head
         if all(map(_READY, chunks)):          # committed: nothing to drop, one pass over the extents
-            # (most chunks of a lean run own nothing: their own list is already _RELEASED)
-            xs = [x for c in reversed(chunks) if c.own is not _RELEASED for x in reversed(c.own)]
-            for c in chunks:
+            # (most chunks of a lean run own nothing: their own list is already _RELEASED; one pass finds the rest)
+            owners = [c for c in chunks if c.own is not _RELEASED]
+            xs = [x for c in reversed(owners) for x in reversed(c.own)]
+            for c in owners:
                 c.own = _RELEASED
             xs += reversed(locked)
             st.unlock_all(xs)
@@ -349,3 +351,36 @@ class Irminsul(ChunkWalk, CachePolicy):
         self.stats.rejected += 1
         self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
         return False
+
+
+def _plan_of(n: int, hits: list[list[int]]) -> tuple[Plan, int, int]:
+    """``Plan.from_spans(n, spans of hits)``, its reused and rotated tokens: ``hits`` (``[start, end, source]``
+    in target order, abutting ones of equal delta merged) are valid spans as they are and leave nothing to
+    merge (equal delta is equal action), so the spans are built without the checks (frozen dataclass inits:
+    ~1 us each), gaps recomputed; anything else takes ``Plan.from_spans`` (which raises where it would)."""
+    spans, pos, reused, rotated = [], 0, 0, 0
+    for a, b, src in hits:
+        if not pos <= a < b <= n:
+            return _checked(n, hits)
+        if a > pos:
+            spans.append(_span(pos, a, _RECOMPUTE, -1))
+        if a == src:
+            spans.append(_span(a, b, _REUSE, src))
+        elif src >= 0:
+            spans.append(_span(a, b, _ROTATED, src))
+            rotated += b - a
+        else:
+            return _checked(n, hits)
+        reused += b - a
+        pos = b
+    if not spans:
+        return (Plan.recompute_all(n) if n > 0 else Plan.from_spans(n, [])), 0, 0
+    if pos < n:
+        spans.append(_span(pos, n, _RECOMPUTE, -1))
+    return _plan(n, tuple(spans)), reused, rotated
+
+
+def _checked(n: int, hits: list[list[int]]) -> tuple[Plan, int, int]:
+    plan = Plan.from_spans(n, [Span(a, b, _REUSE if a == src else _ROTATED, src) for a, b, src in hits])
+    return plan, plan.num_reused, plan.num_rotated
+

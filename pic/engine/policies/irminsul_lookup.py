@@ -14,7 +14,7 @@ import numpy as np
 from pic.engine import cdc
 from pic.engine.policies.base import PolicyContext, PolicyStats, RequestView
 from pic.engine.policies.irminsul_layout import NO_CUTS, Analysis, Use, marker_cuts, tokens_from
-from pic.engine.policies.irminsul_records import Chunk
+from pic.engine.policies.irminsul_records import Chunk, Extent
 from pic.engine.policies.irminsul_store import ChunkStore
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 class ChunkWalk:
     """Lookup helpers mixed into :class:`~engine.policies.irminsul.Irminsul` (they read its config, context,
-    stats and store, and record the chunks a walk read in ``_chunks_used``)."""
+    stats and store, and record the extents of the chunks a walk read in ``_used_x``)."""
 
     config: IrminsulConfig
     ctx: PolicyContext
@@ -32,7 +32,7 @@ class ChunkWalk:
     _entries: dict[int, Chunk]
     _cdc: cdc.CDCConfig
     _marker: np.ndarray
-    _chunks_used: list[Chunk]
+    _used_x: list[Extent]
 
     def _analyze(self, req: RequestView) -> Analysis:
         """The prompt's CDC layout and, for each reused target range, ``(start, end, extent, offset in the
@@ -43,7 +43,7 @@ class ChunkWalk:
             got = self._full_layout(req)
         bl, fl, toks, off = got.bounds, got.fps, got.toks, got.off
         uses: list[Use] = []
-        self._chunks_used: list[Chunk] = []
+        self._used_x: list[Extent] = []
         ex = self.stats.extra
         n, k, m = req.num_tokens, 0, self.config.min_match
         pos = self._prefix(req, best, best_len, uses)
@@ -177,11 +177,12 @@ class ChunkWalk:
     def _span(self, uses: list[Use], c: Chunk, a: int, b: int, off: int) -> None:
         """Reuse chunk ``c``'s KV from offset ``off`` for target ``[a, b)``, piece by piece (first-chunk
         clip at position 0)."""
-        self._chunks_used.append(c)
         if a and len(c.pieces) == 1 and b > a:      # the common case: one piece, no clip
             x, xo, _ = c.pieces[0]
+            self._used_x.append(x)
             uses.append((a, b, x, xo + off))
             return
+        self._used_x += [p[0] for p in c.pieces]
         pieces = self._store.pieces(c, off, off + b - a)
         if a == 0 and pieces[0][0].base_pos + pieces[0][1] != 0:
             clip = min(self.config.sink_tokens, b)
@@ -202,7 +203,7 @@ class ChunkWalk:
         if best is None:
             return 0
         bounds, fps = best[0], best[1]
-        entries, verify, used = self._entries, self.ctx.verify, self._chunks_used
+        entries, verify, used = self._entries, self.ctx.verify, self._used_x
         # NOTE (speed): in a lean store the chunks of a run share its extent: a use that goes on in the same
         # extent where the last one ended, at an edge of a chunk that made it (an extent edge in the exact store,
         # whose runs are an extent per chunk), is the same use: one lock at admit, the exact store's lock edges
@@ -219,15 +220,15 @@ class ChunkWalk:
                     self.stats.collisions += 1
                     return a
             if a and len(e.pieces) == 1 and b > a:      # _span's common case, inline
-                used.append(e)
                 x, xo, n = e.pieces[0]
                 own = e.owner == x.owner
                 if lean and (joint == a or (own and joint == -a - 1)):
                     t, _, y, lo = uses[-1]
-                    if y is x and lo + a - t == xo:
+                    if y is x and lo + a - t == xo:     # (x is listed in used already)
                         uses[-1] = (t, b, x, lo)
                         joint = -1 if b - a < n else b if own else -b - 1
                         continue
+                used.append(x)
                 uses.append((a, b, x, xo))
                 # where this use ends at its chunk's end: b (an edge of the chunk that made x), -b - 1 (of a view)
                 joint = -1 if b - a < n else b if own else -b - 1
