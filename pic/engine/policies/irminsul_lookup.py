@@ -122,9 +122,8 @@ class ChunkWalk:
         toks, n = req.tokens, req.num_tokens
         hard, marked = marker_cuts(req, toks, 0, self._marker) if self.config.s2 else (NO_CUTS, False)
         hard = cdc.clean_hard(hard, n)
-        bounds, anchors = cdc.layout(toks, self._cdc, hard)
-        return Analysis(bounds.tolist(), cdc.fingerprints(toks, bounds).tolist(), anchors.tolist(), hard, marked,
-                         toks, 0, [])
+        bounds, anchors, fps = cdc.layout_fps(toks, self._cdc, hard)    # (one compiled call: no hard boundary)
+        return Analysis(bounds.tolist(), fps.tolist(), anchors.tolist(), hard, marked, toks, 0, [])
 
     def _layout(self, req: RequestView, shared: int, other: tuple, best_len: int) -> Analysis | None:
         """The layout from a committed prompt ``other`` that shares the first ``shared`` tokens: its cuts up
@@ -158,10 +157,11 @@ class ChunkWalk:
             if (hard.size or phard.size) and \
                     not np.array_equal(hard[:np.searchsorted(hard, cap)], phard[:np.searchsorted(phard, cap)]):
                 return None
-        tb, tanc = cdc.layout_from(toks[max(0, c - (cdc.WINDOW - 1)) - lo:], max(0, c - (cdc.WINDOW - 1)), n, c,
-                                   self._cdc, hard)
-        fps = cdc.fingerprints(toks[c - lo:], tb - c).tolist()
-        return Analysis(pb[:k] + tb.tolist(), pf[:k] + fps, panc[:k] + tanc.tolist(), hard, marked, toks, lo, [])
+        # (bounds, anchors and the chunks' fingerprints from one compiled call when there is no hard boundary)
+        base = max(0, c - (cdc.WINDOW - 1))
+        tb, tanc, fps = cdc.layout_from_fps(toks[base - lo:], base, n, c, self._cdc, hard)
+        return Analysis(pb[:k] + tb.tolist(), pf[:k] + fps.tolist(), panc[:k] + tanc.tolist(), hard, marked, toks,
+                        lo, [])
 
     def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Chunk | None:
         e = self._entries.get(fp)
