@@ -368,3 +368,57 @@ def test_stored_runs_are_references_counting_what_their_tokens_count(seed: int, 
     assert max(dups) > 0 and splits > 0
     if not math.isinf(capacity):
         assert by_ref.stats.evictions > 0
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+def test_make_ready_fast_path_equals_the_general_path(bounded):
+    """Chunks whose keys admit gave (the common case: one C-level pass) are made ready with the same state,
+    log and prefilter counts as chunks whose keys are derived from their tokens (the general loop)."""
+    from collections import Counter
+
+    from pic.engine import cdc
+    from pic.engine.eviction import lru
+    from pic.engine.policies.irminsul_store import ChunkStore
+
+    toks = _rand(41, 3000)
+    src = Seq.of_array(toks)
+    bounds = [0, 300, 700, 701 + 63, 1500, 2200, 3000]     # (one chunk of 64 tokens)
+    m = 16
+    heads, tails = cdc.edge_keys(toks, np.array(bounds, np.int64), m)
+    state = []
+    for given in (True, False):
+        st = ChunkStore(lru, 128, BPT, tails=True, min_match=m, bounded=bounded)
+        chunks = []
+        for k in range(len(bounds) - 1):
+            a, b = bounds[k], bounds[k + 1]
+            x = st.new_extent(src, a, b - a, 0)
+            keys = (int(heads[k]), int(tails[k])) if given else None
+            chunks.append(st.register(1000 + k, src, a, b - a, [[x, 0, b - a]], 0, [x], keys))
+        st.make_ready(chunks, 0, False)
+        state.append(([(c.ready, c.indexed, c.head, c.keys) for c in chunks], Counter(st._heads), Counter(st._tails),
+                      [(e if not isinstance(e, type(chunks[0])) else e.fp) for e in st._log]))
+    assert state[0] == state[1]
+    assert all(r and n == c.size for (r, n, _, _), c in zip(state[0][0], chunks, strict=True))
+    assert sum(state[0][1].values()) == len(bounds) - 1 and state[0][0][0][3] == ((state[0][0][0][2], int(tails[0]))
+                                                                                 if bounded else None)
+
+
+def test_plan_of_merged_hits_equals_plan_from_spans():
+    """The plan lookup builds from its merged hits without the checks is Plan.from_spans' (spans, actions,
+    sources, gaps), with its reused and rotated counts; invalid hits still raise as from_spans does."""
+    from pic.engine.plan import Span
+    from pic.engine.policies.irminsul import _plan_of
+
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        n = int(rng.integers(1, 400))
+        cuts = sorted({int(v) for v in rng.integers(0, n + 1, int(rng.integers(0, 8)))})
+        hits = [[a, b, a if rng.random() < 0.5 else int(rng.integers(0, 1000))]
+                for a, b in zip(cuts[::2], cuts[1::2], strict=False)]     # (disjoint, none abutting)
+        ref = Plan.from_spans(n, [Span(a, b, Action.REUSE if a == s else Action.REUSE_ROTATED, s) for a, b, s in hits])
+        plan, reused, rotated = _plan_of(n, hits)
+        assert plan == ref and reused == ref.num_reused and rotated == ref.num_rotated
+    with pytest.raises(ValueError):
+        _plan_of(10, [[2, 5, 2], [4, 8, 4]])                 # overlapping: not a cover
+    with pytest.raises(ValueError):
+        _plan_of(10, [[2, 5, -3]])                           # a rotated source before the prompt

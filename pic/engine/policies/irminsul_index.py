@@ -13,6 +13,8 @@ Both tries are built lazily from a log of index operations (see :meth:`ChunkInde
 from __future__ import annotations
 
 from collections import Counter
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -21,6 +23,9 @@ from pic.engine.policies.irminsul_records import NONE as _NONE
 from pic.engine.policies.irminsul_records import Chunk
 from pic.engine.radix import RadixNode, RadixTree
 from pic.engine.seq import Seq
+
+_KEYS, _SIZE = attrgetter("keys"), attrgetter("size")
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
 class ChunkIndexes:
@@ -56,6 +61,25 @@ class ChunkIndexes:
         """The chunks' KV exists: index their tokens in the trie(s) (and their S1 windows when ``windows``),
         in order (:meth:`_index`, inline: one call per request)."""
         m, hks, tks, log, keep = self.min_match, [], [], [], self._keep_keys
+        if not windows and chunks:
+            # NOTE (speed): the common case (admit gave every chunk its keys, each has >= min_match tokens) in
+            # C-level passes and one loop of three stores per chunk: the same state, log and counts
+            keys, sizes = [*map(_KEYS, chunks)], [*map(_SIZE, chunks)]
+            if None not in keys and min(sizes) >= m:
+                hks, tks = [*map(_FIRST, keys)], [*map(_SECOND, keys)]
+                for c, n, hk in zip(chunks, sizes, hks, strict=True):
+                    c.ready = True
+                    c.indexed = n
+                    c.head = hk
+                if not keep:
+                    for c in chunks:
+                        c.keys = None
+                self._heads.update(hks)
+                self._tails.update(tks)
+                self._log += chain.from_iterable(zip(repeat(True), chunks, sizes))
+                if len(self._log) > 3 * (2 * len(self.entries) + 4096):     # bounded: replay it now and then
+                    self._flush()
+                return
         for c in chunks:
             c.ready = True
             if windows:
