@@ -160,3 +160,23 @@ def test_lean_stored_runs_when_a_request_id_comes_again():
     plans = _drive((exact, lean), [RequestView.from_tokens(7, a), RequestView.from_tokens(7, b)], lag=0)
     assert sum(s[1] - s[0] for s in plans[1] if s[2] != 2) > 1000
     assert _runs(lean) == _runs(exact)
+
+
+@pytest.mark.parametrize("seed,lean,lag", [(0, True, 0), (1, True, 2), (2, False, 1), (6, True, 3)])
+def test_unverified_walk_gives_the_verified_walks_plans_and_state(seed, lean, lag):
+    """The exact-prefix stage without --verify (its fast loop: entries in one pass, the use being extended kept
+    in locals) gives the plans, usage, stored runs and chunk layout of the verified walk (no collision here)."""
+    pols = []
+    for verify in (True, False):
+        pol = policies.build("irminsul", PolicyContext(math.inf, BPT, verify=verify),
+                             {"avg_chunk": 128, "min_chunk": 32, "max_chunk": 256})
+        pol._store.lean = lean
+        pols.append(pol)
+    reqs = _views(_stream(seed, 80), seed)
+    plans = _drive(pols, reqs, lag)
+    assert sum(s[1] - s[0] for p in plans for s in p if s[2] != 2) > 0            # the stream reuses
+    assert pols[0].stats.verified_hits > 0 and pols[1].stats.verified_hits == 0
+    assert _runs(pols[0]) == _runs(pols[1])
+    for p in pols:
+        p._store._exact()
+    assert _layout(pols[0]) == _layout(pols[1])

@@ -43,7 +43,7 @@ the tokens of a continued conversation's shared prefix are never made.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter, not_
@@ -136,6 +136,7 @@ class Irminsul(ChunkWalk, CachePolicy):
         self._pending: dict[int, Analysis] = {}   # rid -> lookup's analysis
         self._live: dict[int, tuple[list[Extent], list[Chunk]]] = {}    # rid -> locked extents, new chunks
         self._used_x: list[Extent] = []           # extents of the chunks the last _analyze read
+        self._answered: tuple = (None, None)      # (request id, plan) of the last lookup
         self.stats.extra.update(prefix_tokens=0, chunk_lookups=0, chunk_hits=0, extended_tokens=0, window_lookups=0,
                                 window_hits=0, clipped_tokens=0, rotated_tokens=0, partly_stored=0, tail_tokens=0,
                                 unstored_tokens=0)
@@ -163,6 +164,7 @@ class Irminsul(ChunkWalk, CachePolicy):
             self.stats.hits += 1
             self.stats.extra["rotated_tokens"] += rotated
         self._pending[req.request_id] = got
+        self._answered = (req.request_id, plan)
         if len(self._pending) > 4096:       # lookups never followed by admit (probes) must not pile up
             del self._pending[next(iter(self._pending))]
         return plan
@@ -172,11 +174,14 @@ class Irminsul(ChunkWalk, CachePolicy):
         if rid in self._live:
             raise ValueError(f"request {rid} admitted twice")
         got = self._pending.pop(rid, None)
+        # NOTE (speed): the plan the last lookup answered with this analysis (the serving model admits right
+        # after looking up) covers its uses by construction: no count of the plan's spans
+        answered = got is not None and self._answered[1] is plan and self._answered[0] == rid
         if got is None:
             got = self._analyze(req)
         bounds, fps, uses = got.bounds, got.fps, got.uses
         st = self._store
-        if sum([b - a for a, b, _, _ in uses]) != plan.num_reused:
+        if not answered and sum([b - a for a, b, _, _ in uses]) != plan.num_reused:
             return self._stale([])            # not the plan this cache answered
         locked: list[Extent] = []
         views: list[tuple[int, int, list[Extent]]] = []    # target range of each use -> its locked extents
@@ -214,9 +219,14 @@ class Irminsul(ChunkWalk, CachePolicy):
         # others get their gaps listed
         last = ends[-1] if ends else 0
         ks = list(new.values())
-        gaps = {k: layout_gaps(views, bisect_right(ends, bounds[k]), bounds[k], bounds[k + 1]) for k in ks
-                if bounds[k] < last}
-        need = sum([bounds[k + 1] - bounds[k] for k in ks])
+        # NOTE (speed): ks ascends, so the chunks starting before ``last`` are its first ones (a bisect); new chunks
+        # in a row (most requests: all after the exact prefix) need the tokens between their ends
+        j = bisect_left(ks, last, key=bounds.__getitem__) if last else 0
+        gaps = {k: layout_gaps(views, bisect_right(ends, bounds[k]), bounds[k], bounds[k + 1]) for k in ks[:j]}
+        if ks and ks[-1] - ks[0] == len(ks) - 1:
+            need = bounds[ks[-1] + 1] - bounds[ks[0]]
+        else:
+            need = sum([bounds[k + 1] - bounds[k] for k in ks])
         if gaps:
             need -= sum([bounds[k + 1] - bounds[k] - sum([b - a for a, b in g]) for k, g in gaps.items()])
         bpt = self.ctx.bytes_per_token

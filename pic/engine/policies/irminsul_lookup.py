@@ -208,17 +208,54 @@ class ChunkWalk:
         # extent where the last one ended, at an edge of a chunk that made it (an extent edge in the exact store,
         # whose runs are an extent per chunk), is the same use: one lock at admit, the exact store's lock edges
         lean, joint = self._store.lean, -1
+        if verify:
+            return self._prefix_verified(req, bounds, fps, best_len, uses)
+        # the chunks starting before best_len (the last one clipped to it), their entries in one C-level pass;
+        # the use being extended is kept in locals (t0, b0, x0, lo0) and listed once it ends
+        jn = bisect_left(bounds, best_len)
+        ends = bounds[1:jn + 1]
+        if ends and ends[-1] > best_len:
+            ends[-1] = best_len
+        have, t0, b0, x0, lo0 = False, 0, 0, None, 0
+        for a, b, e in zip(bounds, ends, map(entries.__getitem__, fps[:jn]), strict=False):
+            pieces = e.pieces
+            if a and len(pieces) == 1 and b > a:      # _span's common case, inline
+                x, xo, n = pieces[0]
+                own = e.owner == x.owner
+                if have and lean and (joint == a or (own and joint == -a - 1)) and x0 is x and lo0 + a - t0 == xo:
+                    b0 = b                    # the same use goes on (x is listed in used already)
+                else:
+                    if have:
+                        uses.append((t0, b0, x0, lo0))
+                    used.append(x)
+                    t0, b0, x0, lo0, have = a, b, x, xo, True
+                # where this use ends at its chunk's end: b (an edge of the chunk that made x), -b - 1 (of a view)
+                joint = -1 if b - a < n else b if own else -b - 1
+            else:
+                if have:
+                    uses.append((t0, b0, x0, lo0))
+                    have = False
+                self._span(uses, e, a, b, 0)
+                joint = -1
+        if have:
+            uses.append((t0, b0, x0, lo0))
+        return best_len
+
+    def _prefix_verified(self, req: RequestView, bounds: list[int], fps: list[int], best_len: int,
+                         uses: list[Use]) -> int:
+        """:meth:`_prefix` checking each chunk's tokens (``--verify``): up to the first collision."""
+        entries, used = self._entries, self._used_x
+        lean, joint = self._store.lean, -1
         for j, fp in enumerate(fps):
             a = bounds[j]
             if a >= best_len:
                 break
             b = min(bounds[j + 1], best_len)
             e = entries[fp]
-            if verify:
-                self.stats.verified_hits += 1
-                if not np.array_equal(e.part(0, b - a), req.seq.tokens(a, b)):
-                    self.stats.collisions += 1
-                    return a
+            self.stats.verified_hits += 1
+            if not np.array_equal(e.part(0, b - a), req.seq.tokens(a, b)):
+                self.stats.collisions += 1
+                return a
             if a and len(e.pieces) == 1 and b > a:      # _span's common case, inline
                 x, xo, n = e.pieces[0]
                 own = e.owner == x.owner
@@ -230,7 +267,6 @@ class ChunkWalk:
                         continue
                 used.append(x)
                 uses.append((a, b, x, xo))
-                # where this use ends at its chunk's end: b (an edge of the chunk that made x), -b - 1 (of a view)
                 joint = -1 if b - a < n else b if own else -b - 1
             else:
                 self._span(uses, e, a, b, 0)
