@@ -33,6 +33,7 @@ class ChunkWalk:
     _cdc: cdc.CDCConfig
     _marker: np.ndarray
     _used_x: list[Extent]
+    _tail_bounds: tuple[int, np.ndarray]      # (k, bounds[k:] as an int64 array) of the last layout made
 
     def _analyze(self, req: RequestView) -> Analysis:
         """The prompt's CDC layout and, for each reused target range, ``(start, end, extent, offset in the
@@ -63,7 +64,8 @@ class ChunkWalk:
             kc = bisect_right(bl, pos) - 1
             k0 = kc + (bl[kc] < pos)
             kc = kc if bl[kc] >= off else k0          # (its tokens are made unless a --verify collision cut pos)
-            ha, ta = cdc.edge_keys(toks, np.array(bl[kc:], np.int64) - off, m)
+            kb, tb = self._tail_bounds        # bl[kb:] as the layout's array: no list -> array conversion
+            ha, ta = cdc.edge_keys(toks, (tb[kc - kb:] if kc >= kb else np.array(bl[kc:], np.int64)) - off, m)
             heads_at, tails_at = ha.tolist(), ta.tolist()
             # NOTE (speed): three C-level passes (map + compress), no Python bytecode per chunk
             ks = range(k0, len(fl))
@@ -123,6 +125,7 @@ class ChunkWalk:
         hard, marked = marker_cuts(req, toks, 0, self._marker) if self.config.s2 else (NO_CUTS, False)
         hard = cdc.clean_hard(hard, n)
         bounds, anchors, fps = cdc.layout_fps(toks, self._cdc, hard)    # (one compiled call: no hard boundary)
+        self._tail_bounds = (0, bounds)
         return Analysis(bounds.tolist(), fps.tolist(), anchors.tolist(), hard, marked, toks, 0, [])
 
     def _layout(self, req: RequestView, shared: int, other: tuple, best_len: int) -> Analysis | None:
@@ -160,6 +163,7 @@ class ChunkWalk:
         # (bounds, anchors and the chunks' fingerprints from one compiled call when there is no hard boundary)
         base = max(0, c - (cdc.WINDOW - 1))
         tb, tanc, fps = cdc.layout_from_fps(toks[base - lo:], base, n, c, self._cdc, hard)
+        self._tail_bounds = (k, tb)
         return Analysis(pb[:k] + tb.tolist(), pf[:k] + fps.tolist(), panc[:k] + tanc.tolist(), hard, marked, toks,
                         lo, [])
 
