@@ -67,12 +67,16 @@ class ChunkIndexes:
             keys, sizes = [*map(_KEYS, chunks)], [*map(_SIZE, chunks)]
             if None not in keys and min(sizes) >= m:
                 hks, tks = [*map(_FIRST, keys)], [*map(_SECOND, keys)]
-                for c, n, hk in zip(chunks, sizes, hks, strict=True):
-                    c.ready = True
-                    c.indexed = n
-                    c.head = hk
-                if not keep:
-                    for c in chunks:
+                if keep:
+                    for c, n, hk in zip(chunks, sizes, hks, strict=True):
+                        c.ready = True
+                        c.indexed = n
+                        c.head = hk
+                else:
+                    for c, n, hk in zip(chunks, sizes, hks, strict=True):
+                        c.ready = True
+                        c.indexed = n
+                        c.head = hk
                         c.keys = None
                 self._heads.update(hks)
                 self._tails.update(tks)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from itertools import compress
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,6 +17,8 @@ from pic.engine.policies.base import PolicyContext, PolicyStats, RequestView
 from pic.engine.policies.irminsul_layout import NO_CUTS, Analysis, Use, marker_cuts, tokens_from
 from pic.engine.policies.irminsul_records import Chunk, Extent
 from pic.engine.policies.irminsul_store import ChunkStore
+
+_START = itemgetter(0)
 
 if TYPE_CHECKING:
     from pic.engine.policies.irminsul import IrminsulConfig
@@ -77,8 +80,8 @@ class ChunkWalk:
             hot.append(len(fl))
             misses = 0
         while pos < n:
-            while bl[k + 1] <= pos:
-                k += 1
+            if bl[k + 1] <= pos:              # the chunk holding pos (a bisect: past the exact prefix's chunks)
+                k = bisect_right(bl, pos, k + 1) - 1
             a, b = bl[k], bl[k + 1]
             if fast and pos == a:
                 h = hot[bisect_left(hot, k)]
@@ -113,8 +116,11 @@ class ChunkWalk:
                     self._s1(toks, off, pos, rest, uses)
                 pos = b
         if fast:
+            # NOTE (speed): without S1 every stage appends its ranges at or after where the walk stands: in
+            # target order already (no sort)
             ex["chunk_lookups"] += misses
-        uses.sort(key=lambda u: u[0])        # S1 adds end-aligned windows after start-aligned ones
+        else:
+            uses.sort(key=_START)             # S1 adds end-aligned windows after start-aligned ones
         if fast:        # (positionally: NamedTuple._replace is a Python-level rebuild)
             return Analysis(got.bounds, got.fps, got.anchors, got.hard, got.marked, toks, off, uses, kc, heads_at, tails_at)
         return got._replace(uses=uses)
