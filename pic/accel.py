@@ -29,7 +29,7 @@ from types import ModuleType
 
 AUTO_TOKENS = 1 << 22
 
-_state: dict = {"mode": None, "seen": 0, "mod": None, "failed": False}
+_state: dict = {"mode": None, "seen": 0, "mod": None, "failed": False, "groups": {}}
 
 
 def set_mode(mode: str | None) -> None:
@@ -50,9 +50,37 @@ def mode() -> str:
     return m
 
 
-def kernels(num_tokens: int) -> ModuleType | None:
+def kernels(num_tokens: int, group: str | None = None) -> ModuleType | None:
     """The compiled kernels (:mod:`pic._accel_numba`) for a call over ``num_tokens`` tokens, or None: use the
-    numpy path (mode ``0``, numba absent or failing, or ``auto`` below ``AUTO_TOKENS`` tokens seen so far)."""
+    numpy path (mode ``0``, numba absent or failing, or ``auto`` below ``AUTO_TOKENS`` tokens seen so far).
+    ``group`` names a module of one policy's kernels (``"fixed"``: :mod:`pic._accel_numba_fixed`, ``"rdr"``),
+    loaded on its first use; one that fails to load answers None (the numpy path) like the main module."""
+    mod = _kernels(num_tokens)
+    if mod is None or group is None:
+        return mod
+    g = _state["groups"].get(group, 0)
+    if g == 0:
+        g = _state["groups"][group] = _load_group(group)
+    return g
+
+
+def _load_group(group: str) -> ModuleType | None:
+    from importlib import import_module
+
+    hidden = [m for m in _HIDDEN if m not in sys.modules]
+    for m in hidden:
+        sys.modules[m] = None  # type: ignore[assignment]
+    try:
+        return import_module(f"pic._accel_numba_{group}")
+    except Exception:
+        return None
+    finally:
+        for m in hidden:
+            if sys.modules.get(m, 0) is None:
+                del sys.modules[m]
+
+
+def _kernels(num_tokens: int) -> ModuleType | None:
     mod = _state["mod"]
     if mod is not None:
         m = _state["mode"] or mode()

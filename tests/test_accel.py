@@ -50,6 +50,31 @@ def test_other_policies_kernels_load_on_first_use() -> None:
         _accel_numba.no_such_kernel  # noqa: B018
 
 
+def test_a_policy_group_that_fails_to_load_falls_back_to_numpy(monkeypatch) -> None:
+    """A group module that raises on import (a compiler failure) answers None, the numpy path, as the main
+    module does; the policies' results do not change."""
+    import sys
+
+    from pic.engine.policies.fixed_chunk import _Filters
+
+    accel.set_mode("1")
+    try:
+        assert accel.kernels(1, "fixed") is sys.modules["pic._accel_numba_fixed"]
+        monkeypatch.setitem(accel._state, "groups", {})
+        monkeypatch.setitem(sys.modules, "pic._accel_numba_fixed", None)     # import raises ImportError
+        assert accel.kernels(1, "fixed") is None
+        assert accel.kernels(1) is not None and accel.kernels(1, "rdr") is not None
+        f = _Filters()
+        w = np.random.default_rng(1).integers(0, 2**63, 5000, dtype=np.int64).astype(np.uint64)
+        f.add(w[::7])
+        got = f.candidates(w, 3)                                           # numpy path
+        monkeypatch.setitem(accel._state, "groups", {})
+        monkeypatch.delitem(sys.modules, "pic._accel_numba_fixed")
+        assert np.array_equal(got, f.candidates(w, 3)) and got.shape[0] >= 5000 // 7 - 1
+    finally:
+        accel.set_mode(None)
+
+
 def test_auto_mode_waits_for_enough_tokens() -> None:
     accel.set_mode("auto")
     try:

@@ -297,7 +297,7 @@ class FixedChunkCache(CachePolicy):
         """(prefix hashes, chunk-size window hashes) of the request's tokens, memoized on the array."""
         if self._memo is None or self._memo[0] is not req.tokens:
             toks = req.tokens
-            fast = accel.kernels(toks.shape[0])
+            fast = accel.kernels(toks.shape[0], "fixed")
             if fast is not None:                # one Horner pass, the same values
                 self._memo = (toks, *fast.prefix_window_hashes(np.ascontiguousarray(toks, np.int32), self._c))
             else:
@@ -437,7 +437,7 @@ class _Filters:
 
     def candidates(self, w: np.ndarray, start: int) -> np.ndarray:
         """Sorted offsets ``>= start`` whose window hash passes both filters."""
-        fast = accel.kernels(max(w.shape[0] - start, 0))
+        fast = accel.kernels(max(w.shape[0] - start, 0), "fixed")
         if fast is not None:
             return fast.filter_candidates(w, start, self.bits[0], self.bits[1], np.uint64(_FILTER_SHIFT),
                                           np.uint64(_FILTER_MASK))

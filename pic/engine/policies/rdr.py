@@ -178,7 +178,7 @@ class RateDistortionRetention(CachePolicy):
         cfg, n, opts, HL = self.config, req.num_tokens, self.opts, self.head_weight.size
         budget = cfg.budget * pos.size * HL
         prior = (1.0 + (n - 1 - pos) / cfg.recency_tokens) ** -0.5
-        fast = accel.kernels(pos.size)
+        fast = accel.kernels(pos.size, "rdr")
         if fast is not None:
             # NOTE (speed): the same values from two compiled passes (pic._accel_numba.rdr_blocks, rdr_greedy)
             # where the numpy path makes ~45 calls per request (~250 us on Azure conversation); the prior,
