@@ -52,6 +52,20 @@ def test_shifted_content_reused_with_delta():
     assert pol.stats.collisions == 0 and pol.stats.verified_hits > 0
 
 
+@pytest.mark.parametrize("gear", ["table", "mix"])
+def test_shifted_content_reused_with_either_gear(gear):
+    """``gear=mix`` (table-free Gear values) chunks differently but finds moved content as well."""
+    doc = _rand(11, 4000)
+    pol = _pol(gear=gear)
+    assert pol.config.cdc.gear == gear
+    _serve(pol, 0, np.concatenate([_rand(12, 90), doc]))
+    plan = _serve(pol, 1, np.concatenate([_rand(13, 333), doc]))
+    assert plan.num_reused >= 4000 - 2 * 700 and pol.stats.collisions == 0
+    cuts = {g: _pol(gear=g).config.cdc for g in ("table", "mix")}
+    from pic.engine import cdc
+    assert not np.array_equal(cdc.chunk(doc, cuts["table"]), cdc.chunk(doc, cuts["mix"]))
+
+
 def test_exact_prefix_is_token_granular_reuse():
     """A continued prompt reuses exactly the earlier prompt, in place, to the token."""
     first = _rand(4, 1234)

@@ -79,6 +79,8 @@ class IrminsulConfig:
     max_chunk: int = field(default=1024, metadata={
         "help": "maximum CDC chunk size (tokens); low-entropy runs are cut into whole periods up to it"})
     gear_seed: int = field(default=0, metadata={"help": "seed of the Gear hash table"})
+    gear: str = field(default="table", metadata={
+        "help": "CDC Gear values: table (seeded 2**16-entry table) | mix (a multiply-xorshift of the token id: ~2x faster chunking, other cuts; docs/bench-cdc10.md)"})
     s1: bool = field(default=False, metadata={
         "help": "S1: re-look-up CDC misses as fixed windows (each stored chunk registers its windows; off by "
                 "default: the tail trie finds what they find, token-granular and with no registry entries)"})
@@ -112,7 +114,7 @@ class IrminsulConfig:
 
     @property
     def cdc(self) -> cdc.CDCConfig:
-        return cdc.CDCConfig(self.avg_chunk, self.min_chunk, self.max_chunk, self.gear_seed)
+        return cdc.CDCConfig(self.avg_chunk, self.min_chunk, self.max_chunk, self.gear_seed, self.gear)
 
     @property
     def marker(self) -> np.ndarray:
