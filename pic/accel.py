@@ -11,8 +11,8 @@ derived and chunked), and numpy spends ~10-20 passes and ~25 calls per prompt on
 bitsets instead of gathers from two 8 MB counting filters), and so are its rolling hashes of a prompt (one
 Horner pass for :func:`engine.rolling.prefix_hashes` and ``window_hashes``).
 
-NOTE (cost of the accelerator itself): importing numba and loading the cached machine code costs ~0.35-0.6 s
-CPU per process (the first import after an install compiles them: ~5.5 s, once, on the loaded 2-core VM);
+NOTE (cost of the accelerator itself): importing numba and loading the cached machine code costs ~0.3-0.6 s
+CPU per process (the first import after an install compiles them: ~17 s, once, on the loaded 2-core VM);
 they save ~30-100 ns per token. So by default (``auto``) they load only once the numpy paths have seen
 ``AUTO_TOKENS`` tokens in this process (about what the load costs, spent in numpy): runs on small traces
 (tests, samples) never pay for it.
