@@ -38,7 +38,15 @@ from pic.cli.settings import (
     warning_lines,
 )
 from pic.engine import policies as registry
-from pic.engine.replay import RunResult, check_config, read_trace_file, replay, write_run
+from pic.engine.replay import (
+    COLLECT_LAST_MIN,
+    RunResult,
+    check_config,
+    read_trace_file,
+    release_freed,
+    replay,
+    write_run,
+)
 from pic.engine.runconfig import replay_config, trace_sha256
 from pic.traces.outputs import check_output
 
@@ -141,6 +149,11 @@ def command(
             result = replay(loaded, cfg, progress=lambda done, total: bar.update(task, completed=done,
                                                                                  total=total),
                             command=command_line(ctx))
+        if gpu_ctx is None:
+            del loaded     # NOTE (memory): the trace (2.2 GB at chat 10^6) is not held through the writes
+            if result.requests.height >= COLLECT_LAST_MIN:
+                gc.collect()               # (its Segments hold cycles)
+                release_freed()
         write_run(result, output, force=force, inputs=(trace_path,))
         if gpu_ctx is not None:
             from pic.cli.execute import execute_into_run_dir

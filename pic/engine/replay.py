@@ -259,10 +259,12 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
             else:
                 sim.rows, sim.itl = sim.rows.select(_BASELINE_COLUMNS), np.zeros((0, 4))
             sim.pols = []
-            if p + 1 < len(order):
+            if p + 1 < len(order) or work.num_requests >= COLLECT_LAST_MIN:
                 # a radix tree's parent links are cycles: freed only by the cyclic GC. NOTE (speed): not
-                # after the last simulation: its state is left to the GC the caller re-enables (a CLI
-                # run exits first, saving the pass and the frees: 0.24-0.27 CPU s on Azure / Mooncake)
+                # after the last simulation of a small trace: its state is left to the GC (a CLI run exits
+                # first, saving the pass and the frees: 0.24-0.68 CPU s on Azure / Mooncake). NOTE (memory):
+                # from COLLECT_LAST_MIN requests on it is freed here, before the summary and the writes
+                # (chat 10^6 `prefix`: the last radix tree, ~1.8 GB, stayed alive through the write)
                 gc.collect()
                 release_freed()
     best = max(bases, key=lambda b: (sims[b].reused, -bases.index(b)))
@@ -297,6 +299,9 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
                 "cost": cost.to_dict(), "num_requests": work.num_requests, "arrival_time_factor": time_factor}
     return RunResult(config, trace.source, requests,
                      {**head, "baselines": baselines, "policies": summary, "warnings": warnings}, resolved)
+
+
+COLLECT_LAST_MIN = 100_000
 
 
 def write_run(result: RunResult, run_dir: str | os.PathLike, *, force: bool = False,
