@@ -65,19 +65,7 @@ def kernels(num_tokens: int, group: str | None = None) -> ModuleType | None:
 
 
 def _load_group(group: str) -> ModuleType | None:
-    from importlib import import_module
-
-    hidden = [m for m in _HIDDEN if m not in sys.modules]
-    for m in hidden:
-        sys.modules[m] = None  # type: ignore[assignment]
-    try:
-        return import_module(f"pic._accel_numba_{group}")
-    except Exception:
-        return None
-    finally:
-        for m in hidden:
-            if sys.modules.get(m, 0) is None:
-                del sys.modules[m]
+    return _load(f"pic._accel_numba_{group}")
 
 
 def _kernels(num_tokens: int) -> ModuleType | None:
@@ -104,25 +92,28 @@ def available() -> bool:
     return _load() is not None
 
 
-def _load() -> ModuleType | None:
-    # NOTE (speed): numba probes ``scipy.linalg`` for a BLAS (np.dot in jitted code) when its numpy support
-    # loads: ~0.3 s CPU of scipy imports where scipy is installed. The kernels use no BLAS, so while they
-    # load ``scipy.linalg`` is hidden (numba then records "no BLAS"); it is importable again afterwards.
-    # Likewise ``cffi`` (~0.035 s CPU to import and set up), which numba's typing probes for its cffi support
-    # (no kernel calls a cffi function), and ``scipy`` itself (~0.01 s), imported by numba only to check its
-    # version.
+def _load(name: str = "pic._accel_numba") -> ModuleType | None:
+    """Import the kernel module ``name`` (None where it fails: numba absent, no compiler).
+
+    NOTE (speed): numba probes ``scipy.linalg`` for a BLAS (np.dot in jitted code) when its numpy support
+    loads: ~0.3 s CPU of scipy imports where scipy is installed. The kernels use no BLAS, so while they
+    load ``scipy.linalg`` is hidden (numba then records "no BLAS"); it is importable again afterwards.
+    Likewise ``cffi`` (~0.035 s CPU to import and set up), which numba's typing probes for its cffi support
+    (no kernel calls a cffi function), and ``scipy`` itself (~0.01 s), imported by numba only to check its
+    version."""
+    from importlib import import_module
+
     hidden = [m for m in _HIDDEN if m not in sys.modules]
     for m in hidden:
         sys.modules[m] = None  # type: ignore[assignment]
     try:
-        from pic import _accel_numba as mod
+        return import_module(name)
     except Exception:
         return None
     finally:
         for m in hidden:
             if sys.modules.get(m, 0) is None:
                 del sys.modules[m]
-    return mod
 
 
 _HIDDEN = ("scipy", "scipy.linalg", "cffi")
