@@ -3,8 +3,10 @@ numpy reference computes (uint64 arithmetic wraps the same way); tests compare b
 
 Compiled eagerly with explicit signatures and cached on disk (``cache=True``): the first import after an
 install compiles (~17 s CPU on the loaded 2-core VM with the vector CDC kernels, 2026-12-05; once per install),
-later ones load the machine code (~0.3-0.4 s CPU with numba's import; fixed-chunk's and rdr's kernels are
-separate modules, loaded on their first use).
+later ones load the machine code (~0.3-0.4 s CPU with numba's import). NOTE (speed): fixed-chunk's and rdr's
+kernels are modules of their own (:mod:`pic._accel_numba_fixed`, :mod:`pic._accel_numba_rdr`), loaded on their
+first use through ``pic.accel.kernels(n, group)`` (~0.03 s at start-up for those): a run loads only the kernels
+its policies call.
 """
 
 from __future__ import annotations
@@ -775,21 +777,3 @@ def gear_layout(toks, table, key, thr, first, last, base, m, start, n, mx, fps):
     out = np.empty(total - 1, np.uint64)
     _fps(toks, bounds, base, out)
     return bounds, anchor, out, True
-
-
-# NOTE (speed): other policies' kernels live in modules of their own (:mod:`pic._accel_numba_fixed`,
-# :mod:`pic._accel_numba_rdr`), loaded on their first use as attributes of this module: each loaded kernel costs
-# CPU at start-up (~0.03 s for those), so a run loads only the kernels its policies call
-_GROUPS = {"filter_candidates": "_accel_numba_fixed", "prefix_window_hashes": "_accel_numba_fixed",
-           "rdr_blocks": "_accel_numba_rdr", "rdr_greedy": "_accel_numba_rdr"}
-
-
-def __getattr__(name: str):
-    group = _GROUPS.get(name)
-    if group is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(f"pic.{group}"), name)
-    globals()[name] = value
-    return value

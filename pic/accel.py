@@ -60,12 +60,8 @@ def kernels(num_tokens: int, group: str | None = None) -> ModuleType | None:
         return mod
     g = _state["groups"].get(group, 0)
     if g == 0:
-        g = _state["groups"][group] = _load_group(group)
+        g = _state["groups"][group] = _load(f"pic._accel_numba_{group}")
     return g
-
-
-def _load_group(group: str) -> ModuleType | None:
-    return _load(f"pic._accel_numba_{group}")
 
 
 def _kernels(num_tokens: int) -> ModuleType | None:

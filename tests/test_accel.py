@@ -27,16 +27,17 @@ def modes():
 
 def test_other_policies_kernels_load_on_first_use() -> None:
     """Loading the kernels loads neither fixed-chunk's nor rdr's group (a fresh process: irminsul's runs never
-    pay for them), nor cffi or scipy; each kernel is an attribute of pic._accel_numba all the same."""
+    pay for them), nor cffi or scipy; ``accel.kernels(n, group)`` loads a group with its kernels."""
     import subprocess
     import sys
 
-    code = ("import sys; from pic import accel; mod = accel._load(); "
+    code = ("import sys; from pic import accel; accel.set_mode('1'); mod = accel.kernels(1); "
             "print(sorted(m for m in sys.modules if m.startswith('pic._accel_numba_') or m in ('cffi', 'scipy'))); "
-            "f = mod.filter_candidates; r = mod.rdr_greedy; "
-            "import pic._accel_numba_fixed as a, pic._accel_numba_rdr as b; "
-            "print(f is a.filter_candidates and r is b.rdr_greedy and mod.prefix_window_hashes is a.prefix_window_hashes "
-            "and mod.rdr_blocks is b.rdr_blocks)")
+            "a, b = accel.kernels(1, 'fixed'), accel.kernels(1, 'rdr'); "
+            "import pic._accel_numba_fixed, pic._accel_numba_rdr; "
+            "print(a is pic._accel_numba_fixed and b is pic._accel_numba_rdr and mod is sys.modules['pic._accel_numba'] "
+            "and all(callable(getattr(a, k)) for k in ('filter_candidates', 'prefix_window_hashes')) "
+            "and all(callable(getattr(b, k)) for k in ('rdr_blocks', 'rdr_greedy')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0] == "[]" and out[1] == "True"
     # the modules hidden while numba loads (pic.accel._HIDDEN) are importable afterwards
@@ -414,7 +415,7 @@ def test_rdr_greedy_breaks_ties_as_the_stable_sort() -> None:
 
     accel.set_mode("1")
     try:
-        fast = accel.kernels(1)
+        fast = accel.kernels(1, "rdr")
     finally:
         accel.set_mode(None)
     # dyadic options: step efficiencies 2, 1, 1/4, so equal keys also fall across steps (d * 2 == 2d * 1)
@@ -446,7 +447,7 @@ def test_rdr_greedy_equal_products_of_unequal_densities() -> None:
 
     accel.set_mode("1")
     try:
-        fast = accel.kernels(1)
+        fast = accel.kernels(1, "rdr")
     finally:
         accel.set_mode(None)
     opts = make_options((0, 4, 8), np.array([0, 0.5, 1.0]), np.array([1, 0.25, 0.0]))   # efficiencies 1.5, 0.5

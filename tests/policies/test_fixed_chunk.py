@@ -176,7 +176,7 @@ def test_compiled_rolling_hashes_equal_numpy() -> None:
 
     if not accel.available():
         pytest.skip("numba not installed")
-    from pic import _accel_numba as k
+    from pic import _accel_numba_fixed as k
 
     rng = np.random.default_rng()
     for n, width in ((0, 4), (3, 4), (4, 4), (1000, 256), (70_000, 256), (9, 1)):

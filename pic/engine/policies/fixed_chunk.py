@@ -417,7 +417,7 @@ class _Filters:
     do not depend on them.
 
     NOTE (speed): beside each 8 MB counting filter, a 512 KB bitset of its non-zero buckets: the compiled
-    scan (:func:`pic._accel_numba.filter_candidates`, one pass) reads the bitsets, which stay in cache
+    scan (:func:`pic._accel_numba_fixed.filter_candidates`, one pass) reads the bitsets, which stay in cache
     (Mooncake conversation: ~130 -> ~20 us per lookup of ~7,500 windows); the numpy path reads the counts."""
 
     def __init__(self) -> None:

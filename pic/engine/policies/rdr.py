@@ -180,7 +180,7 @@ class RateDistortionRetention(CachePolicy):
         prior = (1.0 + (n - 1 - pos) / cfg.recency_tokens) ** -0.5
         fast = accel.kernels(pos.size, "rdr")
         if fast is not None:
-            # NOTE (speed): the same values from two compiled passes (pic._accel_numba.rdr_blocks, rdr_greedy)
+            # NOTE (speed): the same values from two compiled passes (pic._accel_numba_rdr.rdr_blocks, rdr_greedy)
             # where the numpy path makes ~45 calls per request (~250 us on Azure conversation); the prior,
             # the block sums and the float sums stay numpy's (pairwise summation)
             starts, sizes, protb, num_prot = fast.rdr_blocks(pos, req.segment_bounds, req.segment_kinds,
