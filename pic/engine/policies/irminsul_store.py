@@ -371,10 +371,6 @@ class ChunkStore(ChunkIndexes):
                     out.append((y.src, y.base_pos + lo, y.base_pos + hi, 0))
         return out
 
-    def touch(self, chunks: Sequence[Chunk], now_us: int) -> None:
-        """A plan reads ``chunks``: every extent of theirs is accessed now (a split one: each of its parts)."""
-        self.touch_extents([x for c in chunks for x, _, _ in c.pieces], now_us)
-
     def touch_extents(self, xs: Sequence[Extent], now_us: int) -> None:
         """Extents ``xs`` (repeats allowed) are accessed now, each once (a split one: each of its parts)."""
         for x in {id(x): x for x in xs}.values():
