@@ -39,11 +39,10 @@ from pic.cli.settings import (
 )
 from pic.engine import policies as registry
 from pic.engine.replay import (
-    COLLECT_LAST_MIN,
     RunResult,
     check_config,
+    free_cycles,
     read_trace_file,
-    release_freed,
     replay,
     write_run,
 )
@@ -151,9 +150,7 @@ def command(
                             command=command_line(ctx))
         if gpu_ctx is None:
             del loaded     # NOTE (memory): the trace (2.2 GB at chat 10^6) is not held through the writes
-            if result.requests.height >= COLLECT_LAST_MIN:
-                gc.collect()               # (its Segments hold cycles)
-                release_freed()
+            free_cycles(result.resolved["num_requests"])
         write_run(result, output, force=force, inputs=(trace_path,))
         if gpu_ctx is not None:
             from pic.cli.execute import execute_into_run_dir

@@ -259,14 +259,9 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
             else:
                 sim.rows, sim.itl = sim.rows.select(_BASELINE_COLUMNS), np.zeros((0, 4))
             sim.pols = []
-            if p + 1 < len(order) or work.num_requests >= COLLECT_LAST_MIN:
-                # a radix tree's parent links are cycles: freed only by the cyclic GC. NOTE (speed): not
-                # after the last simulation of a small trace: its state is left to the GC (a CLI run exits
-                # first, saving the pass and the frees: 0.24-0.68 CPU s on Azure / Mooncake). NOTE (memory):
-                # from COLLECT_LAST_MIN requests on it is freed here, before the summary and the writes
-                # (chat 10^6 `prefix`: the last radix tree, ~1.8 GB, stayed alive through the write)
-                gc.collect()
-                release_freed()
+            # a radix tree's parent links are cycles: freed only by the cyclic GC; after the last simulation
+            # only at scale (free_cycles)
+            free_cycles(work.num_requests if p + 1 == len(order) else None)
     best = max(bases, key=lambda b: (sims[b].reused, -bases.index(b)))
     window = max(s.last_finish_us for s in sims.values()) - int(work.arrival_us.min(initial=0))
     frames, summary = [], {}
@@ -302,6 +297,19 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
 
 
 COLLECT_LAST_MIN = 100_000
+
+
+def free_cycles(num_requests: int | None = None) -> None:
+    """A full cyclic-GC pass and the freed memory handed back (:func:`release_freed`); with ``num_requests``
+    (the state left at the end of a run), only from ``COLLECT_LAST_MIN`` requests on.
+
+    NOTE (speed): a small run's last state is left to the GC (a CLI run exits first, saving the pass and the
+    frees: 0.24-0.68 CPU s on Azure / Mooncake conversation). NOTE (memory): at scale it is freed before the
+    summary and the writes (chat 10^6 `prefix`: the last radix tree, ~1.8 GB, and the trace's cycles stayed
+    alive through the write)."""
+    if num_requests is None or num_requests >= COLLECT_LAST_MIN:
+        gc.collect()
+        release_freed()
 
 
 def write_run(result: RunResult, run_dir: str | os.PathLike, *, force: bool = False,
