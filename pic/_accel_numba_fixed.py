@@ -1,5 +1,5 @@
-"""numba kernels of the ``fixed-chunk`` policy behind :mod:`pic.accel`: attributes of :mod:`pic._accel_numba`, loaded
-from there on first use (a run that never calls them does not load them). Same rules as there: each computes
+"""numba kernels of the ``fixed-chunk`` policy behind :mod:`pic.accel`, reached through ``accel.kernels(n, "fixed")``
+and loaded on first use (a run that never calls them does not load them). Same rules as there: each computes
 exactly what its numpy reference computes, tested both ways; compiled eagerly, cached on disk."""
 
 from __future__ import annotations
@@ -7,39 +7,61 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
-from pic._accel_numba import _GOLDEN, _I32, _OPTS, _U64, _mix
+from pic._accel_numba import _GOLDEN, _I32, _I64, _OPTS, _U64, _mix
+
+_BITS = types.Array(types.uint8, 1, "C", readonly=True)
 
 
-@njit(types.int64[::1](_U64, types.int64, types.Array(types.uint8, 1, "C", readonly=True),
-                       types.Array(types.uint8, 1, "C", readonly=True), types.uint64, types.uint64), **_OPTS)
-def filter_candidates(w, start, bits1, bits2, shift, mask):
-    """Offsets ``i >= start`` whose window hash ``w[i]`` has bit ``w[i] >> shift`` set in ``bits1`` and bit
-    ``w[i] & mask`` set in ``bits2`` (little-endian bit order), ascending (``fixed-chunk``'s two filters:
-    :meth:`engine.policies.fixed_chunk._Filters.candidates`). One pass, no temporaries; the bitsets (512 KB
-    each) stay in cache where the counting filters (8 MB each) do not."""
-    n = w.shape[0]
-    out = np.empty(max(n - start, 0), np.int64)
+@njit(types.Tuple((types.int64[::1], types.uint64[::1]))(_U64, types.int64, types.uint64, types.int64, _BITS, _BITS,
+                                                         types.uint64, types.uint64), **_OPTS)
+def window_candidates(h, width, bw, start, bits1, bits2, shift, mask):
+    """``(offsets, keys)``: offsets ``i >= start`` whose window hash ``x = h[i + width] - h[i] * bw``
+    (:func:`engine.rolling.window_hashes` from the prefix hashes ``h``, ``bw = B^width``) has bit ``x >> shift``
+    set in ``bits1`` and bit ``x & mask`` set in ``bits2`` (little-endian bit order), ascending, and those
+    hashes (``fixed-chunk``'s two filters: :meth:`engine.policies.fixed_chunk._Filters.candidates`). One pass,
+    no temporaries: the window hashes are never stored; the bitsets (512 KB each) stay in cache where the
+    counting filters (8 MB each) do not."""
+    n = h.shape[0] - width
+    m = max(n - start, 0)
+    pos = np.empty(m, np.int64)
+    keys = np.empty(m, np.uint64)
     k = 0
     one, seven, three = np.uint64(1), np.uint64(7), np.uint64(3)
     for i in range(start, n):
-        x = w[i]
+        x = h[i + width] - h[i] * bw
         a = x >> shift
         if (np.uint64(bits1[a >> three]) >> (a & seven)) & one:
             c = x & mask
             if (np.uint64(bits2[c >> three]) >> (c & seven)) & one:
-                out[k] = i
+                pos[k] = i
+                keys[k] = x
                 k += 1
-    return out[:k]
+    return pos[:k], keys[:k]
+
+
+@njit(types.void(_U64, types.uint16[::1], types.uint16[::1], types.uint8[::1], types.uint8[::1], types.uint64,
+                 types.uint64), **_OPTS)
+def filter_add(keys, counts1, counts2, bits1, bits2, shift, mask):
+    """Count each key in both counting filters (bucket ``key >> shift`` of the first, ``key & mask`` of the
+    second; uint16 counts, wrapping as ``np.add.at`` does) and set its bit in each bitset
+    (:meth:`engine.policies.fixed_chunk._Filters.add`): one pass instead of four ``ufunc.at`` calls."""
+    one, seven, three = np.uint8(1), np.uint64(7), np.uint64(3)
+    for x in keys:
+        a = x >> shift
+        counts1[a] += np.uint16(1)
+        bits1[a >> three] |= one << np.uint8(a & seven)
+        b = x & mask
+        counts2[b] += np.uint16(1)
+        bits2[b >> three] |= one << np.uint8(b & seven)
 
 
 _BASE = np.uint64(0x9E3779B97F4A7C15 | 1)
 
 
-@njit(types.Tuple((types.uint64[::1], types.uint64[::1]))(_I32, types.int64), **_OPTS)
-def prefix_window_hashes(toks, width):
-    """``(H, W)``: :func:`engine.rolling.prefix_hashes` of ``toks`` (``H[i]`` hashes ``toks[:i]``) and
-    :func:`engine.rolling.window_hashes` at ``width`` (``W[i] = H[i + width] - H[i] * B^width``), in one
-    Horner pass ``H[i + 1] = H[i] * B + mix(t_i)`` (the closed form's values modulo 2**64, exactly)."""
+@njit(types.uint64[::1](_I32), **_OPTS)
+def prefix_hashes(toks):
+    """:func:`engine.rolling.prefix_hashes` of ``toks`` (``H[i]`` hashes ``toks[:i]``) in one Horner pass
+    ``H[i + 1] = H[i] * B + mix(t_i)`` (the closed form's values modulo 2**64, exactly)."""
     n = toks.shape[0]
     h = np.empty(n + 1, np.uint64)
     acc = np.uint64(0)
@@ -47,11 +69,27 @@ def prefix_window_hashes(toks, width):
     for i in range(n):
         acc = acc * _BASE + _mix(np.uint64(np.int64(toks[i])) + _GOLDEN)
         h[i + 1] = acc
-    m = n - width + 1 if n >= width else 0
-    w = np.empty(m, np.uint64)
-    bw = np.uint64(1)
-    for _ in range(width):
-        bw *= _BASE
-    for i in range(m):
-        w[i] = h[i + width] - h[i] * bw
-    return h, w
+    return h
+
+
+@njit(types.uint64[::1](_U64, _I64, types.uint64), **_OPTS)
+def opaque_prefix_hashes(keys, lengths, mask):
+    """:func:`prefix_hashes` of the tokens of opaque pieces ``(keys[p], lengths[p])`` concatenated, each token
+    derived as :func:`pic._accel_numba.opaque_fill` derives it (``keys`` given as ``key ^ salt``, pieces from
+    their start) and hashed at once: the same values as ``prefix_hashes(Segments.gather(rows))``, without
+    storing the tokens."""
+    n = 0
+    for p in range(lengths.shape[0]):
+        n += lengths[p]
+    h = np.empty(n + 1, np.uint64)
+    acc = np.uint64(0)
+    h[0] = acc
+    k = 1
+    for p in range(keys.shape[0]):
+        b = _mix(keys[p])
+        for j in range(lengths[p]):
+            t = np.int32(_mix(b + np.uint64(j) * _GOLDEN) & mask)
+            acc = acc * _BASE + _mix(np.uint64(np.int64(t)) + _GOLDEN)
+            h[k] = acc
+            k += 1
+    return h

@@ -36,7 +36,7 @@ def test_other_policies_kernels_load_on_first_use() -> None:
             "a, b = accel.kernels(1, 'fixed'), accel.kernels(1, 'rdr'); "
             "import pic._accel_numba_fixed, pic._accel_numba_rdr; "
             "print(a is pic._accel_numba_fixed and b is pic._accel_numba_rdr and mod is sys.modules['pic._accel_numba'] "
-            "and all(callable(getattr(a, k)) for k in ('filter_candidates', 'prefix_window_hashes')) "
+            "and all(callable(getattr(a, k)) for k in ('window_candidates', 'prefix_hashes', 'opaque_prefix_hashes', 'filter_add')) "
             "and all(callable(getattr(b, k)) for k in ('rdr_blocks', 'rdr_greedy')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0] == "[]" and out[1] == "True"
@@ -65,13 +65,18 @@ def test_a_policy_group_that_fails_to_load_falls_back_to_numpy(monkeypatch) -> N
         monkeypatch.setitem(sys.modules, "pic._accel_numba_fixed", None)     # import raises ImportError
         assert accel.kernels(1, "fixed") is None
         assert accel.kernels(1) is not None and accel.kernels(1, "rdr") is not None
+        from pic.engine.rolling import prefix_hashes, window_hashes
+
         f = _Filters()
-        w = np.random.default_rng(1).integers(0, 2**63, 5000, dtype=np.int64).astype(np.uint64)
-        f.add(w[::7])
-        got = f.candidates(w, 3)                                           # numpy path
+        toks = np.random.default_rng().integers(0, 200_000, 5000, dtype=np.int32)
+        w = window_hashes(toks, 8)
+        f.add(w[::7])                                                      # numpy path
+        got = f.candidates(prefix_hashes(toks), 8, 3)                      # numpy path
         monkeypatch.setitem(accel._state, "groups", {})
         monkeypatch.delitem(sys.modules, "pic._accel_numba_fixed")
-        assert np.array_equal(got, f.candidates(w, 3)) and got.shape[0] >= 5000 // 7 - 1
+        again = f.candidates(prefix_hashes(toks), 8, 3)                    # compiled
+        assert all(np.array_equal(a, b) for a, b in zip(got, again, strict=True))
+        assert got[0].shape[0] >= w.shape[0] // 7 - 1
     finally:
         accel.set_mode(None)
 

@@ -158,6 +158,15 @@ class Segments:
         base = opaque_bases(self.keys[i:i + 1], self.salts[i:i + 1])
         return opaque_run(base, np.array([lo]), np.array([hi - lo]))
 
+    def opaque_pieces(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(key ^ salt, length)`` of each of the segment rows ``rows`` when all of them are opaque (their
+        tokens derived, as :meth:`gather` derives them: :func:`opaque_run` of ``splitmix64(key ^ salt)``), else
+        None: what a compiled consumer needs to derive the prompt's tokens itself without storing them."""
+        t = self.token_offsets
+        if t is None or not rows.shape[0] or not (t[rows + 1] == t[rows]).all():
+            return None
+        return self.keys[rows] ^ self.salts[rows], self.offsets[rows + 1] - self.offsets[rows]
+
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """int32: the tokens of segment rows ``rows`` concatenated (a view when ``rows`` is one stored
         segment; opaque pieces derived in one vectorized call)."""

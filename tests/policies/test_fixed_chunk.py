@@ -136,8 +136,47 @@ def test_filters_count_exactly_the_stored_keys() -> None:
 
 
 def test_compiled_filter_scan_equals_the_numpy_scan() -> None:
-    """The compiled one-pass scan over the bitsets gives the numpy scan's candidates (fresh random keys,
-    windows seeded with stored keys, buckets emptied by removals)."""
+    """The compiled one-pass scan over the bitsets, window hashes derived from the prefix hashes on the fly,
+    gives the numpy scan's candidates and keys (fresh random tokens, windows seeded with stored keys, buckets
+    emptied by removals, starts past the last window)."""
+    import pytest
+
+    from pic import accel
+    from pic.engine.policies.fixed_chunk import _Filters
+    from pic.engine.rolling import prefix_hashes, window_hashes
+
+    if not accel.available():
+        pytest.skip("numba not installed")
+    rng = np.random.default_rng()
+    width = int(rng.integers(1, 64))
+    docs = [rng.integers(0, 200_000, int(rng.integers(0, 3_000)), dtype=np.int32) for _ in range(40)]
+    stored = np.concatenate([window_hashes(d, width)[::width] for d in docs[:20]])
+    f = _Filters()
+    f.add(rng.integers(0, 2**63, 50_000, dtype=np.uint64) * np.uint64(2))
+    f.add(stored)
+    f.remove(stored[: stored.size // 3])
+    try:
+        for d in docs:
+            toks = np.concatenate([d, docs[int(rng.integers(0, 20))]])
+            h = prefix_hashes(toks)
+            for start in (0, int(rng.integers(0, 100)), max(toks.size - width, 0), toks.size + 5):
+                accel.set_mode("0")
+                want = f.candidates(h, width, start)
+                accel.set_mode("1")
+                got = f.candidates(h, width, start)
+                for a, b in zip(want, got, strict=True):
+                    assert a.dtype == b.dtype and np.array_equal(a, b)
+                w = window_hashes(toks, width)
+                assert np.array_equal(got[1], w[got[0]]) and (got[0] >= start).all()
+                live = np.flatnonzero(np.isin(w, stored[stored.size // 3:]))
+                assert np.isin(live[live >= start], got[0]).all()
+    finally:
+        accel.set_mode(None)
+
+
+def test_compiled_filter_add_equals_numpy() -> None:
+    """The compiled filter insert leaves the counts and bitsets the four ufunc.at calls leave (fresh random
+    keys in several batches, buckets repeated within a batch, a count wrapping past 2**16 - 1)."""
     import pytest
 
     from pic import accel
@@ -146,43 +185,41 @@ def test_compiled_filter_scan_equals_the_numpy_scan() -> None:
     if not accel.available():
         pytest.skip("numba not installed")
     rng = np.random.default_rng()
-    f = _Filters()
-    keys = rng.integers(0, 2**63, 50_000, dtype=np.uint64) * np.uint64(2) + rng.integers(0, 2, 50_000, dtype=np.uint64)
-    f.add(keys)
-    f.remove(keys[:20_000])
-    live = keys[20_000:]
+    batches = [rng.integers(0, 2**64 - 1, int(rng.integers(1, 30_000)), dtype=np.uint64, endpoint=True)
+               for _ in range(6)]
+    batches[2][:70] = np.uint64(3) << np.uint64(60)        # one bucket of each filter, 70 times in one batch
+    filters = []
     try:
-        for _ in range(20):
-            w = rng.integers(0, 2**63, 5_000, dtype=np.uint64)
-            w[rng.integers(0, w.size, 300)] = live[rng.integers(0, live.size, 300)]
-            w[rng.integers(0, w.size, 300)] = keys[rng.integers(0, 20_000, 300)]     # removed keys
-            start = int(rng.integers(0, 100))
-            accel.set_mode("0")
-            want = f.candidates(w, start)
-            accel.set_mode("1")
-            got = f.candidates(w, start)
-            assert got.dtype == want.dtype and np.array_equal(got, want)
-            assert np.isin(np.flatnonzero(np.isin(w, live)), np.r_[np.arange(start), want]).all()
+        for mode in ("0", "1"):
+            accel.set_mode(mode)
+            f = _Filters()
+            f.counts[0][(3 << 60) >> 42] = 65_500           # wraps in both paths
+            for keys in batches:
+                f.add(keys)
+            filters.append(f)
     finally:
         accel.set_mode(None)
+    want, got = filters
+    for a, b in zip((*want.counts, *want.bits), (*got.counts, *got.bits), strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert int(want.counts[0][(3 << 60) >> 42]) == (65_500 + 70) % 65_536
 
 
 def test_compiled_rolling_hashes_equal_numpy() -> None:
-    """fixed-chunk's compiled prefix + window hashes (one Horner pass) equal engine.rolling's closed form."""
+    """fixed-chunk's compiled prefix hashes (one Horner pass) equal engine.rolling's closed form."""
     import pytest
 
     from pic import accel
-    from pic.engine.rolling import prefix_hashes, window_hashes
+    from pic.engine.rolling import prefix_hashes
 
     if not accel.available():
         pytest.skip("numba not installed")
     from pic import _accel_numba_fixed as k
 
     rng = np.random.default_rng()
-    for n, width in ((0, 4), (3, 4), (4, 4), (1000, 256), (70_000, 256), (9, 1)):
-        t = rng.integers(0, 200_000, n, dtype=np.int32)
-        h, w = k.prefix_window_hashes(t, width)
-        assert np.array_equal(h, prefix_hashes(t)) and np.array_equal(w, window_hashes(t, width))
+    for n in (0, 3, 4, 1000, 70_000):
+        t = rng.integers(-5, 200_000, n, dtype=np.int32)
+        assert np.array_equal(k.prefix_hashes(t), prefix_hashes(t))
 
 
 # ---- exact-prefix stage (LMCache behind the engine's prefix cache) and save_unfull_chunk (#10) ----
@@ -259,3 +296,71 @@ def test_save_unfull_chunk_stores_and_finds_the_tail() -> None:
         assert p.usage().total == want * BYTES_PER_TOKEN
         plan = p.lookup(view(1, np.r_[np.arange(9000, 9011), doc]), 2)
         assert plan.num_reused == want and plan.num_rotated == want
+
+
+def test_unbounded_cache_evicts_as_a_bounded_one() -> None:
+    """An unbounded cache keeps no eviction heap until evict() is called; then it evicts what a cache with
+    a heap from the start (a finite capacity that is never reached) evicts, step by step (LRU: chunks of one
+    request tie, and both orders break those ties by their grid order)."""
+    rng = np.random.default_rng()
+    docs = [rng.integers(0, 50_000, 96) for _ in range(12)]
+    caches = [policies.build("fixed-chunk", make_ctx(cap), {"chunk_size": "32"}) for cap in (float("inf"), 10**9)]
+    for p in caches:
+        for t in range(40):
+            k = np.random.default_rng(t).integers(0, len(docs), 3)
+            serve(p, view(t, np.concatenate([docs[i] for i in k])), 10 * t + 1)
+    assert caches[0]._lean and not caches[1]._lean
+    for step in range(6):
+        n = int(rng.integers(1, 200)) * BYTES_PER_TOKEN
+        freed = [p.evict(n, 1000 + step) for p in caches]
+        assert freed[0] == freed[1] > 0
+        assert sorted(caches[0]._store) == sorted(caches[1]._store)
+        assert caches[0].usage().total == caches[1].usage().total
+    assert not caches[0]._lean
+
+
+@pytest.mark.parametrize("order", ["lru", "lfu", "fifo"])
+def test_unbounded_cache_evicts_smallest_keys_first(order: str) -> None:
+    """An unbounded grid-only cache asked to evict frees the chunks with the smallest eviction keys."""
+    from pic.engine import eviction
+
+    rng = np.random.default_rng()
+    docs = [rng.integers(0, 50_000, 64) for _ in range(10)]
+    p = _grid_only(eviction=order)
+    for t in range(30):
+        k = rng.integers(0, len(docs), 2)
+        serve(p, view(t, np.concatenate([docs[i] for i in k])), 10 * t + 1)
+    key = eviction.key(order)
+    before = {h: key(ch) for h, ch in p._store.items()}
+    assert p.evict(int(rng.integers(1, 5)) * 32 * BYTES_PER_TOKEN, 999) > 0
+    gone = [k for h, k in before.items() if h not in p._store]
+    kept = [k for h, k in before.items() if h in p._store]
+    assert gone and kept and max(gone) <= min(kept)
+
+
+def test_opaque_prompt_hashed_from_its_keys() -> None:
+    """A prompt of opaque segments only is hashed from the segments' keys without storing its tokens: the
+    same prefix hashes as the tokens Segments.gather derives (fresh random keys and lengths, empty pieces)."""
+    import pytest
+
+    from pic import accel
+    from pic.engine.rolling import prefix_hashes
+    from pic.traces.content import _MASK, Segments
+
+    if not accel.available():
+        pytest.skip("numba not installed")
+    from pic import _accel_numba_fixed as k
+
+    rng = np.random.default_rng()
+    n = 30
+    lens = rng.integers(0, 700, n)
+    lens[3] = 0
+    offs = np.r_[0, np.cumsum(lens)].astype(np.int64)
+    seg = Segments(np.arange(n, dtype=np.uint64), np.zeros(n, np.uint8), offs, np.zeros(0, np.int32),
+                   np.zeros(n + 1, np.int64), rng.integers(0, 2**63, n, dtype=np.uint64),
+                   rng.integers(0, 2**63, n, dtype=np.uint64))
+    for _ in range(10):
+        rows = rng.integers(0, n, int(rng.integers(1, 12)))
+        pieces = seg.opaque_pieces(rows)
+        assert pieces is not None
+        assert np.array_equal(k.opaque_prefix_hashes(*pieces, _MASK), prefix_hashes(seg.gather(rows)))

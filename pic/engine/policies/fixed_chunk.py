@@ -41,12 +41,14 @@ from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
 from pic.engine.radix import RadixNode, RadixTree
-from pic.engine.rolling import prefix_hashes, span_hashes, window_hashes
+from pic.engine.rolling import BASE, prefix_hashes, span_hashes
 from pic.engine.seq import Seq
+from pic.traces.content import _MASK as _OPAQUE_MASK
 
 _FILTER_BITS = 22
 _FILTER_SHIFT = 64 - _FILTER_BITS
 _FILTER_MASK = (1 << _FILTER_BITS) - 1
+_M64 = (1 << 64) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +104,15 @@ class FixedChunkCache(CachePolicy):
         self._reserved = 0                        # tokens reserved by admitted, uncommitted requests
         self._live: dict[int, tuple[list[_Chunk], int, RadixNode | None]] = {}   # held, reserved, node
         self._pending: dict[int, tuple[int, list[tuple[int, int, _Chunk]]]] = {}  # rid -> lookup's scan
-        self._memo: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None   # tokens, prefix h, windows
+        self._memo: tuple[RequestView, np.ndarray] | None = None   # request, its prefix hashes
+        self._bw = pow(BASE, self._c, 1 << 64)   # B^chunk_size: window i's hash is h[i + C] - h[i] * B^C
         self._heap: list[tuple[tuple[int, ...], int, _Chunk]] = []
         self._seq = itertools.count()
         self._cap = ctx.capacity_tokens
+        # NOTE (speed): an unbounded cache never evicts on its own, so it keeps no eviction heap ("lean": a
+        # push per chunk freed, ~46 per Mooncake request, was a fifth of the policy's time); an explicit
+        # evict() builds it from the chunks' current keys first (ties: creation order)
+        self._lean = self._cap == float("inf")
         self.stats.extra.update(prefix_tokens=0, chunk_tokens=0)
 
     # ---- Public API -------------------------------------------------------------------------------
@@ -182,7 +189,7 @@ class FixedChunkCache(CachePolicy):
             if node is not None:
                 self._tree.dec_lock(node)
             node = leaf
-        toks, store = req.tokens, self._store
+        store = self._store
         seen = {id(ch) for ch in held}
         new: list[int] = []
         num_locked = 0
@@ -195,7 +202,7 @@ class FixedChunkCache(CachePolicy):
                     new.append(h)
                 else:
                     self._tails[size] = self._tails.get(size, 0) + 1
-            elif id(ch) in seen or ch.size != size or not self._same(ch, toks[i:i + size]):
+            elif id(ch) in seen or ch.size != size or not self._same(ch, req, i, i + size):
                 continue
             num_locked += size if ch.ref == 0 else 0
             ch.ref += 1
@@ -233,33 +240,33 @@ class FixedChunkCache(CachePolicy):
         """``(prefix length, [(start, size, chunk)])``: the prefix stage's match, then the chunks the
         rolling lookup takes from its end (greedy, left to right, no overlap). ``now_us`` None: no
         recency bookkeeping (a re-scan in ``admit``)."""
-        c, toks = self._c, req.tokens
-        _, w = self._hashes(req)
+        c = self._c
+        h = self._hashes(req)
         pfx = self._tree.match_prefix(req.seq, now_us, split=False)[0] if self._tree is not None else 0
         uses: list[tuple[int, int, _Chunk]] = []
         # Leading run from the prefix end: while the window at the cursor is a hit it is the first
         # candidate at or after the cursor, hence the greedy pick, so no filter pass is needed for it.
-        cursor, n_win, store = pfx, w.shape[0], self._store
+        cursor, n_win, store, bw = pfx, h.shape[0] - c, self._store, self._bw
         while cursor < n_win:
-            ch = store.get(int(w[cursor]))
+            ch = store.get((h.item(cursor + c) - h.item(cursor) * bw) & _M64)
             if ch is None or ch.size != c:
                 break
-            if not self._same(ch, toks[cursor:cursor + c]):
+            if not self._same(ch, req, cursor, cursor + c):
                 cursor += 1                # counted once; the scan goes on from the next window
                 break
             uses.append((cursor, c, ch))
             cursor += c
         start, cursor = cursor, (uses[-1][0] + c if uses else pfx)
-        cand = self._filters.candidates(w, start)
+        cand, keys = self._filters.candidates(h, c, start)
         k = 0
         while k < cand.shape[0]:
             i = int(cand[k])
             if i < cursor:
                 k = int(np.searchsorted(cand, cursor))
                 continue
+            ch = store.get(keys.item(k))
             k += 1
-            ch = store.get(int(w[i]))
-            if ch is None or ch.size != c or not self._same(ch, toks[i:i + c]):
+            if ch is None or ch.size != c or not self._same(ch, req, i, i + c):
                 continue
             uses.append((i, c, ch))
             cursor = i + c
@@ -275,7 +282,7 @@ class FixedChunkCache(CachePolicy):
                    ) -> list[tuple[int, int, _Chunk]]:
         """Add stored partial chunks found where an uncovered stretch ends (before a hit or at N): the
         longest stored tail length that fits and matches."""
-        h, _ = self._hashes(req)
+        h = self._hashes(req)
         n = req.num_tokens
         lengths = np.array(sorted(self._tails, reverse=True), np.int64)
         out, lo = [], pfx
@@ -285,7 +292,7 @@ class FixedChunkCache(CachePolicy):
                 keys = span_hashes(h, a - fit, fit).tolist()       # hashes of toks[a-m:a], m in fit
                 for m, key in zip(fit.tolist(), keys, strict=True):
                     t = self._store.get(key)
-                    if t is not None and t.size == m and self._same(t, req.tokens[a - m:a]):
+                    if t is not None and t.size == m and self._same(t, req, a - m, a):
                         out.append((a - m, m, t))
                         break
             if ch is not None:
@@ -293,34 +300,46 @@ class FixedChunkCache(CachePolicy):
             lo = a + size
         return out
 
-    def _hashes(self, req: RequestView) -> tuple[np.ndarray, np.ndarray]:
-        """(prefix hashes, chunk-size window hashes) of the request's tokens, memoized on the array."""
-        if self._memo is None or self._memo[0] is not req.tokens:
-            toks = req.tokens
-            fast = accel.kernels(toks.shape[0], "fixed")
-            if fast is not None:                # one Horner pass, the same values
-                self._memo = (toks, *fast.prefix_window_hashes(np.ascontiguousarray(toks, np.int32), self._c))
+    def _hashes(self, req: RequestView) -> np.ndarray:
+        """uint64 [N + 1]: prefix hashes of the request's tokens (:func:`engine.rolling.prefix_hashes`),
+        memoized on the request. Window ``i``'s hash is ``h[i + C] - h[i] * B^C`` (``window_hashes``):
+        NOTE (speed): derived where needed (grid points, candidates), never stored for every offset; a
+        prompt made only of opaque segments (Mooncake's blocks, Azure's lengths) is hashed from its
+        segments' keys, its tokens never stored (:meth:`traces.content.Segments.opaque_pieces`)."""
+        if self._memo is None or self._memo[0] is not req:
+            fast = accel.kernels(req.num_tokens, "fixed")
+            pieces = None
+            if fast is not None and req.source is not None and req.segment_rows is not None:
+                pieces = req.source.opaque_pieces(req.segment_rows)
+            if pieces is not None:
+                h = fast.opaque_prefix_hashes(*pieces, _OPAQUE_MASK)
+            elif fast is not None:
+                h = fast.prefix_hashes(np.ascontiguousarray(req.tokens, np.int32))
             else:
-                h = prefix_hashes(toks)
-                self._memo = (toks, h, window_hashes(toks, self._c, h))
-        return self._memo[1], self._memo[2]
+                h = prefix_hashes(req.tokens)
+            self._memo = (req, h)
+        return self._memo[1]
 
     def _grid(self, req: RequestView) -> list[tuple[int, int, int]]:
         """``[(start, key, size)]`` of the request's grid chunks in order (the partial tail too with
         ``save_unfull_chunk``)."""
         c, n = self._c, req.num_tokens
-        h, w = self._hashes(req)
-        out = list(zip(range(0, n - c + 1, c), w[0:c * (n // c):c].tolist(), itertools.repeat(c)))
+        h = self._hashes(req)
+        k = n // c
+        keys = h[c:k * c + 1:c] - h[0:(k - 1) * c + 1:c] * np.uint64(self._bw) if k else h[:0]
+        out = list(zip(range(0, k * c, c), keys.tolist(), itertools.repeat(c)))
         m = n % c
         if m and self.config.save_unfull_chunk:
             out.append((n - m, int(span_hashes(h, [n - m], [m])[0]), m))
         return out
 
-    def _same(self, ch: _Chunk, toks: np.ndarray) -> bool:
+    def _same(self, ch: _Chunk, req: RequestView, lo: int, hi: int) -> bool:
+        """Whether chunk ``ch`` holds tokens ``[lo, hi)`` of ``req`` (compared only under ``--verify``: the
+        request's tokens are then made; otherwise a key match is taken as a hit)."""
         if not self.ctx.verify:
             return True
         self.stats.verified_hits += 1
-        if np.array_equal(ch.src.tokens(ch.pos, ch.pos + ch.size), toks):
+        if np.array_equal(ch.src.tokens(ch.pos, ch.pos + ch.size), req.tokens[lo:hi]):
             return True
         self.stats.collisions += 1
         return False
@@ -343,6 +362,15 @@ class FixedChunkCache(CachePolicy):
     def _unlock(self, held: list[_Chunk], node: RadixNode | None) -> None:
         key, seq, push, store = self._key, self._seq, heapq.heappush, self._store
         heap, num_freed = self._heap, 0
+        if self._lean:
+            for ch in held:
+                ch.ref -= 1
+                if ch.ref == 0:
+                    num_freed += ch.size
+            self._locked_tokens -= num_freed
+            if node is not None:
+                self._tree.dec_lock(node)
+            return
         for ch in held:
             ch.ref -= 1
             if ch.ref == 0:
@@ -379,6 +407,10 @@ class FixedChunkCache(CachePolicy):
         """Evict unlocked chunks and radix leaves, smallest key first across both, until ``num_tokens``
         tokens are freed or nothing is evictable (chunks first on equal keys); tokens freed."""
         tree, store, freed = self._tree, self._store, 0
+        if self._lean:
+            self._lean = False
+            self._heap = [(self._key(ch), next(self._seq), ch) for ch in store.values() if ch.ref == 0]
+            heapq.heapify(self._heap)
         gone: list[int] = []
         num_chunks = 0
         while freed < num_tokens:
@@ -417,7 +449,7 @@ class _Filters:
     do not depend on them.
 
     NOTE (speed): beside each 8 MB counting filter, a 512 KB bitset of its non-zero buckets: the compiled
-    scan (:func:`pic._accel_numba_fixed.filter_candidates`, one pass) reads the bitsets, which stay in cache
+    scan (:func:`pic._accel_numba_fixed.window_candidates`, one pass) reads the bitsets, which stay in cache
     (Mooncake conversation: ~130 -> ~20 us per lookup of ~7,500 windows); the numpy path reads the counts."""
 
     def __init__(self) -> None:
@@ -425,6 +457,10 @@ class _Filters:
         self.bits = (np.zeros(1 << (_FILTER_BITS - 3), np.uint8), np.zeros(1 << (_FILTER_BITS - 3), np.uint8))
 
     def add(self, keys: np.ndarray) -> None:
+        fast = accel.kernels(0, "fixed")
+        if fast is not None:     # NOTE (speed): one compiled pass (four ufunc.at calls cost ~25 us per commit)
+            fast.filter_add(keys, *self.counts, *self.bits, np.uint64(_FILTER_SHIFT), np.uint64(_FILTER_MASK))
+            return
         for count, bits, idx in zip(self.counts, self.bits, _buckets(keys), strict=True):
             np.add.at(count, idx, 1)           # buckets of distinct keys may repeat: np.add.at
             np.bitwise_or.at(bits, idx >> 3, (1 << (idx & 7)).astype(np.uint8))
@@ -435,16 +471,19 @@ class _Filters:
             empty = idx[count[idx] == 0]
             np.bitwise_and.at(bits, empty >> 3, ~(1 << (empty & 7)).astype(np.uint8))
 
-    def candidates(self, w: np.ndarray, start: int) -> np.ndarray:
-        """Sorted offsets ``>= start`` whose window hash passes both filters."""
-        fast = accel.kernels(max(w.shape[0] - start, 0), "fixed")
+    def candidates(self, h: np.ndarray, width: int, start: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(offsets, keys)``: the offsets ``>= start`` (ascending) whose ``width``-token window hash passes
+        both filters, and those hashes; ``h``: the prompt's prefix hashes (window ``i``: ``h[i + width] -
+        h[i] * B^width``)."""
+        bw = np.uint64(pow(BASE, width, 1 << 64))
+        fast = accel.kernels(max(h.shape[0] - width - start, 0), "fixed")
         if fast is not None:
-            return fast.filter_candidates(w, start, self.bits[0], self.bits[1], np.uint64(_FILTER_SHIFT),
-                                          np.uint64(_FILTER_MASK))
-        ws = w[start:]
+            return fast.window_candidates(h, width, bw, start, self.bits[0], self.bits[1],
+                                          np.uint64(_FILTER_SHIFT), np.uint64(_FILTER_MASK))
+        ws = h[start + width:] - h[start:max(h.shape[0] - width, start)] * bw
         idx = np.flatnonzero(self.counts[0][ws >> np.uint64(_FILTER_SHIFT)])
         idx = idx[self.counts[1][(ws[idx] & np.uint64(_FILTER_MASK)).astype(np.int64)] > 0]
-        return idx + start
+        return idx + start, ws[idx]
 
 
 def _buckets(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
