@@ -26,18 +26,20 @@ def modes():
 
 
 def test_other_policies_kernels_load_on_first_use() -> None:
-    """Loading the kernels loads neither fixed-chunk's nor rdr's group (a fresh process: irminsul's runs never
-    pay for them), nor cffi or scipy; ``accel.kernels(n, group)`` loads a group with its kernels."""
+    """Loading the kernels loads none of the groups (CDC's, fixed-chunk's, rdr's: a fresh process loads only
+    what its policies call), nor cffi or scipy; ``accel.kernels(n, group)`` loads a group with its kernels."""
     import subprocess
     import sys
 
     code = ("import sys; from pic import accel; accel.set_mode('1'); mod = accel.kernels(1); "
             "print(sorted(m for m in sys.modules if m.startswith('pic._accel_numba_') or m in ('cffi', 'scipy'))); "
-            "a, b = accel.kernels(1, 'fixed'), accel.kernels(1, 'rdr'); "
-            "import pic._accel_numba_fixed, pic._accel_numba_rdr; "
-            "print(a is pic._accel_numba_fixed and b is pic._accel_numba_rdr and mod is sys.modules['pic._accel_numba'] "
+            "a, b, c = accel.kernels(1, 'fixed'), accel.kernels(1, 'rdr'), accel.kernels(1, 'cdc'); "
+            "import pic._accel_numba_fixed, pic._accel_numba_rdr, pic._accel_numba_cdc; "
+            "print(a is pic._accel_numba_fixed and b is pic._accel_numba_rdr and c is pic._accel_numba_cdc "
+            "and mod is sys.modules['pic._accel_numba'] "
             "and all(callable(getattr(a, k)) for k in ('window_candidates', 'prefix_hashes', 'opaque_prefix_hashes', 'filter_add')) "
-            "and all(callable(getattr(b, k)) for k in ('rdr_blocks', 'rdr_greedy')))")
+            "and all(callable(getattr(b, k)) for k in ('rdr_blocks', 'rdr_greedy')) "
+            "and all(callable(getattr(c, k)) for k in ('gear_layout', 'gear_candidates', 'fingerprints')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0] == "[]" and out[1] == "True"
     # the modules hidden while numba loads (pic.accel._HIDDEN) are importable afterwards
@@ -77,6 +79,27 @@ def test_a_policy_group_that_fails_to_load_falls_back_to_numpy(monkeypatch) -> N
         again = f.candidates(prefix_hashes(toks), 8, 3)                    # compiled
         assert all(np.array_equal(a, b) for a, b in zip(got, again, strict=True))
         assert got[0].shape[0] >= w.shape[0] // 7 - 1
+    finally:
+        accel.set_mode(None)
+
+
+def test_cdc_group_that_fails_to_load_falls_back_to_numpy(monkeypatch) -> None:
+    """CDC's kernel group failing to load (a compiler failure) leaves chunking and fingerprints on the numpy
+    paths with the same results; the main module still loads."""
+    import sys
+
+    t = np.random.default_rng(4).integers(0, 150_000, 9000, dtype=np.int32)
+    accel.set_mode("1")
+    try:
+        want = cdc.layout_fps(t)
+        assert accel.kernels(1, "cdc") is sys.modules["pic._accel_numba_cdc"]
+        monkeypatch.setitem(accel._state, "groups", {})
+        monkeypatch.setitem(sys.modules, "pic._accel_numba_cdc", None)     # import raises ImportError
+        assert accel.kernels(1, "cdc") is None and accel.kernels(1) is not None
+        got = cdc.layout_fps(t)
+        assert all(np.array_equal(x, y) for x, y in zip(got, want, strict=True)) and want[0].size > 20
+        monkeypatch.setitem(accel._state, "groups", {})
+        monkeypatch.delitem(sys.modules, "pic._accel_numba_cdc")
     finally:
         accel.set_mode(None)
 
@@ -177,7 +200,7 @@ def test_cdc_cuts_equal(modes, cfg) -> None:
             assert hb.tolist() == [cdc.fingerprint(t[x:x + m]) if n - x >= m else 0 for x in bounds[:-1]]
             assert tb.tolist() == [cdc.fingerprint(t[y - m:y]) if y - x >= m else 0
                                    for x, y in zip(bounds[:-1], bounds[1:], strict=True)]
-    # a large input goes through the four-lane path with every remainder
+    # a large input goes through the eight-lane path with every remainder
     for n in (4096 + 64, 4096 + 65, 4096 + 66, 4096 + 67):
         t = rng.integers(0, 2**17, n, dtype=np.int32)
         a, b = modes(lambda t=t: cdc.natural_boundaries(t, cfg))
@@ -185,10 +208,13 @@ def test_cdc_cuts_equal(modes, cfg) -> None:
 
 
 def test_gear_candidates_kernel_equals_numpy_hash() -> None:
-    """The compiled candidate scan (four lanes from 1024 tokens on, candidates written straight into each
-    lane's stretch) gives the indices where the numpy Gear hash is below the threshold, for any window
-    ``[first, last)``; including a run where every position is a candidate (each stretch filled to its end)."""
-    fast = accel._load()
+    """The compiled candidate scan with the Gear table (8 vector lanes from 1024 tokens on: the table indices
+    of 8 tokens per lane in one vector, the entries loaded one by one, a 64-step warm-up ending on each lane's
+    first position, blocks of 8 steps recorded as bit masks, a scalar remainder) gives the indices where the
+    numpy Gear hash is below the threshold: every length around the lane split (below, at and above the
+    warm-up and the 1024-token switch), random lengths, any window ``[first, last)`` (first and last bounds),
+    every position a candidate (a constant run of a hot token), negative token ids, views at an odd offset."""
+    fast = accel._load("pic._accel_numba_cdc")
     assert fast is not None
     rng = np.random.default_rng(11)
     table = cdc.gear_table(0)
@@ -196,17 +222,20 @@ def test_gear_candidates_kernel_equals_numpy_hash() -> None:
     # a token whose constant run hashes to 2**64 - G < thr: every full window over it is a candidate
     idx = (np.arange(200_000, dtype=np.int64).astype(np.uint32) * np.uint32(0x9E3779B1)) >> np.uint32(16)
     hot = int(np.flatnonzero(table[idx] > np.uint64(2**64 - 1) - thr)[0])
-    for n in (64, 65, 100, 1086, 1087, 1088, 1089, 5000, 40_000):
+    sizes = [64, 65, 100, 127, 128, 129, 1023 + 63, 1024 + 63, 1025 + 63, 1087 + 8, 1151, 1152, 1153, 1160, 1216,
+             1217, 4096, 4097, 5000, 40_001] + rng.integers(64, 9000, 12).tolist()
+    for n in sizes:
         for kind in ("random", "negative", "constant", "mixed"):
             if kind == "random":
-                t = rng.integers(0, 150_000, n, dtype=np.int32)
+                buf = rng.integers(0, 150_000, n + 1, dtype=np.int32)
             elif kind == "negative":
-                t = rng.integers(-2**31, 2**31 - 1, n, dtype=np.int32)
+                buf = rng.integers(-2**31, 2**31 - 1, n + 1, dtype=np.int32)
             elif kind == "constant":
-                t = np.full(n, hot, np.int32)
+                buf = np.full(n + 1, hot, np.int32)
             else:
-                t = rng.integers(0, 150_000, n, dtype=np.int32)
-                t[n // 3: 2 * n // 3] = hot
+                buf = rng.integers(0, 150_000, n + 1, dtype=np.int32)
+                buf[n // 3: 2 * n // 3] = hot
+            t = buf[1:]                                  # (a view at an odd offset)
             t.flags.writeable = False
             accel.set_mode("0")
             try:
@@ -214,7 +243,8 @@ def test_gear_candidates_kernel_equals_numpy_hash() -> None:
             finally:
                 accel.set_mode(None)
             mid = min(n - 1, 100)
-            for first, last in ((63, n - 1), (63, n), (int(rng.integers(63, n)), n), (mid, max(n - 7, mid))):
+            for first, last in ((63, n - 1), (63, n), (int(rng.integers(63, n)), n), (mid, max(n - 7, mid)),
+                                (63, min(n, 63 + 1024)), (63, min(n, 63 + 1023)), (64, n), (63, 64)):
                 want = np.flatnonzero(h[first:last] < thr) + first if last > first else np.zeros(0, np.int64)
                 got = fast.gear_candidates(t, table, thr, first, last)
                 assert got.dtype == np.int64 and np.array_equal(got, want), (n, kind, first, last)
@@ -225,7 +255,7 @@ def test_gear_candidates_kernel_equals_numpy_hash() -> None:
 def test_fingerprint_kernel_reads_unaligned_pairs() -> None:
     """xxh64 of every slice start parity (the 8-byte lanes are unaligned loads at odd token offsets), of
     slices shorter than 8 tokens and of a view at an odd offset into a larger buffer, equal to xxhash's C."""
-    fast = accel._load()
+    fast = accel._load("pic._accel_numba_cdc")
     assert fast is not None
     rng = np.random.default_rng(5)
     buf = rng.integers(-2**31, 2**31 - 1, 4001, dtype=np.int32)
@@ -246,7 +276,7 @@ def test_fingerprint_lanes_equal_xxhash() -> None:
     the first lane runs out, tails of 0-7 tokens read from the snapshot, chunks near the end of the buffer
     and short ones one at a time): every fingerprint equals xxhash's C, on views at odd offsets, with a
     base offset (the fused layout's call) too."""
-    fast = accel._load()
+    fast = accel._load("pic._accel_numba_cdc")
     assert fast is not None
     rng = np.random.default_rng(21)
     buf = rng.integers(-2**31, 2**31 - 1, 60_003, dtype=np.int32)
@@ -279,7 +309,7 @@ def test_gear_repeats_kernel_screens_exactly_the_gaps_with_a_triple() -> None:
     """The compiled screen of over-long gaps says True exactly where a 64-token Gear hash value of the
     windows inside the gap occurs 3 or more times (what ``_periodic_cuts`` looks for, in numpy), and True
     without looking for gaps of more than 2**16 windows."""
-    fast = accel._load()
+    fast = accel._load("pic._accel_numba_cdc")
     assert fast is not None
     rng = np.random.default_rng(9)
     table = cdc.gear_table(0)
@@ -317,7 +347,7 @@ def test_mix_candidates_kernel_equals_numpy_hash() -> None:
     hash with the table-free Gear values is below the threshold, for every length around the lane split,
     any window ``[first, last)``, every position a candidate (constant run of a hot token) and views at an
     odd offset."""
-    fast = accel._load()
+    fast = accel._load("pic._accel_numba_cdc")
     assert fast is not None
     rng = np.random.default_rng(12)
     thr = cdc.CDCConfig().threshold

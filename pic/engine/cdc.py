@@ -141,7 +141,7 @@ def gear_hash(tokens: np.ndarray, seed: int = 0, gear: str = "table") -> np.ndar
     :func:`gear_values`)."""
     toks = np.ascontiguousarray(tokens, dtype=np.int32)
     n = toks.size
-    fast = accel.kernels(n)
+    fast = accel.kernels(n, "cdc")
     if fast is not None:
         return fast.gear_hash(toks, *_kernel_gear(seed, gear))
     if n <= _BLOCK:
@@ -192,7 +192,7 @@ def _natural(tail: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig, ha
     i0 = max(start, WINDOW - 1)                  # b = i + 1 with i >= 63 (a full window), b > start
     if n - 1 <= i0:
         return _EMPTY
-    fast = accel.kernels(n - i0)
+    fast = accel.kernels(n - i0, "cdc")
     m = cfg.min_chunk
     if fast is not None and not hard.size:
         # NOTE (speed): candidates and the min-size rule in one compiled call (no hard boundary: the common
@@ -298,7 +298,7 @@ def layout_from_fps(tail: np.ndarray, base: int, n: int, start: int, cfg: CDCCon
 def _layout_fps(toks: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig, hard: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     i0 = max(start, WINDOW - 1)
-    fast = accel.kernels(n - i0) if not hard.size and n - 1 > i0 and n > WINDOW else None
+    fast = accel.kernels(n - i0, "cdc") if not hard.size and n - 1 > i0 and n > WINDOW else None
     if fast is not None:
         b, anc, fps, ok = fast.gear_layout(toks, *_kernel_gear(cfg.seed, cfg.gear), cfg.threshold, i0 - base,
                                            n - 1 - base, base, cfg.min_chunk, start, n, cfg.max_chunk, True)
@@ -312,7 +312,7 @@ def _layout(toks: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig, har
             ) -> tuple[np.ndarray, np.ndarray]:
     """Bounds ``>= start`` (anchor mask with them) of a prompt of ``n`` tokens, ``toks`` = ``[base, n)``."""
     i0 = max(start, WINDOW - 1)
-    fast = accel.kernels(n - i0) if not hard.size and n - 1 > i0 and n > WINDOW else None
+    fast = accel.kernels(n - i0, "cdc") if not hard.size and n - 1 > i0 and n > WINDOW else None
     if fast is not None:
         # NOTE (speed): no hard boundary (the common case): the bounds, anchors and the forced cuts of gaps
         # where nothing repeats from one compiled call, instead of ~10 numpy calls per prompt
@@ -330,7 +330,7 @@ def _layout(toks: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig, har
         return b, np.ones(b.shape[0], bool)
     anchors = b
     starts, ends = b[:-1][big], b[1:][big]
-    fast = accel.kernels(0)
+    fast = accel.kernels(0, "cdc")
     if fast is not None:
         # NOTE (speed): random content has over-long gaps too (~1 chunk in 180); one compiled call keeps the
         # gaps where a Gear hash value repeats (the only ones _periodic_cuts can cut), instead of a hash
@@ -405,7 +405,7 @@ def _forced_cuts(starts: np.ndarray, gaps: np.ndarray, mx: int) -> np.ndarray:
 def fingerprints(tokens: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     """uint64 [k]: xxh64 (seed 0) of each chunk's little-endian int32 token bytes."""
     toks = np.ascontiguousarray(tokens, dtype="<i4")
-    fast = accel.kernels(toks.shape[0])
+    fast = accel.kernels(toks.shape[0], "cdc")
     if fast is not None and toks.dtype == np.int32:     # (native little-endian)
         return fast.fingerprints(toks, np.ascontiguousarray(bounds, np.int64))
     mv = memoryview(toks).cast("B")
@@ -423,7 +423,7 @@ def edge_keys(tokens: np.ndarray, bounds: np.ndarray, m: int) -> tuple[np.ndarra
     is a key too: at worst a needless trie walk)."""
     toks = np.ascontiguousarray(tokens, dtype="<i4")
     b = np.ascontiguousarray(bounds, np.int64)
-    fast = accel.kernels(0)
+    fast = accel.kernels(0, "cdc")
     if fast is not None and toks.dtype == np.int32:     # (native little-endian)
         return fast.edge_keys(toks, b, int(m))
     mv = memoryview(toks).cast("B")

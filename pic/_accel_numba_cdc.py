@@ -1,0 +1,759 @@
+"""numba kernels of content-defined chunking (:mod:`pic.engine.cdc`): the Gear candidate scans, the fused
+layout, the repeat screen of over-long gaps, and the chunks' xxh64 fingerprints. Loaded through
+``pic.accel.kernels(n, "cdc")`` (imported only through it). Each one computes exactly what its numpy
+reference computes (uint64 arithmetic wraps the same way); tests compare both on random inputs.
+
+Compiled eagerly with explicit signatures and cached on disk (``cache=True``), as :mod:`pic._accel_numba`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core.extending import intrinsic
+from numba.cpython.unsafe.numbers import trailing_zeros
+
+from pic._accel_numba import _GOLDEN, _I32, _I64, _M1, _OPTS, _U64
+
+
+@njit(inline="always", **_OPTS)
+def _g(toks, table, i):
+    """Gear table entry of token ``toks[i]``: ``G[(t * 0x9E3779B1 mod 2**32) >> 16]`` (:mod:`engine.cdc`).
+
+    NOTE (speed): unsigned indices (``i`` as uint64, the table index as uint32) spare numba's
+    negative-index wraparound (a shift, an and and an add per load); 32-bit arithmetic: one ``imul``."""
+    return table[np.uint32(np.uint32(toks[np.uint64(i)]) * np.uint32(0x9E3779B1)) >> np.uint32(16)]
+
+
+@njit(inline="always", **_OPTS)
+def _gm(toks, key, i):
+    """Table-free Gear value of token ``toks[i]`` (``CDCConfig(gear="mix")``): ``z ^ (z >> 32)`` with ``z = ((t mod
+    2**32) ^ key) * 0xBF58476D1CE4E5B9 mod 2**64`` (:func:`engine.cdc.gear_values`)."""
+    z = (np.uint64(np.uint32(toks[np.uint64(i)])) ^ key) * _M1
+    return z ^ (z >> np.uint64(32))
+
+
+@njit(inline="always", **_OPTS)
+def _gv(toks, table, key, i):
+    """Gear value of ``toks[i]``: from ``table``, or table-free (:func:`_gm`) when ``table`` is empty."""
+    return _g(toks, table, i) if table.shape[0] else _gm(toks, key, i)
+
+
+_IR32, _IR64 = ir.IntType(32), ir.IntType(64)
+_V32, _V64 = ir.VectorType(_IR32, 8), ir.VectorType(_IR64, 8)
+
+
+def _vc(c):
+    return ir.Constant(_V64, [c] * 8)
+
+
+def _shuf(builder, a, b, idx):
+    return builder.shuffle_vector(a, b, ir.Constant(_V32, idx))
+
+
+def _splat(builder, x):
+    v = builder.insert_element(ir.Constant(_V64, ir.Undefined), x, ir.Constant(_IR32, 0))
+    return builder.shuffle_vector(v, ir.Constant(_V64, ir.Undefined), ir.Constant(_V32, [0] * 8))
+
+
+def _transpose8(builder, v):
+    """``u[j][l] = v[l][j]`` for 8 vectors of 8 int32 (unpack 32, unpack 64, swap 128-bit halves: 24 shuffles)."""
+    lo, hi = [0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15]
+    a = []
+    for p in range(4):
+        a += [_shuf(builder, v[2 * p], v[2 * p + 1], lo), _shuf(builder, v[2 * p], v[2 * p + 1], hi)]
+    l64, h64 = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
+    b = []
+    for half in (0, 4):
+        x = a[half:half + 4]
+        b += [_shuf(builder, x[0], x[2], l64), _shuf(builder, x[0], x[2], h64),
+              _shuf(builder, x[1], x[3], l64), _shuf(builder, x[1], x[3], h64)]
+    u = [None] * 8
+    for j in range(4):
+        u[j] = _shuf(builder, b[j], b[4 + j], [0, 1, 2, 3, 8, 9, 10, 11])
+        u[4 + j] = _shuf(builder, b[j], b[4 + j], [4, 5, 6, 7, 12, 13, 14, 15])
+    return u
+
+
+_PREFETCH = 64     # tokens ahead of each lane
+
+
+def _lanes(table_values):
+    """The 8-lane Gear scan as an intrinsic: with table values (``table_values``: :func:`_g`) or table-free ones
+    (:func:`_gm` with ``key``). Both take ``(toks, pos, st, q0, q1, table, key, thr, ev, rec, ib)``: lane ``l``
+    reads ``toks[pos[l] + q]`` for ``q`` in ``[q0, q1)`` (``q1 - q0`` a multiple of 8, every read inside
+    ``toks``), its hash carried in ``st[l]`` (read, then written back). With ``rec`` nonzero, each block of 8
+    steps at ``q`` with a hash ``< thr`` is recorded as ``ev[2k] = q``, ``ev[2k + 1] = mask`` (bit ``8 j + l``:
+    lane ``l`` after step ``q + j``); returns the number of blocks recorded (``ev`` needs ``2 * (q1 - q0) / 8``
+    slots). ``ib``: 64 uint32 of scratch (the table's indices; unused without a table).
+
+    NOTE (speed): written as LLVM vector IR (numba does not vectorize a loop-carried recurrence): per step one
+    vector of 8 Gear values and ``h = 2h + g`` on 8 lanes, the candidate test one compare per step and one
+    branch-free event store per block; each lane's tokens are prefetched ``_PREFETCH`` tokens ahead (the 8
+    streams of a long input from memory: 0.78 -> 0.69 ns per token with the table, 256 ahead measured 0.78). Table-free: 8 tokens of each lane
+    loaded at once and transposed in registers (no gathers: they ran at ~1.3 ns per token on this VM), one
+    multiply and one xor-shift per vector. Table: the 8 tokens of each lane give 8 table indices in one
+    vector multiply and shift, stored to ``ib``; the table entries are 64 scalar loads per block, put
+    together in vectors (vector gathers ran 2x slower than the four-lane scalar scan on this VM). The
+    random loads from the 512 KB table bound it (~0.56 ns per load on this VM with nothing else to do):
+    fewer instructions per token keep more of them in flight (0.86 -> 0.63 ns per token on cached tokens
+    against the scalar four-lane scan, which also tested and branched per token)."""
+    @intrinsic
+    def lanes(typingctx, toks, pos, st, q0, q1, table, key, thr, ev, rec, ib):
+        sig = types.int64(toks, pos, st, q0, q1, table, key, thr, ev, rec, ib)
+
+        def codegen(context, builder, sig, args):
+            tarr, parr, sarr, garr, earr, iarr = (context.make_array(sig.args[i])(context, builder, args[i])
+                                                  for i in (0, 1, 2, 5, 8, 10))
+            q0v, q1v, keyv, thrv, recv = args[3], args[4], args[6], args[7], args[9]
+
+            def c64(x):
+                return ir.Constant(_IR64, x)
+            mod = builder.module
+            i8p = ir.IntType(8).as_pointer()
+            pf = mod.globals.get("llvm.prefetch.p0") or ir.Function(
+                mod, ir.FunctionType(ir.VoidType(), [i8p, _IR32, _IR32, _IR32]), "llvm.prefetch.p0")
+            sp = builder.bitcast(sarr.data, _V64.as_pointer())
+            h0 = builder.load(sp, align=8)
+            keys, thrs = _splat(builder, keyv), _splat(builder, thrv)
+            rec1 = builder.icmp_signed("!=", recv, c64(0))
+            lanes = [builder.load(builder.gep(parr.data, [ir.Constant(_IR32, j)])) for j in range(8)]
+            entry = builder.block
+            loop = builder.append_basic_block("gear_loop")
+            body = builder.append_basic_block("gear_body")
+            out = builder.append_basic_block("gear_out")
+            builder.branch(loop)
+            builder.position_at_end(loop)
+            q, h, k = builder.phi(_IR64), builder.phi(_V64), builder.phi(_IR64)
+            q.add_incoming(q0v, entry)
+            h.add_incoming(h0, entry)
+            k.add_incoming(c64(0), entry)
+            builder.cbranch(builder.icmp_signed("<", q, q1v), body, out)
+            builder.position_at_end(body)
+            for j in range(8):
+                a = builder.gep(tarr.data, [builder.add(lanes[j], builder.add(q, c64(_PREFETCH)))])
+                builder.call(pf, [builder.bitcast(a, i8p), ir.Constant(_IR32, 0), ir.Constant(_IR32, 3),
+                                  ir.Constant(_IR32, 1)])
+            v = [builder.load(builder.bitcast(builder.gep(tarr.data, [builder.add(lanes[j], q)]), _V32.as_pointer()),
+                              align=4) for j in range(8)]
+            if table_values:
+                ibp = builder.bitcast(iarr.data, _V32.as_pointer())
+                for j in range(8):          # lane j's 8 table indices: (t * 0x9E3779B1 mod 2**32) >> 16
+                    ix = builder.lshr(builder.mul(v[j], ir.Constant(_V32, [0x9E3779B1] * 8)),
+                                      ir.Constant(_V32, [16] * 8))
+                    builder.store(ix, builder.gep(ibp, [ir.Constant(_IR32, j)]), align=4)
+                gs = []
+                for s in range(8):
+                    z = ir.Constant(_V64, ir.Undefined)
+                    for j in range(8):
+                        e = builder.load(builder.gep(iarr.data, [c64(8 * j + s)]), align=4)
+                        z = builder.insert_element(z, builder.load(builder.gep(garr.data, [builder.zext(e, _IR64)]),
+                                                                   align=8), ir.Constant(_IR32, j))
+                    gs.append(z)
+            else:
+                gs = []
+                for u in _transpose8(builder, v):
+                    z = builder.mul(builder.xor(builder.zext(u, _V64), keys), _vc(0xBF58476D1CE4E5B9))
+                    gs.append(builder.xor(z, builder.lshr(z, _vc(32))))
+            mask = c64(0)
+            hc = h
+            for j, z in enumerate(gs):
+                hc = builder.add(builder.add(hc, hc), z)
+                c = builder.bitcast(builder.icmp_unsigned("<", hc, thrs), ir.IntType(8))
+                mask = builder.or_(mask, builder.shl(builder.zext(c, _IR64), c64(8 * j)))
+            ep = builder.gep(earr.data, [builder.shl(k, c64(1))])
+            builder.store(q, ep)
+            builder.store(mask, builder.gep(ep, [ir.Constant(_IR32, 1)]))
+            hit = builder.and_(builder.icmp_unsigned("!=", mask, c64(0)), rec1)
+            q.add_incoming(builder.add(q, c64(8)), body)
+            h.add_incoming(hc, body)
+            k.add_incoming(builder.add(k, builder.zext(hit, _IR64)), body)
+            builder.branch(loop)
+            builder.position_at_end(out)
+            builder.store(h, sp, align=8)
+            return k
+        return sig, codegen
+    return lanes
+
+
+_table_lanes, _mix_lanes = _lanes(True), _lanes(False)
+
+
+@njit(inline="always", **_OPTS)
+def _gt(toks, table, key, i):
+    return _g(toks, table, i)
+
+
+@njit(inline="always", **_OPTS)
+def _gx(toks, table, key, i):
+    return _gm(toks, key, i)
+
+
+def _scan(lanes, gval):
+    """The candidate scan with the lanes ``lanes`` (:func:`_lanes`) and the scalar Gear values ``gval`` (one
+    compiled scan per kind of Gear values, no branch between them)."""
+    @njit(inline="always", **_OPTS)
+    def scan(toks, table, key, thr, first, last):
+        """Indices ``i`` in ``[first, last)`` (``first >= 63``) whose 64-token Gear hash ``h_i = sum_{j<64}
+        G(t_{i-j}) << j mod 2**64`` is below ``thr``, ascending; ``G`` as ``lanes`` and ``gval`` take it (from
+        ``table``, or table-free with ``key``).
+
+        Eight lanes (:func:`_lanes`): lane ``l`` owns positions ``[p_l, p_l + span)``, ``p_l = first + l * span``,
+        ``span - 1`` a multiple of 8; its 64 warm-up steps over tokens ``p_l - 63 .. p_l`` leave it at ``h_{p_l}``
+        (checked here), the scan then records blocks of 8 steps with a candidate. The lanes' events are read
+        lane by lane (ascending); what is left after lane 7 (< 72 tokens) goes on one token at a time from lane
+        7's hash. Short ranges (< 1024) run one token at a time."""
+        n = last - first
+        out = np.empty(max(n, 0), np.int64)
+        if n <= 0:
+            return out
+        one = np.uint64(1)
+        k = 0
+        steps = (n // 8 - 1) // 8 * 8 if n >= 1024 else 0
+        if steps:
+            span = steps + 1
+            pos = np.empty(8, np.int64)
+            st = np.zeros(8, np.uint64)
+            ev = np.empty(2 * (steps // 8), np.int64)
+            ib = np.empty(64, np.uint32)
+            for j in range(8):
+                pos[j] = first + j * span - 63
+            lanes(toks, pos, st, 0, 64, table, key, thr, ev, 0, ib)
+            at0 = st.copy()                              # h at p_l
+            for j in range(8):
+                pos[j] += 64
+            ne = lanes(toks, pos, st, 0, steps, table, key, thr, ev, 1, ib)
+            # lane-major output: count each lane's candidates, then place them (one pass over the set bits each)
+            at = np.zeros(8, np.int64)
+            for e in range(ne):
+                mask = np.uint64(ev[2 * e + 1])
+                while mask:
+                    at[trailing_zeros(mask) & 7] += 1
+                    mask &= mask - np.uint64(1)
+            for j in range(8):
+                p = first + j * span
+                if at0[j] < thr:
+                    out[k] = p
+                    k += 1
+                at[j], k = k, k + at[j]
+            for e in range(ne):
+                q, mask = ev[2 * e], np.uint64(ev[2 * e + 1])
+                while mask:
+                    b = np.int64(trailing_zeros(mask))
+                    j = b & 7
+                    out[at[j]] = first + j * span + 1 + q + (b >> 3)
+                    at[j] += 1
+                    mask &= mask - np.uint64(1)
+            h, start = st[7], 8 * span
+        else:
+            h, start = np.uint64(0), 0
+            for j in range(-63, 0):
+                h = (h << one) + gval(toks, table, key, first + j)
+        for j in range(start, n):
+            h = (h << one) + gval(toks, table, key, first + j)
+            if h < thr:
+                out[k] = first + j
+                k += 1
+        return out[:k].copy()
+    return scan
+
+
+_table_scan, _mix_scan = _scan(_table_lanes, _gt), _scan(_mix_lanes, _gx)
+_NO_TABLE = np.zeros(0, np.uint64)
+
+
+@njit(types.int64[::1](_I32, _U64, types.uint64, types.int64, types.int64), **_OPTS)
+def gear_candidates(toks, table, thr, first, last):
+    """Indices ``i`` in ``[first, last)`` (``first >= 63``) whose 64-token Gear hash ``h_i = sum_{j<64}
+    G[t_{i-j}] << j mod 2**64`` is below ``thr``, ascending (:func:`engine.cdc._natural`'s candidates;
+    :func:`_scan` with the table's lanes)."""
+    return _table_scan(toks, table, np.uint64(0), thr, first, last)
+
+
+@njit(types.int64[::1](_I32, types.uint64, types.uint64, types.int64, types.int64), **_OPTS)
+def mix_candidates(toks, key, thr, first, last):
+    """:func:`gear_candidates` with the table-free Gear values (:func:`_gm` with ``key``)."""
+    return _mix_scan(toks, _NO_TABLE, key, thr, first, last)
+
+
+@njit(types.int64[::1](_I32, _U64, types.uint64, types.uint64, types.int64, types.int64, types.int64, types.int64),
+      **_OPTS)
+def gear_cuts(toks, table, key, thr, first, last, shift, m):
+    """:func:`gear_candidates` (:func:`mix_candidates` with ``key`` when ``table`` is empty) ``+ shift`` (the
+    cut offsets ``b``) with :func:`engine.cdc._natural`'s min-size rule when there is no hard boundary: keep
+    ``b`` when ``b >= m`` and the next candidate (none: the end of the prompt, which never suppresses) is at
+    least ``m`` after it."""
+    if table.shape[0]:
+        cand = gear_candidates(toks, table, thr, first, last)
+    else:
+        cand = mix_candidates(toks, key, thr, first, last)
+    k = cand.shape[0]
+    keep = np.zeros(k, np.bool_)
+    num = 0
+    for j in range(k):
+        b = cand[j] + shift
+        if b >= m and (j + 1 == k or cand[j + 1] - cand[j] >= m):
+            keep[j] = True
+            num += 1
+    out = np.empty(num, np.int64)
+    num = 0
+    for j in range(k):
+        if keep[j]:
+            out[num] = cand[j] + shift
+            num += 1
+    return out
+
+
+@njit(types.uint64[::1](_I32, _U64, types.uint64), **_OPTS)
+def gear_hash(toks, table, key):
+    """``h_i = sum_{j<min(64, i+1)} G[t_{i-j}] << j mod 2**64`` for every ``i`` (:func:`engine.cdc.gear_hash`;
+    ``G`` table-free, :func:`_gm` with ``key``, when ``table`` is empty)."""
+    n = toks.shape[0]
+    out = np.empty(n, np.uint64)
+    h = np.uint64(0)
+    if table.shape[0]:
+        for i in range(n):
+            h = (h << np.uint64(1)) + _g(toks, table, i)
+            out[i] = h
+    else:
+        for i in range(n):
+            h = (h << np.uint64(1)) + _gm(toks, key, i)
+            out[i] = h
+    return out
+
+
+@njit(inline="always", **_OPTS)
+def _gap_repeats(toks, table, key, s, e, bm, lst):
+    """Whether some Gear hash value of the 64-token windows wholly inside ``toks[s:e]`` (ending at ``i`` in
+    ``[s + 63, e)``) occurs at least 3 times (``bm``: 1024 words, ``lst``: ``e - s`` slots, scratch).
+
+    Exact: every occurrence of a value after its first finds its 16-bit bucket marked, so lands in ``lst``;
+    a value occurs 3 times exactly when it is twice in ``lst`` (sorted, neighbours compared).
+    NOTE (speed): one bitmap test-and-set per window in 8 KB (a rare, predictable branch) instead of a
+    probed hash set (a data-dependent probe loop per window): random content has no repeat and ``lst``
+    holds ~n**2 / 2**17 bucket collisions."""
+    bm[:] = 0
+    one, six, low, top = np.uint64(1), np.uint64(6), np.uint64(63), np.uint64(48)
+    k = 0
+    h = np.uint64(0)
+    tab = table.shape[0] != 0
+    for i in range(s, s + 63):
+        h = (h << one) + (_g(toks, table, i) if tab else _gm(toks, key, i))
+    for i in range(s + 63, e):
+        h = (h << one) + (_g(toks, table, i) if tab else _gm(toks, key, i))
+        # NOTE (speed): written out here: a helper taking the arrays costs a refcount call pair per window
+        q = (h * _GOLDEN) >> top
+        w, bit = q >> six, one << (q & low)
+        old = bm[w]
+        bm[w] = old | bit
+        if old & bit:
+            lst[k] = h
+            k += 1
+    if k < 2:
+        return False
+    srt = np.sort(lst[:k])
+    for j in range(k - 1):
+        if srt[j] == srt[j + 1]:
+            return True
+    return False
+
+
+@njit(types.boolean[::1](_I32, _U64, types.uint64, _I64, _I64), **_OPTS)
+def gear_repeats(toks, table, key, starts, ends):
+    """For each gap ``[starts[g], ends[g])``: whether some Gear hash value of the 64-token windows wholly
+    inside it (ending at ``i`` in ``[s + 63, e)``) may occur at least 3 times. False only where none does:
+    :func:`engine.cdc._periodic_cuts` finds no cut there (False also for gaps of <= 66 tokens, which it
+    skips); True for gaps of more than ``2**16`` windows without looking (the numpy rule then decides).
+
+    NOTE (speed): random content has over-long gaps too (~1 in 180 chunks) and none repeats; this screens
+    them in one call (:func:`_gap_repeats`) instead of a hash pass and a sort per gap in numpy."""
+    out = np.zeros(starts.shape[0], np.bool_)
+    cap = 1 << 16
+    bm = np.empty(1024, np.uint64)
+    lst = np.empty(0, np.uint64)
+    for g in range(starts.shape[0]):
+        s, e = starts[g], ends[g]
+        if e - s <= 66:
+            continue
+        if e - s - 63 > cap:
+            out[g] = True
+            continue
+        if lst.shape[0] < e - s:
+            lst = np.empty(e - s, np.uint64)
+        out[g] = _gap_repeats(toks, table, key, s, e, bm, lst)
+    return out
+
+
+_P1, _P2, _P3 = np.uint64(0x9E3779B185EBCA87), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
+_P4, _P5 = np.uint64(0x85EBCA77C2B2AE63), np.uint64(0x27D4EB2F165667C5)
+
+
+@njit(inline="always", **_OPTS)
+def _rotl(x, r):
+    return (x << r) | (x >> (np.uint64(64) - r))
+
+
+@njit(inline="always", **_OPTS)
+def _round(acc, v):
+    return _rotl(acc + v * _P2, np.uint64(31)) * _P1
+
+
+@intrinsic
+def _lane(typingctx, toks, k):
+    """Little-endian 8 bytes = tokens ``k`` and ``k + 1``: one unaligned 64-bit load.
+
+    NOTE (speed): building the lane from two int32 loads (mask, shift, or) made the fingerprints 2x slower
+    than xxhash's C over the same bytes; the direct load keeps them within ~15 % of it (one int32 token is
+    4-byte aligned, a pair of them need not be 8-byte aligned: the load says align 4)."""
+    def codegen(context, builder, sig, args):
+        arr = context.make_array(sig.args[0])(context, builder, args[0])
+        ptr = builder.gep(arr.data, [args[1]])
+        return builder.load(builder.bitcast(ptr, ir.IntType(64).as_pointer()), align=4)
+    return types.uint64(toks, k), codegen
+
+
+@njit(inline="always", **_OPTS)
+def _xxh(toks, k, e):
+    """xxh64 (seed 0) of the little-endian int32 token bytes ``toks[k:e]`` (the XXH64 specification,
+    4-byte inputs)."""
+    m32 = np.uint64(0xFFFFFFFF)
+    nbytes = np.uint64(4 * (e - k))
+    if e - k >= 8:
+        v1, v2, v3, v4 = _P1 + _P2, _P2, np.uint64(0), np.uint64(0) - _P1
+        while k + 8 <= e:
+            v1 = _round(v1, _lane(toks, k))
+            v2 = _round(v2, _lane(toks, k + 2))
+            v3 = _round(v3, _lane(toks, k + 4))
+            v4 = _round(v4, _lane(toks, k + 6))
+            k += 8
+        h = _rotl(v1, np.uint64(1)) + _rotl(v2, np.uint64(7)) + _rotl(v3, np.uint64(12)) + _rotl(v4, np.uint64(18))
+        for v in (v1, v2, v3, v4):
+            h = (h ^ _round(np.uint64(0), v)) * _P1 + _P4
+    else:
+        h = _P5
+    h += nbytes
+    while k + 2 <= e:
+        h = _rotl(h ^ _round(np.uint64(0), _lane(toks, k)), np.uint64(27)) * _P1 + _P4
+        k += 2
+    if k < e:
+        h = _rotl(h ^ ((np.uint64(toks[k]) & m32) * _P1), np.uint64(23)) * _P2 + _P3
+    h ^= h >> np.uint64(33)
+    h *= _P2
+    h ^= h >> np.uint64(29)
+    h *= _P3
+    h ^= h >> np.uint64(32)
+    return h
+
+
+_V4 = ir.VectorType(_IR64, 4)
+_XXH_INIT = ((0x9E3779B185EBCA87 + 0xC2B2AE3D27D4EB4F) % 2**64, 0xC2B2AE3D27D4EB4F, 0, (-0x9E3779B185EBCA87) % 2**64)
+
+
+@intrinsic
+def _xxh_lanes(typingctx, toks, starts, nstr, lo, hi, snap, cur):
+    """xxh64's stripe loop for 8 chunks at once (multi-buffer): lane ``l`` hashes chunks ``lo[l] .. hi[l] - 1``
+    of a list in turn (chunk ``q``: ``nstr[q]`` stripes of 8 tokens from token ``starts[q]``; ``starts`` and
+    ``nstr`` padded by one entry). When a chunk's stripes are done, its four accumulators and the 8 tokens
+    after its last stripe (its tail, < 8 tokens, and what follows: every chunk needs 8 tokens of ``toks``
+    after its stripes) go to ``snap[8 q .. 8 q + 7]``, and the lane starts its next chunk; a lane with no chunk
+    left idles (reading tokens from 0 on, its state to the padding slot ``m = hi[7]``) until every lane is
+    done (every lane needs a chunk). ``cur``: scratch.
+
+    NOTE (speed): xxh64 is bound by its 64-bit multiplies (1 per token: one scalar multiplier); 8 chunks'
+    accumulators in vectors multiply 8 at a time (the 8 lanes' stripes loaded and transposed in registers).
+    The stripe loop alone ran at ~8 G tokens/s here against xxhash's C at ~2.6 (one buffer)."""
+    sig = types.void(toks, starts, nstr, lo, hi, snap, cur)
+
+    def codegen(context, builder, sig, args):
+        tarr, sarr, narr, larr, harr, parr, carr = (context.make_array(t)(context, builder, a)
+                                                    for t, a in zip(sig.args, args, strict=True))
+        mod = builder.module
+        fshl = mod.globals.get("llvm.fshl.v8i64") or ir.Function(
+            mod, ir.FunctionType(_V64, [_V64, _V64, _V64]), "llvm.fshl.v8i64")
+
+        def c(x):
+            return ir.Constant(_IR64, x)
+
+        def ld(arr, i):
+            return builder.load(builder.gep(arr.data, [i]))
+
+        def lane(i):
+            return ir.Constant(_IR32, i)
+        cur0 = [ld(larr, c(j)) for j in range(8)]
+        his = [ld(harr, c(j)) for j in range(8)]
+        base0 = [ld(sarr, cur0[j]) for j in range(8)]
+        stop0 = ir.Constant(_V64, ir.Undefined)
+        for j in range(8):
+            stop0 = builder.insert_element(stop0, ld(narr, cur0[j]), lane(j))
+        inits = [_vc(x) for x in _XXH_INIT]
+        entry = builder.block
+        head = builder.append_basic_block("xxh_head")
+        cold = builder.append_basic_block("xxh_cold")
+        body = builder.append_basic_block("xxh_body")
+        out = builder.append_basic_block("xxh_out")
+        builder.branch(head)
+        builder.position_at_end(head)          # s: stripes done by every lane so far
+        s = builder.phi(_IR64)
+        nex = builder.phi(_IR64)                          # lanes with no chunk left
+        cur = [builder.phi(_IR64) for _ in range(8)]
+        base = [builder.phi(_IR64) for _ in range(8)]      # lane j's stripe s starts at token base[j] + 8 s
+        stopv = builder.phi(_V64)                         # the s at which lane j's chunk is done
+        acc = [builder.phi(_V64) for _ in range(4)]
+        s.add_incoming(c(0), entry)
+        nex.add_incoming(c(0), entry)
+        for j in range(8):
+            cur[j].add_incoming(cur0[j], entry)
+            base[j].add_incoming(base0[j], entry)
+        stopv.add_incoming(stop0, entry)
+        for k in range(4):
+            acc[k].add_incoming(inits[k], entry)
+        hit = builder.icmp_signed("==", stopv, _splat(builder, s))
+        head_end = builder.block
+        builder.cbranch(builder.icmp_unsigned("!=", builder.bitcast(hit, ir.IntType(8)), ir.Constant(ir.IntType(8), 0)),
+                        cold, body)
+        # a chunk done: its state and tail to snap (every lane writes: a lane not done writes its chunk's slot
+        # again at its end), the lane moves on (selects, no branch per lane)
+        builder.position_at_end(cold)
+        pp = builder.bitcast(parr.data, _IR64.as_pointer())
+        off = builder.shl(s, c(3))
+        ncur, nbase, nstop, nnex = [], [], stopv, nex
+        for j in range(8):
+            bit = builder.extract_element(hit, lane(j))
+            slot = builder.shl(cur[j], c(3))
+            for k in range(4):
+                builder.store(builder.extract_element(acc[k], lane(j)), builder.gep(pp, [builder.add(slot, c(k))]))
+            tail = builder.bitcast(builder.gep(tarr.data, [builder.add(base[j], off)]), _V4.as_pointer())
+            builder.store(builder.load(tail, align=4),
+                          builder.bitcast(builder.gep(pp, [builder.add(slot, c(4))]), _V4.as_pointer()), align=8)
+            cj = builder.add(cur[j], builder.zext(bit, _IR64))
+            done = builder.and_(bit, builder.icmp_signed("==", cj, his[j]))      # no chunk left: idle
+            nnex = builder.add(nnex, builder.zext(done, _IR64))
+            ncur.append(builder.select(done, his[7], cj))
+            nbase.append(builder.select(bit, builder.select(done, builder.sub(c(0), off), builder.sub(ld(sarr, cj), off)),
+                                        base[j]))
+            nstop = builder.insert_element(nstop, builder.select(
+                bit, builder.select(done, c(1 << 62), builder.add(s, ld(narr, cj))),
+                builder.extract_element(stopv, lane(j))), lane(j))
+        nacc = [builder.select(hit, inits[k], acc[k]) for k in range(4)]
+        cold_end = builder.block
+        builder.cbranch(builder.icmp_signed("==", nnex, c(8)), out, body)
+        builder.position_at_end(body)
+        bcur = [builder.phi(_IR64) for _ in range(8)]
+        bbase = [builder.phi(_IR64) for _ in range(8)]
+        bstop = builder.phi(_V64)
+        bnex = builder.phi(_IR64)
+        bacc = [builder.phi(_V64) for _ in range(4)]
+        for j in range(8):
+            bcur[j].add_incoming(cur[j], head_end)
+            bcur[j].add_incoming(ncur[j], cold_end)
+            bbase[j].add_incoming(base[j], head_end)
+            bbase[j].add_incoming(nbase[j], cold_end)
+        bstop.add_incoming(stopv, head_end)
+        bstop.add_incoming(nstop, cold_end)
+        bnex.add_incoming(nex, head_end)
+        bnex.add_incoming(nnex, cold_end)
+        for k in range(4):
+            bacc[k].add_incoming(acc[k], head_end)
+            bacc[k].add_incoming(nacc[k], cold_end)
+        off = builder.shl(s, c(3))
+        ln = [builder.load(builder.bitcast(builder.gep(tarr.data, [builder.add(bbase[j], off)]), _V4.as_pointer()),
+                           align=4) for j in range(8)]
+        # transpose: v[k][j] = 8-byte lane k of lane j's stripe
+        cc = [_shuf(builder, ln[2 * p], ln[2 * p + 1], list(range(8))) for p in range(4)]
+        ev, od = [0, 4, 8, 12, 1, 5, 9, 13], [2, 6, 10, 14, 3, 7, 11, 15]
+        d0, d1 = _shuf(builder, cc[0], cc[1], ev), _shuf(builder, cc[0], cc[1], od)
+        e0, e1 = _shuf(builder, cc[2], cc[3], ev), _shuf(builder, cc[2], cc[3], od)
+        lo8, hi8 = [0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]
+        v = [_shuf(builder, d0, e0, lo8), _shuf(builder, d0, e0, hi8), _shuf(builder, d1, e1, lo8),
+             _shuf(builder, d1, e1, hi8)]
+        s.add_incoming(builder.add(s, c(1)), body)
+        nex.add_incoming(bnex, body)
+        for k in range(4):                      # round: rotl(acc + v * P2, 31) * P1
+            x = builder.add(bacc[k], builder.mul(v[k], _vc(int(_P2))))
+            acc[k].add_incoming(builder.mul(builder.call(fshl, [x, x, _vc(31)]), _vc(int(_P1))), body)
+        for j in range(8):
+            cur[j].add_incoming(bcur[j], body)
+            base[j].add_incoming(bbase[j], body)
+        stopv.add_incoming(bstop, body)
+        builder.branch(head)
+        builder.position_at_end(out)
+        for j in range(8):
+            builder.store(ncur[j], builder.gep(carr.data, [c(j)]))
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@njit(inline="always", **_OPTS)
+def _xxh_finish(snap, q, ntail, nbytes):
+    """:func:`_xxh` of a chunk from the stripe loop's state in ``snap[8 q .. 8 q + 3]`` and its ``ntail`` (< 8)
+    last tokens in ``snap[8 q + 4 ..]`` (little-endian pairs)."""
+    m32 = np.uint64(0xFFFFFFFF)
+    v1, v2, v3, v4 = snap[8 * q], snap[8 * q + 1], snap[8 * q + 2], snap[8 * q + 3]
+    h = _rotl(v1, np.uint64(1)) + _rotl(v2, np.uint64(7)) + _rotl(v3, np.uint64(12)) + _rotl(v4, np.uint64(18))
+    for v in (v1, v2, v3, v4):
+        h = (h ^ _round(np.uint64(0), v)) * _P1 + _P4
+    h += nbytes
+    k = 0
+    while k + 2 <= ntail:
+        h = _rotl(h ^ _round(np.uint64(0), snap[8 * q + 4 + k // 2]), np.uint64(27)) * _P1 + _P4
+        k += 2
+    if k < ntail:
+        h = _rotl(h ^ ((snap[8 * q + 4 + k // 2] & m32) * _P1), np.uint64(23)) * _P2 + _P3
+    h ^= h >> np.uint64(33)
+    h *= _P2
+    h ^= h >> np.uint64(29)
+    h *= _P3
+    h ^= h >> np.uint64(32)
+    return h
+
+
+@njit(types.void(_I32, _I64, types.int64, types.uint64[::1]), **_OPTS)
+def _fps(toks, bounds, base, out):
+    """``out[c]`` = :func:`_xxh` of ``toks[bounds[c] - base : bounds[c + 1] - base]`` for every chunk.
+
+    Chunks of >= 64 tokens that end 8 or more tokens before the end of ``toks`` go through the 8-lane stripe
+    loop (:func:`_xxh_lanes`), split into 8 runs of consecutive chunks with about equal stripes (the lanes
+    run out at about the same time; one that does idles until the others are done); 8 such chunks at
+    least, else all one at a time."""
+    nc = bounds.shape[0] - 1
+    n = toks.shape[0]
+    idx = np.empty(nc + 1, np.int64)
+    starts = np.empty(nc + 1, np.int64)
+    nstr = np.empty(nc + 1, np.int64)
+    m = 0
+    total = 0
+    for c in range(nc):
+        a, e = bounds[c] - base, bounds[c + 1] - base
+        if e - a >= 64 and e <= n - 8:
+            idx[m] = c
+            starts[m] = a
+            nstr[m] = (e - a) >> 3
+            total += nstr[m]
+            m += 1
+        else:
+            out[c] = _xxh(toks, a, e)
+    if m >= 8:
+        starts[m] = 0
+        nstr[m] = 1
+        lo = np.empty(8, np.int64)
+        hi = np.empty(8, np.int64)
+        j = 0
+        acc = 0
+        for q in range(8):
+            lo[q] = j
+            target = total * (q + 1) // 8
+            while j < m and (j == lo[q] or acc + nstr[j] // 2 <= target):
+                acc += nstr[j]
+                j += 1
+            hi[q] = j
+        hi[7] = m
+        if hi[6] < m:                      # every lane holds a chunk
+            cur = np.empty(8, np.int64)
+            snap = np.empty(8 * (m + 1), np.uint64)
+            _xxh_lanes(toks, starts, nstr, lo, hi, snap, cur)
+            for r in range(m):
+                c = idx[r]
+                ln = bounds[c + 1] - bounds[c]
+                out[c] = _xxh_finish(snap, r, ln & 7, np.uint64(4 * ln))
+            return
+    for r in range(m):
+        c = idx[r]
+        out[c] = _xxh(toks, bounds[c] - base, bounds[c + 1] - base)
+
+
+@njit(types.uint64[::1](_I32, _I64), **_OPTS)
+def fingerprints(toks, bounds):
+    """xxh64 (seed 0) of each chunk's little-endian int32 token bytes ``[bounds[c], bounds[c + 1])``
+    (:func:`engine.cdc.fingerprints`; :func:`_fps`)."""
+    out = np.empty(bounds.shape[0] - 1, np.uint64)
+    _fps(toks, bounds, 0, out)
+    return out
+
+
+@njit(types.UniTuple(types.uint64[::1], 2)(_I32, _I64, types.int64), **_OPTS)
+def edge_keys(toks, bounds, m):
+    """xxh64 of each chunk's first ``m`` tokens (``toks[b_c : b_c + m]``, which may run past the chunk's end;
+    0 where fewer than ``m`` tokens follow ``b_c``) and of its last ``m`` (``toks[b_{c+1} - m : b_{c+1}]``; 0
+    for a chunk under ``m`` tokens) (:func:`engine.cdc.edge_keys`)."""
+    k = bounds.shape[0] - 1
+    heads = np.zeros(k, np.uint64)
+    tails = np.zeros(k, np.uint64)
+    n = toks.shape[0]
+    for c in range(k):
+        a, b = bounds[c], bounds[c + 1]
+        if n - a >= m:
+            heads[c] = _xxh(toks, a, a + m)
+        if b - a >= m:
+            tails[c] = _xxh(toks, b - m, b)
+    return heads, tails
+
+
+_LAYOUT = types.Tuple((types.int64[::1], types.boolean[::1], types.uint64[::1], types.boolean))
+
+
+@njit(_LAYOUT(_I32, _U64, types.uint64, types.uint64, types.int64, types.int64, types.int64, types.int64,
+              types.int64, types.int64, types.int64, types.boolean), **_OPTS)
+def gear_layout(toks, table, key, thr, first, last, base, m, start, n, mx, fps):
+    """:func:`engine.cdc._layout` without hard boundaries, and the chunks' :func:`fingerprints`, in one call:
+    ``(bounds, anchor, fingerprints, ok)`` for a prompt of ``n`` tokens of which ``toks`` holds ``[base, n)``,
+    bounds ``>= start``; candidates ``i`` in ``[first, last)`` (indices into ``toks``: :func:`gear_cuts` with
+    ``shift = base + 1``). An over-long gap (``> mx``) where no Gear hash value repeats
+    (:func:`_gap_repeats`: :func:`engine.cdc._periodic_cuts` finds nothing there) gets
+    :func:`engine.cdc._forced_cuts` (not anchors). ``ok`` is False (and the arrays empty) when some
+    over-long gap may hold a periodic run: the numpy rules decide then. ``fps`` False: no fingerprints
+    (an empty array).
+
+    NOTE (speed): one compiled call per prompt instead of ~3 calls and ~10 numpy calls of set-up (a
+    per-prompt cost as large as the scan itself at 4096 tokens), and the forced cuts of random content's
+    over-long gaps (~1 prompt in 14 at 4096 tokens) without the numpy rules (~50 us each)."""
+    cuts = gear_cuts(toks, table, key, thr, first, last, base + 1, m)
+    k = cuts.shape[0]
+    extra = 0
+    prev = start
+    big = 0
+    for j in range(k + 1):
+        e = cuts[j] if j < k else n
+        g = e - prev
+        if g > mx:
+            big = max(big, g)
+            extra += g // mx - (1 if g % mx == 0 else 0)
+        prev = e
+    if big:
+        cap = 1 << 16
+        if big - 63 > cap:
+            return np.empty(0, np.int64), np.empty(0, np.bool_), np.empty(0, np.uint64), False
+        bm = np.empty(1024, np.uint64)
+        lst = np.empty(big, np.uint64)
+        prev = start
+        for j in range(k + 1):
+            e = cuts[j] if j < k else n
+            if e - prev > max(mx, 66) and _gap_repeats(toks, table, key, prev - base, e - base, bm, lst):
+                return np.empty(0, np.int64), np.empty(0, np.bool_), np.empty(0, np.uint64), False
+            prev = e
+    total = k + 2 + extra
+    bounds = np.empty(total, np.int64)
+    anchor = np.empty(total, np.bool_)
+    bounds[0] = start
+    anchor[0] = True
+    q = 1
+    prev = start
+    for j in range(k + 1):
+        e = cuts[j] if j < k else n
+        g = e - prev
+        if g > mx:
+            rem = g % mx
+            num = g // mx - (1 if rem == 0 else 0)
+            for c in range(1, num + 1):
+                bounds[q] = prev + c * mx if (c < num or rem == 0) else prev + (c - 1) * mx + (mx + rem) // 2
+                anchor[q] = False
+                q += 1
+        bounds[q] = e
+        anchor[q] = True
+        q += 1
+        prev = e
+    if not fps:
+        return bounds, anchor, np.empty(0, np.uint64), True
+    out = np.empty(total - 1, np.uint64)
+    _fps(toks, bounds, base, out)
+    return bounds, anchor, out, True
