@@ -178,18 +178,21 @@ def child_cdc(num_tokens: int) -> dict:
     """CDC + fingerprints vs raw xxh64 over the same bytes (one stream), best of 5, this process: the numpy
     paths and, where numba loads, the compiled kernels (``pic.accel``), side by side; and the two parts
     apart: chunking, and the fingerprints alone (the ratio CDC + fingerprints could reach if chunking cost
-    nothing). ``lookup_floor``: one pass that only reads each token's Gear table entry (compiled here, not a
-    kernel of pic): no chunker with this table can be faster, so ``xxh64 / (lookups + fingerprints)`` bounds
-    the ratio from above for the current hash definition."""
+    nothing). The compiled rows for both Gear value kinds: ``compiled`` (the default table) and
+    ``compiled_mix`` (``CDCConfig(gear="mix")``, table-free; other cuts), each also per 4096-token prompt with
+    the fused ``layout_fps`` (one call per prompt). ``lookup_floor``: one pass that only reads each token's
+    Gear table entry (compiled here, not a kernel of pic): no chunker with this table can be faster, so
+    ``xxh64 / (lookups + fingerprints)`` bounds the table's ratio from above for the current hash definition."""
+    from dataclasses import replace
+
     import numpy as np
     import xxhash
 
     sys.path.insert(0, str(REPO))
     from pic import accel
-    from pic.engine.cdc import CDCConfig, chunk, fingerprints, gear_hash, gear_table
+    from pic.engine.cdc import CDCConfig, chunk, fingerprints, gear_hash, gear_table, layout_fps
 
     toks = np.random.default_rng(0).integers(0, 150_000, num_tokens, dtype=np.int32)
-    cfg = CDCConfig()
     raw = toks.tobytes()
 
     def best(fn) -> float:
@@ -202,27 +205,32 @@ def child_cdc(num_tokens: int) -> dict:
 
     prompts = [toks[s:s + 4096] for s in range(0, num_tokens, 4096)]
 
-    def per_prompt() -> None:
+    def per_prompt(cfg) -> None:
         for p in prompts:
             fingerprints(p, chunk(p, cfg))
+
+    def per_prompt_fused(cfg) -> None:
+        for p in prompts:
+            layout_fps(p, cfg)
 
     t_xxh = best(lambda: xxhash.xxh64_intdigest(raw))
     out = {"tokens": num_tokens, "xxh64_Mtok_s": round(num_tokens / t_xxh / 1e6, 1)}
     t0 = time.process_time()
-    compiled = accel.available()
+    compiled = accel.available() and accel._load("pic._accel_numba_cdc") is not None
     out["accel_load_cpu_s"] = round(time.process_time() - t0, 3)
-    for m, tag in (("0", "numpy"), ("1", "compiled")):
+    for m, tag, gear in (("0", "numpy", "table"), ("1", "compiled", "table"), ("1", "compiled_mix", "mix")):
         if m == "1" and not compiled:
             out["compiled"] = "numba not available"
-            continue
+            break
         accel.set_mode(m)
-        t_gear = best(lambda: gear_hash(toks))
-        t_cdc = best(lambda: fingerprints(toks, chunk(toks, cfg)))
-        t_pp = best(per_prompt)
+        cfg = replace(CDCConfig(), gear=gear)
+        t_gear = best(lambda cfg=cfg: gear_hash(toks, cfg.seed, cfg.gear))
+        t_cdc = best(lambda cfg=cfg: fingerprints(toks, chunk(toks, cfg)))
+        t_pp = best(lambda cfg=cfg: per_prompt(cfg))
         bounds = chunk(toks, cfg)
-        t_chunk = best(lambda: chunk(toks, cfg))
+        t_chunk = best(lambda cfg=cfg: chunk(toks, cfg))
         t_fp = best(lambda b=bounds: fingerprints(toks, b))
-        out[tag] = {"gear_Mtok_s": round(num_tokens / t_gear / 1e6, 1),
+        out[tag] = {"gear": gear, "gear_Mtok_s": round(num_tokens / t_gear / 1e6, 1),
                     "chunk_ms": round(t_chunk * 1e3, 2), "fingerprints_ms": round(t_fp * 1e3, 2),
                     "xxh64_ms": round(t_xxh * 1e3, 2),
                     # the ceiling: chunking for free, the fingerprints (one xxh64 per chunk) alone
@@ -232,9 +240,12 @@ def child_cdc(num_tokens: int) -> dict:
                     "gear_vs_xxh64": round(t_xxh / t_gear, 3), "cdc_fp_vs_xxh64": round(t_xxh / t_cdc, 3),
                     "cdc_fp_per_prompt_vs_xxh64": round(t_xxh / t_pp, 3)}
         if m == "1":
-            t_look = best(lambda: _gear_lookups(toks, gear_table(cfg.seed)))
-            out[tag]["lookup_floor_ms"] = round(t_look * 1e3, 2)
-            out[tag]["table_ceiling_vs_xxh64"] = round(t_xxh / (t_look + t_fp), 3)
+            t_fused = best(lambda cfg=cfg: per_prompt_fused(cfg))
+            out[tag]["layout_fps_per_prompt_vs_xxh64"] = round(t_xxh / t_fused, 3)
+            if gear == "table":
+                t_look = best(lambda cfg=cfg: _gear_lookups(toks, gear_table(cfg.seed)))
+                out[tag]["lookup_floor_ms"] = round(t_look * 1e3, 2)
+                out[tag]["table_ceiling_vs_xxh64"] = round(t_xxh / (t_look + t_fp), 3)
     accel.set_mode(None)
     return out
 
