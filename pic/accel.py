@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import ModuleType
 
 AUTO_TOKENS = 1 << 22
@@ -96,14 +98,27 @@ def _load(name: str = "pic._accel_numba") -> ModuleType | None:
     load ``scipy.linalg`` is hidden (numba then records "no BLAS"); it is importable again afterwards.
     Likewise ``cffi`` (~0.035 s CPU to import and set up), which numba's typing probes for its cffi support
     (no kernel calls a cffi function), and ``scipy`` itself (~0.01 s), imported by numba only to check its
-    version."""
+    version. So are ``yaml`` (~0.01 s; numba reads a ``.numba_config.yaml`` with it: not hidden where one exists)
+    and ``colorama`` (numba's coloured error messages).
+
+    NOTE (speed): loading a cached kernel, numba first refreshes its target context: it imports and registers
+    every implementation it could need to *compile* (~60 modules of numba.cpython, numba.np, numba.typed,
+    ...) and scans the installed distributions for numba extensions: ~0.14 CPU s of the ~0.35 s load. Loading
+    machine code from the cache needs none of that but the runtime (NRT: the kernels allocate arrays), so
+    while the kernels load, a cache hit initializes only the runtime (:func:`_cached_overloads`); a miss (the
+    first import after an install or an edit) compiles as before (numba's compiler refreshes the contexts
+    itself). Tested: the kernels give what the numpy paths give (tests/test_accel.py), in a fresh process
+    too."""
     from importlib import import_module
 
     hidden = [m for m in _HIDDEN if m not in sys.modules]
+    if "yaml" in hidden and os.path.exists(".numba_config.yaml"):
+        hidden.remove("yaml")
     for m in hidden:
         sys.modules[m] = None  # type: ignore[assignment]
     try:
-        return import_module(name)
+        with _cached_overloads():
+            return import_module(name)
     except Exception:
         return None
     finally:
@@ -112,4 +127,36 @@ def _load(name: str = "pic._accel_numba") -> ModuleType | None:
                 del sys.modules[m]
 
 
-_HIDDEN = ("scipy", "scipy.linalg", "cffi")
+_HIDDEN = ("scipy", "scipy.linalg", "cffi", "yaml", "colorama")
+
+
+@contextmanager
+def _cached_overloads() -> Iterator[None]:
+    """While it is active, numba loads a cached kernel without refreshing its contexts (the runtime only; see
+    :func:`_load`). Where numba's internals are not as expected, nothing changes."""
+    try:
+        from numba.core import caching
+        from numba.core.runtime import nrt
+        cache = caching.Cache
+        orig = cache.load_overload
+        if not (hasattr(cache, "_load_overload") and hasattr(cache, "_guard_against_spurious_io_errors")
+                and hasattr(nrt, "rtsys")):
+            raise AttributeError("numba internals")
+    except Exception:      # numba absent (the import then fails as before) or other than expected
+        yield
+        return
+
+    def load_overload(self, sig, target_context):
+        nrt.rtsys.initialize(target_context)
+        got = None
+        with self._guard_against_spurious_io_errors():
+            got = self._load_overload(sig, target_context)
+        if got is None:            # a miss: compiled next, as numba does it (contexts refreshed)
+            target_context.refresh()
+        return got
+
+    cache.load_overload = load_overload
+    try:
+        yield
+    finally:
+        cache.load_overload = orig

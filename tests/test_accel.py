@@ -517,3 +517,53 @@ def test_gear_layout_forced_cuts_of_random_gaps(modes) -> None:
             for u, v, w in zip(x, y, (a[0][a[0] >= c], a[1][a[0] >= c], a[2][a[0][:-1] >= c]), strict=True):
                 assert np.array_equal(u, v) and np.array_equal(u, w)
     assert forced >= 5
+
+
+def test_cached_kernels_load_without_refreshing_numba() -> None:
+    """A fresh process loads the cached kernels without numba's context refresh (no implementation registry
+    imported, no extension scan, yaml and colorama not imported) and they give what the numpy paths give."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np; from pic import accel; from pic.engine import cdc; accel.set_mode('1'); "
+            "assert accel.kernels(1) is not None; import numba.core.entrypoints as ep; "
+            "print(sorted(m for m in ('numba.np.linalg', 'numba.typed.typeddict', 'yaml', 'colorama') if m in sys.modules), "
+            "ep._already_initialized); "
+            "t = np.random.default_rng(3).integers(0, 50, 40000).astype(np.int32); "
+            "b, a, f = cdc.layout_fps(t); h, e = cdc.edge_keys(t, b, 16); "
+            "accel.set_mode('0'); b0, a0, f0 = cdc.layout_fps(t); h0, e0 = cdc.edge_keys(t, b0, 16); "
+            "print(all(np.array_equal(x, y) for x, y in ((b, b0), (a, a0), (f, f0), (h, h0), (e, e0))), b.shape[0] > 50)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[:2] == ["[] False", "True True"]
+
+
+def test_a_cache_miss_refreshes_numba_contexts(monkeypatch) -> None:
+    """Under ``accel._cached_overloads`` a cache hit initializes numba's runtime only; a miss refreshes the
+    contexts (numba then compiles as usual); numba's own loader is back afterwards."""
+    from contextlib import nullcontext
+
+    from numba.core import caching
+    from numba.core.runtime import nrt
+
+    calls: list[str] = []
+    monkeypatch.setattr(nrt.rtsys, "initialize", lambda ctx: calls.append("nrt"))
+
+    class Ctx:
+        def refresh(self) -> None:
+            calls.append("refresh")
+
+    class Fake:
+        def __init__(self, got) -> None:
+            self.got = got
+
+        def _guard_against_spurious_io_errors(self):
+            return nullcontext()
+
+        def _load_overload(self, sig, ctx):
+            return self.got
+
+    orig = caching.Cache.load_overload
+    with accel._cached_overloads():
+        assert caching.Cache.load_overload(Fake("cres"), (), Ctx()) == "cres" and calls == ["nrt"]
+        assert caching.Cache.load_overload(Fake(None), (), Ctx()) is None and calls == ["nrt", "nrt", "refresh"]
+    assert caching.Cache.load_overload is orig
