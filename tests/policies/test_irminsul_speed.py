@@ -127,3 +127,20 @@ def test_hit_extended_through_a_hard_cut_same_plan_lazy_or_eager(monkeypatch):
     eager = _plans(reqs, math.inf, True, monkeypatch)
     assert lazy == eager
     assert sum(s[1] - s[0] for s in lazy[2] if s[2] != 2) > 1300
+
+
+def test_new_chunk_is_the_class_call() -> None:
+    """``irminsul_records.new_chunk`` (admit's factory without the class call) sets every slot as ``Chunk(...)``
+    does, keys or none."""
+    from pic.engine.policies.irminsul_records import LEAN, Chunk, Extent, new_chunk
+    from pic.engine.seq import Seq
+
+    src = Seq.of_array(np.arange(100, dtype=np.int32))
+    x = Extent(src, 0, 100, 100 * BPT, 7, 1, LEAN, 3)
+    for keys in ((11, 12), None):
+        a = Chunk(2**63 + 5, src, 10, 50, [[x, 10, 50]], 3, [x], keys)
+        b = new_chunk(2**63 + 5, src, 10, 50, [[x, 10, 50]], 3, [x], keys)
+        assert type(b) is Chunk
+        for s in Chunk.__slots__:
+            assert getattr(a, s) == getattr(b, s), s
+        assert b.ready is False and b.windows is a.windows and b.keys == keys

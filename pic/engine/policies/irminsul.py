@@ -61,7 +61,7 @@ from pic.engine.policies.irminsul_layout import NO_TOKENS, Analysis, marker_boun
 from pic.engine.policies.irminsul_layout import gaps as layout_gaps
 from pic.engine.policies.irminsul_layout import pieces as layout_pieces
 from pic.engine.policies.irminsul_lookup import ChunkWalk
-from pic.engine.policies.irminsul_records import LEAN, Chunk, Extent
+from pic.engine.policies.irminsul_records import LEAN, Chunk, Extent, new_chunk
 from pic.engine.policies.irminsul_store import ChunkStore
 from pic.traces.markers import BOUNDARY_MARKER
 
@@ -153,7 +153,8 @@ class Irminsul(ChunkWalk, CachePolicy):
         got = self._analyze(req)
         # NOTE: recency per chunk: every extent of a chunk the plan reads is touched, so a chunk's unused
         # tail does not age out alone and take the chunk (its index entry) with it (the walk listed them)
-        self._store.touch_extents(self._used_x, now_us)
+        if self._used_x:
+            self._store.touch_extents(self._used_x, now_us)
         hits: list[list[int]] = []            # [start, end, source]: abutting pieces of equal delta merged
         for t, e, x, lo in got.uses:
             src = x.base_pos + lo
@@ -259,20 +260,20 @@ class Irminsul(ChunkWalk, CachePolicy):
                     continue
                 if lean:
                     if a == run_end:          # the run goes on: this chunk is its next piece
-                        c = Chunk(fp, src, a, n, [[run, a - rb, n]], tag, _RELEASED, keys)
+                        c = new_chunk(fp, src, a, n, [[run, a - rb, n]], tag, _RELEASED, keys)
                     else:
                         if run is not None:
                             run.size = run_end - rb
                             run.nbytes = run.size * bpt
                             whole += run.size
                         run, rb = Extent(src, a, n, n * bpt, now_us, 1, LEAN, tag), a
-                        c = Chunk(fp, src, a, n, [[run, 0, n]], tag, [run], keys)
+                        c = new_chunk(fp, src, a, n, [[run, 0, n]], tag, [run], keys)
                         st.num_extents += 1
                         st.made.append((run, bounds, k))      # (its chunks' edges, for stored_runs)
                     run_end = b
                 else:
                     x = Extent(src, a, n, n * bpt, now_us, 1, fp, tag)
-                    c = Chunk(fp, src, a, n, [[x, 0, n]], tag, [x], keys)
+                    c = new_chunk(fp, src, a, n, [[x, 0, n]], tag, [x], keys)
                     st.num_extents += 1
                     whole += n
                 entries[fp] = c

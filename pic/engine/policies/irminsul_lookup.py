@@ -68,7 +68,8 @@ class ChunkWalk:
             k0 = kc + (bl[kc] < pos)
             kc = kc if bl[kc] >= off else k0          # (its tokens are made unless a --verify collision cut pos)
             kb, tb = self._tail_bounds        # bl[kb:] as the layout's array: no list -> array conversion
-            ha, ta = cdc.edge_keys(toks, (tb[kc - kb:] if kc >= kb else np.array(bl[kc:], np.int64)) - off, m)
+            eb = tb[kc - kb:] if kc >= kb else np.array(bl[kc:], np.int64)
+            ha, ta = cdc.edge_keys(toks, eb - off if off else eb, m)
             heads_at, tails_at = ha.tolist(), ta.tolist()
             # NOTE (speed): three C-level passes (map + compress), no Python bytecode per chunk
             ks = range(k0, len(fl))

@@ -44,7 +44,7 @@ from pic.engine.oracle import RefRuns
 from pic.engine.policies.base import PolicyStats
 from pic.engine.policies.irminsul_index import ChunkIndexes
 from pic.engine.policies.irminsul_prompts import PromptIndex
-from pic.engine.policies.irminsul_records import LEAN, Chunk, Extent
+from pic.engine.policies.irminsul_records import LEAN, Chunk, Extent, new_chunk
 from pic.engine.policies.irminsul_records import NONE as _NONE
 from pic.engine.seq import Seq
 
@@ -233,7 +233,7 @@ class ChunkStore(ChunkIndexes):
         """A new, not yet ready chunk over ``pieces`` whose tokens are ``src``'s ``[pos, pos + size)`` (``own``:
         its freshly computed extents; ``keys``: the keys of its first and last ``min_match`` tokens when the
         caller has them, :func:`engine.cdc.edge_keys`)."""
-        c = Chunk(fp, src, pos, size, pieces, owner, own, keys)
+        c = new_chunk(fp, src, pos, size, pieces, owner, own, keys)
         self.entries[fp] = c
         if self.lean:
             self.made.append(c)
