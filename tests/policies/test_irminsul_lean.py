@@ -180,3 +180,35 @@ def test_unverified_walk_gives_the_verified_walks_plans_and_state(seed, lean, la
     for p in pols:
         p._store._exact()
     assert _layout(pols[0]) == _layout(pols[1])
+
+
+@pytest.mark.parametrize("seed,lag", [(6, 0), (7, 2)])
+def test_lean_layouts_keep_the_registrys_chunks_and_plan_as_the_exact_store(seed, lag):
+    """Without --verify (the walk of the exact prefix reads the chunks a lean store's prompt index keeps with
+    each layout): the exact store's plans, and every kept chunk is the registry's chunk of its fingerprint;
+    once the store turns exact the index no longer reads them."""
+    pols = []
+    for lean in (False, True):
+        pol = policies.build("irminsul", PolicyContext(math.inf, BPT),
+                             {"avg_chunk": 128, "min_chunk": 32, "max_chunk": 256})
+        pol._store.lean = lean
+        pols.append(pol)
+    exact, lean = pols
+    reqs = _views(_stream(seed, 80), seed)
+    plans = _drive(pols, reqs, lag)
+    assert sum(s[1] - s[0] for p in plans for s in p if s[2] != 2) > 0
+    st = lean._store
+    kept = [nd.value for nd in _nodes(st.prompts.tree.root) if nd.value is not None]
+    assert kept and all(v[5] is not None for v in kept) and st.prompts.lean
+    assert all(c is st.entries[fp] for v in kept for fp, c in zip(v[1], v[5], strict=True))
+    assert all(nd.value[5] is None for nd in _nodes(exact._store.prompts.tree.root) if nd.value is not None)
+    st._exact()
+    assert not st.prompts.lean
+
+
+def _nodes(root):
+    stack = [root]
+    while stack:
+        nd = stack.pop()
+        yield nd
+        stack.extend(nd.children.values())

@@ -45,8 +45,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from itertools import compress
-from operator import attrgetter, not_
+from itertools import compress, repeat
+from operator import attrgetter, is_, not_
 
 import numpy as np
 
@@ -210,8 +210,18 @@ class Irminsul(ChunkWalk, CachePolicy):
             views = [(a, b, xs if all(x.parts is None for x in xs) else [y for x in xs for y in st.parts_of(x)])
                      for a, b, xs in views]
         entries = self._entries
-        # NOTE (speed): the chunks not in the registry in C-level passes (map, compress), no bytecode per chunk
-        ks = [*compress(range(len(fps)), map(not_, map(entries.__contains__, fps)))]
+        # NOTE (speed): the chunks not in the registry in C-level passes (map, compress), no bytecode per chunk. A
+        # lean store also lists the registry's chunk of each fingerprint (``cs``, filled as new chunks are made;
+        # those of the first ones as the lookup read them): its registry only grows (no chunk is dropped or cut
+        # while lean), so the prompt index keeps them with the layout and later walks of the layout read the
+        # chunks without asking the registry (PromptIndex._served, ChunkWalk._prefix)
+        if st.lean:
+            known = got.chunks if answered and got.chunks else []
+            cs: list | None = known + [*map(entries.get, fps[len(known):])]
+            ks = [*compress(range(len(fps)), map(is_, cs, repeat(None)))]
+        else:
+            cs = None
+            ks = [*compress(range(len(fps)), map(not_, map(entries.__contains__, fps)))]
         new = dict(zip(map(fps.__getitem__, ks), ks, strict=True))     # fp -> chunk index, first occurrence, in prompt order
         if len(new) < len(ks):
             new = {}
@@ -257,6 +267,8 @@ class Irminsul(ChunkWalk, CachePolicy):
                     pieces = [[own[0], 0, n]] if len(g) == 1 and g[0] == (a, b) else \
                         layout_pieces(views, bisect_right(ends, a), own, g, a, b)
                     chunks.append(st.register(fp, src, a, n, pieces, tag, own, keys))
+                    if cs is not None:
+                        cs[k] = chunks[-1]
                     continue
                 if lean:
                     if a == run_end:          # the run goes on: this chunk is its next piece
@@ -278,6 +290,8 @@ class Irminsul(ChunkWalk, CachePolicy):
                     whole += n
                 entries[fp] = c
                 chunks.append(c)
+                if cs is not None:
+                    cs[k] = c
             if run is not None:
                 run.size = run_end - rb
                 run.nbytes = run.size * bpt
@@ -301,16 +315,22 @@ class Irminsul(ChunkWalk, CachePolicy):
             chunks.append(st.register(fp, src, a, b - a, pieces, tag, own, keys))
         self.stats.extra["partly_stored"] += not full
         self._live[rid] = (locked, chunks)
+        if cs is not None and len(ks) > len(chunks):      # a fingerprint twice in the prompt, or one not stored
+            for k in ks:
+                if cs[k] is None:
+                    cs[k] = entries.get(fps[k])
+            if None in cs:
+                cs = None
         # the layout, for commit (NOTE (speed): built positionally, not by NamedTuple._replace)
         self._pending[rid] = Analysis(got.bounds, got.fps, got.anchors, got.hard, got.marked, NO_TOKENS, got.off, [],
-                                      got.k0, (), ())
+                                      got.k0, (), (), cs)
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:
         got = self._pending.pop(req.request_id, None)
         self._store.make_ready(self._live.get(req.request_id, ([], []))[1], now_us, self.config.s1)
         if got is not None and got.fps:
-            self._store.prompts.add(req.seq, (got.bounds, got.fps, got.anchors, got.hard, got.marked), now_us,
+            self._store.prompts.add(req.seq, (got.bounds, got.fps, got.anchors, got.hard, got.marked, got.chunks), now_us,
                                    4 * self.ctx.capacity_tokens + 2**20)
 
     def release(self, req: RequestView, now_us: int) -> None:

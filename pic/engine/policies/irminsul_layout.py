@@ -91,6 +91,9 @@ class Analysis(NamedTuple):
     k0: int = 0                 # heads[j], tails[j]: cdc.edge_keys of chunk k0 + j (fast walks; else empty)
     heads: list[int] | tuple = ()
     tails: list[int] | tuple = ()
+    # a lean store's chunks of the fingerprints (lookup: of the first ones, where the layout resumed a committed
+    # prompt's; admit: of all, kept with the layout by the prompt index); else None
+    chunks: list | None = None
 
 
 def gaps(views: list[tuple[int, int, list[Extent]]], i: int, a: int, b: int) -> list[tuple[int, int]]:

@@ -123,7 +123,8 @@ class ChunkWalk:
         else:
             uses.sort(key=_START)             # S1 adds end-aligned windows after start-aligned ones
         if fast:        # (positionally: NamedTuple._replace is a Python-level rebuild)
-            return Analysis(got.bounds, got.fps, got.anchors, got.hard, got.marked, toks, off, uses, kc, heads_at, tails_at)
+            return Analysis(got.bounds, got.fps, got.anchors, got.hard, got.marked, toks, off, uses, kc, heads_at, tails_at,
+                            got.chunks)
         return got._replace(uses=uses)
 
     def _full_layout(self, req: RequestView) -> Analysis:
@@ -141,7 +142,7 @@ class ChunkWalk:
         when the hard boundaries before ``c + min_chunk`` are the same too), CDC from ``c`` on. Only tokens
         from ``c - 63`` (and from where a marker could straddle the shared prefix's end, and from the chunk
         where the walk starts) are made. None when no anchor qualifies (CDC over the whole prompt then)."""
-        pb, pf, panc, phard, pmarked = other
+        pb, pf, panc, phard, pmarked = other[:5]
         m, n = self._cdc.min_chunk, req.num_tokens
         if pmarked:                           # marker occurrences in the shared prefix: found from scratch
             return None
@@ -171,8 +172,10 @@ class ChunkWalk:
         base = max(0, c - (cdc.WINDOW - 1))
         tb, tanc, fps = cdc.layout_from_fps(toks[base - lo:], base, n, c, self._cdc, hard)
         self._tail_bounds = (k, tb)
+        # (a lean store: the chunks of the first k fingerprints as the prompt index keeps them, for admit)
+        known = other[5][:k] if len(other) > 5 and other[5] is not None and self._store.lean else None
         return Analysis(pb[:k] + tb.tolist(), pf[:k] + fps.tolist(), panc[:k] + tanc.tolist(), hard, marked, toks,
-                        lo, [])
+                        lo, [], chunks=known)
 
     def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Chunk | None:
         e = self._entries.get(fp)
@@ -228,7 +231,10 @@ class ChunkWalk:
         if ends and ends[-1] > best_len:
             ends[-1] = best_len
         have, t0, b0, x0, lo0 = False, 0, 0, None, 0
-        for a, b, e in zip(bounds, ends, map(entries.__getitem__, fps[:jn]), strict=False):
+        # (a lean store: the layout's chunks as the prompt index keeps them, not asked of the registry)
+        cs = best[5] if lean and len(best) > 5 and best[5] is not None else None
+        for a, b, e in zip(bounds, ends, cs[:jn] if cs is not None else map(entries.__getitem__, fps[:jn]),
+                           strict=False):
             pieces = e.pieces
             if a and len(pieces) == 1 and b > a:      # _span's common case, inline
                 x, xo, n = pieces[0]

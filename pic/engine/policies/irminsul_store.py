@@ -79,6 +79,7 @@ class ChunkStore(ChunkIndexes):
         # heap: unlocked extents are only listed, and an explicit evict() builds the heap from the list then
         self._unheaped: list[Extent] | None = None if bounded else []
         self.lean = (not bounded) if lean is None else lean     # see the module's NOTE (speed, memory)
+        self.prompts.lean = self.lean
         # NOTE (speed): while lean, what made the registry's chunks, in registry order: ``(run, bounds, k)`` for a
         # run of chunks recomputed whole (``bounds[k]`` = its start: its chunk edges are ``bounds`` from ``k``
         # up to its end), a Chunk for every other; :meth:`stored_runs` reads the runs' stored runs from it as
@@ -427,6 +428,7 @@ class ChunkStore(ChunkIndexes):
         if not self.lean:
             return
         self.lean, self.made = False, []
+        self.prompts.lean = False         # (the layouts' chunks may be dropped or cut from now on)
         seen: dict[int, Extent] = {}
         for c in self.entries.values():
             pieces = []
