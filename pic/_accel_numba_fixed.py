@@ -72,12 +72,12 @@ def prefix_hashes(toks):
     return h
 
 
-@njit(types.uint64[::1](_U64, _I64, types.uint64), **_OPTS)
-def opaque_prefix_hashes(keys, lengths, mask):
-    """:func:`prefix_hashes` of the tokens of opaque pieces ``(keys[p], lengths[p])`` concatenated, each token
-    derived as :func:`pic._accel_numba.opaque_fill` derives it (``keys`` given as ``key ^ salt``, pieces from
-    their start) and hashed at once: the same values as ``prefix_hashes(Segments.gather(rows))``, without
-    storing the tokens."""
+@njit(types.uint64[::1](_I32, _I64, _I64, _U64, _I64, types.uint64), **_OPTS)
+def segment_prefix_hashes(buf, lo, hi, keys, lengths, mask):
+    """:func:`prefix_hashes` of a prompt given as its segments' pieces (:meth:`traces.content.Segments.pieces`):
+    piece ``p`` is ``buf[lo[p]:hi[p]]`` when ``hi[p] > lo[p]``, else ``lengths[p]`` opaque tokens derived
+    from ``keys[p]`` as :func:`pic._accel_numba.opaque_fill` derives them (keys given as ``key ^ salt``). The
+    same values as ``prefix_hashes(Segments.gather(rows))``, without gathering the tokens."""
     n = 0
     for p in range(lengths.shape[0]):
         n += lengths[p]
@@ -85,11 +85,17 @@ def opaque_prefix_hashes(keys, lengths, mask):
     acc = np.uint64(0)
     h[0] = acc
     k = 1
-    for p in range(keys.shape[0]):
-        b = _mix(keys[p])
-        for j in range(lengths[p]):
-            t = np.int32(_mix(b + np.uint64(j) * _GOLDEN) & mask)
-            acc = acc * _BASE + _mix(np.uint64(np.int64(t)) + _GOLDEN)
-            h[k] = acc
-            k += 1
+    for p in range(lengths.shape[0]):
+        if hi[p] > lo[p]:
+            for j in range(lo[p], hi[p]):
+                acc = acc * _BASE + _mix(np.uint64(np.int64(buf[j])) + _GOLDEN)
+                h[k] = acc
+                k += 1
+        else:
+            b = _mix(keys[p])
+            for j in range(lengths[p]):
+                t = np.int32(_mix(b + np.uint64(j) * _GOLDEN) & mask)
+                acc = acc * _BASE + _mix(np.uint64(np.int64(t)) + _GOLDEN)
+                h[k] = acc
+                k += 1
     return h

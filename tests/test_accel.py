@@ -37,7 +37,7 @@ def test_other_policies_kernels_load_on_first_use() -> None:
             "import pic._accel_numba_fixed, pic._accel_numba_rdr, pic._accel_numba_cdc; "
             "print(a is pic._accel_numba_fixed and b is pic._accel_numba_rdr and c is pic._accel_numba_cdc "
             "and mod is sys.modules['pic._accel_numba'] "
-            "and all(callable(getattr(a, k)) for k in ('window_candidates', 'prefix_hashes', 'opaque_prefix_hashes', 'filter_add')) "
+            "and all(callable(getattr(a, k)) for k in ('window_candidates', 'prefix_hashes', 'segment_prefix_hashes', 'filter_add')) "
             "and all(callable(getattr(b, k)) for k in ('rdr_blocks', 'rdr_greedy')) "
             "and all(callable(getattr(c, k)) for k in ('gear_layout', 'gear_candidates', 'fingerprints')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")

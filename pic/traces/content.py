@@ -158,14 +158,16 @@ class Segments:
         base = opaque_bases(self.keys[i:i + 1], self.salts[i:i + 1])
         return opaque_run(base, np.array([lo]), np.array([hi - lo]))
 
-    def opaque_pieces(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """``(key ^ salt, length)`` of each of the segment rows ``rows`` when all of them are opaque (their
-        tokens derived, as :meth:`gather` derives them: :func:`opaque_run` of ``splitmix64(key ^ salt)``), else
-        None: what a compiled consumer needs to derive the prompt's tokens itself without storing them."""
-        t = self.token_offsets
-        if t is None or not rows.shape[0] or not (t[rows + 1] == t[rows]).all():
-            return None
-        return self.keys[rows] ^ self.salts[rows], self.offsets[rows + 1] - self.offsets[rows]
+    def pieces(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(lo, hi, keys, lengths)`` int64/int64/uint64/int64 per segment row of ``rows``: where
+        :meth:`gather` takes its tokens from: ``tokens[lo:hi]`` when ``hi > lo`` (stored), else derived from
+        ``keys`` (``key ^ salt``; :func:`opaque_run` of ``splitmix64(key ^ salt)``) for ``lengths`` tokens:
+        what a compiled consumer needs to read a prompt's tokens itself, without gathering them."""
+        rows = np.asarray(rows, np.int64)
+        t = self.offsets if self.token_offsets is None else self.token_offsets
+        keys = (np.zeros(rows.shape[0], np.uint64) if self.keys is None
+                else self.keys[rows] ^ self.salts[rows])
+        return t[rows], t[rows + 1], keys, self.offsets[rows + 1] - self.offsets[rows]
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """int32: the tokens of segment rows ``rows`` concatenated (a view when ``rows`` is one stored

@@ -338,9 +338,10 @@ def test_unbounded_cache_evicts_smallest_keys_first(order: str) -> None:
     assert gone and kept and max(gone) <= min(kept)
 
 
-def test_opaque_prompt_hashed_from_its_keys() -> None:
-    """A prompt of opaque segments only is hashed from the segments' keys without storing its tokens: the
-    same prefix hashes as the tokens Segments.gather derives (fresh random keys and lengths, empty pieces)."""
+def test_prompt_hashed_from_its_segments() -> None:
+    """A prompt is hashed from its segments (stored tokens read in place, opaque ones derived) without
+    gathering its tokens: the same prefix hashes as the tokens Segments.gather makes (fresh random stored
+    and opaque segments, empty ones, and a store without opaque segments)."""
     import pytest
 
     from pic import accel
@@ -352,15 +353,20 @@ def test_opaque_prompt_hashed_from_its_keys() -> None:
     from pic import _accel_numba_fixed as k
 
     rng = np.random.default_rng()
-    n = 30
+    n = 40
     lens = rng.integers(0, 700, n)
     lens[3] = 0
     offs = np.r_[0, np.cumsum(lens)].astype(np.int64)
-    seg = Segments(np.arange(n, dtype=np.uint64), np.zeros(n, np.uint8), offs, np.zeros(0, np.int32),
-                   np.zeros(n + 1, np.int64), rng.integers(0, 2**63, n, dtype=np.uint64),
-                   rng.integers(0, 2**63, n, dtype=np.uint64))
-    for _ in range(10):
-        rows = rng.integers(0, n, int(rng.integers(1, 12)))
-        pieces = seg.opaque_pieces(rows)
-        assert pieces is not None
-        assert np.array_equal(k.opaque_prefix_hashes(*pieces, _MASK), prefix_hashes(seg.gather(rows)))
+    stored = rng.random(n) < 0.5
+    tlen = np.where(stored, lens, 0)
+    toffs = np.r_[0, np.cumsum(tlen)].astype(np.int64)
+    buf = rng.integers(-3, 2**31 - 1, int(tlen.sum()), dtype=np.int32)
+    keys, salts = rng.integers(0, 2**63, n, dtype=np.uint64), rng.integers(0, 2**63, n, dtype=np.uint64)
+    mixed = Segments(np.arange(n, dtype=np.uint64), np.zeros(n, np.uint8), offs, buf, toffs, keys, salts)
+    plain = Segments(np.arange(n, dtype=np.uint64), np.zeros(n, np.uint8), offs,
+                     rng.integers(0, 2**17, int(offs[-1]), dtype=np.int32))
+    for seg in (mixed, plain):
+        for _ in range(10):
+            rows = rng.integers(0, n, int(rng.integers(1, 12)))
+            got = k.segment_prefix_hashes(seg.tokens, *seg.pieces(rows), _MASK)
+            assert np.array_equal(got, prefix_hashes(seg.gather(rows)))

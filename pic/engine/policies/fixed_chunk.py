@@ -304,15 +304,13 @@ class FixedChunkCache(CachePolicy):
         """uint64 [N + 1]: prefix hashes of the request's tokens (:func:`engine.rolling.prefix_hashes`),
         memoized on the request. Window ``i``'s hash is ``h[i + C] - h[i] * B^C`` (``window_hashes``):
         NOTE (speed): derived where needed (grid points, candidates), never stored for every offset; a
-        prompt made only of opaque segments (Mooncake's blocks, Azure's lengths) is hashed from its
-        segments' keys, its tokens never stored (:meth:`traces.content.Segments.opaque_pieces`)."""
+        prompt is hashed from its segments (the trace's stored tokens read in place, opaque ones derived
+        on the fly: :meth:`traces.content.Segments.pieces`), its tokens never gathered."""
         if self._memo is None or self._memo[0] is not req:
             fast = accel.kernels(req.num_tokens, "fixed")
-            pieces = None
-            if fast is not None and req.source is not None and req.segment_rows is not None:
-                pieces = req.source.opaque_pieces(req.segment_rows)
-            if pieces is not None:
-                h = fast.opaque_prefix_hashes(*pieces, _OPAQUE_MASK)
+            src, rows = req.source, req.segment_rows
+            if fast is not None and src is not None and rows is not None:
+                h = fast.segment_prefix_hashes(src.tokens, *src.pieces(rows), _OPAQUE_MASK)
             elif fast is not None:
                 h = fast.prefix_hashes(np.ascontiguousarray(req.tokens, np.int32))
             else:
