@@ -9,7 +9,8 @@ oracle bounds it too). The oracle's reuse of a request is the number of such tok
 Algorithm: every request's windows are hashed with the vectorized polynomial rolling hash
 (:func:`engine.rolling.window_hashes`, O(1) per window) and looked up in a :class:`WindowIndex`, a log-
 structured set of sorted ``uint64`` arrays (``searchsorted`` per level; levels merge like a binary
-counter, so an insert is amortized O(log n)); covered positions come from one running maximum. No Python
+counter, so an insert is amortized O(log n)), or with the compiled kernels an open-addressing hash table
+(about one probe per window); covered positions come from one running maximum. No Python
 loop per token. Equal windows always hash equal; a false hit needs a 64-bit collision (~n/2^64 per
 lookup), and ``verify`` in :class:`WindowIndex` callers compares tokens where they keep them.
 
@@ -40,19 +41,36 @@ _MEMO: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
 
 
 class WindowIndex:
-    """Set of uint64 window hashes, each with an int64 value (the source position where it was first
-    added), as levels of sorted arrays merged when a newer level grows to the size of an older one."""
+    """Set of uint64 window hashes, each with an int64 value ``>= 0`` (the source position where it was first
+    added): sorted arrays in levels merged when a newer level grows to the size of an older one; or, once
+    the compiled kernels load (``accel.kernels(n, "oracle")``, :mod:`pic._accel_numba_oracle`), an
+    open-addressing hash table, which the levels move into (oldest first, so the first value of a key is the
+    one kept in both forms: the same answers).
+
+    NOTE (speed): a lookup in the levels is a binary search per key over arrays of up to ~10^7 keys (~20
+    cache misses each): the ``oracle`` policy on Azure conversation spent ~2/3 of its ~40 CPU s there; the
+    table probes about one slot per key."""
+
+    _LOAD = 0.75         # the table grows (doubles) past this fraction of used slots
 
     def __init__(self) -> None:
         self._levels: list[tuple[np.ndarray, np.ndarray]] = []   # (sorted keys, values), largest first
+        self._table: np.ndarray | None = None    # uint64 [2 x slots]: (key, value) pairs
+        self._shift = np.uint64(64)
+        self._n = 0               # keys in the table
 
     def __len__(self) -> int:
-        return sum(k.shape[0] for k, _ in self._levels)
+        return self._n if self._table is not None else sum(k.shape[0] for k, _ in self._levels)
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(found, value)`` for each key (value -1 where not found)."""
         found = np.zeros(keys.shape[0], bool)
         value = np.full(keys.shape[0], -1, np.int64)
+        if self._table is not None:
+            if keys.shape[0] and self._n:
+                _table_kernels().table_lookup(self._table, self._shift, np.ascontiguousarray(keys, np.uint64),
+                                        found, value)
+            return found, value
         if not self._levels or not keys.shape[0]:
             return found, value
         # NOTE: sorted queries make searchsorted walk each level nearly sequentially (3x on 10^4 keys);
@@ -78,6 +96,16 @@ class WindowIndex:
         """Insert keys not yet present (the first of duplicates within ``keys`` wins)."""
         if keys.shape[0] == 0:
             return
+        if self._table is None:
+            from pic import accel
+
+            if accel.kernels(keys.shape[0], "oracle") is not None:
+                self._to_table()
+        if self._table is not None:
+            self._reserve(self._n + keys.shape[0])
+            self._n += _table_kernels().table_add(self._table, self._shift, np.ascontiguousarray(keys, np.uint64),
+                                            np.ascontiguousarray(values, np.int64))
+            return
         order = np.argsort(keys, kind="stable")
         k, v = keys[order], values[order]
         first = np.ones(k.shape[0], bool)
@@ -90,6 +118,36 @@ class WindowIndex:
             order = np.argsort(k, kind="stable")     # two sorted runs: timsort merges them in O(n)
             k, v = k[order], v[order]
         levels.append((k, v))
+
+    # ---- Internal helpers -------------------------------------------------------------------------
+    def _to_table(self) -> None:
+        """Move the levels into an empty table, oldest (largest) first: a key in two levels keeps the value
+        the levels' lookup answers (the larger level's)."""
+        levels, self._levels = self._levels, []
+        self._table, self._n = self._empty(sum(k.shape[0] for k, _ in levels)), 0
+        for k, v in levels:
+            self._n += _table_kernels().table_add(self._table, self._shift, k, v)
+
+    def _empty(self, n: int) -> np.ndarray:
+        """An empty table for ``n`` keys below the load limit (a power of two >= 1024 slots)."""
+        bits = max(10, int(np.ceil(np.log2(max(n, 1) / self._LOAD + 1))))
+        self._shift = np.uint64(64 - bits)
+        return np.zeros(2 << bits, np.uint64)     # (key, value + 1) pairs; 0: empty
+
+    def _reserve(self, n: int) -> None:
+        """Grow (rehash into a larger table) so that ``n`` keys stay below the load limit."""
+        if n <= self._LOAD * (self._table.shape[0] >> 1):
+            return
+        old = self._table
+        self._table = self._empty(max(n, 2 * self._n))
+        _table_kernels().table_rehash(self._table, self._shift, old)
+
+
+def _table_kernels():
+    """The table kernels (loaded: a table exists only once ``accel.kernels(n, "oracle")`` gave them)."""
+    from pic import _accel_numba_oracle
+
+    return _accel_numba_oracle
 
 
 def covered(hit: np.ndarray, num_tokens: int, width: int) -> np.ndarray:

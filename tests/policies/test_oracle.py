@@ -43,11 +43,38 @@ def test_trace_oracle_equals_brute_force(m: int) -> None:
     assert trace_oracle(prompts, m).tolist() == _brute(prompts, m)
 
 
-def test_window_index_equals_a_dict() -> None:
-    """Random inserts (with repeats, first value wins) and lookups agree with a Python dict."""
-    rng = np.random.default_rng(0)
+@pytest.mark.parametrize("mode", ["0", "1"])
+def test_window_index_equals_a_dict(mode: str) -> None:
+    """Random inserts (with repeats, first value wins) and lookups agree with a Python dict: the sorted
+    levels (numpy) and the compiled hash table (its growth, and the move of the levels into it)."""
+    from pic import accel
+
+    if mode == "1" and not accel.available():
+        pytest.skip("numba not installed")
+    rng = np.random.default_rng()
     idx, ref = WindowIndex(), {}
+    accel.set_mode("0")
+    try:
+        _window_index_steps(rng, idx, ref, mode)
+    finally:
+        accel.set_mode(None)
+    assert (idx._table is not None) == (mode == "1")
+
+
+def _window_index_steps(rng, idx, ref: dict, mode: str) -> None:
+    from pic import accel
+
     for step in range(200):
+        if step == 60:
+            accel.set_mode(mode)          # the first 60 steps fill the levels; then (mode 1) the table
+        if step % 50 == 49:             # duplicates within one add: the first value wins
+            keys = rng.integers(0, 5000, 3000).astype(np.uint64)
+            keys = keys[~idx.lookup(keys)[0]]     # (callers add absent keys: the levels would count a key twice)
+            vals = rng.integers(0, 10**9, keys.size)
+            idx.add(keys, vals)
+            for k, v in zip(keys.tolist(), vals.tolist(), strict=True):
+                ref.setdefault(k, v)
+            continue
         keys = rng.integers(0, 5000, int(rng.integers(0, 60))).astype(np.uint64)
         q = rng.integers(0, 5000, 50).astype(np.uint64)
         found, val = idx.lookup(q)
@@ -58,7 +85,7 @@ def test_window_index_equals_a_dict() -> None:
         idx.add(new, vals)
         for k, v in zip(new.tolist(), vals.tolist(), strict=True):
             ref.setdefault(k, v)
-    assert len(idx) == len(ref)
+        assert len(idx) == len(ref)
 
 
 def test_policy_reuses_every_window_seen_before() -> None:

@@ -2,7 +2,8 @@
 position.
 
 Keeps: every ``min_match``-token window of every committed prompt in a :class:`engine.oracle.WindowIndex`
-(hash -> the position it was first committed at) and the prompts in a radix tree (index only), regardless
+(hash -> the position it was first committed at; a hash table with the compiled kernels) and the prompts in
+a radix tree by their segments (index only), regardless
 of the capacity: it is a bound, not a cache (``bounded = False``; ``usage()`` reports no bytes, and
 nothing is ever evicted or refused).
 
@@ -25,12 +26,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pic import accel
 from pic.engine.oracle import DEFAULT_MIN_MATCH, WindowIndex
 from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
 from pic.engine.radix import RadixTree
-from pic.engine.rolling import window_hashes
+from pic.engine.rolling import BASE, window_hashes
+from pic.traces.content import _MASK as _OPAQUE_MASK
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,30 +55,31 @@ class OracleCache(CachePolicy):
     def __init__(self, ctx: PolicyContext, config: OracleConfig | None = None) -> None:
         super().__init__(ctx, config)
         self._m = self.config.min_match
+        self._bw = np.uint64(pow(BASE, self._m, 1 << 64))
         self._index = WindowIndex()
         self._tree = RadixTree()                   # committed prompts (the exact-prefix part)
         self._prompts: list[np.ndarray] = []       # committed prompts (for --verify), by ordinal
         self._origin = WindowIndex()               # window hash -> committed prompt ordinal (verify only)
         self._num_tokens = 0
         self._commits = 0
-        self._memo: tuple[np.ndarray, int, np.ndarray, np.ndarray] | None = None   # tokens, commits, w, hit
+        self._memo: tuple[RequestView, int, np.ndarray, np.ndarray, int] | None = None   # req, commits, w, hit, off
         self.stats.extra.update(indexed_windows=0)
 
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
         self.stats.lookups += 1
-        toks, m = req.tokens, self._m
-        pfx = self._tree.match_prefix(toks, None, split=False)[0]
+        m = self._m
+        pfx = self._tree.match_prefix(req.seq, None, split=False)[0]
         # NOTE: windows inside the shared prefix were indexed with the committed prompt that had it; only
         # windows from pfx - m + 1 on are hashed and looked up
         off = max(0, pfx - m + 1)
-        w = window_hashes(toks[off:], m)
+        w = self._windows(req, off)
         spans: list[Span] = [Span(0, pfx, Action.REUSE, 0)] if pfx else []
         if w.shape[0] and len(self._index):
             hit, src = self._index.lookup(w)
-            self._memo = (toks, self._commits, w, hit, off)
+            self._memo = (req, self._commits, w, hit, off)
             for a, b, delta, first, last in _cover(hit, src, m, pfx, off):
-                if self.ctx.verify and not self._verified(toks, w, first, last, delta, off):
+                if self.ctx.verify and not self._verified(req.tokens, w, first, last, delta, off):
                     continue
                 spans.append(Span(a, b, Action.REUSE if delta == 0 else Action.REUSE_ROTATED, a - delta))
         if spans:
@@ -86,25 +90,24 @@ class OracleCache(CachePolicy):
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:
-        toks = req.tokens
-        if toks.shape[0] < self._m:
-            self._tree.insert(toks, now_us)
+        if req.num_tokens < self._m:
+            self._tree.insert(req.seq, now_us)
             return
         memo = self._memo
-        if memo is not None and memo[0] is toks and memo[1] == self._commits:   # nothing added since lookup
+        if memo is not None and memo[0] is req and memo[1] == self._commits:   # nothing added since lookup
             w, hit, off = memo[2], memo[3], memo[4]
         else:
-            off = max(0, self._tree.match_prefix(toks, None, split=False)[0] - self._m + 1)
-            w = window_hashes(toks[off:], self._m)
+            off = max(0, self._tree.match_prefix(req.seq, None, split=False)[0] - self._m + 1)
+            w = self._windows(req, off)
             hit = self._index.lookup(w)[0]
         self._commits += 1
-        self._tree.insert(toks, now_us)
+        self._tree.insert(req.seq, now_us)
         new = np.flatnonzero(~hit)
         self._index.add(w[new], new + off)
         if self.ctx.verify:
             self._origin.add(w[new], np.full(new.shape[0], len(self._prompts), np.int64))
-            self._prompts.append(toks)
-        self._num_tokens += toks.shape[0]
+            self._prompts.append(req.tokens)
+        self._num_tokens += req.num_tokens
         self.stats.extra["indexed_windows"] = len(self._index)
 
     def release(self, req: RequestView, now_us: int) -> None:
@@ -124,6 +127,23 @@ class OracleCache(CachePolicy):
         return Footprint(len(self._index), [])
 
     # ---- Internal helpers -------------------------------------------------------------------------
+    def _windows(self, req: RequestView, off: int) -> np.ndarray:
+        """uint64: the ``min_match``-token window hashes of the prompt from position ``off`` on
+        (:func:`engine.rolling.window_hashes` of ``tokens[off:]``).
+
+        NOTE (speed): with the compiled kernels, from the prefix hashes of the whole prompt made from its
+        segments (stored tokens read in place, opaque ones derived: the tokens are never gathered) and
+        windows ``h[i + m] - h[i] * B^m``, the same values: window hashes do not depend on where the hashing
+        starts."""
+        src, rows, m = req.source, req.segment_rows, self._m
+        fast = accel.kernels(req.num_tokens, "fixed") if src is not None and rows is not None else None
+        if fast is None:
+            return window_hashes(req.tokens[off:], m)
+        h = fast.segment_prefix_hashes(src.tokens, *src.pieces(rows), _OPAQUE_MASK)
+        if h.shape[0] - m <= off:
+            return np.zeros(0, np.uint64)
+        return h[off + m:] - h[off:h.shape[0] - m] * self._bw
+
     def _verified(self, toks: np.ndarray, w: np.ndarray, first: int, last: int, delta: int, off: int) -> bool:
         """Compare the chain of windows ``first..last`` (stride ``min_match``, plus the last) with the
         committed prompt each window was first seen in, at its position minus ``delta`` (``w[k - off]``
