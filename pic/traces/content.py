@@ -179,7 +179,7 @@ class Segments:
         lens = self.offsets[rows + 1] - self.offsets[rows]
         out = np.empty(int(lens.sum()), np.int32)
         a, b = t[rows], t[rows + 1]
-        opq = b == a
+        opq = (b == a) & (lens > 0)            # (an empty row holds nothing to derive, stored or not)
         fast = accel.kernels(out.shape[0])
         if fast is not None and opq.all():     # NOTE (speed): all opaque (Mooncake blocks): one kernel call
             fast.opaque_fill(self.keys[rows] ^ self.salts[rows], True, np.zeros(rows.size, np.int64), lens, _MASK,

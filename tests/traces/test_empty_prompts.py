@@ -107,3 +107,19 @@ def test_only_empty_prompts_is_an_error_that_says_so(tmp_path):
     src = _file(tmp_path, "lmcache-agent", empty, empty)
     with pytest.raises(TraceError, match=r"no valid requests in the input \(2 rows with empty prompts skipped\)"):
         ingest([src], tmp_path / "t.parquet")
+
+
+def test_gather_takes_empty_segments_in_any_store() -> None:
+    """An empty segment among others is gathered as nothing, in a store of stored tokens only (no opaque
+    keys: it used to be taken for an opaque segment there and fail) and in a mixed one."""
+    import numpy as np
+
+    from pic.traces.content import Segments
+
+    offs = np.array([0, 3, 3, 5], np.int64)
+    toks = np.array([7, 8, 9, 4, 5], np.int32)
+    plain = Segments(np.arange(3, dtype=np.uint64), np.zeros(3, np.uint8), offs, toks)
+    assert plain.gather(np.array([0, 1, 2, 1])).tolist() == [7, 8, 9, 4, 5]
+    mixed = Segments(np.arange(3, dtype=np.uint64), np.zeros(3, np.uint8), offs, toks, offs.copy(),
+                     np.ones(3, np.uint64), np.ones(3, np.uint64))
+    assert mixed.gather(np.array([2, 1, 0])).tolist() == [4, 5, 7, 8, 9]
