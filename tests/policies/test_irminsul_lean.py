@@ -212,3 +212,37 @@ def _nodes(root):
         nd = stack.pop()
         yield nd
         stack.extend(nd.children.values())
+
+
+def test_lean_layout_of_a_prompt_repeating_a_chunk_keeps_every_chunk():
+    """A prompt holding the same content twice (a fingerprint again later in the prompt: admit makes its chunk
+    once) keeps the chunk at both places of its layout, and its next turn is served as by the exact store (the
+    same plans and stage counts)."""
+    rng = np.random.default_rng(11)
+    doc = rng.integers(0, 5000, 900, dtype=np.int32)
+    first = np.concatenate([rng.integers(0, 5000, 50, dtype=np.int32), doc, doc])
+    turns = [first, np.concatenate([first, rng.integers(0, 5000, 300, dtype=np.int32)])]
+    pols = []
+    for lean in (False, True):
+        pol = policies.build("irminsul", PolicyContext(math.inf, BPT),
+                             {"avg_chunk": 128, "min_chunk": 32, "max_chunk": 256})
+        pol._store.lean = lean
+        pols.append(pol)
+    plans = []
+    for i, toks in enumerate(turns):
+        req = RequestView.from_tokens(i, toks)
+        got = []
+        for pol in pols:
+            plan = pol.lookup(req, 10 * i)
+            assert pol.admit(req, plan, 10 * i)
+            fps = pol._pending[i].fps
+            assert len(set(fps)) < len(fps) or i > 0          # the first prompt repeats a chunk
+            pol.commit(req, 10 * i + 1)
+            pol.release(req, 10 * i + 2)
+            got.append(_plan(plan))
+        assert got[0] == got[1]
+        plans.append(got[0])
+    st = pols[1]._store
+    kept = [nd.value for nd in _nodes(st.prompts.tree.root) if nd.value is not None]
+    assert kept and all(v[5] is not None and None not in v[5] for v in kept)
+    assert pols[0].stats.extra == pols[1].stats.extra and pols[1].stats.extra["prefix_tokens"] >= first.shape[0] - 64

@@ -315,10 +315,9 @@ class Irminsul(ChunkWalk, CachePolicy):
             chunks.append(st.register(fp, src, a, b - a, pieces, tag, own, keys))
         self.stats.extra["partly_stored"] += not full
         self._live[rid] = (locked, chunks)
-        if cs is not None and len(ks) > len(chunks):      # a fingerprint twice in the prompt, or one not stored
-            for k in ks:
-                if cs[k] is None:
-                    cs[k] = entries.get(fps[k])
+        if cs is not None and None in cs:     # a fingerprint again later in the prompt, or one not stored
+            for k in [*compress(range(len(cs)), map(is_, cs, repeat(None)))]:
+                cs[k] = entries.get(fps[k])
             if None in cs:
                 cs = None
         # the layout, for commit (NOTE (speed): built positionally, not by NamedTuple._replace)

@@ -5,6 +5,9 @@ and which shares the longest prefix (its layout lets the new prompt resume CDC f
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from operator import attrgetter, lt, sub
+
 import numpy as np
 
 from pic.engine.policies.irminsul_records import Chunk
@@ -12,6 +15,7 @@ from pic.engine.radix import RadixTree
 from pic.engine.seq import Seq
 
 _LAYOUTS = 16  # committed-prompt layouts tried for the exact prefix
+_READY, _SIZE = attrgetter("ready"), attrgetter("size")
 
 
 class PromptIndex:
@@ -78,7 +82,16 @@ class PromptIndex:
         bounds, fps = layout[0], layout[1]
         # NOTE (speed): a lean store's layouts keep their chunks (``layout[5]``, Irminsul.admit): read there, not
         # asked of the registry (the key's hash, the table's slot and entry: three memory reads fewer per chunk)
-        cs = layout[5] if self.lean and len(layout) > 5 and layout[5] is not None else map(self.entries.get, fps)
+        cs = layout[5] if self.lean and len(layout) > 5 and layout[5] is not None else None
+        if cs is not None:
+            # NOTE (speed): every chunk starting before ``num`` ready and whole (a lean store cuts none; the
+            # common case) told in C-level passes; the loop below finds where one is not
+            jn = bisect_left(bounds, num, 0, len(cs))
+            head = cs[:jn]
+            if all(map(_READY, head)) and not any(map(lt, map(_SIZE, head), map(sub, bounds[1:jn + 1], bounds))):
+                return num
+        else:
+            cs = map(self.entries.get, fps)
         for j, c in enumerate(cs):
             if bounds[j] >= num:
                 break
