@@ -7,12 +7,15 @@ derived and chunked), and numpy spends ~10-20 passes and ~25 calls per prompt on
 * deriving opaque tokens (:func:`traces.content.opaque_run`: splitmix64 per token);
 * the Gear hash's candidate cuts (:func:`engine.cdc._natural`: a table gather and 6 shift+add passes).
 
-``fixed-chunk``'s scan of every window hash against its two filters is compiled too (one pass over 512 KB
-bitsets instead of gathers from two 8 MB counting filters), and so are its rolling hashes of a prompt (one
-Horner pass for :func:`engine.rolling.prefix_hashes` and ``window_hashes``).
+The kernels come in groups, each a module loaded on its first use (``kernels(n, group)``): the main module
+:mod:`pic._accel_numba` (opaque tokens; every group needs it), ``"cdc"`` (the Gear scan, layouts and chunk
+fingerprints of ``irminsul`` and ``linearkv``), ``"fixed"`` (``fixed-chunk``: prefix hashes of a prompt made
+from its segments, the window scan against its two filters over 512 KB bitsets, the filter insert; the
+``oracle`` policy's window hashes too), ``"oracle"`` (the ``oracle`` policy's window index as a hash table)
+and ``"rdr"`` (``rdr``'s blocks and greedy allocation).
 
-NOTE (cost of the accelerator itself): importing numba and loading the cached machine code costs ~0.3-0.6 s
-CPU per process (the first import after an install compiles them: ~17 s, once, on the loaded 2-core VM);
+NOTE (cost of the accelerator itself): importing numba and loading the cached machine code costs ~0.2-0.3 s
+CPU per process (the first import after an install compiles them: ~10-17 s, once, on the loaded 2-core VM);
 they save ~30-100 ns per token. So by default (``auto``) they load only once the numpy paths have seen
 ``AUTO_TOKENS`` tokens in this process (about what the load costs, spent in numpy): runs on small traces
 (tests, samples) never pay for it.
@@ -55,7 +58,7 @@ def mode() -> str:
 def kernels(num_tokens: int, group: str | None = None) -> ModuleType | None:
     """The compiled kernels (:mod:`pic._accel_numba`) for a call over ``num_tokens`` tokens, or None: use the
     numpy path (mode ``0``, numba absent or failing, or ``auto`` below ``AUTO_TOKENS`` tokens seen so far).
-    ``group`` names a module of one policy's kernels (``"fixed"``: :mod:`pic._accel_numba_fixed`, ``"rdr"``),
+    ``group`` names a module of kernels (``"cdc"``, ``"fixed"``, ``"oracle"``, ``"rdr"``: :mod:`pic._accel_numba_<group>`),
     loaded on its first use; one that fails to load answers None (the numpy path) like the main module."""
     mod = _kernels(num_tokens)
     if mod is None or group is None:
