@@ -390,6 +390,17 @@ _P4, _P5 = np.uint64(0x85EBCA77C2B2AE63), np.uint64(0x27D4EB2F165667C5)
 
 
 @njit(inline="always", **_OPTS)
+def _avalanche(h):
+    """xxh64's final mix of a 64-bit state."""
+    h ^= h >> np.uint64(33)
+    h *= _P2
+    h ^= h >> np.uint64(29)
+    h *= _P3
+    h ^= h >> np.uint64(32)
+    return h
+
+
+@njit(inline="always", **_OPTS)
 def _rotl(x, r):
     return (x << r) | (x >> (np.uint64(64) - r))
 
@@ -438,12 +449,7 @@ def _xxh(toks, k, e):
         k += 2
     if k < e:
         h = _rotl(h ^ ((np.uint64(toks[k]) & m32) * _P1), np.uint64(23)) * _P2 + _P3
-    h ^= h >> np.uint64(33)
-    h *= _P2
-    h ^= h >> np.uint64(29)
-    h *= _P3
-    h ^= h >> np.uint64(32)
-    return h
+    return _avalanche(h)
 
 
 _V4 = ir.VectorType(_IR64, 4)
@@ -600,12 +606,7 @@ def _xxh_finish(snap, q, ntail, nbytes):
         k += 2
     if k < ntail:
         h = _rotl(h ^ ((snap[8 * q + 4 + k // 2] & m32) * _P1), np.uint64(23)) * _P2 + _P3
-    h ^= h >> np.uint64(33)
-    h *= _P2
-    h ^= h >> np.uint64(29)
-    h *= _P3
-    h ^= h >> np.uint64(32)
-    return h
+    return _avalanche(h)
 
 
 @njit(types.void(_I32, _I64, types.int64, types.uint64[::1]), **_OPTS)
