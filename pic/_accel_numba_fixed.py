@@ -55,7 +55,13 @@ def filter_add(keys, counts1, counts2, bits1, bits2, shift, mask):
         bits2[b >> three] |= one << np.uint8(b & seven)
 
 
-_BASE = np.uint64(0x9E3779B97F4A7C15 | 1)
+_BASE = np.uint64(0x9E3779B97F4A7C15 | 1)       # engine.rolling.BASE
+
+
+@njit(inline="always", **_OPTS)
+def _horner(acc, tok):
+    """One step of :func:`engine.rolling.prefix_hashes`: ``H[i + 1] = H[i] * B + mix(t_i)``."""
+    return acc * _BASE + _mix(np.uint64(np.int64(tok)) + _GOLDEN)
 
 
 @njit(types.uint64[::1](_I32), **_OPTS)
@@ -67,7 +73,7 @@ def prefix_hashes(toks):
     acc = np.uint64(0)
     h[0] = acc
     for i in range(n):
-        acc = acc * _BASE + _mix(np.uint64(np.int64(toks[i])) + _GOLDEN)
+        acc = _horner(acc, toks[i])
         h[i + 1] = acc
     return h
 
@@ -88,14 +94,13 @@ def segment_prefix_hashes(buf, lo, hi, keys, lengths, mask):
     for p in range(lengths.shape[0]):
         if hi[p] > lo[p]:
             for j in range(lo[p], hi[p]):
-                acc = acc * _BASE + _mix(np.uint64(np.int64(buf[j])) + _GOLDEN)
+                acc = _horner(acc, buf[j])
                 h[k] = acc
                 k += 1
         else:
             b = _mix(keys[p])
             for j in range(lengths[p]):
-                t = np.int32(_mix(b + np.uint64(j) * _GOLDEN) & mask)
-                acc = acc * _BASE + _mix(np.uint64(np.int64(t)) + _GOLDEN)
+                acc = _horner(acc, np.int32(_mix(b + np.uint64(j) * _GOLDEN) & mask))
                 h[k] = acc
                 k += 1
     return h

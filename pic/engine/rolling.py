@@ -69,13 +69,20 @@ def prefix_hashes(tokens: np.ndarray) -> np.ndarray:
 def window_hashes(tokens: np.ndarray, width: int, h: np.ndarray | None = None) -> np.ndarray:
     """uint64 [max(N - width + 1, 0)]: ``out[i]`` hashes ``tokens[i:i+width]`` (pass ``h`` =
     :func:`prefix_hashes` of ``tokens`` to reuse it)."""
-    n = tokens.shape[0]
-    if n < width:
+    if tokens.shape[0] < width:
         return np.zeros(0, np.uint64)
-    if h is None:
-        h = prefix_hashes(tokens)
+    return prefix_windows(prefix_hashes(tokens) if h is None else h, width)
+
+
+def prefix_windows(h: np.ndarray, width: int, start: int = 0) -> np.ndarray:
+    """uint64: the hashes of the ``width``-token windows starting at ``start`` and later, from the prefix hashes
+    ``h`` (:func:`prefix_hashes`, ``N + 1`` values): window ``i`` is ``h[i + width] - h[i] * B^width``, the
+    same value wherever the hashing started (empty when no window starts at ``start`` or later)."""
+    n = h.shape[0] - width              # windows in all: N - width + 1
+    if n <= start:
+        return np.zeros(0, np.uint64)
     pw, _ = _powers(width)
-    return h[width:] - h[:n - width + 1] * pw[width]
+    return h[start + width:] - h[start:n] * pw[width]
 
 
 def ramp(lens: np.ndarray) -> np.ndarray:

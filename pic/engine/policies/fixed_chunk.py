@@ -41,7 +41,7 @@ from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
 from pic.engine.radix import RadixNode, RadixTree
-from pic.engine.rolling import BASE, prefix_hashes, span_hashes
+from pic.engine.rolling import BASE, prefix_hashes, prefix_windows, span_hashes
 from pic.engine.seq import Seq
 from pic.traces.content import _MASK as _OPAQUE_MASK
 
@@ -473,12 +473,11 @@ class _Filters:
         """``(offsets, keys)``: the offsets ``>= start`` (ascending) whose ``width``-token window hash passes
         both filters, and those hashes; ``h``: the prompt's prefix hashes (window ``i``: ``h[i + width] -
         h[i] * B^width``)."""
-        bw = np.uint64(pow(BASE, width, 1 << 64))
         fast = accel.kernels(max(h.shape[0] - width - start, 0), "fixed")
         if fast is not None:
-            return fast.window_candidates(h, width, bw, start, self.bits[0], self.bits[1],
-                                          np.uint64(_FILTER_SHIFT), np.uint64(_FILTER_MASK))
-        ws = h[start + width:] - h[start:max(h.shape[0] - width, start)] * bw
+            return fast.window_candidates(h, width, np.uint64(pow(BASE, width, 1 << 64)), start, self.bits[0],
+                                          self.bits[1], np.uint64(_FILTER_SHIFT), np.uint64(_FILTER_MASK))
+        ws = prefix_windows(h, width, start)
         idx = np.flatnonzero(self.counts[0][ws >> np.uint64(_FILTER_SHIFT)])
         idx = idx[self.counts[1][(ws[idx] & np.uint64(_FILTER_MASK)).astype(np.int64)] > 0]
         return idx + start, ws[idx]

@@ -32,7 +32,7 @@ from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
 from pic.engine.radix import RadixTree
-from pic.engine.rolling import BASE, window_hashes
+from pic.engine.rolling import prefix_windows, window_hashes
 from pic.traces.content import _MASK as _OPAQUE_MASK
 
 
@@ -55,7 +55,6 @@ class OracleCache(CachePolicy):
     def __init__(self, ctx: PolicyContext, config: OracleConfig | None = None) -> None:
         super().__init__(ctx, config)
         self._m = self.config.min_match
-        self._bw = np.uint64(pow(BASE, self._m, 1 << 64))
         self._index = WindowIndex()
         self._tree = RadixTree()                   # committed prompts (the exact-prefix part)
         self._prompts: list[np.ndarray] = []       # committed prompts (for --verify), by ordinal
@@ -139,10 +138,7 @@ class OracleCache(CachePolicy):
         fast = accel.kernels(req.num_tokens, "fixed") if src is not None and rows is not None else None
         if fast is None:
             return window_hashes(req.tokens[off:], m)
-        h = fast.segment_prefix_hashes(src.tokens, *src.pieces(rows), _OPAQUE_MASK)
-        if h.shape[0] - m <= off:
-            return np.zeros(0, np.uint64)
-        return h[off + m:] - h[off:h.shape[0] - m] * self._bw
+        return prefix_windows(fast.segment_prefix_hashes(src.tokens, *src.pieces(rows), _OPAQUE_MASK), m, off)
 
     def _verified(self, toks: np.ndarray, w: np.ndarray, first: int, last: int, delta: int, off: int) -> bool:
         """Compare the chain of windows ``first..last`` (stride ``min_match``, plus the last) with the
