@@ -10,8 +10,10 @@ O(edges on its path) Python steps, not O(blocks) dict operations: with millions 
 every dict probe or insert is a few cache misses (~0.4-0.6 us each on the 2-core VM), which made the
 per-block dict most of this policy's time.
 
-Per slot the tree keeps which edge holds it (``eid``), so eviction finds the edges to shorten without
-searching, and a walk can resume after a known held block.
+Per slot the tree can keep which edge holds it (``eid``, :meth:`BlockChains.track`), so eviction finds the
+edges to shorten without searching. A cache that never evicts does not track it (NOTE (memory): 4 B per
+block; unbounded, ``block-hash`` keeps ~9 B per block in all): a walk resumes from a position recorded
+earlier instead (:meth:`BlockChains.resume`, which follows the splits made since).
 
 NOTE (memory): an edge whose slots are consecutive (every allocation of a cache that never evicts; a
 bounded one recycles evicted slots) is just its first slot ``s0`` and length: its hashes sit in the
@@ -100,7 +102,9 @@ class BlockChains:
         # instead of a dict by id (~100 B per edge with its int key): ~1 M edges at chat 10^6
         self._edges: list[_Edge | None] = [None]
         self._free_ids: list[int] = []
-        self.eid = np.zeros(0, np.int32)      # per slot: id of the edge holding it (0: none, not resident)
+        # per slot: id of the edge holding it (0: none, not resident); None until track() (a cache that never
+        # evicts needs none)
+        self.eid: np.ndarray | None = None
         self.hash = np.zeros(0, np.uint64)    # per slot of a consecutive edge: its block's hash
         self.off: np.ndarray | None = None    # per slot of another edge: its index in that edge
         self.version = 0                      # bumped by every change (memo key for walks)
@@ -111,21 +115,45 @@ class BlockChains:
 
     def grow(self, num_slots: int) -> None:
         """Room for slots ``[0, num_slots)``."""
-        if num_slots > self.eid.shape[0]:
-            for a in (self.eid, self.hash) if self.off is None else (self.eid, self.hash, self.off):
-                a.resize(num_slots, refcheck=False)     # in place, zero-filled (no views are kept)
+        if num_slots > self.hash.shape[0]:
+            for a in (self.eid, self.hash, self.off):
+                if a is not None:
+                    a.resize(num_slots, refcheck=False)     # in place, zero-filled (no views are kept)
+
+    def track(self) -> None:
+        """Keep ``eid`` from now on (built from the edges; needed before the first :meth:`evicted`)."""
+        if self.eid is None:
+            self.eid = eid = np.zeros(self.hash.shape[0], np.int32)
+            for e in self._edges:
+                if e is not None:
+                    eid[e.at()] = e.eid
 
     def hashes(self, e: _Edge, lo: int = 0, hi: int | None = None) -> np.ndarray:
         """The hashes of ``e``'s blocks ``[lo, hi)`` (a view)."""
         hi = e.n if hi is None else hi
         return self.hash[e.s0 + lo:e.s0 + hi] if e.s0 >= 0 else e._h[lo:hi]
 
-    def after(self, slot: int) -> tuple[_Edge, int]:
-        """The walk position just after resident ``slot`` (``-1``: the root)."""
-        if slot < 0:
-            return self.root, 0
-        e = self._edges[int(self.eid[slot])]
-        return e, (slot - e.s0 if e.s0 >= 0 else int(self.off[slot])) + 1
+    @staticmethod
+    def back(pos: tuple[_Edge, int], d: int) -> tuple[_Edge, int]:
+        """The walk position ``d`` blocks before ``pos`` (on its path; never the head of an edge: the end of
+        its parent instead, which is where a walk stands before entering the edge)."""
+        e, o = pos
+        while d and d >= o:
+            d -= o
+            e = e.parent
+            o = e.n
+        return e, o - d
+
+    @staticmethod
+    def resume(pos: tuple[_Edge, int], hashes: np.ndarray, i: int) -> tuple[_Edge, int]:
+        """Walk position ``pos``, recorded after block ``i - 1`` of ``hashes``, in today's tree: an edge split
+        since keeps its head, and its tail (the rest) is the child keyed by the tail's first hash. The blocks
+        up to ``i`` must have stayed resident (they are held)."""
+        e, o = pos
+        while o > e.n:
+            o -= e.n
+            e = e.child(int(hashes[i - o]))
+        return e, o
 
     def walk(self, hashes: np.ndarray, i: int, pos: tuple[_Edge, int], limit: int
              ) -> tuple[int, list[slice | np.ndarray], tuple[_Edge, int]]:
@@ -173,7 +201,8 @@ class BlockChains:
             tail.kids = e.kids
             for c in tail.children.values():
                 c.parent = tail
-            self.eid[tail.at()] = tail.eid
+            if self.eid is not None:
+                self.eid[tail.at()] = tail.eid
             e.cut(o)
             e.kids = tail
         k = hashes.shape[0]
@@ -184,17 +213,18 @@ class BlockChains:
         else:
             new = self._edge(k, int(hashes[0]), -1, slots, hashes.copy(), e)
             if self.off is None:
-                self.off = np.zeros(self.eid.shape[0], np.int32)
+                self.off = np.zeros(self.hash.shape[0], np.int32)
             self.off[slots] = np.arange(k)
             at = slots
         e.adopt(new)
-        self.eid[at] = new.eid
+        if self.eid is not None:
+            self.eid[at] = new.eid
         self.version += 1
 
     def evicted(self, slots: np.ndarray) -> None:
         """Forget ``slots``: each edge keeps its head of blocks not among them (eviction takes leaves, so an
         edge's evicted blocks are its tail and everything below them). A slot is resident while its ``eid``
-        is not 0."""
+        is not 0 (:meth:`track` first)."""
         ids = self.eid[slots]
         # NOTE (speed): the ids come in runs (an edge's blocks are freed together): their run heads, then a
         # sorted set of those few (np.unique costs ~5 us a call even on a handful of values; same order)

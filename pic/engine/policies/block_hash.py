@@ -31,6 +31,7 @@ through views: per request the cost is numpy calls per piece, not per block (doc
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -63,14 +64,27 @@ class BlockHashCache(CachePolicy):
         self._bs = bs = self.config.block_size
         self._hasher = BlockHasher(bs)
         self._tree = BlockChains()                            # the resident blocks, by chain
+        # NOTE (memory): a cache that is unbounded (and not --verify) never evicts by itself: until evict() is
+        # called it is *lean*: per block only ``ref`` (1 B) and the tree's hash (8 B), no free order, no free
+        # queue and no edge id per block (~25 B per block before #12's 12th round; rag-reorder makes ~230
+        # distinct blocks per request). Its releases are logged instead (:meth:`_unlock`), and the first
+        # evict() rebuilds the free order from the log (:meth:`_end_lean`)
+        self._lean = ctx.capacity_tokens == float("inf") and not ctx.verify
+        self._log = array("q")                               # lean: (first, end) slot of each run released
         self._num_resident = 0
         self._num_born = 0
         # NOTE: per-slot state lives in numpy arrays so ref counting and eviction are vectorized
-        # (NOTE (memory): 17 B per block, 25 with the tree's; hashes, parents, storing order and tokens,
-        # read only by the --verify check and footprint, are kept only under --verify).
-        self._ref = np.zeros(0, np.int32)
-        # order in the LRU free queue (ref == 0). NOTE (memory): int32 until 2^31 releases, then int64
-        self._free_seq = np.zeros(0, np.int32)
+        # (NOTE (memory): 5 B per block, 17 with the tree's, 9 while lean; hashes, parents, storing order and
+        # tokens, read only by the --verify check and footprint, are kept only under --verify).
+        # NOTE (memory): ref is uint8 while at most 255 requests are live (a request holds a block once), then
+        # int32 (_widen_ref)
+        self._ref = np.zeros(0, np.uint8)
+        self._ref_max = 255
+        # order in the LRU free queue (ref == 0; None while lean). NOTE (memory): int32 until 2^31 releases,
+        # then int64
+        self._free_seq = None if self._lean else np.zeros(0, np.int32)
+        if not self._lean:
+            self._tree.track()
         self._hash = np.zeros(0, np.uint64)                   # --verify only: chained hash,
         self._parent = np.zeros(0, np.uint64)                 # its parent's,
         self._birth = np.zeros(0, np.int64)                   # storing order,
@@ -83,15 +97,13 @@ class BlockHashCache(CachePolicy):
         # was re-referenced, re-released or evicted since are stale and skipped on pop.
         self._queue: deque[tuple[np.ndarray, np.ndarray]] = deque()
         self._num_queued = 0
-        # NOTE (memory): an unbounded cache never evicts by itself, so it keeps no queue (16-32 B per
-        # block) until evict() is called: then the queue is built from the free blocks' ``free_seq``,
-        # which orders them exactly as the queue's valid entries would
-        self._queue_kept = ctx.capacity_tokens != float("inf")
+        # (while lean there is no queue: the first evict() builds it from the free order, which orders the
+        # free blocks exactly as the queue's valid entries would)
         self._num_locked = 0                                  # blocks with ref > 0
         self._reserved = 0                                    # blocks reserved, not yet committed
-        # request -> (held slot pieces, blocks reserved, hashes, want); a piece is a slice of consecutive
-        # slots or an int64 array of slots (:meth:`BlockChains.walk`)
-        self._live: dict[int, tuple[list, int, np.ndarray, int]] = {}
+        # request -> (held slot pieces, blocks reserved, hashes, want, walk position after the `want` held
+        # blocks); a piece is a slice of consecutive slots or an int64 array of slots (:meth:`BlockChains.walk`)
+        self._live: dict[int, tuple[list, int, np.ndarray, int, tuple | None]] = {}
         self._memo: tuple[RequestView, np.ndarray] | None = None   # (request, hashes) of the last one
         self._walked: tuple | None = None       # (request, tree version, end, pieces, position) of the last walk
         cap = ctx.capacity_tokens
@@ -124,6 +136,10 @@ class BlockHashCache(CachePolicy):
             self.stats.rejected += 1
             self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
             return False
+        w = self._walked                                    # (this request's walk: _match walks too)
+        pos = self._tree.back(w[4], w[2] - want)
+        if len(self._live) >= self._ref_max:
+            self._widen_ref()
         self._lock(held)
         need = hashes.shape[0] - want
         over = self._num_resident + self._reserved + need - self._cap_blocks
@@ -134,11 +150,11 @@ class BlockHashCache(CachePolicy):
                 self.stats.rejected += 1
                 return False
         self._reserved += need
-        self._live[req.request_id] = (held, need, hashes, want)
+        self._live[req.request_id] = (held, need, hashes, want, pos)
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:
-        held, need, hashes, want = self._live[req.request_id]
+        held, need, hashes, want, pos = self._live[req.request_id]
         self._reserved -= need
         n = hashes.shape[0]
         # the first `want` blocks are held: walk on from the last of them
@@ -148,7 +164,8 @@ class BlockHashCache(CachePolicy):
             # it admits the next): that walk went on from block `want` to where this one would end
             run, pieces, pos = w[2], _tail(w[3], want), w[4]
         else:
-            run, pieces, pos = self._tree.walk(hashes, want, self._tree.after(_last(held) if want else -1), n)
+            # (from admit's position after the held blocks: they stayed resident, edges may have split)
+            run, pieces, pos = self._tree.walk(hashes, want, self._tree.resume(pos, hashes, want), n)
         if pieces:
             self._lock(pieces)
         if run < n:                                         # nothing after the matched run is resident
@@ -156,10 +173,10 @@ class BlockHashCache(CachePolicy):
             self._ref[new] = 1          # (fresh slots are 0, recycled ones were evicted at 0: locked now)
             self._num_locked += n - run
             pieces.append(new)
-        self._live[req.request_id] = (held + pieces, 0, hashes, want)
+        self._live[req.request_id] = (held + pieces, 0, hashes, want, None)
 
     def release(self, req: RequestView, now_us: int) -> None:
-        held, need, _, _ = self._live.pop(req.request_id)
+        held, need, _, _, _ = self._live.pop(req.request_id)
         self._reserved -= need
         self._unlock(held)
 
@@ -205,7 +222,7 @@ class BlockHashCache(CachePolicy):
         tree is unchanged: admit reuses lookup's walk)."""
         w = self._walked
         if w is None or w[0] is not req or w[1] != self._tree.version:
-            run, pieces, pos = self._tree.walk(hashes, 0, self._tree.after(-1), hashes.shape[0])
+            run, pieces, pos = self._tree.walk(hashes, 0, (self._tree.root, 0), hashes.shape[0])
             self._walked = w = (req, self._tree.version, run, pieces, pos)
         return w[2], w[3]
 
@@ -235,7 +252,7 @@ class BlockHashCache(CachePolicy):
         fresh, top = k - take, self._top
         if top + fresh > self._ref.shape[0]:
             n = max(top + fresh, _grown(self._ref.shape[0]))
-            arrays = [self._ref, self._free_seq]
+            arrays = [self._ref] if self._lean else [self._ref, self._free_seq]
             if self.ctx.verify:
                 arrays += [self._hash, self._parent, self._birth, self._tok]
             for a in arrays:
@@ -282,7 +299,21 @@ class BlockHashCache(CachePolicy):
     def _unlock(self, pieces: list) -> None:
         """ref -= 1 on the slots of ``pieces``; those that reach 0 join the free queue, tail first (vLLM frees
         reversed(blocks): the tail is evicted first)."""
-        ref, nxt, kept = self._ref, self._next_free_seq, self._queue_kept
+        if self._lean:
+            # NOTE (memory, speed): no free order per block: the runs that freed a block are logged in the
+            # order a kept queue would number them (_end_lean); pieces are slices while lean
+            ref, log, z = self._ref, self._log, 0
+            for p in reversed(pieces):
+                v = ref[p]
+                v -= 1
+                k = v.shape[0] - int(np.count_nonzero(v))
+                if k:
+                    log.append(p.start)
+                    log.append(p.stop)
+                    z += k
+            self._num_locked -= z
+            return
+        ref, nxt = self._ref, self._next_free_seq
         parts: list[tuple[np.ndarray, np.ndarray]] = []        # (seq, slots) per piece, for the queue
         for p in reversed(pieces):
             if type(p) is slice:
@@ -293,7 +324,7 @@ class BlockHashCache(CachePolicy):
                 if not z:
                     continue
                 if z == k:                  # (the common case: all of them)
-                    zero = np.arange(p.stop - 1, p.start - 1, -1) if kept else None
+                    zero = np.arange(p.stop - 1, p.start - 1, -1)
                 else:
                     zero = np.flatnonzero(v == 0)[::-1] + p.start
             else:
@@ -306,16 +337,12 @@ class BlockHashCache(CachePolicy):
                     continue
             if nxt + z > _I32_MAX and self._free_seq.dtype != np.int64:
                 self._free_seq = self._free_seq.astype(np.int64)
-            if z == k and not kept:
-                self._free_seq[p] = np.arange(nxt + z - 1, nxt - 1, -1, dtype=np.int64)
+            seq = np.arange(nxt, nxt + z, dtype=np.int64)
+            if z == k:
+                self._free_seq[p][::-1] = seq
             else:
-                seq = np.arange(nxt, nxt + z, dtype=np.int64)
-                if z == k:
-                    self._free_seq[p][::-1] = seq
-                else:
-                    self._free_seq[zero] = seq
-                if kept:
-                    parts.append((seq, zero))
+                self._free_seq[zero] = seq
+            parts.append((seq, zero))
             nxt += z
         z = nxt - self._next_free_seq
         self._num_locked -= z
@@ -331,14 +358,34 @@ class BlockHashCache(CachePolicy):
             self._queue = deque([(seq[keep], sl[keep])])
             self._num_queued = int(keep.sum())
 
+    def _end_lean(self) -> None:
+        """Before the first eviction of a lean cache: the per-block free order from the release log (each run
+        numbered tail first, after the runs logged before it; a block's last release is the one that freed
+        it, so the free blocks are ordered as a kept queue's valid entries would be), the edge ids, and the
+        queue of the free blocks in that order."""
+        fs = np.zeros(self._ref.shape[0], np.int64)
+        c, it = 0, iter(self._log)
+        for a, b in zip(it, it, strict=True):
+            fs[a:b] = np.arange(c + b - a - 1, c - 1, -1)
+            c += b - a
+        self._free_seq = fs if c > _I32_MAX else fs.astype(np.int32)
+        self._next_free_seq = c
+        self._log = None
+        self._tree.track()
+        self._lean = False
+        free = np.flatnonzero(self._ref[:self._top] == 0)       # (every used slot is resident while lean)
+        free = free[np.argsort(self._free_seq[free])]
+        self._queue = deque([(self._free_seq[free], free)])
+        self._num_queued = free.shape[0]
+
+    def _widen_ref(self) -> None:
+        """ref as int32 (more than 255 live requests)."""
+        self._ref = self._ref.astype(np.int32)
+        self._ref_max = 1 << 62
+
     def _evict_blocks(self, num_blocks: int) -> int:
-        if not self._queue_kept:
-            top = self._top
-            free = np.flatnonzero((self._tree.eid[:top] != 0) & (self._ref[:top] == 0))
-            free = free[np.argsort(self._free_seq[free])]
-            self._queue = deque([(self._free_seq[free], free)])
-            self._num_queued = free.shape[0]
-            self._queue_kept = True
+        if self._lean:
+            self._end_lean()
         got: list[np.ndarray] = []
         num = 0
         while num < num_blocks and self._queue:
@@ -373,8 +420,9 @@ class BlockHashCache(CachePolicy):
 
     @property
     def _alive(self) -> np.ndarray:
-        """bool per slot ever used: resident (held by an edge of the tree; NOTE (memory): no array of its own)."""
-        return self._tree.eid[:self._top] != 0
+        """bool per slot ever used: resident (held by an edge of the tree; NOTE (memory): no array of its own;
+        while lean, every used slot)."""
+        return np.ones(self._top, np.bool_) if self._lean else self._tree.eid[:self._top] != 0
 
 
 _I32_MAX = (1 << 31) - 1
@@ -405,12 +453,6 @@ def _tail(pieces: list, n: int) -> list:
         out.append(p if not n else slice(p.start + n, p.stop) if type(p) is slice else p[n:])
         n = 0
     return out
-
-
-def _last(pieces: list) -> int:
-    """The last slot of non-empty ``pieces``."""
-    p = pieces[-1]
-    return p.stop - 1 if type(p) is slice else int(p[-1])
 
 
 def _cat(pieces: list) -> np.ndarray:
