@@ -7,8 +7,9 @@ count) for: raw xxh64 over the token bytes (one call: the reference of issue #12
 xxh64" ratio), np.copy, Gear hash by log-doubling, Gear hash by 64 shifted gathers, chunk() (hash +
 boundary rules), fingerprints(), chunk+fingerprints on one long stream, and chunk+fingerprints called once
 per ``--prompt-tokens`` prompt (the policy's calling pattern), the same two with the fused ``layout_fps`` (bounds,
-anchors and fingerprints from one call); the chunking rows for both Gear value kinds (``[table]``: the default
-seeded table, ``[mix]``: ``CDCConfig(gear="mix")``, table-free); each as a ratio to xxh64 and to np.copy.
+anchors and fingerprints from one call); the chunking rows for both Gear value kinds (``[mix]``: the default,
+table-free; ``[table]``: ``CDCConfig(gear="table")``, the seeded table, the default before #12's tenth round);
+each as a ratio to xxh64 and to np.copy.
 """
 
 from __future__ import annotations

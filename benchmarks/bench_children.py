@@ -178,8 +178,8 @@ def child_cdc(num_tokens: int) -> dict:
     """CDC + fingerprints vs raw xxh64 over the same bytes (one stream), best of 5, this process: the numpy
     paths and, where numba loads, the compiled kernels (``pic.accel``), side by side; and the two parts
     apart: chunking, and the fingerprints alone (the ratio CDC + fingerprints could reach if chunking cost
-    nothing). The compiled rows for both Gear value kinds: ``compiled`` (the default table) and
-    ``compiled_mix`` (``CDCConfig(gear="mix")``, table-free; other cuts), each also per 4096-token prompt with
+    nothing). The compiled rows for both Gear value kinds: ``compiled`` (the default, ``gear="mix"``: table-free) and
+    ``compiled_table`` (``CDCConfig(gear="table")``, the default before #12's tenth round; other cuts), each also per 4096-token prompt with
     the fused ``layout_fps`` (one call per prompt). ``lookup_floor``: one pass that only reads each token's
     Gear table entry (compiled here, not a kernel of pic: :func:`_gear_lookups`): a chunker with this table
     does at least these loads, so ``xxh64 / (lookups + fingerprints)`` bounds the table's ratio from above
@@ -221,7 +221,7 @@ def child_cdc(num_tokens: int) -> dict:
     t0 = time.process_time()
     compiled = accel.available() and accel._load("pic._accel_numba_cdc") is not None
     out["accel_load_cpu_s"] = round(time.process_time() - t0, 3)
-    for m, tag, gear in (("0", "numpy", "table"), ("1", "compiled", "table"), ("1", "compiled_mix", "mix")):
+    for m, tag, gear in (("0", "numpy", "mix"), ("1", "compiled", "mix"), ("1", "compiled_table", "table")):
         if m == "1" and not compiled:
             out["compiled"] = "numba not available"
             break

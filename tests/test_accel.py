@@ -239,7 +239,7 @@ def test_gear_candidates_kernel_equals_numpy_hash() -> None:
             t.flags.writeable = False
             accel.set_mode("0")
             try:
-                h = cdc.gear_hash(t)
+                h = cdc.gear_hash(t, 0, "table")       # (the kernel below is given the table)
             finally:
                 accel.set_mode(None)
             mid = min(n - 1, 100)
@@ -296,7 +296,7 @@ def test_fingerprint_lanes_equal_xxhash() -> None:
         want = [cdc.fingerprint(t[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         assert fast.fingerprints(t, bounds).tolist() == want, trial
     t = buf[1:40_001]
-    cfg = cdc.CDCConfig(avg_chunk=180, min_chunk=64, max_chunk=512)
+    cfg = cdc.CDCConfig(avg_chunk=180, min_chunk=64, max_chunk=512, gear="table")   # (the table below)
     b, anc = cdc.layout(t, cfg)
     c = int(b[len(b) // 2])
     got = fast.gear_layout(t[c - 63:], cdc.gear_table(0), np.uint64(0), cfg.threshold, 63, t.size - 1 - (c - 63),

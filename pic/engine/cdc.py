@@ -4,12 +4,16 @@ Hash. ``h_i = (h_{i-1} << 1) + G[t_i] mod 2**64`` equals ``sum_{j<64} G[t_{i-j}]
 bit 63 fall off, so ``h_i`` depends on the last 64 tokens only. It is computed vectorized by log-doubling
 (``H_1 = G[t]``; ``H_2k[i] = (H_k[i-k] << k) + H_k[i]``: 6 shift+add passes for a 64-token window) in
 cache-sized blocks; :func:`gear_hash_gathers` (64 shifted gathers) is kept as the slower alternative.
-``G`` is a seeded uint64 table of 2**16 entries; a token id ``t`` (any int32) picks ``G[(t * 0x9E3779B1
-mod 2**32) >> 16]`` (Fibonacci hashing). ``CDCConfig(gear="mix")`` (an option; the table stays the default)
-uses no table: ``G(t) = z ^ (z >> 32)`` with ``z = ((t mod 2**32) ^ key) * 0xBF58476D1CE4E5B9 mod 2**64``, ``key
-= (seed + 1) * 0x9E3779B97F4A7C15 mod 2**64`` (a multiply-xorshift: a bijection of the token id; :func:`gear_values`), computed 8 lanes at a time by the compiled kernel instead of one random load from a
-512 KB table per token; the same hash formula and boundary rules, so every property below holds for both
-(other values, so other cuts).
+``G`` (``CDCConfig.gear``): ``mix``, the default, is ``G(t) = z ^ (z >> 32)`` with ``z = ((t mod 2**32) ^ key) *
+0xBF58476D1CE4E5B9 mod 2**64``, ``key = (seed + 1) * 0x9E3779B97F4A7C15 mod 2**64`` (a multiply-xorshift: a
+bijection of the token id, :func:`gear_values`), computed 8 lanes at a time by the compiled kernel; ``table``
+(the default until the tenth round of #12, kept as an option) is a seeded uint64 table of 2**16 entries, a
+token id ``t`` (any int32) picking ``G[(t * 0x9E3779B1 mod 2**32) >> 16]`` (Fibonacci hashing): FastCDC's
+byte-indexed 256-entry table sits in L1, but a token vocabulary needs a 512 KB table, and one random load per
+token from it bounds CDC + fingerprints to <= 0.44x raw xxh64 (docs/benchmarks.md), where ``mix`` runs at
+0.54-0.58x; ``mix`` also gives distinct tokens distinct values (the table maps ~2.3 vocabulary ids of a 150 k
+vocabulary to each entry). The same hash formula and boundary rules, so every property below holds for both
+(other values, so other cuts: hit rates equal within the seed-to-seed spread, docs/design.md).
 
 Boundaries. A cut *after* token ``i`` (chunk boundary offset ``b = i + 1``) is a candidate when
 ``h_i < threshold`` and ``i >= 63`` (a full window). Every rule below depends on content near ``b`` only,
@@ -54,7 +58,7 @@ _FIB32 = np.uint32(0x9E3779B1)
 _BLOCK = 1 << 15  # tokens per hash block (arrays stay in L2)
 _EMPTY = np.zeros(0, np.int64)
 _SHIFTS = {k: np.uint64(k) for k in (1, 2, 4, 8, 16, 32)}
-GEARS = ("table", "mix")
+GEARS = ("mix", "table")       # the default first
 _GOLDEN = 0x9E3779B97F4A7C15
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _NO_TABLE = np.zeros(0, np.uint64)
@@ -67,10 +71,11 @@ class CDCConfig:
     avg_chunk: int = field(default=256, metadata={"help": "expected chunk size in tokens"})
     min_chunk: int = field(default=64, metadata={"help": "minimum chunk size in tokens"})
     max_chunk: int = field(default=1024, metadata={"help": "maximum chunk size in tokens"})
-    seed: int = field(default=0, metadata={"help": "seed of the Gear table"})
-    gear: str = field(default="table", metadata={
-        "help": "Gear values: table (a seeded 2**16-entry table, the default) | mix (a multiply-xorshift of the "
-                "token id and the seed: no table loads, 8 lanes vectorized; other cuts)"})
+    seed: int = field(default=0, metadata={"help": "seed of the Gear values"})
+    gear: str = field(default="mix", metadata={
+        "help": "Gear values: mix (a multiply-xorshift of the token id and the seed: no table loads, 8 lanes "
+                "vectorized; the default) | table (a seeded 2**16-entry table, the default before #12's tenth "
+                "round; other cuts)"})
 
     def __post_init__(self) -> None:
         if self.gear not in GEARS:
@@ -114,7 +119,7 @@ def mix_key(seed: int) -> np.uint64:
     return np.uint64((seed + 1) * _GOLDEN % 2**64)
 
 
-def gear_values(tokens: np.ndarray, seed: int = 0, gear: str = "table") -> np.ndarray:
+def gear_values(tokens: np.ndarray, seed: int = 0, gear: str = "mix") -> np.ndarray:
     """uint64 [N]: the Gear value ``G(t)`` of each token. ``table``: ``G[(t * 0x9E3779B1 mod 2**32) >> 16]``
     of the seeded table; ``mix``: ``z ^ (z >> 32)``, ``z = ((t mod 2**32) ^ mix_key(seed)) * 0xBF58476D1CE4E5B9
     mod 2**64`` (one multiply: the compiled scan computes 8 at a time with no table loads)."""
@@ -136,7 +141,7 @@ def _kernel_gear(seed: int, gear: str) -> tuple[np.ndarray, np.uint64]:
     return (gear_table(seed), np.uint64(0)) if gear == "table" else (_NO_TABLE, mix_key(seed))
 
 
-def gear_hash(tokens: np.ndarray, seed: int = 0, gear: str = "table") -> np.ndarray:
+def gear_hash(tokens: np.ndarray, seed: int = 0, gear: str = "mix") -> np.ndarray:
     """uint64 [N]: ``h_i = sum_{j<min(64, i+1)} G(t_{i-j}) << j`` (log-doubling, blocked; ``G``:
     :func:`gear_values`)."""
     toks = np.ascontiguousarray(tokens, dtype=np.int32)
@@ -167,7 +172,7 @@ def _gear_block(toks: np.ndarray, seed: int, gear: str) -> np.ndarray:
     return h
 
 
-def gear_hash_gathers(tokens: np.ndarray, seed: int = 0, gear: str = "table") -> np.ndarray:
+def gear_hash_gathers(tokens: np.ndarray, seed: int = 0, gear: str = "mix") -> np.ndarray:
     """Same values as :func:`gear_hash`, as 64 shifted gathers (the slower reference formulation)."""
     g = gear_values(tokens, seed, gear)
     h = g.copy()

@@ -103,7 +103,7 @@ def test_deep_summary_json(here):
     (["--set", "cost.mfu=nan"], "cost.mfu: must be a finite number"),
     (["--set", "irminsul.gear_seed=-1"], "irminsul.gear_seed: -1 is out of range"),
     (["--set", "irminsul.s1=maybe"], "irminsul.s1: expected true or false"),
-    (["--set", "irminsul.gear=xx"], "irminsul.gear=xx: gear must be one of table, mix"),
+    (["--set", "irminsul.gear=xx"], "irminsul.gear=xx: gear must be one of mix, table"),
     (["--set", "prefix.page_size=99999999999"], "prefix.page_size: 99999999999 is out of range"),
     (["--set", "irminsul.min_chunk=900"], "irminsul.min_chunk=900: "),
     (["--replicas", "20000000"], "replicas: must be 1 to 4096"),

@@ -78,9 +78,10 @@ class IrminsulConfig:
     min_chunk: int = field(default=64, metadata={"help": "minimum CDC chunk size (tokens)"})
     max_chunk: int = field(default=1024, metadata={
         "help": "maximum CDC chunk size (tokens); low-entropy runs are cut into whole periods up to it"})
-    gear_seed: int = field(default=0, metadata={"help": "seed of the Gear hash table"})
-    gear: str = field(default="table", metadata={
-        "help": "CDC Gear values: table (seeded 2**16-entry table) | mix (a multiply-xorshift of the token id: ~2x faster chunking, other cuts; docs/bench-cdc10.md)"})
+    gear_seed: int = field(default=0, metadata={"help": "seed of the CDC Gear values"})
+    gear: str = field(default="mix", metadata={
+        "help": "CDC Gear values: mix (a multiply-xorshift of the token id, the default) | table (a seeded "
+                "2**16-entry table, the default before #12's tenth round: ~2x slower chunking, other cuts)"})
     s1: bool = field(default=False, metadata={
         "help": "S1: re-look-up CDC misses as fixed windows (each stored chunk registers its windows; off by "
                 "default: the tail trie finds what they find, token-granular and with no registry entries)"})

@@ -69,9 +69,10 @@ class LinearKVConfig:
                                                           "also stores a recurrent state, so larger is leaner"})
     min_chunk: int = field(default=64, metadata={"help": "minimum CDC chunk size (tokens)"})
     max_chunk: int = field(default=2048, metadata={"help": "maximum CDC chunk size (tokens)"})
-    gear_seed: int = field(default=0, metadata={"help": "seed of the Gear hash table"})
-    gear: str = field(default="table", metadata={
-        "help": "CDC Gear values: table (seeded 2**16-entry table) | mix (a multiply-xorshift of the token id: ~2x faster chunking, other cuts; docs/bench-cdc10.md)"})
+    gear_seed: int = field(default=0, metadata={"help": "seed of the CDC Gear values"})
+    gear: str = field(default="mix", metadata={
+        "help": "CDC Gear values: mix (a multiply-xorshift of the token id, the default) | table (a seeded "
+                "2**16-entry table, the default before #12's tenth round: ~2x slower chunking, other cuts)"})
     s2: bool = field(default=True, metadata={"help": "S2: boundary markers are hard chunk boundaries"})
     marker_tokens: str = field(default="", metadata={
         "help": "S2 marker as comma-separated token ids (empty: the built-in 64-token marker)"})
