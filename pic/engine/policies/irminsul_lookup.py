@@ -129,7 +129,7 @@ class ChunkWalk:
 
     def _full_layout(self, req: RequestView) -> Analysis:
         """CDC over the whole prompt."""
-        toks, n = req.tokens, req.num_tokens
+        toks, n = tokens_from(req, 0), req.num_tokens
         hard, marked = marker_cuts(req, toks, 0, self._marker) if self.config.s2 else (NO_CUTS, False)
         hard = cdc.clean_hard(hard, n)
         bounds, anchors, fps = cdc.layout_fps(toks, self._cdc, hard)    # (one compiled call: no hard boundary)
