@@ -12,9 +12,12 @@ Both tries are built lazily from a log of index operations (see :meth:`ChunkInde
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
+from collections.abc import Iterable
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter
+from types import ModuleType
 
 import numpy as np
 
@@ -52,11 +55,47 @@ class ChunkIndexes:
         # indexed chunk may extend. Without content reuse beyond the exact prefix no trie is ever built.
         self.min_match = min_match
         # keys: cdc.fingerprint of the run (a hash: a collision at worst walks a trie for nothing)
-        self._heads: Counter[int] = Counter()
-        self._tails: Counter[int] = Counter()
+        self._heads: KeyCounts | KeyTable = KeyCounts()
+        self._tails: KeyCounts | KeyTable = KeyCounts()
+        # a superset of the registered fingerprints (those of every layout made, never removed), as a key table once
+        # the compiled kernels are in use (:meth:`use_tables`; lookups then ask the three tables in one call, :meth:`hot`)
+        self._registered: KeyTable | None = None
         self._log: list = []        # index?, chunk, how many of its tokens; flat (no tuple per entry: fewer GC objects)
 
     # ---- Public API --------------------------------------------------------------------------------------
+    def use_tables(self, fast: ModuleType, fps: Iterable[list[int]] | None = None) -> None:
+        """Keep the prefilters in compiled key tables (``fast``: the kernels of :mod:`pic._accel_numba_irm`) from
+        now on: same counts, moved. With ``fps`` (the fingerprints of every chunk layout the policy made so far and
+        may read again: a superset of the registry's), also a table of fingerprints that is kept a superset of the
+        registry's (``_registered``: the policy adds every layout it makes, :meth:`hot`)."""
+        if isinstance(self._heads, KeyTable):
+            return
+        self._heads = KeyTable(fast, [k for k, n in self._heads.items() for _ in range(n)])
+        self._tails = KeyTable(fast, [k for k, n in self._tails.items() for _ in range(n)])
+        self._heads.flush()
+        self._tails.flush()
+        if fps is not None:
+            reg = self._registered = KeyTable(fast, self.entries)
+            for f in fps:
+                reg.update(f)
+            reg.flush()
+            self._new3 = np.zeros(3, np.int64)
+
+    def hot(self, fps: np.ndarray, heads: np.ndarray, tails: np.ndarray, base: int, made: np.ndarray) -> list[int]:
+        """``base + i`` for each ``i`` where ``fps[i]`` may be registered (it is in ``_registered``), ``heads[i]``
+        begins or ``tails[i]`` ends an indexed chunk (the tails asked only with a tail trie), ascending; then the
+        fingerprints ``made`` (of the layout being walked) join ``_registered``. One compiled call (with the
+        prefilter counts held back since the last one)."""
+        reg, h, t, new = self._registered, self._heads, self._tails, self._new3
+        a2, a3 = h.take(), t.take()
+        reg.reserve(made.shape[0])
+        got = reg.fast.kt_hot(reg.tab, reg.shift, h.tab, h.shift, t.tab, t.shift, self.rtrie is not None, fps, heads,
+                              tails, base, made, a2, a3, new)
+        reg.used += int(new[0])
+        h.used += int(new[1])
+        t.used += int(new[2])
+        return got.tolist()
+
     def make_ready(self, chunks: list[Chunk], now_us: int, windows: bool) -> None:
         """The chunks' KV exists: index their tokens in the trie(s) (and their S1 windows when ``windows``),
         in order (:meth:`_index`, inline: one call per request)."""
@@ -171,8 +210,8 @@ class ChunkIndexes:
         if n >= self.min_match:
             hk, tk = c.keys if c.keys is not None else _keys(c, n, self.min_match)
             c.head = hk
-            for d, k in ((self._heads, hk), (self._tails, tk)):
-                d[k] = d.get(k, 0) + 1
+            self._heads.add(hk)
+            self._tails.add(tk)
             c.keys = (hk, tk) if self._keep_keys else None
         else:
             c.keys = None
@@ -187,11 +226,8 @@ class ChunkIndexes:
         c.indexed = None
         if n >= self.min_match:
             tk = c.keys[1] if c.keys is not None else cdc.fingerprint(c.part(n - self.min_match, n))
-            for d, k in ((self._heads, c.head), (self._tails, tk)):
-                if d[k] == 1:
-                    del d[k]
-                else:
-                    d[k] -= 1
+            self._heads.remove(c.head)
+            self._tails.remove(tk)
         self._log += (False, c, n)
 
     def _flush(self) -> None:
@@ -273,3 +309,108 @@ def _keys(c: Chunk, n: int, m: int) -> tuple[int, int]:
     """Keys (:func:`engine.cdc.fingerprint`) of the first and last ``m`` of chunk ``c``'s first ``n`` tokens
     (``c.head`` once known)."""
     return c.head if c.head is not None else cdc.fingerprint(c.part(0, m)), cdc.fingerprint(c.part(n - m, n))
+
+
+class KeyCounts(Counter):
+    """A multiset of keys (how many indexed chunks begin / end with each key) as a Counter: the prefilters'
+    numpy path (:class:`KeyTable` is the compiled one, with the same methods)."""
+
+    def add(self, key: int) -> None:
+        self[key] = self.get(key, 0) + 1
+
+    def remove(self, key: int) -> None:
+        """Count ``key`` once less (deleted at 0); it must be counted."""
+        if self[key] == 1:
+            del self[key]
+        else:
+            self[key] -= 1
+
+
+class KeyTable:
+    """:class:`KeyCounts` as an open-addressing hash table of ``uint64`` keys (``tab``: ``(key, count)`` pairs,
+    :mod:`pic._accel_numba_irm`; its kernels are ``fast``): ``in``, :meth:`get`, :meth:`update`, :meth:`add`,
+    :meth:`remove`, :meth:`items` as a Counter answers them. Kept at most half full (grows by doubling).
+
+    NOTE (speed): what :meth:`update` and :meth:`add` count is held back (``pending``, an ``array('Q')``: one
+    C-level extend) and counted at the next read, or by the store's next lookup (:meth:`take`): one compiled call
+    per lookup, not one per commit."""
+
+    __slots__ = ("fast", "tab", "shift", "used", "pending", "_count")
+
+    def __init__(self, fast: ModuleType, keys: Iterable[int] = (), bits: int = 12) -> None:
+        self.fast = fast
+        self.tab = np.zeros(2 << bits, np.uint64)
+        self.shift = np.uint64(64 - bits)
+        self.used = 0
+        self._count = fast.kt_count
+        self.pending = array("Q", keys)
+
+    def __reduce__(self) -> tuple:
+        # (copies and pickles: the kernels by their module's name, the counts as arrays)
+        return _key_table, (self.fast.__name__, self.tab, self.shift, self.used, self.pending)
+
+    def __contains__(self, key: int) -> bool:
+        if self.pending:
+            self.flush()
+        return self._count(self.tab, self.shift, key) > 0
+
+    def __len__(self) -> int:
+        self.flush()
+        return self.used
+
+    def get(self, key: int, default: int = 0) -> int:
+        if self.pending:
+            self.flush()
+        n = self._count(self.tab, self.shift, key)
+        return n if n else default
+
+    def update(self, keys: Iterable[int]) -> None:
+        """Count each of ``keys`` once more (as ``Counter.update`` of a list)."""
+        self.pending.extend(keys)
+
+    def add(self, key: int) -> None:
+        self.pending.append(key)
+
+    def remove(self, key: int) -> None:
+        """Count ``key`` once less (deleted at 0)."""
+        self.flush()
+        self.used -= self.fast.kt_remove(self.tab, self.shift, np.array([key], np.uint64))
+
+    def flush(self) -> None:
+        """Count what is held back."""
+        if self.pending:
+            keys = self.take()
+            self.used += self.fast.kt_add(self.tab, self.shift, keys)
+
+    def take(self) -> np.ndarray:
+        """The keys held back (uint64), no longer held: the caller counts them (with room for them made)."""
+        keys, self.pending = np.frombuffer(self.pending, np.uint64), array("Q")
+        self.reserve(keys.shape[0])
+        return keys
+
+    def reserve(self, more: int) -> None:
+        """Room for ``more`` new keys at most half full (rehashed into a table twice as large as needed)."""
+        cap = self.tab.shape[0] >> 1
+        if 2 * (self.used + more) <= cap:
+            return
+        bits = 64 - int(self.shift)
+        while 2 * (self.used + more) > (1 << bits):
+            bits += 1
+        old, self.tab, self.shift = self.tab, np.zeros(2 << bits, np.uint64), np.uint64(64 - bits)
+        self.fast.kt_rehash(self.tab, self.shift, old)
+
+    def items(self) -> list[tuple[int, int]]:
+        """``(key, count)`` of every counted key (slot order)."""
+        self.flush()
+        pairs = self.tab.reshape(-1, 2)
+        used = pairs[pairs[:, 1] != 0]
+        return list(zip(used[:, 0].tolist(), used[:, 1].tolist(), strict=True))
+
+
+def _key_table(module: str, tab: np.ndarray, shift: np.uint64, used: int, pending: array) -> KeyTable:
+    """A :class:`KeyTable` as :meth:`KeyTable.__reduce__` gives it."""
+    from importlib import import_module
+
+    t = KeyTable(import_module(module), pending)           # (its own arrays: a copy is one)
+    t.tab, t.shift, t.used = tab.copy(), shift, used
+    return t

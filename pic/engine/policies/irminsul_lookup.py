@@ -37,6 +37,7 @@ class ChunkWalk:
     _marker: np.ndarray
     _used_x: list[Extent]
     _tail_bounds: tuple[int, np.ndarray]      # (k, bounds[k:] as an int64 array) of the last layout made
+    _tail_fps: np.ndarray                     # its fps[k:] (uint64)
 
     def _analyze(self, req: RequestView) -> Analysis:
         """The prompt's CDC layout and, for each reused target range, ``(start, end, extent, offset in the
@@ -71,13 +72,20 @@ class ChunkWalk:
             eb = tb[kc - kb:] if kc >= kb else np.array(bl[kc:], np.int64)
             ha, ta = cdc.edge_keys(toks, eb - off if off else eb, m)
             heads_at, tails_at = ha.tolist(), ta.tolist()
-            # NOTE (speed): three C-level passes (map + compress), no Python bytecode per chunk
-            ks = range(k0, len(fl))
-            hot = [*compress(ks, map(entries.__contains__, fl[k0:]))]
-            more = [*compress(ks, map(heads.__contains__, heads_at[k0 - kc:]))]
-            more += compress(ks, map(tails.__contains__, tails_at[k0 - kc:]))
-            if more:
-                hot = sorted({*hot, *more})
+            if st._registered is not None:
+                # NOTE (speed): the store's key tables (compiled) in one call: a superset of the registered
+                # fingerprints (a chunk told hot that misses every stage is walked for nothing), to which this
+                # layout's new part is added (every fingerprint a later admit may register is in some layout)
+                fa = self._tail_fps[k0 - kb:] if k0 >= kb else np.array(fl[k0:], np.uint64)
+                hot = st.hot(fa, ha[k0 - kc:], ta[k0 - kc:], k0, self._tail_fps)
+            else:
+                # NOTE (speed): three C-level passes (map + compress), no Python bytecode per chunk
+                ks = range(k0, len(fl))
+                hot = [*compress(ks, map(entries.__contains__, fl[k0:]))]
+                more = [*compress(ks, map(heads.__contains__, heads_at[k0 - kc:]))]
+                more += compress(ks, map(tails.__contains__, tails_at[k0 - kc:]))
+                if more:
+                    hot = sorted({*hot, *more})
             hot.append(len(fl))
             misses = 0
         while pos < n:
@@ -124,7 +132,7 @@ class ChunkWalk:
             uses.sort(key=_START)             # S1 adds end-aligned windows after start-aligned ones
         if fast:        # (positionally: NamedTuple._replace is a Python-level rebuild)
             return Analysis(got.bounds, got.fps, got.anchors, got.hard, got.marked, toks, off, uses, kc, heads_at, tails_at,
-                            got.chunks)
+                            got.chunks, (k0, hot, st._admissions))
         return got._replace(uses=uses)
 
     def _full_layout(self, req: RequestView) -> Analysis:
@@ -133,7 +141,7 @@ class ChunkWalk:
         hard, marked = marker_cuts(req, toks, 0, self._marker) if self.config.s2 else (NO_CUTS, False)
         hard = cdc.clean_hard(hard, n)
         bounds, anchors, fps = cdc.layout_fps(toks, self._cdc, hard)    # (one compiled call: no hard boundary)
-        self._tail_bounds = (0, bounds)
+        self._tail_bounds, self._tail_fps = (0, bounds), fps
         return Analysis(bounds.tolist(), fps.tolist(), anchors.tolist(), hard, marked, toks, 0, [])
 
     def _layout(self, req: RequestView, shared: int, other: tuple, best_len: int) -> Analysis | None:
@@ -171,7 +179,7 @@ class ChunkWalk:
         # (bounds, anchors and the chunks' fingerprints from one compiled call when there is no hard boundary)
         base = max(0, c - (cdc.WINDOW - 1))
         tb, tanc, fps = cdc.layout_from_fps(toks[base - lo:], base, n, c, self._cdc, hard)
-        self._tail_bounds = (k, tb)
+        self._tail_bounds, self._tail_fps = (k, tb), fps
         # (a lean store: the chunks of the first k fingerprints as the prompt index keeps them, for admit)
         known = other[5][:k] if len(other) > 5 and other[5] is not None and self._store.lean else None
         return Analysis(pb[:k] + tb.tolist(), pf[:k] + fps.tolist(), panc[:k] + tanc.tolist(), hard, marked, toks,

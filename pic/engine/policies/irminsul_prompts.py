@@ -45,6 +45,16 @@ class PromptIndex:
         if self.tree.total_tokens > cap_tokens:
             self.tree.evict(int(self.tree.total_tokens - cap_tokens))
 
+    def layouts(self) -> list[tuple]:
+        """The layout of every indexed prompt."""
+        out, stack = [], [self.tree.root]
+        while stack:
+            nd = stack.pop()
+            stack.extend(nd.children.values())
+            if nd.value is not None:
+                out.append(nd.value)
+        return out
+
     def best_layout(self, toks: Seq | np.ndarray) -> tuple[tuple | None, int, int, tuple | None]:
         """``(layout, num, shared, other)``: the layout (``(bounds, fps, ...)``) of the committed prompt whose
         resident chunks serve the longest exact prefix ``num`` of ``toks`` (trying at most ``_LAYOUTS``

@@ -1,0 +1,127 @@
+"""numba kernels of the ``irminsul`` chunk store's key tables behind :mod:`pic.accel`, reached through
+``accel.kernels(n, "irm")`` and loaded on first use: a multiset of ``uint64`` keys as an open-addressing hash
+table (:class:`engine.policies.irminsul_index.KeyTable`, the compiled form of the store's prefilter counters
+``Counter[int]``). The table is one ``uint64`` array of ``(key, count)`` pairs, so a probe touches one cache
+line; an empty slot has count 0 (a new table is ``np.zeros``); the slot of a key is its Fibonacci hash (the
+top bits of ``key * golden``), collisions probe linearly, a key whose count drops to 0 is deleted by backward
+shift (no tombstones). Same answers as the counters, tested both ways.
+
+NOTE (speed): the store asks its tables about every chunk of a prompt after the exact prefix (is its
+fingerprint registered, does an indexed chunk begin or end with its first / last ``min_match`` tokens: three
+tables of ~370 k keys on Mooncake conversation) and counts every new chunk's keys at commit. In Python each is
+a dict probe that misses the cache, one at a time; a compiled loop has many in flight."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, types
+
+from pic._accel_numba import _GOLDEN, _OPTS, _U64
+
+_TAB = types.uint64[::1]
+_RTAB = types.Array(types.uint64, 1, "C", readonly=True)
+ZERO, ONE = np.uint64(0), np.uint64(1)
+
+
+@njit(inline="always", **_OPTS)
+def _slot(key, shift):
+    return np.int64((key * _GOLDEN) >> shift)
+
+
+@njit(inline="always", **_OPTS)
+def _find(tab, shift, key):
+    """The slot holding ``key``, or the empty slot where it would go."""
+    mask = (tab.shape[0] >> 1) - 1
+    j = _slot(key, shift)
+    while tab[2 * j + 1] != ZERO and tab[2 * j] != key:
+        j = (j + 1) & mask
+    return j
+
+
+@njit(inline="always", **_OPTS)
+def _add(tab, shift, keys):
+    n = 0
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        j = _find(tab, shift, k)
+        if tab[2 * j + 1] == ZERO:
+            tab[2 * j] = k
+            n += 1
+        tab[2 * j + 1] += ONE
+    return n
+
+
+@njit(types.int64(_TAB, types.uint64, _U64), **_OPTS)
+def kt_add(tab, shift, keys):
+    """Count each of ``keys`` once more (a new key with count 1); returns how many keys were new. The caller
+    keeps the table below its load limit."""
+    return _add(tab, shift, keys)
+
+
+@njit(types.int64(_TAB, types.uint64, _U64), **_OPTS)
+def kt_remove(tab, shift, keys):
+    """Count each of ``keys`` once less (absent ones: nothing); a key counted 0 is deleted (backward shift:
+    later keys of its probe run move up). Returns how many keys were deleted."""
+    mask = (tab.shape[0] >> 1) - 1
+    n = 0
+    for i in range(keys.shape[0]):
+        j = _find(tab, shift, keys[i])
+        if tab[2 * j + 1] == ZERO:
+            continue
+        tab[2 * j + 1] -= ONE
+        if tab[2 * j + 1] != ZERO:
+            continue
+        n += 1
+        # backward-shift deletion: move up each later key of the run whose home slot is not in (j, s]
+        s = j
+        while True:
+            s = (s + 1) & mask
+            if tab[2 * s + 1] == ZERO:
+                break
+            h = _slot(tab[2 * s], shift)
+            if (j < s and j < h <= s) or (s < j and (h > j or h <= s)):
+                continue                  # its home is after the hole: it stays
+            tab[2 * j] = tab[2 * s]
+            tab[2 * j + 1] = tab[2 * s + 1]
+            tab[2 * s + 1] = ZERO
+            j = s
+    return n
+
+
+@njit(types.int64(_RTAB, types.uint64, types.uint64), **_OPTS)
+def kt_count(tab, shift, key):
+    """How many times ``key`` is counted (0: absent)."""
+    return np.int64(tab[2 * _find(tab, shift, key) + 1])
+
+
+@njit(types.int64[::1](_TAB, types.uint64, _TAB, types.uint64, _TAB, types.uint64, types.boolean, _U64, _U64, _U64,
+                       types.int64, _U64, _U64, _U64, types.int64[::1]), **_OPTS)
+def kt_hot(t1, s1, t2, s2, t3, s3, ask3, k1, k2, k3, base, add1, add2, add3, new):
+    """One lookup's questions to three tables: first ``add2`` and ``add3`` are counted into ``t2`` and ``t3``
+    (updates held back since the last call); then ``base + i`` for each ``i`` where ``k1[i]`` is in ``t1``,
+    ``k2[i]`` in ``t2`` or (when ``ask3``) ``k3[i]`` in ``t3``, ascending (``k1``, ``k2``, ``k3`` of one length);
+    last ``add1`` is counted into ``t1``. ``new[j]``: how many keys were new to table ``j + 1``. The caller keeps
+    each table below its load limit with all that is added."""
+    new[1] = _add(t2, s2, add2)
+    new[2] = _add(t3, s3, add3)
+    n = k1.shape[0]
+    out = np.empty(n, np.int64)
+    m = 0
+    for i in range(n):
+        if t1[2 * _find(t1, s1, k1[i]) + 1] != ZERO or t2[2 * _find(t2, s2, k2[i]) + 1] != ZERO or \
+                (ask3 and t3[2 * _find(t3, s3, k3[i]) + 1] != ZERO):
+            out[m] = base + i
+            m += 1
+    new[0] = _add(t1, s1, add1)
+    return out[:m]
+
+
+@njit(types.void(_TAB, types.uint64, _RTAB), **_OPTS)
+def kt_rehash(tab, shift, old):
+    """Move every used slot of table ``old`` into ``tab`` (new, empty; the keys are distinct)."""
+    for s in range(old.shape[0] >> 1):
+        c = old[2 * s + 1]
+        if c != ZERO:
+            j = _find(tab, shift, old[2 * s])
+            tab[2 * j] = old[2 * s]
+            tab[2 * j + 1] = c

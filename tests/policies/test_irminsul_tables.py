@@ -1,0 +1,197 @@
+"""irminsul's prefilters as compiled key tables (``irminsul_index.KeyTable``, :mod:`pic._accel_numba_irm`) count
+what the counters (``KeyCounts``) count, and the policy answers the same plans with either (its lookups ask the
+tables in one compiled call, a superset of registered fingerprints included)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pic import accel
+from pic.engine import policies
+from pic.engine.policies import PolicyContext
+from pic.engine.policies.irminsul_index import KeyCounts, KeyTable
+from tests.policies.test_irminsul_speed import _stream, _views
+
+pytest.importorskip("numba")
+BPT = 2
+
+
+@pytest.fixture
+def fast():
+    accel.set_mode("1")
+    yield accel.kernels(1, "irm")
+    accel.set_mode(None)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_key_table_counts_as_the_counter(fast, seed: int) -> None:
+    """Random adds, batch updates and removals (keys from a small pool, so runs collide, grow the table from
+    its smallest size and delete inside probe runs): the same counts, membership and size after each step."""
+    rng = np.random.default_rng(seed)
+    pool = rng.integers(0, 2**64, 3000, dtype=np.uint64).tolist() + [0, 2**64 - 1]
+    want, got = KeyCounts(), KeyTable(fast, bits=4)
+    for step in range(400):
+        r = rng.random()
+        if r < 0.4:
+            keys = [pool[int(i)] for i in rng.integers(0, len(pool), int(rng.integers(0, 60)))]
+            want.update(keys)
+            got.update(keys)
+        elif r < 0.55:
+            k = pool[int(rng.integers(len(pool)))]
+            want.add(k)
+            got.add(k)
+        elif want:
+            for k in [*want][:int(rng.integers(1, 40))]:
+                want.remove(k)
+                got.remove(k)
+        if step % 3:                  # (reads count what is held back)
+            assert len(got) == len(want) and dict(got.items()) == dict(want)
+        probe = [pool[int(i)] for i in rng.integers(0, len(pool), 50)]
+        assert [k in got for k in probe] == [k in want for k in probe]
+        assert [got.get(k) for k in probe] == [want.get(k, 0) for k in probe]
+    assert len(got) > 16             # (grew)
+
+
+def test_hot_kernel_is_the_three_membership_tests(fast) -> None:
+    rng = np.random.default_rng(9)
+    tabs = [KeyTable(fast) for _ in range(3)]
+    sets = [set(rng.integers(0, 2**64, 500, dtype=np.uint64).tolist()) for _ in range(3)]
+    held = [sorted(s)[:100] for s in sets]       # counted by the call itself, before it asks (tables 2 and 3)
+    for t, s, h in zip(tabs, sets, held, strict=True):
+        t.update(sorted(s)[100:] if t is not tabs[0] else sorted(s))
+        t.flush()
+        t.update(h)
+    keys = []
+    for s in sets:
+        k = rng.integers(0, 2**64, 300, dtype=np.uint64)
+        hits = rng.random(300) < 0.1
+        k[hits] = rng.choice(np.array(sorted(s), np.uint64), int(hits.sum()))
+        keys.append(k)
+    made = rng.integers(0, 2**64, 50, dtype=np.uint64)
+    new = np.zeros(3, np.int64)
+    for ask3 in (True, False):
+        a1 = made if ask3 else made[:0]
+        a2, a3 = tabs[1].take(), tabs[2].take()
+        got = fast.kt_hot(tabs[0].tab, tabs[0].shift, tabs[1].tab, tabs[1].shift, tabs[2].tab, tabs[2].shift, ask3,
+                          *keys, 7, a1, a2, a3, new)
+        want = [7 + i for i in range(300) if any(int(keys[j][i]) in sets[j] for j in range(3 if ask3 else 2))]
+        assert got.tolist() == want and len(want) > 30
+        assert new.tolist() == ([50, 100, 100] if ask3 else [0, 0, 0])
+        for t, n in zip(tabs, new.tolist(), strict=True):
+            t.used += n
+    assert all(int(k) in tabs[0] for k in made) and len(tabs[0]) == 550
+
+
+@pytest.fixture
+def switch(monkeypatch):
+    """Set after how many lookups the prefilters turn compiled (and from any number of chunks per lookup)."""
+    from pic.engine.policies import irminsul
+
+    def at(n: int) -> None:
+        monkeypatch.setattr(irminsul, "_TABLES_AT", n)
+        monkeypatch.setattr(irminsul, "_TABLES_PER_LOOKUP", 0)
+    return at
+
+
+def _plans(reqs, capacity_tokens: float, s1: bool) -> tuple[list, dict, bool]:
+    cap = math.inf if math.isinf(capacity_tokens) else capacity_tokens * BPT
+    pol = policies.build("irminsul", PolicyContext(cap, BPT), {"avg_chunk": 128, "min_chunk": 32, "max_chunk": 256,
+                                                               "s1": s1, "s1_window": 48})
+    out = []
+    for rid, req in enumerate(reqs):
+        plan = pol.lookup(req, 10 * rid)
+        if pol.admit(req, plan, 10 * rid):
+            pol.commit(req, 10 * rid + 1)
+            pol.release(req, 10 * rid + 2)
+        out.append([(s.start, s.end, int(s.action), s.source_pos) for s in plan.spans])
+    st = pol._store
+    counts = (dict(st._heads.items()), dict(st._tails.items()))
+    return out, {**pol.stats.extra, "evictions": pol.stats.evictions, "counts": counts}, \
+        isinstance(st._heads, KeyTable) and (st._registered is not None) != s1
+
+
+@pytest.mark.parametrize("at", [1, 25])
+@pytest.mark.parametrize("capacity", [math.inf, 3000, 800])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_plans_with_key_tables_are_the_counters_plans(capacity, seed, at, switch) -> None:
+    """From the first lookup on, or from the 25th (the tables made from the counters, the registry and the layouts
+    made so far); seed 1 with S1 (no fingerprint table, no hot pass)."""
+    switch(at)
+    reqs = _views(_stream(seed), seed)
+    try:
+        accel.set_mode("0")
+        want = _plans(reqs, capacity, s1=seed == 1)
+        accel.set_mode("1")
+        got = _plans(reqs, capacity, s1=seed == 1)
+    finally:
+        accel.set_mode(None)
+    assert not want[2] and got[2]         # counters, then tables
+    assert got[:2] == want[:2]
+    assert sum(s[1] - s[0] for p in got[0] for s in p if s[2] != 2) > 0      # the stream reuses
+
+
+@pytest.mark.parametrize("mode", ["0", "1"])
+@pytest.mark.parametrize("seed", [0, 2])
+def test_admit_asks_only_hot_chunks_same_state(mode, seed, switch) -> None:
+    """A lean store's admit right after its lookup asks the registry only for the chunks the lookup found hot
+    (and those before them): the plans, stats and the chunks the prompt index keeps with each layout are those
+    of asking for every chunk (the lookups' ``hot`` dropped); the shortcut is taken."""
+    from pic.engine.policies.irminsul_lookup import ChunkWalk
+
+    reqs = _views(_stream(seed), seed)
+    analyze = ChunkWalk._analyze
+    switch(10)
+    taken = []
+
+    def run(skip: bool):
+        if not skip:
+            ChunkWalk._analyze = lambda self, req: analyze(self, req)._replace(hot=None)
+        else:
+            def spy(self, req):
+                got = analyze(self, req)
+                taken.append(got.hot is not None and got.hot[0] < len(got.fps))
+                return got
+            ChunkWalk._analyze = spy
+        try:
+            accel.set_mode(mode)
+            pol = policies.build("irminsul", PolicyContext(math.inf, BPT), {"avg_chunk": 128, "min_chunk": 32,
+                                                                           "max_chunk": 256})
+            out = []
+            for rid, req in enumerate(reqs):
+                plan = pol.lookup(req, 10 * rid)
+                assert pol.admit(req, plan, 10 * rid)
+                pol.commit(req, 10 * rid + 1)
+                pol.release(req, 10 * rid + 2)
+                out.append([(s.start, s.end, int(s.action), s.source_pos) for s in plan.spans])
+        finally:
+            accel.set_mode(None)
+            ChunkWalk._analyze = analyze
+        kept = []
+        stack = [pol._store.prompts.tree.root]
+        while stack:
+            nd = stack.pop()
+            stack.extend(nd.children.values())
+            if nd.value is not None:
+                kept.append((nd.value[1], None if nd.value[5] is None else [c.fp for c in nd.value[5]]))
+        assert pol._store.lean
+        return out, dict(pol.stats.extra), sorted(kept, key=repr)
+
+    assert run(True) == run(False)
+    assert sum(taken) > len(reqs) // 2
+
+
+def test_key_table_copies_and_pickles(fast) -> None:
+    import copy
+    import pickle
+
+    t = KeyTable(fast, [5, 6, 6, 2**64 - 1])
+    t.flush()
+    t.add(7)
+    for u in (copy.deepcopy(t), pickle.loads(pickle.dumps(t)), copy.copy(t)):
+        assert dict(u.items()) == {5: 1, 6: 2, 2**64 - 1: 1, 7: 1}
+        u.add(8)
+        assert 8 in u and u.fast is fast
+    assert 8 not in t
