@@ -195,3 +195,55 @@ def test_key_table_copies_and_pickles(fast) -> None:
         u.add(8)
         assert 8 in u and u.fast is fast
     assert 8 not in t
+
+
+class _Forgets(dict):
+    def __setitem__(self, key, value) -> None:
+        pass
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_layouts_found_whole_once_are_not_asked_again(seed, monkeypatch) -> None:
+    """A lean store's prompt index remembers the kept chunk lists it found all ready and whole: the plans and
+    stats of forgetting them (asking every time); and it does remember some."""
+
+    reqs = _views(_stream(seed), seed)
+
+    def run(forget: bool):
+        pol = policies.build("irminsul", PolicyContext(math.inf, BPT), {"avg_chunk": 128, "min_chunk": 32,
+                                                                       "max_chunk": 256})
+        if forget:
+            pol._store.prompts._whole = _Forgets()
+        out = []
+        for rid, req in enumerate(reqs):
+            plan = pol.lookup(req, 10 * rid)
+            assert pol.admit(req, plan, 10 * rid)
+            if rid % 4:               # (some committed late: chunks not ready while later prompts look up)
+                pol.commit(req, 10 * rid + 1)
+                pol.release(req, 10 * rid + 2)
+            out.append([(s.start, s.end, int(s.action), s.source_pos) for s in plan.spans])
+        return out, dict(pol.stats.extra), len(pol._store.prompts._whole)
+
+    got, want = run(False), run(True)
+    assert got[:2] == want[:2] and got[2] > 0 and want[2] == 0
+
+
+def test_served_remembers_only_layouts_all_ready_and_whole() -> None:
+    from types import SimpleNamespace
+
+    from pic.engine.policies.irminsul_prompts import PromptIndex
+
+    idx = PromptIndex({}, evicts=False)
+    idx.lean = True
+    bounds = [0, 100, 250, 400, 600]
+    cs = [SimpleNamespace(ready=True, size=b - a) for a, b in zip(bounds, bounds[1:], strict=False)]
+    cs[2].ready = False
+    lay = (bounds, [1, 2, 3, 4], [True] * 5, None, False, cs)
+    assert idx._served(lay, 240) == 240 and not idx._whole          # its head is ready, not all of it
+    assert idx._served(lay, 500) == 250
+    cs[2].ready = True
+    cs[3].size = 150                  # (a cut chunk: its head only)
+    assert idx._served(lay, 600) == 550 and not idx._whole
+    cs[3].size = 200
+    assert idx._served(lay, 590) == 590 and id(cs) in idx._whole
+    assert idx._served(lay, 600) == 600

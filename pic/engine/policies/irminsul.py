@@ -398,8 +398,10 @@ class Irminsul(ChunkWalk, CachePolicy):
         lookup or more. NOTE (speed): a table is asked in one compiled call per lookup (~5 us) instead of a dict
         probe per chunk (~0.25 us, a cache miss each on Mooncake conversation's ~370 k chunks): worth it for long
         new content per prompt (Mooncake conversation: ~30 chunks), not for short (Azure conversation: ~5)."""
+        if self.stats.extra["chunk_lookups"] < _TABLES_PER_LOOKUP * self.stats.lookups:
+            return
         fast = accel.kernels(0, "irm")
-        if fast is None or self.stats.extra["chunk_lookups"] < _TABLES_PER_LOOKUP * self.stats.lookups:
+        if fast is None:
             return
         # every fingerprint a later admit may register lies in a layout made so far (kept by the prompt index, or
         # of a request not committed yet) or in a layout made from now on (added as it is walked)

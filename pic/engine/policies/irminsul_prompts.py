@@ -27,6 +27,9 @@ class PromptIndex:
         self._walk: tuple | None = None           # the last best_layout walk: (tokens, tree version, num, node)
         # whether the layouts' chunks (``layout[5]``) are the registry's: the store is lean (ChunkStore._exact)
         self.lean = False
+        # NOTE (speed): a lean store's kept chunk lists found all ready and whole (id -> the list): a lean store
+        # never drops nor cuts a chunk, so they stay so, and a later walk of the layout asks nothing
+        self._whole: dict[int, list] = {}
 
     def add(self, tokens: Seq | np.ndarray, layout: tuple, now_us: int, cap_tokens: float) -> None:
         """Index a committed prompt (its :class:`~engine.seq.Seq`: edges are references) with its chunk
@@ -94,11 +97,17 @@ class PromptIndex:
         # asked of the registry (the key's hash, the table's slot and entry: three memory reads fewer per chunk)
         cs = layout[5] if self.lean and len(layout) > 5 and layout[5] is not None else None
         if cs is not None:
+            if id(cs) in self._whole:
+                return num
             # NOTE (speed): every chunk starting before ``num`` ready and whole (a lean store cuts none; the
             # common case) told in C-level passes; the loop below finds where one is not
             jn = bisect_left(bounds, num, 0, len(cs))
             head = cs[:jn]
             if all(map(_READY, head)) and not any(map(lt, map(_SIZE, head), map(sub, bounds[1:jn + 1], bounds))):
+                rest = cs[jn:]
+                if all(map(_READY, rest)) and not any(map(lt, map(_SIZE, rest), map(sub, bounds[jn + 1:],
+                                                                                      bounds[jn:]))):
+                    self._whole[id(cs)] = cs
                 return num
         else:
             cs = map(self.entries.get, fps)

@@ -429,6 +429,7 @@ class ChunkStore(ChunkIndexes):
             return
         self.lean, self.made = False, []
         self.prompts.lean = False         # (the layouts' chunks may be dropped or cut from now on)
+        self.prompts._whole.clear()
         seen: dict[int, Extent] = {}
         for c in self.entries.values():
             pieces = []
