@@ -5,11 +5,11 @@ Two loops dominate a content-addressed replay of large traces (``irminsul`` on M
 derived and chunked), and numpy spends ~10-20 passes and ~25 calls per prompt on them:
 
 * deriving opaque tokens (:func:`traces.content.opaque_run`: splitmix64 per token);
-* the Gear hash's candidate cuts (:func:`engine.cdc._natural`: a table gather and 6 shift+add passes).
+* the Gear hash's candidate cuts (:func:`engine.cdc._natural`: a Gear value per token and 6 shift+add passes).
 
 The kernels come in groups, each a module loaded on its first use (``kernels(n, group)``): the main module
 :mod:`pic._accel_numba` (opaque tokens; every group needs it), ``"cdc"`` (the Gear scan, layouts and chunk
-fingerprints of ``irminsul`` and ``linearkv``), ``"fixed"`` (``fixed-chunk``: prefix hashes of a prompt made
+fingerprints of ``irminsul`` and ``linearkv``; the fingerprints in :mod:`pic._accel_numba_xxh`, which it imports), ``"fixed"`` (``fixed-chunk``: prefix hashes of a prompt made
 from its segments, the window scan against its two filters over 512 KB bitsets, the filter insert; the
 ``oracle`` policy's window hashes too), ``"oracle"`` (the ``oracle`` policy's window index as a hash table)
 and ``"rdr"`` (``rdr``'s blocks and greedy allocation).
@@ -110,8 +110,8 @@ def _load(name: str = "pic._accel_numba") -> ModuleType | None:
     machine code from the cache needs none of that but the runtime (NRT: the kernels allocate arrays), so
     while the kernels load, a cache hit initializes only the runtime (:func:`_cached_overloads`); a miss (the
     first import after an install or an edit) compiles as before (numba's compiler refreshes the contexts
-    itself). Tested: the kernels give what the numpy paths give (tests/test_accel.py), in a fresh process
-    too."""
+    itself). Tested: the kernels give what the numpy paths give (tests/test_accel.py, tests/test_accel_cdc.py),
+    in a fresh process too."""
     from importlib import import_module
 
     hidden = [m for m in _HIDDEN if m not in sys.modules]

@@ -25,3 +25,19 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data not present")
     return SHARED_DATA
+
+
+@pytest.fixture
+def modes():
+    """Run a function under the numpy path and under the compiled kernels (``pic.accel`` modes "0" and "1");
+    restore the mode after (tests/test_accel*.py)."""
+    from pic import accel
+
+    def both(fn):
+        out = []
+        for m in ("0", "1"):
+            accel.set_mode(m)
+            out.append(fn())
+        return out
+    yield both
+    accel.set_mode(None)
