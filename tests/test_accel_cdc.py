@@ -93,18 +93,7 @@ def test_gear_candidates_kernel_equals_numpy_hash() -> None:
     sizes = [64, 65, 100, 127, 128, 129, 1023 + 63, 1024 + 63, 1025 + 63, 1087 + 8, 1151, 1152, 1153, 1160, 1216,
              1217, 4096, 4097, 5000, 40_001] + rng.integers(64, 9000, 12).tolist()
     for n in sizes:
-        for kind in ("random", "negative", "constant", "mixed"):
-            if kind == "random":
-                buf = rng.integers(0, 150_000, n + 1, dtype=np.int32)
-            elif kind == "negative":
-                buf = rng.integers(-2**31, 2**31 - 1, n + 1, dtype=np.int32)
-            elif kind == "constant":
-                buf = np.full(n + 1, hot, np.int32)
-            else:
-                buf = rng.integers(0, 150_000, n + 1, dtype=np.int32)
-                buf[n // 3: 2 * n // 3] = hot
-            t = buf[1:]                                  # (a view at an odd offset)
-            t.flags.writeable = False
+        for kind, t in _streams(rng, n, hot):
             accel.set_mode("0")
             try:
                 h = cdc.gear_hash(t, 0, "table")       # (the kernel below is given the table)
@@ -225,18 +214,7 @@ def test_mix_candidates_kernel_equals_numpy_hash() -> None:
         hot = int(np.flatnonzero(g > np.uint64(2**64 - 1) - thr)[0])     # constant run hashes to 2**64 - G
         for n in (64, 65, 100, 1023 + 63, 1024 + 63, 1025 + 63, 1087 + 8, 1151, 1152, 1153, 1160, 1216, 1217,
                   5000, 40_001):
-            for kind in ("random", "negative", "constant", "mixed"):
-                if kind == "random":
-                    buf = rng.integers(0, 150_000, n + 1, dtype=np.int32)
-                elif kind == "negative":
-                    buf = rng.integers(-2**31, 2**31 - 1, n + 1, dtype=np.int32)
-                elif kind == "constant":
-                    buf = np.full(n + 1, hot, np.int32)
-                else:
-                    buf = rng.integers(0, 150_000, n + 1, dtype=np.int32)
-                    buf[n // 3: 2 * n // 3] = hot
-                t = buf[1:]                                  # (a view at an odd offset)
-                t.flags.writeable = False
+            for kind, t in _streams(rng, n, hot):
                 accel.set_mode("0")
                 try:
                     h = cdc.gear_hash(t, seed, "mix")
@@ -261,24 +239,11 @@ def test_mix_candidates_kernel_equals_numpy_hash() -> None:
     assert fast.gear_repeats(t, e, cdc.mix_key(3), np.array([0, 900]), np.array([900, t.size])).tolist() == [False, True]
 
 
-def test_gear_layout_forced_cuts_of_random_gaps_mix(modes) -> None:
-    """As above with the table-free Gear values."""
-    cfg = cdc.CDCConfig(avg_chunk=900, min_chunk=64, max_chunk=1000, gear="mix")
-    rng = np.random.default_rng(13)
-    forced = 0
-    for n in (1001, 2500, 4096, 20_000):
-        t = rng.integers(0, 150_000, n, dtype=np.int32)
-        a, b = modes(lambda t=t: cdc.layout_fps(t, cfg))
-        for x, y in zip(a, b, strict=True):
-            assert x.dtype == y.dtype and np.array_equal(x, y), n
-        forced += int((~a[1]).sum())
-    assert forced >= 5
-
-
-def test_gear_layout_forced_cuts_of_random_gaps(modes) -> None:
+@pytest.mark.parametrize("gear", cdc.GEARS)
+def test_gear_layout_forced_cuts_of_random_gaps(modes, gear) -> None:
     """Random content with many over-long gaps (avg_chunk near max_chunk): the fused kernel's forced cuts,
-    anchors and fingerprints equal the numpy rules', resumed from an anchor too."""
-    cfg = cdc.CDCConfig(avg_chunk=900, min_chunk=64, max_chunk=1000)
+    anchors and fingerprints equal the numpy rules', resumed from an anchor too (both Gear value kinds)."""
+    cfg = cdc.CDCConfig(avg_chunk=900, min_chunk=64, max_chunk=1000, gear=gear)
     rng = np.random.default_rng(11)
     forced = 0
     for n in (1001, 2500, 4096, 20_000):
@@ -295,3 +260,21 @@ def test_gear_layout_forced_cuts_of_random_gaps(modes) -> None:
             for u, v, w in zip(x, y, (a[0][a[0] >= c], a[1][a[0] >= c], a[2][a[0][:-1] >= c]), strict=True):
                 assert np.array_equal(u, v) and np.array_equal(u, w)
     assert forced >= 5
+
+
+def _streams(rng, n: int, hot: int):
+    """``(kind, tokens)``: ``n`` read-only tokens (a view at an odd offset) of each kind: random ids, negative
+    ids, the ``hot`` token repeated (every full window a candidate), random with ``hot`` in the middle third."""
+    for kind in ("random", "negative", "constant", "mixed"):
+        if kind == "random":
+            buf = rng.integers(0, 150_000, n + 1, dtype=np.int32)
+        elif kind == "negative":
+            buf = rng.integers(-2**31, 2**31 - 1, n + 1, dtype=np.int32)
+        elif kind == "constant":
+            buf = np.full(n + 1, hot, np.int32)
+        else:
+            buf = rng.integers(0, 150_000, n + 1, dtype=np.int32)
+            buf[n // 3: 2 * n // 3] = hot
+        t = buf[1:]
+        t.flags.writeable = False
+        yield kind, t
