@@ -177,7 +177,7 @@ class BlockChains:
             s0 = e.s0
             a, b = (H[s0 + o:s0 + o + m] if s0 >= 0 else e._h[o:o + m]), hashes[i:i + m]
             # NOTE (speed): bytes equality of the two uint64 runs (~0.6 us) instead of np.array_equal (~6 us)
-            k = m if a.tobytes() == b.tobytes() else int(np.argmin(a == b))
+            k = m if a.tobytes() == b.tobytes() else int((a == b).argmin())     # (the method: ~1 us less)
             if k:
                 pieces.append(slice(s0 + o, s0 + o + k) if s0 >= 0 else e._sl[o:o + k])
             i += k

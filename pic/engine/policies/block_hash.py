@@ -326,7 +326,7 @@ class BlockHashCache(CachePolicy):
                 if z == k:                  # (the common case: all of them)
                     zero = np.arange(p.stop - 1, p.start - 1, -1)
                 else:
-                    zero = np.flatnonzero(v == 0)[::-1] + p.start
+                    zero = (v == 0).nonzero()[0][::-1] + p.start     # (not np.flatnonzero: ~0.9 us less)
             else:
                 k = -1
                 v = ref[p] - 1
@@ -391,7 +391,7 @@ class BlockHashCache(CachePolicy):
         while num < num_blocks and self._queue:
             seq, sl = self._queue.popleft()
             self._num_queued -= seq.shape[0]
-            idx = np.flatnonzero(self._valid(seq, sl))[: num_blocks - num]
+            idx = self._valid(seq, sl).nonzero()[0][: num_blocks - num]
             if idx.shape[0]:
                 got.append(sl[idx])
                 num += idx.shape[0]
