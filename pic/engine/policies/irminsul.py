@@ -57,7 +57,7 @@ from pic.engine.plan import _trusted_plan as _plan
 from pic.engine.plan import _trusted_span as _span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
-from pic.engine.policies.irminsul_layout import NO_TOKENS, Analysis, marker_boundaries
+from pic.engine.policies.irminsul_layout import Analysis, marker_boundaries
 from pic.engine.policies.irminsul_layout import gaps as layout_gaps
 from pic.engine.policies.irminsul_layout import pieces as layout_pieces
 from pic.engine.policies.irminsul_lookup import ChunkWalk
@@ -138,7 +138,7 @@ class Irminsul(ChunkWalk, CachePolicy):
         self._store = ChunkStore(self._key, c.s1_window, ctx.bytes_per_token, tails=c.tails,
                                  min_match=c.min_match, bounded=not math.isinf(ctx.capacity_bytes))
         self._entries = self._store.entries
-        self._pending: dict[int, Analysis] = {}   # rid -> lookup's analysis
+        self._pending: dict[int, Analysis | tuple] = {}   # rid -> lookup's analysis; after admit, its layout
         self._live: dict[int, tuple[list[Extent], list[Chunk]]] = {}    # rid -> locked extents, new chunks
         self._used_x: list[Extent] = []           # extents of the chunks the last _analyze read
         self._answered: tuple = (None, None)      # (request id, plan) of the last lookup
@@ -335,17 +335,16 @@ class Irminsul(ChunkWalk, CachePolicy):
                 cs[k] = entries.get(fps[k])
             if None in cs:
                 cs = None
-        # the layout, for commit (NOTE (speed): built positionally, not by NamedTuple._replace)
-        self._pending[rid] = Analysis(got.bounds, got.fps, got.anchors, got.hard, got.marked, NO_TOKENS, got.off, [],
-                                      got.k0, (), (), cs)
+        # the layout as the prompt index keeps it, for commit (NOTE (speed): a plain tuple, made once)
+        self._pending[rid] = (got.bounds, got.fps, got.anchors, got.hard, got.marked, cs)
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:
         got = self._pending.pop(req.request_id, None)
         self._store.make_ready(self._live.get(req.request_id, ([], []))[1], now_us, self.config.s1)
-        if got is not None and got.fps:
-            self._store.prompts.add(req.seq, (got.bounds, got.fps, got.anchors, got.hard, got.marked, got.chunks), now_us,
-                                   4 * self.ctx.capacity_tokens + 2**20)
+        if got is not None and got[1]:       # (admit's layout tuple; a lookup's analysis when not admitted)
+            layout = got if type(got) is tuple else (got.bounds, got.fps, got.anchors, got.hard, got.marked, got.chunks)
+            self._store.prompts.add(req.seq, layout, now_us, 4 * self.ctx.capacity_tokens + 2**20)
 
     def release(self, req: RequestView, now_us: int) -> None:
         self._pending.pop(req.request_id, None)
@@ -406,7 +405,7 @@ class Irminsul(ChunkWalk, CachePolicy):
         # every fingerprint a later admit may register lies in a layout made so far (kept by the prompt index, or
         # of a request not committed yet) or in a layout made from now on (added as it is walked)
         fps = None if self.config.s1 else \
-            [lay[1] for lay in self._store.prompts.layouts()] + [got.fps for got in self._pending.values()]
+            [lay[1] for lay in self._store.prompts.layouts()] + [got[1] for got in self._pending.values()]
         self._store.use_tables(fast, fps)
 
     def _stale(self, locked: list[Extent]) -> bool:
