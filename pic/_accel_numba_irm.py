@@ -6,10 +6,10 @@ line; an empty slot has count 0 (a new table is ``np.zeros``); the slot of a key
 top bits of ``key * golden``), collisions probe linearly, a key whose count drops to 0 is deleted by backward
 shift (no tombstones). Same answers as the counters, tested both ways.
 
-NOTE (speed): the store asks its tables about every chunk of a prompt after the exact prefix (is its
-fingerprint registered, does an indexed chunk begin or end with its first / last ``min_match`` tokens: three
-tables of ~370 k keys on Mooncake conversation) and counts every new chunk's keys at commit. In Python each is
-a dict probe that misses the cache, one at a time; a compiled loop has many in flight."""
+NOTE (speed): the store asks its prefilters about every chunk of a prompt after the exact prefix (does an
+indexed chunk begin or end with its first / last ``min_match`` tokens: two tables of ~370 k keys on Mooncake
+conversation) and counts every new chunk's keys at commit. In Python each is a dict probe or update that
+misses the cache, one at a time, behind a few hundred bytecodes."""
 
 from __future__ import annotations
 
@@ -94,25 +94,22 @@ def kt_count(tab, shift, key):
     return np.int64(tab[2 * _find(tab, shift, key) + 1])
 
 
-@njit(types.int64[::1](_TAB, types.uint64, _TAB, types.uint64, _TAB, types.uint64, types.boolean, _U64, _U64, _U64,
-                       types.int64, _U64, _U64, _U64, types.int64[::1]), **_OPTS)
-def kt_hot(t1, s1, t2, s2, t3, s3, ask3, k1, k2, k3, base, add1, add2, add3, new):
-    """One lookup's questions to three tables: first ``add2`` and ``add3`` are counted into ``t2`` and ``t3``
-    (updates held back since the last call); then ``base + i`` for each ``i`` where ``k1[i]`` is in ``t1``,
-    ``k2[i]`` in ``t2`` or (when ``ask3``) ``k3[i]`` in ``t3``, ascending (``k1``, ``k2``, ``k3`` of one length);
-    last ``add1`` is counted into ``t1``. ``new[j]``: how many keys were new to table ``j + 1``. The caller keeps
-    each table below its load limit with all that is added."""
+@njit(types.int64[::1](_TAB, types.uint64, _TAB, types.uint64, types.boolean, _U64, _U64, types.int64, _U64, _U64,
+                       types.int64[::1]), **_OPTS)
+def kt_hot(t1, s1, t2, s2, ask2, k1, k2, base, add1, add2, new):
+    """One lookup's questions to two tables: first ``add1`` and ``add2`` are counted into ``t1`` and ``t2``
+    (updates held back since the last call; ``new[j]``: how many keys were new to table ``j + 1``); then
+    ``base + i`` for each ``i`` where ``k1[i]`` is in ``t1`` or (when ``ask2``) ``k2[i]`` in ``t2``, ascending
+    (``k1``, ``k2`` of one length). The caller keeps each table below its load limit with what is added."""
+    new[0] = _add(t1, s1, add1)
     new[1] = _add(t2, s2, add2)
-    new[2] = _add(t3, s3, add3)
     n = k1.shape[0]
     out = np.empty(n, np.int64)
     m = 0
     for i in range(n):
-        if t1[2 * _find(t1, s1, k1[i]) + 1] != ZERO or t2[2 * _find(t2, s2, k2[i]) + 1] != ZERO or \
-                (ask3 and t3[2 * _find(t3, s3, k3[i]) + 1] != ZERO):
+        if t1[2 * _find(t1, s1, k1[i]) + 1] != ZERO or (ask2 and t2[2 * _find(t2, s2, k2[i]) + 1] != ZERO):
             out[m] = base + i
             m += 1
-    new[0] = _add(t1, s1, add1)
     return out[:m]
 
 

@@ -57,43 +57,27 @@ class ChunkIndexes:
         # keys: cdc.fingerprint of the run (a hash: a collision at worst walks a trie for nothing)
         self._heads: KeyCounts | KeyTable = KeyCounts()
         self._tails: KeyCounts | KeyTable = KeyCounts()
-        # a superset of the registered fingerprints (those of every layout made, never removed), as a key table once
-        # the compiled kernels are in use (:meth:`use_tables`; lookups then ask the three tables in one call, :meth:`hot`)
-        self._registered: KeyTable | None = None
         self._log: list = []        # index?, chunk, how many of its tokens; flat (no tuple per entry: fewer GC objects)
 
     # ---- Public API --------------------------------------------------------------------------------------
-    def use_tables(self, fast: ModuleType, fps: Iterable[list[int]] | None = None) -> None:
+    def use_tables(self, fast: ModuleType) -> None:
         """Keep the prefilters in compiled key tables (``fast``: the kernels of :mod:`pic._accel_numba_irm`) from
-        now on: same counts, moved. With ``fps`` (the fingerprints of every chunk layout the policy made so far and
-        may read again: a superset of the registry's), also a table of fingerprints that is kept a superset of the
-        registry's (``_registered``: the policy adds every layout it makes, :meth:`hot`)."""
+        now on: same counts, moved; lookups then ask them in one call (:meth:`hot`)."""
         if isinstance(self._heads, KeyTable):
             return
         self._heads = KeyTable(fast, [k for k, n in self._heads.items() for _ in range(n)])
         self._tails = KeyTable(fast, [k for k, n in self._tails.items() for _ in range(n)])
-        self._heads.flush()
-        self._tails.flush()
-        if fps is not None:
-            reg = self._registered = KeyTable(fast, self.entries)
-            for f in fps:
-                reg.update(f)
-            reg.flush()
-            self._new3 = np.zeros(3, np.int64)
+        self._new2 = np.zeros(2, np.int64)
 
-    def hot(self, fps: np.ndarray, heads: np.ndarray, tails: np.ndarray, base: int, made: np.ndarray) -> list[int]:
-        """``base + i`` for each ``i`` where ``fps[i]`` may be registered (it is in ``_registered``), ``heads[i]``
-        begins or ``tails[i]`` ends an indexed chunk (the tails asked only with a tail trie), ascending; then the
-        fingerprints ``made`` (of the layout being walked) join ``_registered``. One compiled call (with the
-        prefilter counts held back since the last one)."""
-        reg, h, t, new = self._registered, self._heads, self._tails, self._new3
-        a2, a3 = h.take(), t.take()
-        reg.reserve(made.shape[0])
-        got = reg.fast.kt_hot(reg.tab, reg.shift, h.tab, h.shift, t.tab, t.shift, self.rtrie is not None, fps, heads,
-                              tails, base, made, a2, a3, new)
-        reg.used += int(new[0])
-        h.used += int(new[1])
-        t.used += int(new[2])
+    def hot(self, heads: np.ndarray, tails: np.ndarray, base: int) -> list[int]:
+        """``base + i`` for each ``i`` where ``heads[i]`` begins or ``tails[i]`` ends an indexed chunk of at least
+        ``min_match`` tokens (the tails asked only with a tail trie), ascending: one compiled call (with the
+        counts held back since the last one). The prefilters are key tables (:meth:`use_tables`)."""
+        h, t, new = self._heads, self._tails, self._new2
+        a1, a2 = h.take(), t.take()
+        got = h.fast.kt_hot(h.tab, h.shift, t.tab, t.shift, self.rtrie is not None, heads, tails, base, a1, a2, new)
+        h.used += int(new[0])
+        t.used += int(new[1])
         return got.tolist()
 
     def make_ready(self, chunks: list[Chunk], now_us: int, windows: bool) -> None:

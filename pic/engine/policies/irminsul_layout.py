@@ -134,8 +134,8 @@ class Analysis(NamedTuple):
     # a lean store's chunks of the fingerprints (lookup: of the first ones, where the layout resumed a committed
     # prompt's; admit: of all, kept with the layout by the prompt index); else None
     chunks: list | None = None
-    # a fast walk's ``(k0, hot, admissions)``: the chunks from ``k0`` on that the store may know, ascending (a superset
-    # of those whose fingerprint is registered; ends with len(fps)), and the store's admissions then; else None
+    # a fast walk's ``(k0, hot, admissions)``: the chunks from ``k0`` on that some stage may serve, ascending (every
+    # one whose fingerprint is registered among them; ends with len(fps)), and the store's admissions then; else None
     hot: tuple | None = None
 
 

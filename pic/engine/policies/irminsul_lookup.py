@@ -14,6 +14,7 @@ import numpy as np
 
 from pic.engine import cdc
 from pic.engine.policies.base import PolicyContext, PolicyStats, RequestView
+from pic.engine.policies.irminsul_index import KeyTable
 from pic.engine.policies.irminsul_layout import NO_CUTS, Analysis, Use, marker_cuts, tokens_from
 from pic.engine.policies.irminsul_records import Chunk, Extent
 from pic.engine.policies.irminsul_store import ChunkStore
@@ -37,7 +38,6 @@ class ChunkWalk:
     _marker: np.ndarray
     _used_x: list[Extent]
     _tail_bounds: tuple[int, np.ndarray]      # (k, bounds[k:] as an int64 array) of the last layout made
-    _tail_fps: np.ndarray                     # its fps[k:] (uint64)
 
     def _analyze(self, req: RequestView) -> Analysis:
         """The prompt's CDC layout and, for each reused target range, ``(start, end, extent, offset in the
@@ -72,20 +72,17 @@ class ChunkWalk:
             eb = tb[kc - kb:] if kc >= kb else np.array(bl[kc:], np.int64)
             ha, ta = cdc.edge_keys(toks, eb - off if off else eb, m)
             heads_at, tails_at = ha.tolist(), ta.tolist()
-            if st._registered is not None:
-                # NOTE (speed): the store's key tables (compiled) in one call: a superset of the registered
-                # fingerprints (a chunk told hot that misses every stage is walked for nothing), to which this
-                # layout's new part is added (every fingerprint a later admit may register is in some layout)
-                fa = self._tail_fps[k0 - kb:] if k0 >= kb else np.array(fl[k0:], np.uint64)
-                hot = st.hot(fa, ha[k0 - kc:], ta[k0 - kc:], k0, self._tail_fps)
+            ks = range(k0, len(fl))
+            hot = [*compress(ks, map(entries.__contains__, fl[k0:]))]
+            if type(heads) is KeyTable:
+                # NOTE (speed): the prefilters as compiled key tables (long walks: Irminsul._use_tables) in one call
+                more = st.hot(ha[k0 - kc:], ta[k0 - kc:], k0)
             else:
-                # NOTE (speed): three C-level passes (map + compress), no Python bytecode per chunk
-                ks = range(k0, len(fl))
-                hot = [*compress(ks, map(entries.__contains__, fl[k0:]))]
+                # NOTE (speed): C-level passes (map + compress), no Python bytecode per chunk
                 more = [*compress(ks, map(heads.__contains__, heads_at[k0 - kc:]))]
                 more += compress(ks, map(tails.__contains__, tails_at[k0 - kc:]))
-                if more:
-                    hot = sorted({*hot, *more})
+            if more:
+                hot = sorted({*hot, *more})
             hot.append(len(fl))
             misses = 0
         while pos < n:
@@ -141,7 +138,7 @@ class ChunkWalk:
         hard, marked = marker_cuts(req, toks, 0, self._marker) if self.config.s2 else (NO_CUTS, False)
         hard = cdc.clean_hard(hard, n)
         bounds, anchors, fps = cdc.layout_fps(toks, self._cdc, hard)    # (one compiled call: no hard boundary)
-        self._tail_bounds, self._tail_fps = (0, bounds), fps
+        self._tail_bounds = (0, bounds)
         return Analysis(bounds.tolist(), fps.tolist(), anchors.tolist(), hard, marked, toks, 0, [])
 
     def _layout(self, req: RequestView, shared: int, other: tuple, best_len: int) -> Analysis | None:
@@ -179,7 +176,7 @@ class ChunkWalk:
         # (bounds, anchors and the chunks' fingerprints from one compiled call when there is no hard boundary)
         base = max(0, c - (cdc.WINDOW - 1))
         tb, tanc, fps = cdc.layout_from_fps(toks[base - lo:], base, n, c, self._cdc, hard)
-        self._tail_bounds, self._tail_fps = (k, tb), fps
+        self._tail_bounds = (k, tb)
         # (a lean store: the chunks of the first k fingerprints as the prompt index keeps them, for admit)
         known = other[5][:k] if len(other) > 5 and other[5] is not None and self._store.lean else None
         return Analysis(pb[:k] + tb.tolist(), pf[:k] + fps.tolist(), panc[:k] + tanc.tolist(), hard, marked, toks,
