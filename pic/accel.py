@@ -11,7 +11,8 @@ The kernels come in groups, each a module loaded on its first use (``kernels(n, 
 :mod:`pic._accel_numba` (opaque tokens; every group needs it), ``"cdc"`` (the Gear scan, layouts and chunk
 fingerprints of ``irminsul`` and ``linearkv``; the fingerprints in :mod:`pic._accel_numba_xxh`, which it imports), ``"fixed"`` (``fixed-chunk``: prefix hashes of a prompt made
 from its segments, the window scan against its two filters over 512 KB bitsets, the filter insert; the
-``oracle`` policy's window hashes too), ``"oracle"`` (the ``oracle`` policy's window index as a hash table)
+``oracle`` policy's window hashes too), ``"oracle"`` (the ``oracle`` policy's window index as a hash table),
+``"irm"`` (``irminsul``'s prefilter key tables, loaded only once its walks are long: :mod:`pic._accel_numba_irm`)
 and ``"rdr"`` (``rdr``'s blocks and greedy allocation).
 
 NOTE (cost of the accelerator itself): importing numba and loading the cached machine code costs ~0.2-0.3 s
@@ -58,8 +59,9 @@ def mode() -> str:
 def kernels(num_tokens: int, group: str | None = None) -> ModuleType | None:
     """The compiled kernels (:mod:`pic._accel_numba`) for a call over ``num_tokens`` tokens, or None: use the
     numpy path (mode ``0``, numba absent or failing, or ``auto`` below ``AUTO_TOKENS`` tokens seen so far).
-    ``group`` names a module of kernels (``"cdc"``, ``"fixed"``, ``"oracle"``, ``"rdr"``: :mod:`pic._accel_numba_<group>`),
-    loaded on its first use; one that fails to load answers None (the numpy path) like the main module."""
+    ``group`` names a module of kernels (``"cdc"``, ``"fixed"``, ``"irm"``, ``"oracle"``, ``"rdr"``:
+    :mod:`pic._accel_numba_<group>`), loaded on its first use; one that fails to load answers None (the numpy
+    path) like the main module."""
     mod = _kernels(num_tokens)
     if mod is None or group is None:
         return mod

@@ -66,7 +66,7 @@ class BlockHashCache(CachePolicy):
         self._tree = BlockChains()                            # the resident blocks, by chain
         # NOTE (memory): a cache that is unbounded (and not --verify) never evicts by itself: until evict() is
         # called it is *lean*: per block only ``ref`` (1 B) and the tree's hash (8 B), no free order, no free
-        # queue and no edge id per block (~25 B per block before #12's 12th round; rag-reorder makes ~230
+        # queue and no edge id per block (~25 B per block before #12's tenth round; rag-reorder makes ~230
         # distinct blocks per request). Its releases are logged instead (:meth:`_unlock`), and the first
         # evict() rebuilds the free order from the log (:meth:`_end_lean`)
         self._lean = ctx.capacity_tokens == float("inf") and not ctx.verify
