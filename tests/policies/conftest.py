@@ -63,6 +63,19 @@ def serve(policy, req: RequestView, now: int) -> None:
     policy.release(req, now)
 
 
+def plans_of(policy, reqs) -> list[list[tuple]]:
+    """Request ``rid`` of ``reqs`` at ``10 * rid``: lookup, admit, and commit + release where admitted; each
+    plan's spans as ``(start, end, action, source_pos)``."""
+    out = []
+    for rid, req in enumerate(reqs):
+        plan = policy.lookup(req, 10 * rid)
+        if policy.admit(req, plan, 10 * rid):
+            policy.commit(req, 10 * rid + 1)
+            policy.release(req, 10 * rid + 2)
+        out.append([(s.start, s.end, int(s.action), s.source_pos) for s in plan.spans])
+    return out
+
+
 class History:
     """Brute-force record of committed prompts: answers "were these tokens ever cached at that position"."""
 

@@ -13,6 +13,7 @@ from pic.engine import cdc, policies
 from pic.engine.policies import PolicyContext, RequestView
 from pic.engine.policies.irminsul_store import ChunkStore
 from pic.traces.schema import KIND_CODE
+from tests.policies.conftest import plans_of
 
 BPT = 2
 
@@ -77,13 +78,7 @@ def _plans(reqs: list[RequestView], capacity_tokens: float, eager: bool, monkeyp
     pol = policies.build("irminsul", PolicyContext(cap, BPT, verify=True), {"avg_chunk": 128, "min_chunk": 32,
                                                                            "max_chunk": 256, "s1": s1,
                                                                            "s1_window": 48})
-    out = []
-    for rid, req in enumerate(reqs):
-        plan = pol.lookup(req, 10 * rid)
-        if pol.admit(req, plan, 10 * rid):
-            pol.commit(req, 10 * rid + 1)
-            pol.release(req, 10 * rid + 2)
-        out.append([(s.start, s.end, int(s.action), s.source_pos) for s in plan.spans])
+    out = plans_of(pol, reqs)
     monkeypatch.undo()
     assert pol.stats.collisions == 0
     # the prefilter counts (fed from the lookup's edge keys, not from each chunk's tokens) are those of the

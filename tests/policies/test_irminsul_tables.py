@@ -13,6 +13,7 @@ from pic import accel
 from pic.engine import policies
 from pic.engine.policies import PolicyContext
 from pic.engine.policies.irminsul_index import KeyCounts, KeyTable
+from tests.policies.conftest import plans_of
 from tests.policies.test_irminsul_speed import _stream, _views
 
 pytest.importorskip("numba")
@@ -98,13 +99,7 @@ def _plans(reqs, capacity_tokens: float, s1: bool) -> tuple[list, dict, bool]:
     cap = math.inf if math.isinf(capacity_tokens) else capacity_tokens * BPT
     pol = policies.build("irminsul", PolicyContext(cap, BPT), {"avg_chunk": 128, "min_chunk": 32, "max_chunk": 256,
                                                                "s1": s1, "s1_window": 48})
-    out = []
-    for rid, req in enumerate(reqs):
-        plan = pol.lookup(req, 10 * rid)
-        if pol.admit(req, plan, 10 * rid):
-            pol.commit(req, 10 * rid + 1)
-            pol.release(req, 10 * rid + 2)
-        out.append([(s.start, s.end, int(s.action), s.source_pos) for s in plan.spans])
+    out = plans_of(pol, reqs)
     st = pol._store
     counts = (dict(st._heads.items()), dict(st._tails.items()))
     return out, {**pol.stats.extra, "evictions": pol.stats.evictions, "counts": counts}, isinstance(st._heads, KeyTable)
