@@ -19,14 +19,17 @@ from tests.policies.test_irminsul_speed import _stream, _views
 BPT = 2
 
 
-def _pair(opts: dict | None = None):
-    out = []
-    for lean in (False, True):
-        pol = policies.build("irminsul", PolicyContext(math.inf, BPT, verify=True),
-                             {"avg_chunk": 128, "min_chunk": 32, "max_chunk": 256, **(opts or {})})
-        pol._store.lean = lean
-        out.append(pol)
-    return out
+def _build(lean: bool, verify: bool = True, opts: dict | None = None):
+    """An unbounded irminsul with its store lean or exact."""
+    pol = policies.build("irminsul", PolicyContext(math.inf, BPT, verify=verify),
+                         {"avg_chunk": 128, "min_chunk": 32, "max_chunk": 256, **(opts or {})})
+    pol._store.lean = lean
+    return pol
+
+
+def _pair(opts: dict | None = None, verify: bool = True):
+    """``(exact, lean)`` stores, otherwise alike."""
+    return [_build(lean, verify, opts) for lean in (False, True)]
 
 
 def _plan(plan) -> list:
@@ -166,12 +169,7 @@ def test_lean_stored_runs_when_a_request_id_comes_again():
 def test_unverified_walk_gives_the_verified_walks_plans_and_state(seed, lean, lag):
     """The exact-prefix stage without --verify (its fast loop: entries in one pass, the use being extended kept
     in locals) gives the plans, usage, stored runs and chunk layout of the verified walk (no collision here)."""
-    pols = []
-    for verify in (True, False):
-        pol = policies.build("irminsul", PolicyContext(math.inf, BPT, verify=verify),
-                             {"avg_chunk": 128, "min_chunk": 32, "max_chunk": 256})
-        pol._store.lean = lean
-        pols.append(pol)
+    pols = [_build(lean, verify) for verify in (True, False)]
     reqs = _views(_stream(seed, 80), seed)
     plans = _drive(pols, reqs, lag)
     assert sum(s[1] - s[0] for p in plans for s in p if s[2] != 2) > 0            # the stream reuses
@@ -187,12 +185,7 @@ def test_lean_layouts_keep_the_registrys_chunks_and_plan_as_the_exact_store(seed
     """Without --verify (the walk of the exact prefix reads the chunks a lean store's prompt index keeps with
     each layout): the exact store's plans, and every kept chunk is the registry's chunk of its fingerprint;
     once the store turns exact the index no longer reads them."""
-    pols = []
-    for lean in (False, True):
-        pol = policies.build("irminsul", PolicyContext(math.inf, BPT),
-                             {"avg_chunk": 128, "min_chunk": 32, "max_chunk": 256})
-        pol._store.lean = lean
-        pols.append(pol)
+    pols = _pair(verify=False)
     exact, lean = pols
     reqs = _views(_stream(seed, 80), seed)
     plans = _drive(pols, reqs, lag)
@@ -222,12 +215,7 @@ def test_lean_layout_of_a_prompt_repeating_a_chunk_keeps_every_chunk():
     doc = rng.integers(0, 5000, 900, dtype=np.int32)
     first = np.concatenate([rng.integers(0, 5000, 50, dtype=np.int32), doc, doc])
     turns = [first, np.concatenate([first, rng.integers(0, 5000, 300, dtype=np.int32)])]
-    pols = []
-    for lean in (False, True):
-        pol = policies.build("irminsul", PolicyContext(math.inf, BPT),
-                             {"avg_chunk": 128, "min_chunk": 32, "max_chunk": 256})
-        pol._store.lean = lean
-        pols.append(pol)
+    pols = _pair(verify=False)
     plans = []
     for i, toks in enumerate(turns):
         req = RequestView.from_tokens(i, toks)
