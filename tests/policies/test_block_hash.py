@@ -152,14 +152,7 @@ def test_unbounded_queue_built_on_demand_evicts_as_a_kept_queue() -> None:
         assert plans[0].num_reused == plans[1].num_reused
         if all(p.admit(req, plan, t) for p, plan in zip((lazy, kept), plans, strict=True)):
             live.append((req, False))
-        while live and (len(live) > 3 or rng.random() < 0.4):
-            j = int(rng.integers(len(live)))
-            r, committed = live[j]
-            for p in (lazy, kept):
-                (p.release if committed else p.commit)(r, t)
-            live[j] = (r, True)
-            if committed:
-                live.pop(j)
+        _advance(live, (lazy, kept), t, rng, 3, 0.4)
         if rng.random() < 0.15:
             n = int(rng.integers(1, 400)) * BYTES_PER_TOKEN
             freed = [p.evict(n, t) for p in (lazy, kept)]
@@ -242,15 +235,21 @@ def test_ref_widens_past_uint8() -> None:
         assert ok[0] == ok[1]
         if ok[0]:
             live.append((req, False))
-        while live and (len(live) > 5 or rng.random() < 0.3):
-            j = int(rng.integers(len(live)))
-            r, committed = live[j]
-            for p in (narrow, wide):
-                (p.release if committed else p.commit)(r, t)
-            live[j] = (r, True)
-            if committed:
-                live.pop(j)
+        _advance(live, (narrow, wide), t, rng, 5, 0.3)
         assert np.array_equal(narrow._ref[:narrow._top], wide._ref[:wide._top])
         assert np.array_equal(np.flatnonzero(narrow._alive), np.flatnonzero(wide._alive))
     assert narrow._ref.dtype == np.uint8 and wide._ref.dtype == np.int32
     assert narrow.stats.evictions == wide.stats.evictions > 50
+
+
+def _advance(live: list, pols, t: int, rng, most: int, chance: float) -> None:
+    """Move random live requests on in every policy alike (commit, or release once committed) while more than
+    ``most`` are live or a draw under ``chance`` says go on."""
+    while live and (len(live) > most or rng.random() < chance):
+        j = int(rng.integers(len(live)))
+        r, committed = live[j]
+        for p in pols:
+            (p.release if committed else p.commit)(r, t)
+        live[j] = (r, True)
+        if committed:
+            live.pop(j)
