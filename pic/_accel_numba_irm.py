@@ -1,10 +1,8 @@
 """numba kernels of the ``irminsul`` chunk store's key tables behind :mod:`pic.accel`, reached through
-``accel.kernels(n, "irm")`` and loaded on first use: a multiset of ``uint64`` keys as an open-addressing hash
-table (:class:`engine.policies.irminsul_index.KeyTable`, the compiled form of the store's prefilter counters
-``Counter[int]``). The table is one ``uint64`` array of ``(key, count)`` pairs, so a probe touches one cache
-line; an empty slot has count 0 (a new table is ``np.zeros``); the slot of a key is its Fibonacci hash (the
-top bits of ``key * golden``), collisions probe linearly, a key whose count drops to 0 is deleted by backward
-shift (no tombstones). Same answers as the counters, tested both ways.
+``accel.kernels(n, "irm")`` and loaded on first use: a multiset of ``uint64`` keys in the shared
+open-addressing table (:mod:`pic._accel_numba_table`) as ``(key, count)`` pairs
+(:class:`engine.policies.irminsul_index.KeyTable`, the compiled form of the store's prefilter counters
+``Counter[int]``); a key whose count drops to 0 is deleted by backward shift (no tombstones). Same answers as the counters, tested both ways.
 
 NOTE (speed): the store asks its prefilters about every chunk of a prompt after the exact prefix (does an
 indexed chunk begin or end with its first / last ``min_match`` tokens: two tables of ~370 k keys on Mooncake
@@ -16,26 +14,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
-from pic._accel_numba import _GOLDEN, _OPTS, _U64
+from pic._accel_numba import _OPTS, _U64
+from pic._accel_numba_table import _find, _slot, table_rehash  # noqa: F401  (re-exported: the "irm" group serves it)
 
 _TAB = types.uint64[::1]
 _RTAB = types.Array(types.uint64, 1, "C", readonly=True)
 ZERO, ONE = np.uint64(0), np.uint64(1)
-
-
-@njit(inline="always", **_OPTS)
-def _slot(key, shift):
-    return np.int64((key * _GOLDEN) >> shift)
-
-
-@njit(inline="always", **_OPTS)
-def _find(tab, shift, key):
-    """The slot holding ``key``, or the empty slot where it would go."""
-    mask = (tab.shape[0] >> 1) - 1
-    j = _slot(key, shift)
-    while tab[2 * j + 1] != ZERO and tab[2 * j] != key:
-        j = (j + 1) & mask
-    return j
 
 
 @njit(inline="always", **_OPTS)
@@ -111,14 +95,3 @@ def kt_hot(t1, s1, t2, s2, ask2, k1, k2, base, add1, add2, new):
             out[m] = base + i
             m += 1
     return out[:m]
-
-
-@njit(types.void(_TAB, types.uint64, _RTAB), **_OPTS)
-def kt_rehash(tab, shift, old):
-    """Move every used slot of table ``old`` into ``tab`` (new, empty; the keys are distinct)."""
-    for s in range(old.shape[0] >> 1):
-        c = old[2 * s + 1]
-        if c != ZERO:
-            j = _find(tab, shift, old[2 * s])
-            tab[2 * j] = old[2 * s]
-            tab[2 * j + 1] = c

@@ -388,7 +388,7 @@ class KeyTable:
         while 2 * (self.used + more) > (1 << bits):
             bits += 1
         old, self.tab, self.shift = self.tab, np.zeros(2 << bits, np.uint64), np.uint64(64 - bits)
-        self.fast.kt_rehash(self.tab, self.shift, old)
+        self.fast.table_rehash(self.tab, self.shift, old)
 
     def items(self) -> list[tuple[int, int]]:
         """``(key, count)`` of every counted key (slot order)."""
