@@ -149,6 +149,8 @@ class Segments:
         a, b = self.stored_range(i)
         if b > a:
             return self.tokens[a + lo:a + hi]
+        if hi <= lo:                  # (nothing to derive: an empty segment is stored as nothing, opaque or not)
+            return np.zeros(0, np.int32)
         fast = accel.kernels(hi - lo)
         if fast is not None:          # NOTE (speed): one call, no per-call numpy set-up (one per prompt)
             out = np.empty(hi - lo, np.int32)

@@ -110,8 +110,8 @@ def test_only_empty_prompts_is_an_error_that_says_so(tmp_path):
 
 
 def test_gather_takes_empty_segments_in_any_store() -> None:
-    """An empty segment among others is gathered as nothing, in a store of stored tokens only (no opaque
-    keys: it used to be taken for an opaque segment there and fail) and in a mixed one."""
+    """An empty segment among others, or alone, is gathered as nothing, in a store of stored tokens only (no
+    opaque keys: it used to be taken for an opaque segment there and fail) and in a mixed one."""
     import numpy as np
 
     from pic.traces.content import Segments
@@ -123,3 +123,7 @@ def test_gather_takes_empty_segments_in_any_store() -> None:
     mixed = Segments(np.arange(3, dtype=np.uint64), np.zeros(3, np.uint8), offs, toks, offs.copy(),
                      np.ones(3, np.uint64), np.ones(3, np.uint64))
     assert mixed.gather(np.array([2, 1, 0])).tolist() == [4, 5, 7, 8, 9]
+    # alone (a prompt of one empty segment, and the segment itself): nothing, in either store
+    for store in (plain, mixed):
+        assert store.gather(np.array([1])).tolist() == [] and store.segment(1).dtype == np.int32
+        assert store.segment(1).shape == (0,) and store.segment(0, 1, 1).shape == (0,)
