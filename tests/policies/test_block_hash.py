@@ -136,15 +136,27 @@ def _check_tree(p, verify: bool) -> set[int]:
     return set(hashes)
 
 
-def test_unbounded_queue_built_on_demand_evicts_as_a_kept_queue() -> None:
+def _unbounded(radix: bool, block_size: int = 8):
+    """An unbounded block-hash cache: a radix tree until its first evict() (the default), or lean block state
+    (``radix=False``, what the radix tree's replay builds)."""
+    from pic.engine.policies.block_hash import BlockHashCache, BlockHashConfig
+
+    p = BlockHashCache(make_ctx(float("inf")), BlockHashConfig(block_size), radix=radix)
+    assert (p._radix is not None) == radix and p._lean
+    return p
+
+
+@pytest.mark.parametrize("radix", [True, False])
+def test_unbounded_queue_built_on_demand_evicts_as_a_kept_queue(radix: bool) -> None:
     """An unbounded cache keeps no free queue until evict() is called; then it evicts exactly the blocks,
-    in exactly the order, of a cache that kept its queue all along (a finite capacity never reached)."""
+    in exactly the order, of a cache that kept its queue all along (a finite capacity never reached). From a
+    radix tree (the default) the blocks are first rebuilt by replaying what the cache served."""
     from tests.policies.conftest import request_stream
 
     rng = np.random.default_rng(11)
-    lazy = policies.build("block-hash", make_ctx(float("inf")), {"block_size": "8"})
+    lazy = _unbounded(radix)
     kept = policies.build("block-hash", make_ctx(10**12), {"block_size": "8"})
-    assert lazy._lean and not kept._lean and lazy._free_seq is None and lazy._tree.eid is None
+    assert not kept._lean and kept._radix is None and lazy._free_seq is None and lazy._tree.eid is None
     live: list[tuple[RequestView, bool]] = []
     num_evictions = 0
     for t, req in enumerate(request_stream(seed=7, num_requests=150)):
@@ -159,7 +171,8 @@ def test_unbounded_queue_built_on_demand_evicts_as_a_kept_queue() -> None:
             assert freed[0] == freed[1]
             num_evictions += freed[0] > 0
             assert np.array_equal(np.flatnonzero(lazy._alive), np.flatnonzero(kept._alive))
-    assert not lazy._lean and num_evictions > 5 and lazy.stats.evictions == kept.stats.evictions > 100
+    assert not lazy._lean and lazy._radix is None and num_evictions > 5
+    assert lazy.stats == kept.stats and lazy.stats.evictions > 100
 
 
 def test_free_order_widens_past_int32(monkeypatch) -> None:
@@ -202,7 +215,9 @@ def test_commit_resumes_after_a_split_of_its_held_run(capacity: float) -> None:
     """A request admitted on a 4-block run commits after another request split that run in two (no per-block
     edge id while lean: commit resumes from admit's position through the split) and stores its new blocks
     after the whole run."""
-    p = policies.build("block-hash", make_ctx(capacity))
+    from pic.engine.policies.block_hash import BlockHashCache
+
+    p = BlockHashCache(make_ctx(capacity), radix=False)
     assert p._lean == (capacity == float("inf")) and (p._tree.eid is None) == p._lean
     serve(p, view(0, np.arange(64)), 1)
     a = view(1, np.r_[np.arange(64), np.arange(1000, 1032)])
@@ -253,3 +268,40 @@ def _advance(live: list, pols, t: int, rng, most: int, chance: float) -> None:
         live[j] = (r, True)
         if committed:
             live.pop(j)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_radix_tree_counts_as_the_block_state(seed: int) -> None:
+    """Unbounded, the radix tree gives every plan, admission and usage() (evictable, protected, total) of the
+    per-block state, after every call, on interleaved requests that share, extend and cut prefixes; so does
+    its footprint. A 2^-64 hash collision aside, the two are the same cache."""
+    from tests.policies.conftest import request_stream
+
+    rng = np.random.default_rng(100 + seed)
+    bs = int(rng.choice([1, 5, 8, 16]))
+    tree, blocks = _unbounded(True, bs), _unbounded(False, bs)
+    pair = (tree, blocks)
+    live: list[tuple[RequestView, bool]] = []
+    num_locked = 0
+    for t, req in enumerate(request_stream(seed=seed, num_requests=160)):
+        plans = [p.lookup(req, t) for p in pair]
+        assert plans[0] == plans[1]
+        assert [p.admit(req, plan, t) for p, plan in zip(pair, plans, strict=True)] == [True, True]
+        assert tree.usage() == blocks.usage()
+        live.append((req, False))
+        while live and (len(live) > 6 or rng.random() < 0.3):
+            j = int(rng.integers(len(live)))
+            r, committed = live[j]
+            for p in pair:
+                (p.release if committed else p.commit)(r, t)
+            if committed:
+                live.pop(j)
+            else:
+                live[j] = (r, True)
+            u = tree.usage()
+            assert u == blocks.usage()
+            u.check()
+            num_locked += u.protected > 0 and u.evictable > 0
+    assert tree.stats == blocks.stats and tree.stats.hits > 20
+    assert tree.footprint().entries == blocks.footprint().entries > 0 and num_locked > 20
+    assert tree._radix is not None and blocks._radix is None

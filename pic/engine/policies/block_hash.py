@@ -27,6 +27,10 @@ A chained-hash collision (2^-64 per pair) used to merge two chains in the dict; 
 match only along their whole path. A request's held blocks are the walk's slot pieces (a slice per run
 of consecutive slots, an array only for recycled ones), so ref counts and the free order are updated
 through views: per request the cost is numpy calls per piece, not per block (docs/bench-bh8.md).
+
+Unbounded and without --verify (every replay's baseline at the default capacity) the cache never evicts, and
+none of the above is kept: it is a token radix tree over the committed prompts' full blocks
+(:mod:`engine.policies.block_radix`) until the policy API first asks it to evict.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from pic.engine.plan import Plan
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
 from pic.engine.policies.block_chains import BlockChains
+from pic.engine.policies.block_radix import RadixBlocks
 from pic.engine.rolling import BlockHasher
 
 
@@ -59,9 +64,13 @@ class BlockHashCache(CachePolicy):
     name = "block-hash"
     Config = BlockHashConfig
 
-    def __init__(self, ctx: PolicyContext, config: BlockHashConfig | None = None) -> None:
+    def __init__(self, ctx: PolicyContext, config: BlockHashConfig | None = None, *, radix: bool = True) -> None:
         super().__init__(ctx, config)
         self._bs = bs = self.config.block_size
+        # NOTE (memory, speed): unbounded and unverified, the cache is a token radix tree until it is first
+        # asked to evict (engine.policies.block_radix: the same plans and counts, no per-block state, no
+        # hashing); then the state below is rebuilt by replaying the admissions, commits and releases it logged
+        self._radix = RadixBlocks(bs) if radix and ctx.capacity_tokens == float("inf") and not ctx.verify else None
         self._hasher = BlockHasher(bs)
         self._tree = BlockChains()                            # the resident blocks, by chain
         # NOTE (memory): a cache that is unbounded (and not --verify) never evicts by itself: until evict() is
@@ -112,6 +121,11 @@ class BlockHashCache(CachePolicy):
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
         self.stats.lookups += 1
+        if self._radix is not None:
+            num = self._radix.lookup(req)
+            if num:
+                self.stats.hits += 1
+            return Plan.from_prefix(req.num_tokens, num)
         hashes = self._hashes(req)
         if self.ctx.verify:
             num = self._match(req, hashes).shape[0] * self._bs
@@ -122,10 +136,16 @@ class BlockHashCache(CachePolicy):
         return Plan.from_prefix(req.num_tokens, num)
 
     def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
-        if req.request_id in self._live:
+        if req.request_id in (self._live if self._radix is None else self._radix.live):
             raise ValueError(f"request {req.request_id} admitted twice")
-        hashes = self._hashes(req)
         want = plan.leading_reuse // self._bs
+        if self._radix is not None:
+            if self._radix.admit(req, want, now_us) < want:
+                self.stats.rejected += 1
+                self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
+                return False
+            return True
+        hashes = self._hashes(req)
         if self.ctx.verify:
             run = self._match(req, hashes, want)
             num, held = run.shape[0], [run] if run.shape[0] else []
@@ -154,6 +174,8 @@ class BlockHashCache(CachePolicy):
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:
+        if self._radix is not None:
+            return self._radix.commit(req, now_us)
         held, need, hashes, want, pos = self._live[req.request_id]
         self._reserved -= need
         n = hashes.shape[0]
@@ -176,25 +198,30 @@ class BlockHashCache(CachePolicy):
         self._live[req.request_id] = (held + pieces, 0, hashes, want, None)
 
     def release(self, req: RequestView, now_us: int) -> None:
+        if self._radix is not None:
+            return self._radix.release(req, now_us)
         held, need, _, _, _ = self._live.pop(req.request_id)
         self._reserved -= need
         self._unlock(held)
 
     def evict(self, num_bytes: int, now_us: int) -> int:
+        if self._radix is not None:
+            self._end_radix()
         per = self._bs * self.ctx.bytes_per_token
         return self._evict_blocks(-(-int(num_bytes) // per)) * per
 
     def usage(self) -> Usage:
         per = self._bs * self.ctx.bytes_per_token
-        n = self._num_resident
-        return Usage((n - self._num_locked) * per, (self._num_locked + self._reserved) * per,
-                     (n + self._reserved) * per, self.ctx.capacity_bytes)
+        r = self._radix
+        n, locked, reserved = ((self._num_resident, self._num_locked, self._reserved) if r is None
+                               else (r.num_resident, r.num_locked, r.reserved))
+        return Usage((n - locked) * per, (locked + reserved) * per, (n + reserved) * per, self.ctx.capacity_bytes)
 
     def footprint(self) -> Footprint:
         """Registry entries = resident blocks; runs (only under --verify, the one mode that keeps block
         tokens): each block after up to 3 ancestor blocks of context."""
         if not self.ctx.verify:
-            return Footprint(self._num_resident, None)
+            return Footprint(self._num_resident if self._radix is None else self._radix.num_resident, None)
         runs, bs = [], self._bs
         alive = np.flatnonzero(self._alive)
         alive = alive[np.argsort(self._birth[alive])]
@@ -210,6 +237,15 @@ class BlockHashCache(CachePolicy):
         return Footprint(self._num_resident, runs)
 
     # ---- Internal helpers -------------------------------------------------------------------------
+    def _end_radix(self) -> None:
+        """Before the first eviction of an unbounded cache: its per-block state, by replaying what it served
+        into an exact cache (its stats are this cache's own)."""
+        exact = BlockHashCache(self.ctx, self.config, radix=False)
+        self._radix.replay(exact)
+        stats = self.stats
+        vars(self).update(vars(exact))
+        self.stats = stats
+
     def _hashes(self, req: RequestView) -> np.ndarray:
         """Chained hashes of the full blocks: uint64 [N // block_size] (memoized for lookup -> commit;
         from the segments' cached partial sums, :class:`engine.rolling.BlockHasher`)."""

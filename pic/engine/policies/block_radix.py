@@ -1,0 +1,175 @@
+"""An unbounded ``block-hash`` cache kept as a token radix tree (:class:`RadixBlocks`), no per-block state.
+
+A cache that never evicts holds every full block of every committed prompt, so the blocks resident along a
+prompt are those of the longest prefix it shares with a committed prompt, cut to whole blocks: block ``j`` of
+``q`` is resident iff ``q[:(j+1)·bs]`` is a prefix of a committed prompt's full blocks. A radix tree over the
+committed prompts' full blocks (references to their segments, no token copy: :mod:`engine.radix`) answers
+exactly that: the walk's length ``m`` gives ``m // bs`` blocks. It compares prompts, not chained hashes, so it
+also rules out the 2^-64 hash collision the exact cache could take for a match.
+
+Counts are those of the exact cache. An edge covers depths ``(lo, lo + n]`` of every prompt below it (its
+``lo`` is its depth: prompts are inserted from position 0), so it holds the block ends
+``(lo + n) // bs - lo // bs``; a commit adds ``full // bs - m // bs`` blocks (``m``: the prefix it shared);
+a block is locked iff the edge holding its end is (:class:`_Tree`).
+
+What the exact cache needs if it is ever asked to evict (``evict()`` on an unbounded cache: never in a
+replay, only by callers of the policy API) is rebuilt by replaying the admissions, commits and releases
+logged here (16 B per request and 24 B per event, plus each request's :class:`~engine.seq.Seq`).
+
+NOTE (memory, speed): the exact cache keeps ~9 B per distinct block (its tree's 8 B hash and a 1 B ref) and a
+chained hash per block of every prompt it sees; rag-reorder makes ~150 distinct blocks per request, ~2.7 GiB
+at 10^6 requests. Here per request it keeps what the ``prefix`` policy's tree keeps (about one edge)."""
+
+from __future__ import annotations
+
+from array import array
+
+import numpy as np
+
+from pic.engine.policies.base import RequestView
+from pic.engine.radix import RadixNode, RadixTree
+
+ADMIT, COMMIT, RELEASE = 0, 1, 2
+
+
+class _Tree(RadixTree):
+    """A radix tree (pages of one token, no eviction) that also counts the block ends on locked edges."""
+
+    def __init__(self, block: int) -> None:
+        super().__init__(1, evicts=False)
+        self.block = block
+        self.locked_blocks = 0
+
+    def lock_point(self, tokens, num: int, now_us: int | None = None) -> tuple[int, RadixNode]:
+        """:meth:`RadixTree.lock_point`; also right after a walk of ``tokens`` that found more than ``num``
+        (a lookup's match cut to whole blocks): up from where that walk stopped, not down again from the root
+        (an edge's ``lo`` is its depth here)."""
+        m = self._memo
+        if m is None or m[0] is not tokens or m[1] != now_us or m[2] != self._version or num > m[3]:
+            return super().lock_point(tokens, num, now_us)
+        node = m[4] if m[5] is None else m[5]
+        while node.lo >= num and node is not self.root:
+            node = node.parent
+        if node is self.root or num == node.lo + node.n:
+            return num, node
+        return num, self._split(node, num - node.lo)
+
+    def inc_lock(self, node: RadixNode) -> None:
+        root, bs, k, b = self.root, self.block, 0, 0
+        while node is not root:
+            if node.lock_ref == 0:
+                k += node.n
+                b += (node.lo + node.n) // bs - node.lo // bs
+            node.lock_ref += 1
+            node = node.parent
+        self.evictable_tokens -= k
+        self.protected_tokens += k
+        self.locked_blocks += b
+
+    def dec_lock(self, node: RadixNode) -> None:
+        root, bs, k, b = self.root, self.block, 0, 0
+        while node is not root:
+            if node.lock_ref <= 0:
+                raise ValueError("dec_lock on an unlocked node")
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                k += node.n
+                b += (node.lo + node.n) // bs - node.lo // bs
+            node = node.parent
+        self.evictable_tokens += k
+        self.protected_tokens -= k
+        self.locked_blocks -= b
+
+
+class RadixBlocks:
+    """The state of an unbounded, unverified ``block-hash`` cache (see the module docstring). Blocks are
+    counted in blocks; the policy turns them into bytes."""
+
+    __slots__ = ("block", "tree", "num_resident", "reserved", "live", "rids", "seqs", "ops")
+
+    def __init__(self, block: int) -> None:
+        self.block = block
+        self.tree = _Tree(block)
+        self.num_resident = 0            # distinct full blocks committed
+        self.reserved = 0                # blocks reserved by admitted requests, not yet committed
+        self.live: dict[int, tuple[RadixNode, int, int]] = {}   # request_id -> (locked node, reserved, log index)
+        self.rids = array("q")           # the log: each admitted request once, with its prompt
+        self.seqs: list = []
+        self.ops = array("q")            # (event, request's log index, now_us, blocks wanted) per event
+
+    @property
+    def num_locked(self) -> int:
+        return self.tree.locked_blocks
+
+    def lookup(self, req: RequestView) -> int:
+        """Tokens of ``req``'s resident leading blocks."""
+        bs = self.block
+        n = req.num_tokens // bs * bs
+        return self.tree.match_prefix(req.seq, None, split=False, hi=n)[0] // bs * bs if n else 0
+
+    def admit(self, req: RequestView, want: int, now_us: int) -> int:
+        """Lock ``req``'s first ``want`` blocks and reserve the rest; returns the blocks resident along it
+        (fewer than ``want``: nothing was done). ``want`` <= what :meth:`lookup` found."""
+        bs = self.block
+        num, node = self.tree.lock_point(req.seq, want * bs, None)
+        if num < want * bs:
+            return num // bs
+        self.tree.inc_lock(node)
+        need = req.num_tokens // bs - want
+        self.reserved += need
+        k = len(self.seqs)
+        self.rids.append(req.request_id)
+        self.seqs.append(req.seq)
+        self.ops.extend((ADMIT, k, now_us, want))
+        self.live[req.request_id] = (node, need, k)
+        return want
+
+    def commit(self, req: RequestView, now_us: int) -> None:
+        """Store ``req``'s full blocks; it holds all of them until :meth:`release`."""
+        node, need, k = self.live[req.request_id]
+        self.reserved -= need
+        bs = self.block
+        full = req.num_tokens // bs * bs
+        num_new, leaf = self.tree.insert(req.seq, now_us, 0, full)
+        self.num_resident += full // bs - (full - num_new) // bs
+        self.tree.inc_lock(leaf)
+        self.tree.dec_lock(node)
+        self.live[req.request_id] = (leaf, 0, k)
+        self.ops.extend((COMMIT, k, now_us, 0))
+
+    def release(self, req: RequestView, now_us: int) -> None:
+        node, need, k = self.live.pop(req.request_id)
+        self.reserved -= need
+        self.tree.dec_lock(node)
+        self.ops.extend((RELEASE, k, now_us, 0))
+
+    def replay(self, cache) -> None:
+        """Apply the logged events, in order, to ``cache`` (an exact ``block-hash`` cache, empty): it ends in
+        the state it would have reached had it served them itself."""
+        from pic.engine.plan import Plan
+
+        views: dict[int, RequestView] = {}
+        ops = np.frombuffer(self.ops, np.int64).reshape(-1, 4).tolist()
+        bs = self.block
+        for ev, k, now, want in ops:
+            req = views.get(k)
+            if req is None:
+                req = views[k] = _view(self.rids[k], self.seqs[k])
+            if ev == ADMIT:
+                if not cache.admit(req, Plan.from_prefix(req.num_tokens, want * bs), now):
+                    raise RuntimeError("block-hash: the exact cache refused a logged admission")
+            elif ev == COMMIT:
+                cache.commit(req, now)
+            else:
+                cache.release(req, now)
+                del views[k]
+
+
+def _view(request_id: int, seq) -> RequestView:
+    """A view of the prompt ``seq`` describes (its segments, or its own tokens)."""
+    if seq.arr is not None:
+        return RequestView(request_id, "", seq.arr[:seq.end], np.array([0, seq.end], np.int64),
+                           np.zeros(1, np.uint64), np.zeros(1, np.uint8))
+    k = len(seq.rows)
+    return RequestView(request_id, "", None, np.asarray(seq.bounds, np.int64), np.zeros(k, np.uint64),
+                       np.zeros(k, np.uint8), np.asarray(seq.rows, np.int64), seq.store)
