@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pic.engine.resident import resident_prefixes
 from pic.engine.rolling import ramp, sorted_unique
 from pic.engine.window_parts import HashedWindows
 from pic.traces.content import splitmix64
@@ -382,35 +383,5 @@ def prompt_oracle(trace, order: np.ndarray, min_match: int) -> np.ndarray:
     item_offs = np.zeros(order.shape[0] + 1, np.int64)
     np.cumsum(cnt, out=item_offs[1:])
     rows = idx[np.repeat(offs[order], cnt) + ramp(cnt)]
-    pfx = _resident_prefixes(trace.segments, rows, item_offs)
+    pfx = resident_prefixes(trace.segments, rows, item_offs)
     return covered_counts(trace.segments, rows, item_offs, min_match, prefix=pfx)
-
-
-def _resident_prefixes(seg, rows: np.ndarray, item_offs: np.ndarray) -> np.ndarray:
-    """int64 per item: its longest prefix shared with an earlier item (inserting each into a radix tree
-    walks its longest resident prefix).
-
-    NOTE (memory): the tree (~1 KB per prompt) is freed before the window coverage runs, not held under
-    it; items are converted to Python values a block at a time."""
-    import gc
-
-    from pic.engine.radix import RadixTree
-    from pic.engine.seq import Seq
-
-    lens = np.diff(seg.offsets)
-    I = item_offs.shape[0] - 1
-    tree, pfx = RadixTree(evicts=False), np.zeros(I, np.int64)
-    for i0 in range(0, I, 1 << 16):
-        i1 = min(I, i0 + (1 << 16))
-        o0 = int(item_offs[i0])
-        r = rows[o0:int(item_offs[i1])]
-        bounds = np.zeros(r.shape[0] + 1, np.int64)
-        np.cumsum(lens[r], out=bounds[1:])
-        io = (item_offs[i0:i1 + 1] - o0).tolist()
-        for i in range(i1 - i0):
-            a, b = io[i], io[i + 1]
-            q = Seq.of_segments(seg, r[a:b], bounds[a:b + 1] - bounds[a])
-            pfx[i0 + i] = q.end - tree.insert(q, 0)[0]
-    del tree
-    gc.collect()                                      # a radix tree's parent links are cycles
-    return pfx

@@ -1,0 +1,255 @@
+"""Each prompt's longest prefix shared with an earlier prompt, decided from the segment structure.
+
+The trace-level oracle (:func:`engine.coverage.prompt_oracle`) counts, besides the reusable windows, the
+longest exact prefix a prompt shares with any earlier one: what inserting the prompts one by one into a
+token radix tree walks (:func:`resident_prefixes_radix`, the reference). Here it is computed for the whole
+trace at once, over segments instead of tokens:
+
+1. every segment row used gets a *content class*: rows with the same tokens share it (an opaque row's
+   class is its ``(stream, length)``; rows that agree on their length and a few tokens are compared in
+   full, so two rows of equal tokens are one class whatever their rows or streams);
+2. the prompts' class sequences form a trie, built level by level (a node is its parent and a class:
+   exact ids from one sort per depth, no hashing); an item's pieces down to the deepest node an earlier
+   item made are its shared whole segments, ``k`` of them;
+3. past them, the item's next segment ``x`` differs (as a whole) from the next segment ``y`` of every
+   earlier item through that node; the shared prefix goes on by ``lcp(x, y)`` tokens, and only siblings
+   with the same first token can share any: for each group of such siblings, the longest common prefix
+   with the earlier ones (neighbours in the group's sorted order) is computed from their tokens.
+
+This equals the token-level answer when no segment of such a group is a proper prefix of another one of
+it (then a match ends inside the segment where two prompts part, and a prompt parting at a shallower
+depth shares less than ``k`` whole segments); that is checked, and a trace where it fails goes to the
+radix tree. Empty pieces are dropped first (they hold no token).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+
+import numpy as np
+import xxhash
+
+from pic.engine.rolling import ramp
+from pic.traces.content import splitmix64
+
+
+def resident_prefixes(seg, rows: np.ndarray, item_offs: np.ndarray) -> np.ndarray:
+    """int64 per item: its longest prefix (tokens) shared with an earlier item. Item ``i`` concatenates the
+    segment rows ``rows[item_offs[i]:item_offs[i+1]]`` of ``seg`` (a :class:`~pic.traces.content.Segments`).
+    Same values as :func:`resident_prefixes_radix`."""
+    got = _from_structure(seg, np.asarray(rows, np.int64), np.asarray(item_offs, np.int64))
+    return got if got is not None else resident_prefixes_radix(seg, rows, item_offs)
+
+
+def resident_prefixes_radix(seg, rows: np.ndarray, item_offs: np.ndarray) -> np.ndarray:
+    """:func:`resident_prefixes` by inserting each item into a token radix tree (the reference; the
+    fallback for segments that are proper prefixes of their siblings).
+
+    NOTE (memory): the tree (~1 KB per prompt) is freed before returning; items are converted to Python
+    values a block at a time."""
+    import gc
+
+    from pic.engine.radix import RadixTree
+    from pic.engine.seq import Seq
+
+    lens = np.diff(seg.offsets)
+    I = item_offs.shape[0] - 1
+    tree, pfx = RadixTree(evicts=False), np.zeros(I, np.int64)
+    for i0 in range(0, I, 1 << 16):
+        i1 = min(I, i0 + (1 << 16))
+        o0 = int(item_offs[i0])
+        r = rows[o0:int(item_offs[i1])]
+        bounds = np.zeros(r.shape[0] + 1, np.int64)
+        np.cumsum(lens[r], out=bounds[1:])
+        io = (item_offs[i0:i1 + 1] - o0).tolist()
+        for i in range(i1 - i0):
+            a, b = io[i], io[i + 1]
+            q = Seq.of_segments(seg, r[a:b], bounds[a:b + 1] - bounds[a])
+            pfx[i0 + i] = q.end - tree.insert(q, 0)[0]
+    del tree
+    gc.collect()                                      # a radix tree's parent links are cycles
+    return pfx
+
+
+def _from_structure(seg, rows: np.ndarray, offs: np.ndarray) -> np.ndarray | None:
+    """:func:`resident_prefixes` from the segment trie, or None where a sibling group holds a segment that
+    is a proper prefix of another (the trie's answer could then be short)."""
+    I = offs.shape[0] - 1
+    out = np.zeros(I, np.int64)
+    L = np.diff(seg.offsets)[rows]
+    item = np.repeat(np.arange(I, dtype=np.int64), np.diff(offs))
+    keep = L > 0
+    if not keep.all():
+        rows, L, item = rows[keep], L[keep], item[keep]
+    P = rows.shape[0]
+    if not P:
+        return out
+    cls, rep, first = _classes(seg, rows)
+    C = rep.shape[0]
+    cnt = np.bincount(item, minlength=I)
+    depth = ramp(cnt)
+    # trie nodes, a level at a time: a node is (parent node, class); pieces of a level stay in item order
+    node = np.empty(P, np.int64)
+    by_depth = np.argsort(depth, kind="stable")
+    at = np.zeros(int(cnt.max()) + 1, np.int64)
+    np.cumsum(np.bincount(depth), out=at[1:])
+    made = 0
+    for d in range(at.shape[0] - 1):
+        p = by_depth[at[d]:at[d + 1]]
+        key = cls[p] if d == 0 else node[p - 1] * C + cls[p]
+        node[p] = made + _dense(key)
+        made = int(node[p].max()) + 1
+    born = np.full(made, I, np.int64)               # the item that made each node (its first)
+    np.minimum.at(born, node, item)
+    shared = born[node] < item                      # the item's pieces down to its deepest shared node
+    wsum = np.bincount(item[shared], weights=L[shared], minlength=I)
+    out[:] = wsum.astype(np.int64)
+    # the pieces that made a node (each node once, by its first item): sibling groups by first token
+    new = np.flatnonzero(~shared)
+    parent = np.where(depth[new] > 0, node[new - 1] + 1, 0)          # (0: the root)
+    f = first[cls[new]] - int(first.min())
+    g = _dense(parent * (int(f.max()) + 1) + f)
+    size = np.bincount(g)
+    multi = np.flatnonzero(size[g] > 1)
+    if not multi.shape[0]:
+        return out
+    # pieces of groups of two or more siblings, by group then item: the longest prefix shared with earlier ones
+    m = multi[np.lexsort((item[new[multi]], g[multi]))]
+    extra = _sibling_lcps(seg, rep, g[m], cls[new[m]])
+    if extra is None:
+        return None
+    np.add.at(out, item[new[m]], extra)
+    return out
+
+
+_HEAD = 32          # tokens of each sibling read first; all of them only where two siblings agree on these
+
+
+def _sibling_lcps(seg, rep: np.ndarray, group: np.ndarray, cls: np.ndarray) -> np.ndarray | None:
+    """int64 per sibling (``group`` sorted, each group's members in the order they were made, ``cls`` their
+    content classes, ``rep`` a row per class): the longest common prefix with an earlier member of its
+    group (neighbours in the group's sorted order); None when a member is a proper prefix of another.
+
+    NOTE (speed): the first ``_HEAD`` tokens of every member are read in one vectorized call; a member's
+    whole segment only when another one of its group starts with the same ``_HEAD`` tokens."""
+    r = rep[cls]
+    n = np.diff(seg.offsets)[r]
+    k = np.minimum(n, _HEAD)
+    at = np.zeros(r.shape[0] + 1, np.int64)
+    np.cumsum(k, out=at[1:])
+    head = _ordered(_tokens_at(seg, np.repeat(r, k), ramp(k)))
+    arrs = [head[a:b] for a, b in zip(at[:-1].tolist(), at[1:].tolist(), strict=True)]
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]).tolist()
+    extra = np.zeros(r.shape[0], np.int64)
+    rows, lens = r.tolist(), n.tolist()
+    for h, e in zip(starts, starts[1:] + [r.shape[0]], strict=True):
+        mem = range(h, e)
+        keys = {i: arrs[i].tobytes() for i in mem}
+        order = sorted(mem, key=keys.__getitem__)
+        tied = {i for x, y in zip(order[:-1], order[1:], strict=False) if keys[x] == keys[y] for i in (x, y)}
+        if tied:                                   # (equal first _HEAD tokens: read the whole segments)
+            for i in tied:
+                arrs[i] = _ordered(seg.segment(rows[i]))
+                keys[i] = arrs[i].tobytes()
+            order = sorted(mem, key=keys.__getitem__)
+        for x, y in zip(order[:-1], order[1:], strict=False):
+            if lens[x] < lens[y] and keys[y].startswith(keys[x]):
+                return None                         # a proper prefix of a sibling: the radix tree decides
+        rank = dict(zip(order, range(len(order)), strict=True))
+        seen: list[int] = []
+        for i in mem:
+            q = rank[i]
+            j = bisect_left(seen, q)
+            best = _lcp(arrs[i], arrs[order[seen[j - 1]]]) if j else 0
+            if j < len(seen):
+                best = max(best, _lcp(arrs[i], arrs[order[seen[j]]]))
+            extra[i] = best
+            insort(seen, q)
+    return extra
+
+
+def _classes(seg, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Content classes of the (non-empty) segment rows ``rows``: ``(class per entry of rows, a row of each
+    class, first token of each class)``; two rows share a class exactly when their tokens are equal."""
+    inv, first = _dense(rows, first=True)
+    used = rows[first]
+    n = np.diff(seg.offsets)[used]
+    # an opaque row's tokens are the first n of its stream (seeded by key ^ salt): one provisional class per
+    # (seed, n); a stored row is its own
+    ident = used.astype(np.uint64)
+    opq = seg.opaque_mask[used]
+    if opq.any():
+        k = np.flatnonzero(opq)
+        ident[k] = seg.keys[used[k]] ^ seg.salts[used[k]]
+    order = np.lexsort((n, ident, opq))
+    head = np.ones(order.shape[0], bool)
+    head[1:] = (ident[order][1:] != ident[order][:-1]) | (n[order][1:] != n[order][:-1]) \
+        | (opq[order][1:] != opq[order][:-1]) | ~opq[order][1:]
+    pcls = np.empty(order.shape[0], np.int64)
+    pcls[order] = np.cumsum(head) - 1
+    rep = used[order[head]]                         # a row per provisional class
+    rn = n[order[head]]
+    # rows that agree on (length, first, second, middle and last token) are compared in full
+    t0 = _tokens_at(seg, rep, np.zeros(rep.shape[0], np.int64))
+    sig = np.zeros(rep.shape[0], np.uint64)
+    with np.errstate(over="ignore"):
+        for col in (rn, t0, _tokens_at(seg, rep, np.minimum(1, rn - 1)), _tokens_at(seg, rep, rn // 2),
+                    _tokens_at(seg, rep, rn - 1)):
+            sig = splitmix64(sig * np.uint64(0x9E3779B97F4A7C15) + col.astype(np.uint64))
+    sg = _dense(sig)
+    sc = np.bincount(sg)
+    final = np.arange(rep.shape[0], dtype=np.int64)
+    amb = np.flatnonzero(sc[sg] > 1)
+    if amb.shape[0]:
+        same: dict[tuple[int, int], list[tuple[int, np.ndarray]]] = {}
+        for c in amb.tolist():
+            t = seg.segment(int(rep[c]))
+            bucket = same.setdefault((int(sg[c]), xxhash.xxh64_intdigest(t.tobytes())), [])
+            for c0, t0_ in bucket:
+                if np.array_equal(t, t0_):
+                    final[c] = c0
+                    break
+            else:
+                bucket.append((c, t))
+    fc, frow = _dense(final, first=True)
+    cls = fc[pcls][inv]
+    return cls, rep[frow], t0[frow]
+
+
+def _dense(key: np.ndarray, first: bool = False):
+    """Dense ids ``0 ..`` of ``key``'s distinct values (in sorted order); with ``first``, also the index of
+    each id's first entry."""
+    order = np.argsort(key, kind="stable")
+    s = key[order]
+    head = np.ones(s.shape[0], bool)
+    head[1:] = s[1:] != s[:-1]
+    ids = np.empty(s.shape[0], np.int64)
+    ids[order] = np.cumsum(head) - 1
+    return (ids, order[head]) if first else ids
+
+
+def _tokens_at(seg, rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """int64: token ``pos[k]`` of segment row ``rows[k]`` (stored or derived), vectorized."""
+    from pic.traces.content import opaque_bases, opaque_run
+
+    out = np.zeros(rows.shape[0], np.int64)
+    t = seg.offsets if seg.token_offsets is None else seg.token_offsets
+    st = t[rows + 1] > t[rows]
+    k = np.flatnonzero(st)
+    out[k] = seg.tokens[t[rows[k]] + pos[k]]
+    k = np.flatnonzero(~st)
+    if k.shape[0]:
+        out[k] = opaque_run(opaque_bases(seg.keys[rows[k]], seg.salts[rows[k]]), pos[k], np.ones(k.shape[0], np.int64))
+    return out
+
+
+def _ordered(tokens: np.ndarray) -> np.ndarray:
+    """The tokens as big-endian uint32 whose bytes sort as the token sequence does (int32 order kept)."""
+    return (tokens.astype(np.int64) + (1 << 31)).astype(">u4")
+
+
+def _lcp(a: np.ndarray, b: np.ndarray) -> int:
+    m = min(a.shape[0], b.shape[0])
+    neq = a[:m] != b[:m]
+    k = int(neq.argmax()) if m else 0
+    return k if m and neq[k] else m
