@@ -16,9 +16,11 @@ and a window is seen when an earlier item's piece (or pair of pieces) with the s
 name, the union of the earlier items' intervals of window starts (:func:`_earlier_cover`; pieces may be
 cut anywhere, e.g. a radix edge that starts mid-segment). Every other window touching stored content
 (met for the first time under its name, or over three or more pieces) is hashed
-(:func:`engine.rolling.window_hashes`) and looked up among the hashed windows of earlier items (batches
-of items; sorted arrays, one ``searchsorted`` pass per level); a window of opaque content only that no
-earlier item held under its name is not seen.
+(:func:`engine.rolling.window_hashes`) and looked up among the hashed windows of earlier items
+(:class:`engine.window_parts.HashedWindows`); when the chunks can be read twice (:func:`covered_counts`),
+only those whose anchor (least k-gram hash) is met in another item too are (:mod:`engine.anchors`: nearly
+all first-met content is unique). A window of opaque content only that no earlier item held under its
+name is not seen.
 
 Equal to the token-level count except when opaque content equals other content by chance (pseudo-random
 ids from a 2^17 vocabulary: a 64-token coincidence has probability ~2^-1088) or two hashes collide (64-bit).
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pic.engine import anchors
 from pic.engine.resident import resident_prefixes
 from pic.engine.rolling import ramp, sorted_unique
 from pic.engine.window_parts import HashedWindows
@@ -59,21 +62,40 @@ def covered_counts(store, rows: np.ndarray, item_offs: np.ndarray, width: int,
                    None if p_lo is None else np.asarray(p_lo[piece], np.int64),
                    None if p_hi is None else np.asarray(p_hi[piece], np.int64))
 
-    return covered_counts_chunked(store, chunks(), W)
+    return covered_counts_chunked(store, chunks(), W, again=chunks, whole=p_lo is None and p_hi is None)
 
 
-def covered_counts_chunked(store, chunks, width: int) -> np.ndarray:
+def covered_counts_chunked(store, chunks, width: int, again=None, whole: bool = False) -> np.ndarray:
     """:func:`covered_counts` of items given chunk by chunk, in order: each chunk is ``(rows, item_offs
     (from 0), counted_from, prefix, p_lo, p_hi)`` of its items (``p_lo``/``p_hi`` may be None). Only one
-    chunk's pieces are held at a time."""
+    chunk's pieces are held at a time. ``again()``, when given, yields the same chunks once more: then only
+    the windows whose anchor is met twice (:mod:`engine.anchors`) are hashed exactly, read on that pass.
+    ``whole``: every piece of every chunk is a whole segment (``p_lo``/``p_hi`` None): a name whose content
+    has one length then has one interval, and is decided by whether an earlier item met it."""
     W = int(width)
     sid_of = _content_ids(store)
+    same = _one_length(store, sid_of) if whole else None
     one, two, kept, cfs, i0 = _Earlier(), _Earlier(), [], [], 0
+    todo = []
     with HashedWindows(W) as windows:
         for rows, offs, cf, pf, p_lo, p_hi in chunks:
-            kept.append(_chunk(store, rows, offs, i0, W, cf, pf, sid_of, p_lo, p_hi, one, two, windows))
+            piece = _pieces(store, rows, offs, p_lo, p_hi)
+            got, ha, hb, hi = _chunk(store, piece, offs, i0, W, cf, pf, sid_of, one, two, same)
+            kept.append(got)
+            if again is None:
+                windows.add(store, piece[0], piece[1], offs, piece[3], ha, hb, hi, i0)
+            else:
+                fp, ln = anchors.runs(store, piece[0], piece[1], offs, piece[3], ha, hb, hi, W)
+                todo.append((fp, ln, ha, hb, hi, i0))
             cfs.append(cf)
             i0 += offs.shape[0] - 1
+        if again is not None:
+            rep = anchors.repeated([t[0] for t in todo])
+            for (rows, offs, _, _, p_lo, p_hi), (fp, ln, ha, hb, hi, c0) in zip(again(), todo, strict=True):
+                ka, kb, ki = anchors.keep(fp, ln, ha, hb, hi, W, rep)
+                if ka.shape[0]:
+                    r, lo, _, cum = _pieces(store, rows, offs, p_lo, p_hi)
+                    windows.add(store, r, lo, offs, cum, ka, kb, ki, c0)
         ja, jb, ji = windows.runs()
     cf = np.concatenate(cfs) if cfs else np.zeros(0, np.int64)
     ka, kb, ki = (np.concatenate([k[x] for k in kept]) if kept else np.zeros(0, np.int64) for x in range(3))
@@ -94,18 +116,26 @@ def _chunks(offs: np.ndarray, size: int) -> list[tuple[int, int]]:
     return list(zip(b[:-1].tolist(), b[1:].tolist(), strict=True)) or [(0, I)]
 
 
-def _chunk(store, rows, offs, item0, W, cf, pf, sid_of, p_lo, p_hi, one, two, windows):
-    """One chunk of items (local numbering; global = ``item0`` + local): the covered intervals decided
-    from the structure, plus ``[0, prefix)``, merged and cut at ``counted_from``, as ``(a, b, item)``
-    half-open; its windows the structure cannot decide go to ``windows``."""
-    I, O = offs.shape[0] - 1, rows.shape[0]
-    seg_len = np.diff(store.offsets)[rows]
+def _pieces(store, rows, offs, p_lo, p_hi):
+    """A chunk's pieces: ``(rows, p_lo, p_hi, cum)`` (defaults filled in; ``cum``: running token offsets)."""
+    O = rows.shape[0]
     p_lo = np.zeros(O, np.int64) if p_lo is None else p_lo
-    p_hi = seg_len if p_hi is None else p_hi
+    p_hi = np.diff(store.offsets)[rows] if p_hi is None else p_hi
+    cum = np.zeros(O + 1, np.int64)
+    np.cumsum(p_hi - p_lo, out=cum[1:])
+    return rows, p_lo, p_hi, cum
+
+
+def _chunk(store, piece, offs, item0, W, cf, pf, sid_of, one, two, same=None):
+    """One chunk of items (local numbering; global = ``item0`` + local; ``piece``: :func:`_pieces`): the
+    covered intervals decided from the structure, plus ``[0, prefix)``, merged and cut at
+    ``counted_from``, as ``(a, b, item)`` half-open; and the windows the structure cannot decide, as
+    ranges ``ha, hb, hi`` (inclusive window starts, local items). ``same`` (bool per content id, whole pieces
+    only): the content has one length, so each of its names has one interval (:meth:`_Earlier.cover`)."""
+    rows, p_lo, p_hi, cum = piece
+    I, O = offs.shape[0] - 1, rows.shape[0]
     L = p_hi - p_lo
     item = np.repeat(np.arange(I), np.diff(offs))
-    cum = np.zeros(O + 1, np.int64)
-    np.cumsum(L, out=cum[1:])
     lo = cum[:-1] - cum[offs[:-1]][item]                      # offset of each piece in its item
     end = lo + L
     N = cum[offs[1:]] - cum[offs[:-1]]
@@ -114,12 +144,12 @@ def _chunk(store, rows, offs, item0, W, cf, pf, sid_of, p_lo, p_hi, one, two, wi
     last = N[item] - W                                        # last window start of the item
     hit_a, hit_b, hit_item, hash_a, hash_b, hash_item = [], [], [], [], [], []
 
-    def decide(k, key, a, b, to_pos, hash_rest, earlier) -> None:
+    def decide(k, key, a, b, to_pos, hash_rest, earlier, uniform) -> None:
         """Window starts ``[a, b]`` (content coordinates) of pieces ``k``: held by an earlier item's piece
         of the same ``key`` -> seen; the rest hashed (``hash_rest``) or, opaque on every side, unseen."""
         ok = a <= b
         k, key, a, b, to_pos, hash_rest = k[ok], key[ok], a[ok], b[ok], to_pos[ok], hash_rest[ok]
-        rec, ca, cb = earlier.cover(key, item[k], a, b)
+        rec, ca, cb = earlier.cover(key, item[k], a, b, None if uniform is None else uniform[ok])
         hit_a.append(ca + to_pos[rec])
         hit_b.append(cb + to_pos[rec])
         hit_item.append(item[k][rec])
@@ -132,14 +162,15 @@ def _chunk(store, rows, offs, item0, W, cf, pf, sid_of, p_lo, p_hi, one, two, wi
 
     # windows inside one piece: content (segment row, offset), or (stream, offset) for opaque content
     k = np.flatnonzero(L >= W)
-    decide(k, sid[k], p_lo[k], p_hi[k] - W, lo[k] - p_lo[k], ~opq[k], one)
+    decide(k, sid[k], p_lo[k], p_hi[k] - W, lo[k] - p_lo[k], ~opq[k], one, None if same is None else same[sid[k]])
     # windows across the boundary after a piece, over two pieces: content (left content and its end,
     # right content and its start, offset in the left piece)
     k = np.flatnonzero(item[1:] == item[:-1]) if O > 1 else np.zeros(0, np.int64)
     e, n = end[k], k + 1
     two_a, two_b = np.maximum(lo[k], e - W + 1), np.minimum(e - 1, end[n] - W)
     pkey = _mix_keys(sid[k], p_hi[k], sid[n], p_lo[n])
-    decide(k, pkey, two_a - lo[k] + p_lo[k], two_b - lo[k] + p_lo[k], lo[k] - p_lo[k], ~(opq[k] & opq[n]), two)
+    decide(k, pkey, two_a - lo[k] + p_lo[k], two_b - lo[k] + p_lo[k], lo[k] - p_lo[k], ~(opq[k] & opq[n]), two,
+           None if same is None else same[sid[n]])      # (the left piece's length is in the key)
     # windows over three or more pieces: hashed
     for a, b, m in ((np.maximum(e - W + 1, 0), lo[k] - 1, lo[k] > e - W + 1),
                     (np.maximum(end[n] - W + 1, lo[k]), e - 1, end[n] - W + 1 <= e - 1)):
@@ -150,7 +181,6 @@ def _chunk(store, rows, offs, item0, W, cf, pf, sid_of, p_lo, p_hi, one, two, wi
         hash_item.append(item[k][m])
     ha, hb, hi = (np.concatenate(x) for x in (hash_a, hash_b, hash_item))
     ha, hb, hi = _union(hi, ha, hb)
-    windows.add(store, rows, p_lo, offs, cum, ha, hb, hi, item0)
     # covered positions: [j, j + W) for every seen window start j, plus [0, prefix)
     pa = np.concatenate([*hit_a, np.zeros(I, np.int64)])
     pb = np.concatenate([*hit_b, pf - W]) + W
@@ -158,7 +188,7 @@ def _chunk(store, rows, offs, item0, W, cf, pf, sid_of, p_lo, p_hi, one, two, wi
     pa = np.maximum(pa, cf[pi])
     ok = pb > pa
     a, b, i = _union(pi[ok], pa[ok], pb[ok] - 1)
-    return a, b + 1, i + item0
+    return (a, b + 1, i + item0), ha, hb, hi
 
 
 class _Earlier:
@@ -166,14 +196,23 @@ class _Earlier:
 
     def __init__(self) -> None:
         self.key = self.a = self.b = None
+        self.seen: list[np.ndarray] = []        # sorted levels of the keys of one interval met so far
 
-    def cover(self, key: np.ndarray, item: np.ndarray, a: np.ndarray, b: np.ndarray
+    def cover(self, key: np.ndarray, item: np.ndarray, a: np.ndarray, b: np.ndarray, same: np.ndarray | None = None
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:func:`_earlier_cover` of the records ``(key, item, [a, b])`` of this chunk, earlier chunks'
         intervals counting as items before all of them; then adds the records (merged per key).
+        ``same`` (bool per record, a function of its key): every record of that key, in every chunk, has
+        this interval; such a record is held whole exactly when its key was met in an earlier item.
 
         NOTE (speed): only the kept intervals of this chunk's keys take part (found by bisection: the
         intervals are kept sorted by key); the rest is carried over in one merge of two sorted runs."""
+        if same is not None and same.any():
+            f, g = np.flatnonzero(same), np.flatnonzero(~same)
+            r1 = f[self._met(key[f], item[f])]
+            r2, ca, cb = self.cover(key[g], item[g], a[g], b[g])
+            r2 = g[r2]
+            return np.concatenate([r1, r2]), np.concatenate([a[r1], ca]), np.concatenate([b[r1], cb])
         if self.key is None:
             self.key, self.a, self.b = key[:0], np.zeros(0, np.int64), np.zeros(0, np.int64)
         uk = sorted_unique(key)
@@ -195,6 +234,18 @@ class _Earlier:
             self.key, self.a = k[order], np.concatenate([self.a[keep], A])[order]
             self.b = np.concatenate([self.b[keep], B])[order]
         return rec[m] - n0, ca[m], cb[m]
+
+    def _met(self, key: np.ndarray, item: np.ndarray) -> np.ndarray:
+        """Indices of the records (in item order) whose key an earlier chunk or an earlier item met; the
+        keys are added (one sort of the chunk's keys; the levels merge like a binary counter)."""
+        order = np.argsort(key, kind="stable")               # (items stay in order within a key)
+        k, it = key[order], item[order]
+        head = np.ones(k.shape[0], bool)
+        head[1:] = k[1:] != k[:-1]
+        old = _in_levels_sorted(self.seen, k)
+        held = old | (it[head][np.cumsum(head) - 1] < it)
+        _add_level(self.seen, k[head & ~old])
+        return np.sort(order[held])
 
 
 # ---- Internal helpers -----------------------------------------------------------------------------
@@ -227,10 +278,25 @@ def _content_ids(store) -> np.ndarray:
     sid = np.arange(len(store), dtype=np.int64)
     k = np.flatnonzero(store.opaque_mask)
     if k.shape[0]:
-        pair = np.stack([store.keys[k], store.salts[k]], axis=1)
-        _, stream = np.unique(pair, axis=0, return_inverse=True)
-        sid[k] = len(store) + stream.ravel().astype(np.int64)
+        key, salt = store.keys[k], store.salts[k]
+        order = np.lexsort((salt, key))                       # (np.unique(axis=0): ~5x slower)
+        head = np.ones(k.shape[0], bool)
+        head[1:] = (key[order][1:] != key[order][:-1]) | (salt[order][1:] != salt[order][:-1])
+        stream = np.empty(k.shape[0], np.int64)
+        stream[order] = np.cumsum(head) - 1
+        sid[k] = len(store) + stream
     return sid
+
+
+def _one_length(store, sid_of: np.ndarray) -> np.ndarray:
+    """bool per content id (:func:`_content_ids`): all its rows have one length (a stored row; an opaque
+    stream met at one length)."""
+    n = np.diff(store.offsets)
+    lo = np.full(int(sid_of.max()) + 1 if sid_of.shape[0] else 0, np.iinfo(np.int64).max, np.int64)
+    hi = np.full(lo.shape[0], -1, np.int64)
+    np.minimum.at(lo, sid_of, n)
+    np.maximum.at(hi, sid_of, n)
+    return lo == hi
 
 
 def _earlier_cover(key: np.ndarray, item: np.ndarray, a: np.ndarray, b: np.ndarray

@@ -201,13 +201,14 @@ def test_partitioned_windows_equal_token_oracle(monkeypatch, part: int, spill: i
     import os
     import tempfile
 
-    from pic.engine import coverage, oracle, window_parts
+    from pic.engine import anchors, coverage, oracle, window_parts
     from pic.engine.radix import RadixTree
     from pic.engine.replay import workload_from_trace
 
     monkeypatch.setattr(window_parts, "_PART_WINDOWS", part)
     monkeypatch.setattr(window_parts, "_SPILL_WINDOWS", spill)
     monkeypatch.setattr(window_parts, "_BATCH_TOKENS", batch)
+    monkeypatch.setattr(anchors, "_BATCH_TOKENS", batch)
     monkeypatch.setattr(coverage, "_CHUNK_PIECES", chunk)
     monkeypatch.setattr(oracle, "_REF_BLOCK", max(1, chunk // 4))
     tmp = tempfile.mkdtemp()
