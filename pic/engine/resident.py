@@ -73,52 +73,68 @@ def resident_prefixes_radix(seg, rows: np.ndarray, item_offs: np.ndarray) -> np.
 
 def _from_structure(seg, rows: np.ndarray, offs: np.ndarray) -> np.ndarray | None:
     """:func:`resident_prefixes` from the segment trie, or None where a sibling group holds a segment that
-    is a proper prefix of another (the trie's answer could then be short)."""
+    is a proper prefix of another (the trie's answer could then be short).
+
+    NOTE (memory): besides ``rows``, three arrays per piece (lengths, classes, nodes); a depth's pieces are
+    found from the items (sorted by piece count, those deep enough are a prefix), not by sorting the pieces
+    (chat 10^6: ~10^7 pieces)."""
     I = offs.shape[0] - 1
     out = np.zeros(I, np.int64)
-    L = np.diff(seg.offsets)[rows]
-    item = np.repeat(np.arange(I, dtype=np.int64), np.diff(offs))
+    small = rows.shape[0] < 1 << 31                 # (int32 per piece where it fits)
+    L = np.diff(seg.offsets)[rows].astype(np.int32 if small else np.int64)
     keep = L > 0
     if not keep.all():
-        rows, L, item = rows[keep], L[keep], item[keep]
+        cnt = np.bincount(np.repeat(np.arange(I), np.diff(offs))[keep], minlength=I)
+        rows, L = rows[keep], L[keep]
+    else:
+        cnt = np.diff(offs)
+    del keep
     P = rows.shape[0]
     if not P:
         return out
+    start = np.zeros(I, np.int64)
+    np.cumsum(cnt[:-1], out=start[1:])
     cls, rep, first = _classes(seg, rows)
+    if small:
+        cls = cls.astype(np.int32)
     C = rep.shape[0]
-    cnt = np.bincount(item, minlength=I)
-    depth = ramp(cnt)
-    # trie nodes, a level at a time: a node is (parent node, class); pieces of a level stay in item order
-    node = np.empty(P, np.int64)
-    by_depth = np.argsort(depth, kind="stable")
-    at = np.zeros(int(cnt.max()) + 1, np.int64)
-    np.cumsum(np.bincount(depth), out=at[1:])
+    by_cnt = np.argsort(-cnt, kind="stable")        # items, deepest first: those with a piece at depth d lead
+    deep = np.searchsorted(-cnt[by_cnt], -np.arange(int(cnt.max())), side="left")   # items with a piece at d
+    # trie nodes, a depth at a time: a node is (parent node, class), made by the first item that has it;
+    # an item's pieces down to its deepest node made by an earlier item are shared with it
+    node = np.empty(P, np.int32 if small else np.int64)
     made = 0
-    for d in range(at.shape[0] - 1):
-        p = by_depth[at[d]:at[d + 1]]
-        key = cls[p] if d == 0 else node[p - 1] * C + cls[p]
-        node[p] = made + _dense(key)
-        made = int(node[p].max()) + 1
-    born = np.full(made, I, np.int64)               # the item that made each node (its first)
-    np.minimum.at(born, node, item)
-    shared = born[node] < item                      # the item's pieces down to its deepest shared node
-    wsum = np.bincount(item[shared], weights=L[shared], minlength=I)
-    out[:] = wsum.astype(np.int64)
+    news = []                                       # per depth: (item, parent node + 1, class) of the new nodes
+    for d in range(deep.shape[0]):
+        it = by_cnt[:deep[d]]
+        p = start[it] + d
+        par = node[p - 1].astype(np.int64) if d else np.full(p.shape[0], -1, np.int64)
+        ids = _dense(cls[p] if d == 0 else par * C + cls[p])
+        node[p] = made + ids
+        born = np.full(int(ids.max()) + 1, I, np.int64)
+        np.minimum.at(born, ids, it)
+        made += born.shape[0]
+        old = born[ids] < it
+        out[it[old]] += L[p[old]]
+        nw = ~old
+        news.append((it[nw], par[nw] + 1, cls[p[nw]]))
+    del node
+    item, parent, c = (np.concatenate(x) for x in zip(*news, strict=True))
+    del news
     # the pieces that made a node (each node once, by its first item): sibling groups by first token
-    new = np.flatnonzero(~shared)
-    parent = np.where(depth[new] > 0, node[new - 1] + 1, 0)          # (0: the root)
-    f = first[cls[new]] - int(first.min())
+    c = c.astype(np.int64)
+    f = first[c] - int(first.min())
     g = _dense(parent * (int(f.max()) + 1) + f)
     size = np.bincount(g)
     multi = np.flatnonzero(size[g] > 1)
     if not multi.shape[0]:
         return out
-    # pieces of groups of two or more siblings, by group then item: the longest prefix shared with earlier ones
-    m = multi[np.lexsort((item[new[multi]], g[multi]))]
-    extra = _sibling_lcps(seg, rep, g[m], cls[new[m]])
+    # nodes of groups of two or more siblings, by group then item: the longest prefix shared with earlier ones
+    m = multi[np.lexsort((item[multi], g[multi]))]
+    extra = _sibling_lcps(seg, rep, g[m], c[m])
     if extra is None:
         return None
-    np.add.at(out, item[new[m]], extra)
+    np.add.at(out, item[m], extra)
     return out
 
 
@@ -171,8 +187,11 @@ def _sibling_lcps(seg, rep: np.ndarray, group: np.ndarray, cls: np.ndarray) -> n
 def _classes(seg, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Content classes of the (non-empty) segment rows ``rows``: ``(class per entry of rows, a row of each
     class, first token of each class)``; two rows share a class exactly when their tokens are equal."""
-    inv, first = _dense(rows, first=True)
-    used = rows[first]
+    used = np.flatnonzero(np.bincount(rows, minlength=len(seg)))
+    at = np.zeros(len(seg), np.int64)
+    at[used] = np.arange(used.shape[0])
+    inv = at[rows]
+    del at
     n = np.diff(seg.offsets)[used]
     # an opaque row's tokens are the first n of its stream (seeded by key ^ salt): one provisional class per
     # (seed, n); a stored row is its own
