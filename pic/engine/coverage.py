@@ -75,7 +75,8 @@ def covered_counts_chunked(store, chunks, width: int, again=None, whole: bool = 
     W = int(width)
     sid_of = _content_ids(store)
     same = _one_length(store, sid_of) if whole else None
-    one, two, kept, cfs, i0 = _Earlier(), _Earlier(), [], [], 0
+    one = _Earlier(None if same is None else same.shape[0])      # (its keys are content ids)
+    two, kept, cfs, i0 = _Earlier(), [], [], 0
     todo = []
     with HashedWindows(W) as windows:
         for rows, offs, cf, pf, p_lo, p_hi in chunks:
@@ -194,9 +195,11 @@ def _chunk(store, piece, offs, item0, W, cf, pf, sid_of, one, two, same=None):
 class _Earlier:
     """Per content name (a key), the union of the window-start intervals of the items seen so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, ids: int | None = None) -> None:
         self.key = self.a = self.b = None
         self.seen: list[np.ndarray] = []        # sorted levels of the keys of one interval met so far
+        # or, for keys that are ids in [0, ids): each one's first item in this chunk, -1 once met
+        self.first = None if ids is None else np.full(ids, np.iinfo(np.int64).max, np.int64)
 
     def cover(self, key: np.ndarray, item: np.ndarray, a: np.ndarray, b: np.ndarray, same: np.ndarray | None = None
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -237,7 +240,14 @@ class _Earlier:
 
     def _met(self, key: np.ndarray, item: np.ndarray) -> np.ndarray:
         """Indices of the records (in item order) whose key an earlier chunk or an earlier item met; the
-        keys are added (one sort of the chunk's keys; the levels merge like a binary counter)."""
+        keys are added (one sort of the chunk's keys; the levels merge like a binary counter; keys that are
+        ids: no sort, one array over the ids)."""
+        if self.first is not None:
+            f = self.first
+            np.minimum.at(f, key, item)
+            held = f[key] < item
+            f[key] = -1
+            return np.flatnonzero(held)
         order = np.argsort(key, kind="stable")               # (items stay in order within a key)
         k, it = key[order], item[order]
         head = np.ones(k.shape[0], bool)
