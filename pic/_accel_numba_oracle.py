@@ -10,13 +10,14 @@ import numpy as np
 from numba import njit, types
 
 from pic._accel_numba import _I64, _OPTS, _U64
-from pic._accel_numba_table import EMPTY, _find, table_rehash  # noqa: F401  (re-exported: the "oracle" group serves it)
+from pic._accel_numba_table import EMPTY, _ahead, _find, table_rehash  # noqa: F401  (re-exported: the "oracle" group serves it)
 
 
 @njit(types.void(types.uint64[::1], types.uint64, _U64, types.boolean[::1], types.int64[::1]), **_OPTS)
 def table_lookup(tab, shift, keys, found, value):
     """``found[i]``/``value[i]`` of each of ``keys`` (left as they are where the key is absent)."""
     for i in range(keys.shape[0]):
+        _ahead(tab, shift, keys, i)
         j = _find(tab, shift, keys[i])
         if tab[2 * j + 1] != EMPTY:
             found[i] = True
@@ -29,6 +30,7 @@ def table_add(tab, shift, keys, values):
     returns how many were inserted. The caller keeps the table below its load limit."""
     n = 0
     for i in range(keys.shape[0]):
+        _ahead(tab, shift, keys, i)
         k = keys[i]
         j = _find(tab, shift, k)
         if tab[2 * j + 1] == EMPTY:
