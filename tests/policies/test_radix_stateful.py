@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from pic.engine.eviction import lfu, lru
-from pic.engine.radix import RadixTree
+from pic.engine.radix import _LEAF, RadixTree
 
 # Small alphabet and short sequences so prefixes collide often.
 seqs = st.lists(st.integers(0, 3), min_size=0, max_size=14)
@@ -123,6 +123,17 @@ class RadixMachine(RuleBasedStateMachine):
         locked = set().union(*(self._pages(path) for path, _ in self.locks))
         assert self.tree.protected_tokens == self.p * len(locked)
 
+    @invariant()
+    def leaves_share_the_empty_mapping(self) -> None:
+        """Every childless node holds the shared read-only empty mapping, every other a dict of its own."""
+        stack = [self.tree.root]
+        while stack:
+            nd = stack.pop()
+            stack.extend(nd.children.values())
+            assert (nd.children is _LEAF) == (not nd.children)
+            assert nd.children is _LEAF or type(nd.children) is dict
+        assert not _LEAF
+
 
 TestRadixStateful = RadixMachine.TestCase
 TestRadixStateful.settings = settings(max_examples=60, stateful_step_count=30, deadline=None,
@@ -193,3 +204,29 @@ def test_insert_walked_equals_insert_after_the_same_walk() -> None:
             want = b.insert(qb, 10 * t + 1)
             assert got[0] == want[0]
             assert shape(a) == shape(b), f"page {page}, step {t}"
+
+
+def test_leaf_mapping_is_shared_read_only_and_copies_as_itself() -> None:
+    """Leaves share one empty children mapping that refuses writes and stays the same object through copy,
+    deepcopy and pickle (a copied tree's leaves must not share a writable dict)."""
+    import copy
+    import pickle
+
+    import pytest
+
+    tree = RadixTree()
+    tree.insert(np.array([1, 2, 3], np.int32), 1)
+    tree.insert(np.array([1, 2, 4], np.int32), 2)
+    for t in (tree, copy.deepcopy(tree), pickle.loads(pickle.dumps(tree))):
+        mid = t.root.children[1]
+        leaves = list(mid.children.values())
+        assert len(leaves) == 2 and all(x.children is _LEAF for x in leaves) and mid.children is not _LEAF
+        t.insert(np.array([1, 2, 3, 9], np.int32), 3)     # a leaf gets a child: a dict of its own
+        assert len(leaves[0].children) == 1 and leaves[1].children is _LEAF and not _LEAF
+    with pytest.raises(TypeError):
+        _LEAF[0] = None
+    mid = tree.root.children[1]
+    three = mid.children[3]
+    assert tree.evict(1) == 1 and list(mid.children) == [3]       # [4] goes (least recent)
+    assert tree.evict(1) == 1 and three.children is _LEAF          # [9] goes: [3] is a leaf again
+    assert tree.evict(10) == 3 and tree.root.children is _LEAF and not _LEAF
