@@ -279,7 +279,7 @@ class Irminsul(ChunkWalk, CachePolicy):
                 if k in gaps:
                     g = gaps[k]
                     own = [st.new_extent(src, g0, g1 - g0, now_us, tag) for g0, g1 in g]
-                    pieces = [[own[0], 0, n]] if len(g) == 1 and g[0] == (a, b) else \
+                    pieces = ((own[0], 0, n),) if len(g) == 1 and g[0] == (a, b) else \
                         layout_pieces(views, bisect_right(ends, a), own, g, a, b)
                     chunks.append(st.register(fp, src, a, n, pieces, tag, own, keys))
                     if cs is not None:
@@ -287,20 +287,20 @@ class Irminsul(ChunkWalk, CachePolicy):
                     continue
                 if lean:
                     if a == run_end:          # the run goes on: this chunk is its next piece
-                        c = new_chunk(fp, src, a, n, [[run, a - rb, n]], tag, _RELEASED, keys)
+                        c = new_chunk(fp, src, a, n, ((run, a - rb, n),), tag, _RELEASED, keys)
                     else:
                         if run is not None:
                             run.size = run_end - rb
                             run.nbytes = run.size * bpt
                             whole += run.size
                         run, rb = Extent(src, a, n, n * bpt, now_us, 1, LEAN, tag), a
-                        c = new_chunk(fp, src, a, n, [[run, 0, n]], tag, [run], keys)
+                        c = new_chunk(fp, src, a, n, ((run, 0, n),), tag, [run], keys)
                         st.num_extents += 1
                         st.made.append((run, bounds, k))      # (its chunks' edges, for stored_runs)
                     run_end = b
                 else:
                     x = Extent(src, a, n, n * bpt, now_us, 1, fp, tag)
-                    c = new_chunk(fp, src, a, n, [[x, 0, n]], tag, [x], keys)
+                    c = new_chunk(fp, src, a, n, ((x, 0, n),), tag, [x], keys)
                     st.num_extents += 1
                     whole += n
                 entries[fp] = c
@@ -325,7 +325,7 @@ class Irminsul(ChunkWalk, CachePolicy):
             room -= cost
             keys = (hk[k - k0], tk[k - k0]) if k >= k0 and hk and b - a >= m else None
             own = [st.new_extent(src, g0, g1 - g0, now_us, tag) for g0, g1 in g]
-            pieces = [[own[0], 0, b - a]] if len(g) == 1 and g[0] == (a, b) else \
+            pieces = ((own[0], 0, b - a),) if len(g) == 1 and g[0] == (a, b) else \
                 layout_pieces(views, bisect_right(ends, a), own, g, a, b)
             chunks.append(st.register(fp, src, a, b - a, pieces, tag, own, keys))
         self.stats.extra["partly_stored"] += not full

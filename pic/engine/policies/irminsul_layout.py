@@ -122,7 +122,7 @@ class Analysis(NamedTuple):
 
     bounds: list[int]
     fps: list[int]
-    anchors: list[bool]
+    anchors: bytes                # one byte (0/1) per bound (irminsul_lookup._flags)
     hard: np.ndarray
     marked: bool
     toks: np.ndarray
@@ -169,7 +169,7 @@ def pieces(views: list[tuple[int, int, list[Extent]]], i: int, own: list[Extent]
         for x in xs:                       # the locked extents tile [s, e) in order
             lo, hi = max(t, a), min(t + x.size, b)
             if lo < hi:
-                parts.append((lo, [x, lo - t, hi - lo]))
+                parts.append((lo, (x, lo - t, hi - lo)))
             t += x.size
     parts.sort(key=lambda p: p[0])
-    return [p for _, p in parts]
+    return tuple([p for _, p in parts])

@@ -21,6 +21,14 @@ from pic.engine.policies.irminsul_store import ChunkStore
 
 _START = itemgetter(0)
 
+
+def _flags(anchors: np.ndarray) -> bytes:
+    """A layout's anchors as the policy keeps them: one byte (0/1) per bound.
+
+    NOTE (memory): the prompt index keeps every committed prompt's layout: 1 B per bound instead of a list's
+    8 B pointer (bytes concatenate by memcpy and index to the cached ints 0 and 1)"""
+    return anchors.astype(np.bool_, copy=False).tobytes()
+
 if TYPE_CHECKING:
     from pic.engine.policies.irminsul import IrminsulConfig
 
@@ -139,7 +147,7 @@ class ChunkWalk:
         hard = cdc.clean_hard(hard, n)
         bounds, anchors, fps = cdc.layout_fps(toks, self._cdc, hard)    # (one compiled call: no hard boundary)
         self._tail_bounds = (0, bounds)
-        return Analysis(bounds.tolist(), fps.tolist(), anchors.tolist(), hard, marked, toks, 0, [])
+        return Analysis(bounds.tolist(), fps.tolist(), _flags(anchors), hard, marked, toks, 0, [])
 
     def _layout(self, req: RequestView, shared: int, other: tuple, best_len: int) -> Analysis | None:
         """The layout from a committed prompt ``other`` that shares the first ``shared`` tokens: its cuts up
@@ -179,7 +187,7 @@ class ChunkWalk:
         self._tail_bounds = (k, tb)
         # (a lean store: the chunks of the first k fingerprints as the prompt index keeps them, for admit)
         known = other[5][:k] if len(other) > 5 and other[5] is not None and self._store.lean else None
-        return Analysis(pb[:k] + tb.tolist(), pf[:k] + fps.tolist(), panc[:k] + tanc.tolist(), hard, marked, toks,
+        return Analysis(pb[:k] + tb.tolist(), pf[:k] + fps.tolist(), bytes(panc[:k]) + _flags(tanc), hard, marked, toks,
                         lo, [], chunks=known)
 
     def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Chunk | None:
