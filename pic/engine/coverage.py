@@ -32,7 +32,7 @@ import numpy as np
 
 from pic.engine import anchors
 from pic.engine.resident import resident_prefixes
-from pic.engine.rolling import ramp, sorted_unique
+from pic.engine.rolling import ramp, sorted_unique, unique_inverse
 from pic.engine.window_parts import HashedWindows
 from pic.traces.content import splitmix64
 
@@ -228,7 +228,7 @@ class _Earlier:
         rec, ca, cb = _earlier_cover(k, np.concatenate([np.full(n0, -1, np.int64), item]), A, B)
         m = rec >= n0
         if k.shape[0]:
-            names, g = _unique_inverse(k)
+            names, g = unique_inverse(k)
             A, B, g = _union(g, A, B)
             keep = np.ones(self.key.shape[0], bool)
             keep[sel] = False
@@ -267,18 +267,6 @@ def _mix_keys(*cols) -> np.ndarray:
         for x in cols:
             z = splitmix64(z * np.uint64(0x9E3779B97F4A7C15) + np.asarray(x).astype(np.uint64))
     return z
-
-
-def _unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(x, return_inverse=True)`` (inverse as int64) by one stable sort: numpy 2's hash-based
-    unique is the slower path here."""
-    order = np.argsort(x, kind="stable")
-    s = x[order]
-    head = np.ones(s.shape[0], bool)
-    head[1:] = s[1:] != s[:-1]
-    inv = np.empty(s.shape[0], np.int64)
-    inv[order] = np.cumsum(head) - 1
-    return s[head], inv
 
 
 def _content_ids(store) -> np.ndarray:

@@ -29,7 +29,7 @@ from bisect import bisect_left, insort
 import numpy as np
 import xxhash
 
-from pic.engine.rolling import ramp
+from pic.engine.rolling import ramp, unique_inverse
 from pic.traces.content import splitmix64
 
 
@@ -109,7 +109,7 @@ def _from_structure(seg, rows: np.ndarray, offs: np.ndarray) -> np.ndarray | Non
         it = by_cnt[:deep[d]]
         p = start[it] + d
         par = node[p - 1].astype(np.int64) if d else np.full(p.shape[0], -1, np.int64)
-        ids = _dense(cls[p] if d == 0 else par * C + cls[p])
+        ids = unique_inverse(cls[p] if d == 0 else par * C + cls[p])[1]
         node[p] = made + ids
         born = np.full(int(ids.max()) + 1, I, np.int64)
         np.minimum.at(born, ids, it)
@@ -124,7 +124,7 @@ def _from_structure(seg, rows: np.ndarray, offs: np.ndarray) -> np.ndarray | Non
     # the pieces that made a node (each node once, by its first item): sibling groups by first token
     c = c.astype(np.int64)
     f = first[c] - int(first.min())
-    g = _dense(parent * (int(f.max()) + 1) + f)
+    g = unique_inverse(parent * (int(f.max()) + 1) + f)[1]
     size = np.bincount(g)
     multi = np.flatnonzero(size[g] > 1)
     if not multi.shape[0]:
@@ -215,7 +215,7 @@ def _classes(seg, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         for col in (rn, t0, _tokens_at(seg, rep, np.minimum(1, rn - 1)), _tokens_at(seg, rep, rn // 2),
                     _tokens_at(seg, rep, rn - 1)):
             sig = splitmix64(sig * np.uint64(0x9E3779B97F4A7C15) + col.astype(np.uint64))
-    sg = _dense(sig)
+    sg = unique_inverse(sig)[1]
     sc = np.bincount(sg)
     final = np.arange(rep.shape[0], dtype=np.int64)
     amb = np.flatnonzero(sc[sg] > 1)
@@ -230,21 +230,9 @@ def _classes(seg, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
                     break
             else:
                 bucket.append((c, t))
-    fc, frow = _dense(final, first=True)
+    _, fc, frow = unique_inverse(final, first=True)
     cls = fc[pcls][inv]
     return cls, rep[frow], t0[frow]
-
-
-def _dense(key: np.ndarray, first: bool = False):
-    """Dense ids ``0 ..`` of ``key``'s distinct values (in sorted order); with ``first``, also the index of
-    each id's first entry."""
-    order = np.argsort(key, kind="stable")
-    s = key[order]
-    head = np.ones(s.shape[0], bool)
-    head[1:] = s[1:] != s[:-1]
-    ids = np.empty(s.shape[0], np.int64)
-    ids[order] = np.cumsum(head) - 1
-    return (ids, order[head]) if first else ids
 
 
 def _tokens_at(seg, rows: np.ndarray, pos: np.ndarray) -> np.ndarray:

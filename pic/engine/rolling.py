@@ -100,6 +100,19 @@ def sorted_unique(x: np.ndarray, kind: str = "quicksort") -> np.ndarray:
     return s[keep]
 
 
+def unique_inverse(x: np.ndarray, first: bool = False) -> tuple[np.ndarray, ...]:
+    """``np.unique(x, return_inverse=True)`` (inverse int64: each entry's rank among the distinct values) by one
+    stable sort, numpy 2's hash-based unique being the slower path; with ``first``, also the index of each
+    distinct value's first entry."""
+    order = np.argsort(x, kind="stable")
+    s = x[order]
+    head = np.ones(s.shape[0], bool)
+    head[1:] = s[1:] != s[:-1]
+    inv = np.empty(s.shape[0], np.int64)
+    inv[order] = np.cumsum(head) - 1
+    return (s[head], inv, order[head]) if first else (s[head], inv)
+
+
 def range_window_hashes(h: np.ndarray, starts: np.ndarray, nwin: np.ndarray, width: int
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Hashes of ``nwin[r]`` consecutive ``width``-token windows from offset ``starts[r]`` of the tokens
