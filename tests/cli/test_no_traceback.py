@@ -252,7 +252,13 @@ def test_termination_signals_clean_up(here, monkeypatch, sig, code):
 
     monkeypatch.setattr(ingest_cli, "ingest", fake_ingest)
     (here / "x.jsonl").write_text('{"tokens": [1]}\n')
-    res = runner.invoke(app, ["ingest", "x.jsonl", "-o", "o.parquet"])
+    # SIGINT is Python's own KeyboardInterrupt, unless the process started with it ignored (a shell starts its
+    # background jobs so: `pytest &`, `nohup`): then Ctrl-C cannot reach pic at all; test the terminal's case
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        res = runner.invoke(app, ["ingest", "x.jsonl", "-o", "o.parquet"])
+    finally:
+        signal.signal(signal.SIGINT, old)
     assert res.exit_code == code, res.output
     assert "no half-written file" in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert sorted(p.name for p in here.iterdir()) == ["t.parquet", "x.jsonl"]
