@@ -259,3 +259,37 @@ class BlockChains:
             e = _Edge(n, key, s0, sl, h, parent, len(self._edges))
             self._edges.append(e)
         return e
+
+
+def head_pieces(pieces: list, n: int) -> list:
+    """The slot pieces of the first ``n`` blocks of ``pieces`` (slices or int64 arrays, as :meth:`BlockChains.walk`
+    gives them)."""
+    out = []
+    for p in pieces:
+        if n <= 0:
+            break
+        k = p.stop - p.start if type(p) is slice else p.shape[0]
+        if k > n:
+            p = slice(p.start, p.start + n) if type(p) is slice else p[:n]
+        out.append(p)
+        n -= k
+    return out
+
+
+def tail_pieces(pieces: list, n: int) -> list:
+    """The slot pieces after the first ``n`` blocks of ``pieces``."""
+    out = []
+    for p in pieces:
+        k = p.stop - p.start if type(p) is slice else p.shape[0]
+        if n >= k:
+            n -= k
+            continue
+        out.append(p if not n else slice(p.start + n, p.stop) if type(p) is slice else p[n:])
+        n = 0
+    return out
+
+
+def cat_pieces(pieces: list) -> np.ndarray:
+    """int64: the slots of ``pieces``, in order."""
+    parts = [np.arange(p.start, p.stop) if type(p) is slice else p for p in pieces]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, np.int64)

@@ -44,7 +44,7 @@ import numpy as np
 from pic.engine.plan import Plan
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
-from pic.engine.policies.block_chains import BlockChains
+from pic.engine.policies.block_chains import BlockChains, cat_pieces, head_pieces, tail_pieces
 from pic.engine.policies.block_radix import RadixBlocks
 from pic.engine.rolling import BlockHasher
 
@@ -151,7 +151,7 @@ class BlockHashCache(CachePolicy):
             num, held = run.shape[0], [run] if run.shape[0] else []
         else:
             num, pieces = self._walk(req, hashes)
-            held = pieces if num <= want else _head(pieces, want)
+            held = pieces if num <= want else head_pieces(pieces, want)
         if num < want:
             self.stats.rejected += 1
             self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
@@ -184,7 +184,7 @@ class BlockHashCache(CachePolicy):
         if w is not None and w[0] is req and w[1] == self._tree.version and not self.ctx.verify:
             # NOTE (speed): the tree is unchanged since lookup's walk (one replica commits a request before
             # it admits the next): that walk went on from block `want` to where this one would end
-            run, pieces, pos = w[2], _tail(w[3], want), w[4]
+            run, pieces, pos = w[2], tail_pieces(w[3], want), w[4]
         else:
             # (from admit's position after the held blocks: they stayed resident, edges may have split)
             run, pieces, pos = self._tree.walk(hashes, want, self._tree.resume(pos, hashes, want), n)
@@ -266,7 +266,7 @@ class BlockHashCache(CachePolicy):
         """Slots of the leading run of present blocks, at most ``limit``, verified (--verify only)."""
         end = hashes.shape[0] if limit is None else min(limit, hashes.shape[0])
         num, pieces = self._walk(req, hashes)
-        run = _cat(pieces)[:end] if num else np.zeros(0, np.int64)
+        run = cat_pieces(pieces)[:end] if num else np.zeros(0, np.int64)
         if self.ctx.verify and run.shape[0]:
             k, bs = run.shape[0], self._bs
             self.stats.verified_hits += k
@@ -462,39 +462,6 @@ class BlockHashCache(CachePolicy):
 
 
 _I32_MAX = (1 << 31) - 1
-
-
-def _head(pieces: list, n: int) -> list:
-    """The slot pieces of the first ``n`` blocks of ``pieces``."""
-    out = []
-    for p in pieces:
-        if n <= 0:
-            break
-        k = p.stop - p.start if type(p) is slice else p.shape[0]
-        if k > n:
-            p = slice(p.start, p.start + n) if type(p) is slice else p[:n]
-        out.append(p)
-        n -= k
-    return out
-
-
-def _tail(pieces: list, n: int) -> list:
-    """The slot pieces after the first ``n`` blocks of ``pieces``."""
-    out = []
-    for p in pieces:
-        k = p.stop - p.start if type(p) is slice else p.shape[0]
-        if n >= k:
-            n -= k
-            continue
-        out.append(p if not n else slice(p.start + n, p.stop) if type(p) is slice else p[n:])
-        n = 0
-    return out
-
-
-def _cat(pieces: list) -> np.ndarray:
-    """int64: the slots of ``pieces``, in order."""
-    parts = [np.arange(p.start, p.stop) if type(p) is slice else p for p in pieces]
-    return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def _grown(n: int) -> int:
