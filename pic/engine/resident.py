@@ -153,7 +153,7 @@ def _sibling_lcps(seg, rep: np.ndarray, group: np.ndarray, cls: np.ndarray) -> n
     k = np.minimum(n, _HEAD)
     at = np.zeros(r.shape[0] + 1, np.int64)
     np.cumsum(k, out=at[1:])
-    head = _ordered(_tokens_at(seg, np.repeat(r, k), ramp(k)))
+    head = _ordered(seg.tokens_at(np.repeat(r, k), ramp(k)))
     arrs = [head[a:b] for a, b in zip(at[:-1].tolist(), at[1:].tolist(), strict=True)]
     starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]).tolist()
     extra = np.zeros(r.shape[0], np.int64)
@@ -209,11 +209,11 @@ def _classes(seg, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     rep = used[order[head]]                         # a row per provisional class
     rn = n[order[head]]
     # rows that agree on (length, first, second, middle and last token) are compared in full
-    t0 = _tokens_at(seg, rep, np.zeros(rep.shape[0], np.int64))
+    t0 = seg.tokens_at(rep, np.zeros(rep.shape[0], np.int64))
     sig = np.zeros(rep.shape[0], np.uint64)
     with np.errstate(over="ignore"):
-        for col in (rn, t0, _tokens_at(seg, rep, np.minimum(1, rn - 1)), _tokens_at(seg, rep, rn // 2),
-                    _tokens_at(seg, rep, rn - 1)):
+        for col in (rn, t0, seg.tokens_at(rep, np.minimum(1, rn - 1)), seg.tokens_at(rep, rn // 2),
+                    seg.tokens_at(rep, rn - 1)):
             sig = splitmix64(sig * np.uint64(0x9E3779B97F4A7C15) + col.astype(np.uint64))
     sg = unique_inverse(sig)[1]
     sc = np.bincount(sg)
@@ -233,21 +233,6 @@ def _classes(seg, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     _, fc, frow = unique_inverse(final, first=True)
     cls = fc[pcls][inv]
     return cls, rep[frow], t0[frow]
-
-
-def _tokens_at(seg, rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """int64: token ``pos[k]`` of segment row ``rows[k]`` (stored or derived), vectorized."""
-    from pic.traces.content import opaque_bases, opaque_run
-
-    out = np.zeros(rows.shape[0], np.int64)
-    t = seg.offsets if seg.token_offsets is None else seg.token_offsets
-    st = t[rows + 1] > t[rows]
-    k = np.flatnonzero(st)
-    out[k] = seg.tokens[t[rows[k]] + pos[k]]
-    k = np.flatnonzero(~st)
-    if k.shape[0]:
-        out[k] = opaque_run(opaque_bases(seg.keys[rows[k]], seg.salts[rows[k]]), pos[k], np.ones(k.shape[0], np.int64))
-    return out
 
 
 def _ordered(tokens: np.ndarray) -> np.ndarray:

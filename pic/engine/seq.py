@@ -115,16 +115,8 @@ def first_tokens(store) -> array:
     """Every segment's first token, as a list (made once per Segments, vectorized)."""
     got = _FIRST.get(id(store))
     if got is None or got[0] is not store:
-        t = store.token_offsets if store.token_offsets is not None else store.offsets
         n = len(store)
-        first = np.zeros(n, np.int64)
-        stored = t[1:] > t[:-1]
-        first[stored] = store.tokens[t[:-1][stored]]
-        if not stored.all():
-            from pic.traces.content import opaque_bases, opaque_run
-            rows = np.flatnonzero(~stored)
-            first[rows] = opaque_run(opaque_bases(store.keys[rows], store.salts[rows]), np.zeros(rows.size, np.int64),
-                                     np.ones(rows.size, np.int64))
+        first = store.tokens_at(np.arange(n), np.zeros(n, np.int64))
         got = _FIRST[id(store)] = (store, array("q", first.tobytes()))   # (8 B per row, not a list of ints)
         if len(_FIRST) > 8:
             del _FIRST[next(iter(_FIRST))]

@@ -142,6 +142,20 @@ class Segments:
         t = self.offsets if self.token_offsets is None else self.token_offsets
         return int(t[i]), int(t[i + 1])
 
+    def tokens_at(self, rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """int64: token ``pos[k]`` of segment row ``rows[k]`` for every ``k`` (read where stored, derived where
+        opaque), vectorized."""
+        out = np.zeros(rows.shape[0], np.int64)
+        t = self.offsets if self.token_offsets is None else self.token_offsets
+        st = t[rows + 1] > t[rows]
+        k = np.flatnonzero(st)
+        out[k] = self.tokens[t[rows[k]] + pos[k]]
+        k = np.flatnonzero(~st)
+        if k.shape[0]:
+            out[k] = opaque_run(opaque_bases(self.keys[rows[k]], self.salts[rows[k]]), pos[k],
+                                np.ones(k.shape[0], np.int64))
+        return out
+
     def segment(self, i: int, lo: int = 0, hi: int | None = None) -> np.ndarray:
         """int32: tokens ``[lo, hi)`` of segment ``i`` (a view for stored ones, derived for opaque ones)."""
         n = int(self.offsets[i + 1] - self.offsets[i])
