@@ -185,8 +185,8 @@ def test_compiled_filter_add_equals_numpy() -> None:
     if not accel.available():
         pytest.skip("numba not installed")
     rng = np.random.default_rng()
-    batches = [rng.integers(0, 2**64 - 1, int(rng.integers(1, 30_000)), dtype=np.uint64, endpoint=True)
-               for _ in range(6)]
+    batches = [rng.integers(0, 2**64 - 1, int(rng.integers(70, 30_000)), dtype=np.uint64, endpoint=True)
+               for _ in range(6)]                           # (>= 70 keys: batch 2 holds the 70 below)
     batches[2][:70] = np.uint64(3) << np.uint64(60)        # one bucket of each filter, 70 times in one batch
     filters = []
     try:
