@@ -25,11 +25,12 @@ from pic._accel_numba import (
     _U64,
     _V32,
     _V64,
+    _mix,
     _splat,
     _transpose8,
     _vc,
 )
-from pic._accel_numba_xxh import _fps, edge_keys, fingerprints  # noqa: F401  (re-exported: the "cdc" group serves them)
+from pic._accel_numba_xxh import _fps, _xxh, edge_keys, fingerprints  # noqa: F401  (re-exported: the "cdc" group serves them)
 
 
 @njit(inline="always", **_OPTS)
@@ -432,3 +433,57 @@ def gear_layout(toks, table, key, thr, first, last, base, m, start, n, mx, fps):
     out = np.empty(total - 1, np.uint64)
     _fps(toks, bounds, base, out)
     return bounds, anchor, out, True
+
+
+_PROMPT = types.Tuple((types.int32[::1], types.int64[::1], types.boolean[::1], types.uint64[::1], types.uint64[::1],
+                       types.uint64[::1], types.boolean))
+
+
+@njit(_PROMPT(_U64, _I64, _I64, _I64, types.int64, types.uint64, _U64, types.uint64, types.uint64, types.int64,
+              types.int64, types.int64, types.int64, types.int64, types.int64), **_OPTS)
+def prompt_layout(kx, lens, rows, sb, lo, mask, table, key, thr, base, m, start, n, mx, mm):
+    """A prompt of opaque segments from ``lo`` on, chunked from ``start``, in one call: ``(toks, bounds, anchor,
+    fingerprints, heads, tails, ok)``. ``toks``: its tokens ``[lo, n)`` (:func:`pic._accel_numba.opaque_fill` of its
+    segments ``rows`` from the one holding ``lo``: ``sb`` its segment bounds, ``kx`` / ``lens`` the store's
+    ``key ^ salt`` and lengths per segment); ``bounds`` .. ``ok``: :func:`gear_layout` of ``toks[base - lo:]``
+    (tokens ``[base, n)``, bounds ``>= start``, fingerprints made); ``heads`` / ``tails``:
+    :func:`pic._accel_numba_xxh.edge_keys` of those bounds in ``toks`` with ``mm`` tokens (empty when not ``ok``).
+
+    NOTE (speed): one call per prompt where ``irminsul`` made three (tokens, layout, edge keys), each with its
+    own numpy set-up (fancy-indexed segment columns, offsets, bounds shifted to ``toks``) and returned arrays
+    boxed: ~20 us per prompt."""
+    out = np.empty(n - lo, np.int32)
+    # the segment holding lo: the last i with sb[i] <= lo (sb[0] = 0 <= lo)
+    i, hi = 0, sb.shape[0] - 1
+    while i < hi:
+        mid = (i + hi + 1) >> 1
+        if sb[mid] <= lo:
+            i = mid
+        else:
+            hi = mid - 1
+    k = 0
+    s = lo - sb[i]
+    for p in range(i, rows.shape[0]):
+        r = rows[p]
+        b = _mix(kx[r])
+        ln = min(lens[r] - s, n - lo - k)
+        for j in range(ln):
+            out[k] = np.int32(_mix(b + np.uint64(s + j) * _GOLDEN) & mask)
+            k += 1
+        s = 0
+    toks = out[base - lo:]
+    first = max(start, 63) - base
+    bounds, anchor, fps, ok = gear_layout(toks, table, key, thr, first, n - 1 - base, base, m, start, n, mx, True)
+    if not ok:
+        return out, bounds, anchor, fps, np.empty(0, np.uint64), np.empty(0, np.uint64), False
+    nb = bounds.shape[0]
+    heads = np.zeros(nb - 1, np.uint64)
+    tails = np.zeros(nb - 1, np.uint64)
+    tot = n - lo
+    for c in range(nb - 1):
+        a, e = bounds[c] - lo, bounds[c + 1] - lo
+        if tot - a >= mm:
+            heads[c] = _xxh(out, a, a + mm)
+        if e - a >= mm:
+            tails[c] = _xxh(out, e - mm, e)
+    return out, bounds, anchor, fps, heads, tails, True

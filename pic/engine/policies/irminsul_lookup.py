@@ -15,7 +15,15 @@ import numpy as np
 from pic.engine import cdc
 from pic.engine.policies.base import PolicyContext, PolicyStats, RequestView
 from pic.engine.policies.irminsul_index import KeyTable
-from pic.engine.policies.irminsul_layout import NO_CUTS, Analysis, Use, marker_cuts, tokens_from
+from pic.engine.policies.irminsul_layout import (
+    NO_CUTS,
+    Analysis,
+    Use,
+    _may_mark,
+    marker_cuts,
+    opaque_layout,
+    tokens_from,
+)
 from pic.engine.policies.irminsul_records import Chunk, Extent
 from pic.engine.policies.irminsul_store import ChunkStore
 
@@ -46,6 +54,7 @@ class ChunkWalk:
     _marker: np.ndarray
     _used_x: list[Extent]
     _tail_bounds: tuple[int, np.ndarray]      # (k, bounds[k:] as an int64 array) of the last layout made
+    _tail_keys: tuple[np.ndarray, np.ndarray] | None     # its chunks' edge keys, when the layout's call made them
 
     def _analyze(self, req: RequestView) -> Analysis:
         """The prompt's CDC layout and, for each reused target range, ``(start, end, extent, offset in the
@@ -77,8 +86,11 @@ class ChunkWalk:
             k0 = kc + (bl[kc] < pos)
             kc = kc if bl[kc] >= off else k0          # (its tokens are made unless a --verify collision cut pos)
             kb, tb = self._tail_bounds        # bl[kb:] as the layout's array: no list -> array conversion
-            eb = tb[kc - kb:] if kc >= kb else np.array(bl[kc:], np.int64)
-            ha, ta = cdc.edge_keys(toks, eb - off if off else eb, m)
+            if self._tail_keys is not None and kc >= kb:      # (made with the layout: opaque_layout)
+                ha, ta = self._tail_keys[0][kc - kb:], self._tail_keys[1][kc - kb:]
+            else:
+                eb = tb[kc - kb:] if kc >= kb else np.array(bl[kc:], np.int64)
+                ha, ta = cdc.edge_keys(toks, eb - off if off else eb, m)
             heads_at, tails_at = ha.tolist(), ta.tolist()
             ks = range(k0, len(fl))
             hot = [*compress(ks, map(entries.__contains__, fl[k0:]))]
@@ -142,6 +154,13 @@ class ChunkWalk:
 
     def _full_layout(self, req: RequestView) -> Analysis:
         """CDC over the whole prompt."""
+        if not self.config.s2 or (req.source is not None and not _may_mark(req.source, self._marker)):
+            got = opaque_layout(req, 0, 0, 0, self._cdc, self.config.min_match)    # (no hard boundary)
+            if got is not None:
+                toks, bounds, anchors, fps, heads, tails = got
+                self._tail_bounds, self._tail_keys = (0, bounds), (heads, tails)
+                return Analysis(bounds.tolist(), fps.tolist(), _flags(anchors), NO_CUTS, False, toks, 0, [])
+        self._tail_keys = None
         toks, n = tokens_from(req, 0), req.num_tokens
         hard, marked = marker_cuts(req, toks, 0, self._marker) if self.config.s2 else (NO_CUTS, False)
         hard = cdc.clean_hard(hard, n)
@@ -171,6 +190,18 @@ class ChunkWalk:
             lo = min(lo, ms)
         if best_len < c:
             lo = min(lo, pb[bisect_right(pb, best_len) - 1])
+        base = max(0, c - (cdc.WINDOW - 1))
+        # (a lean store: the chunks of the first k fingerprints as the prompt index keeps them, for admit)
+        known = other[5][:k] if len(other) > 5 and other[5] is not None and self._store.lean else None
+        if not phard.size and (not self.config.s2 or (req.source is not None and not _may_mark(req.source, self._marker))):
+            # no hard boundary here nor in ``other``: tokens, layout and edge keys from one call
+            got = opaque_layout(req, lo, base, c, self._cdc, self.config.min_match)
+            if got is not None:
+                toks, tb, tanc, fps, heads, tails = got
+                self._tail_bounds, self._tail_keys = (k, tb), (heads, tails)
+                return Analysis(pb[:k] + tb.tolist(), pf[:k] + fps.tolist(), bytes(panc[:k]) + _flags(tanc), NO_CUTS,
+                                False, toks, lo, [], chunks=known)
+        self._tail_keys = None
         toks = tokens_from(req, lo)
         hard, marked = NO_CUTS, False
         if self.config.s2:
@@ -182,11 +213,8 @@ class ChunkWalk:
                     not np.array_equal(hard[:np.searchsorted(hard, cap)], phard[:np.searchsorted(phard, cap)]):
                 return None
         # (bounds, anchors and the chunks' fingerprints from one compiled call when there is no hard boundary)
-        base = max(0, c - (cdc.WINDOW - 1))
         tb, tanc, fps = cdc.layout_from_fps(toks[base - lo:], base, n, c, self._cdc, hard)
         self._tail_bounds = (k, tb)
-        # (a lean store: the chunks of the first k fingerprints as the prompt index keeps them, for admit)
-        known = other[5][:k] if len(other) > 5 and other[5] is not None and self._store.lean else None
         return Analysis(pb[:k] + tb.tolist(), pf[:k] + fps.tolist(), bytes(panc[:k]) + _flags(tanc), hard, marked, toks,
                         lo, [], chunks=known)
 

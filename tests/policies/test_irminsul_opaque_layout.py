@@ -1,0 +1,168 @@
+"""irminsul's one-call layout of an opaque prompt (``irminsul_layout.opaque_layout``, the compiled
+``prompt_layout`` of :mod:`pic._accel_numba_cdc`): the tokens, CDC layout, fingerprints and edge keys that
+``tokens_from``, ``cdc.layout_from_fps`` / ``cdc.layout_fps`` and ``cdc.edge_keys`` give (numpy reference), and
+the policy's plans and stats with it are those without it."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pic import accel
+from pic.engine import cdc, policies
+from pic.engine.policies import PolicyContext, RequestView
+from pic.engine.policies import irminsul_lookup as lookup_mod
+from pic.engine.policies.irminsul_layout import opaque_layout, tokens_from
+from pic.traces.content import Segments
+from tests.policies.conftest import plans_of
+
+pytest.importorskip("numba")
+
+
+def _store(seed: int, num: int = 40) -> Segments:
+    """Opaque segments only (one empty), lengths 1 .. ~1500."""
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(1, 1500, num).astype(np.int64)
+    lens[3] = 0
+    offs = np.zeros(num + 1, np.int64)
+    np.cumsum(lens, out=offs[1:])
+    keys = rng.integers(0, 2**63, num, dtype=np.int64).astype(np.uint64)
+    salts = rng.integers(0, 2**63, num, dtype=np.int64).astype(np.uint64)
+    return Segments(np.arange(num, dtype=np.uint64), np.zeros(num, np.uint8), offs, np.zeros(0, np.int32),
+                    np.zeros(num + 1, np.int64), keys, salts)
+
+
+def _view(store: Segments, rows: list[int], rid: int = 0) -> RequestView:
+    r = np.array(rows, np.int64)
+    lens = store.offsets[r + 1] - store.offsets[r]
+    sb = np.zeros(r.size + 1, np.int64)
+    np.cumsum(lens, out=sb[1:])
+    return RequestView(rid, "s", None, sb, store.ids[r], store.kinds[r], r, store)
+
+
+def _reference(req: RequestView, lo: int, base: int, start: int, cfg: cdc.CDCConfig, m: int) -> tuple:
+    toks = tokens_from(req, lo)
+    n = req.num_tokens
+    if start == 0:
+        b, anc, fps = cdc.layout_fps(toks, cfg)
+    else:
+        b, anc, fps = cdc.layout_from_fps(toks[base - lo:], base, n, start, cfg)
+    heads, tails = cdc.edge_keys(toks, b - lo, m)
+    return toks, b, anc, fps, heads, tails
+
+
+@pytest.mark.parametrize("gear", ["mix", "table"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_opaque_layout_is_tokens_layout_and_edge_keys(seed: int, gear: str) -> None:
+    store = _store(seed)
+    rng = np.random.default_rng(seed + 7)
+    cfg = cdc.CDCConfig(gear=gear) if seed != 2 else cdc.CDCConfig(128, 32, 256, 5, gear)
+    checked = 0
+    for _ in range(12):
+        rows = rng.choice(store.ids.shape[0], int(rng.integers(1, 9)), replace=False).tolist()
+        req = _view(store, rows)
+        n = req.num_tokens
+        cases = [(0, 0, 0)]
+        for _ in range(4):
+            if n > 200:
+                start = int(rng.integers(64, n - 70))
+                base = int(rng.integers(max(0, start - 200), start - 62))
+                cases.append((int(rng.integers(0, base + 1)), base, start))
+        for lo, base, start in cases:
+            m = int(rng.choice([1, 16, 40]))
+            accel.set_mode("0")
+            try:
+                want = _reference(req, lo, base, start, cfg, m)
+            finally:
+                accel.set_mode(None)
+            accel.set_mode("1")
+            try:
+                got = opaque_layout(_view(store, rows), lo, base, start, cfg, m)
+            finally:
+                accel.set_mode(None)
+            if n <= max(start, 63) + 1:
+                assert got is None
+                continue
+            assert got is not None
+            checked += 1
+            assert [a.dtype for a in got] == [np.int32, np.int64, np.bool_, np.uint64, np.uint64, np.uint64]
+            for g, w in zip(got, want, strict=True):
+                assert np.array_equal(g, w), (rows, lo, base, start, m)
+    assert checked > 30
+
+
+def test_opaque_layout_declines_what_it_cannot_make() -> None:
+    """A numpy-only run, stored tokens in the store, a prompt given as tokens, a prompt too short: None."""
+    store = _store(0)
+    req = _view(store, [0, 1, 2])
+    cfg = cdc.CDCConfig()
+    accel.set_mode("0")
+    try:
+        assert opaque_layout(req, 0, 0, 0, cfg, 16) is None
+    finally:
+        accel.set_mode(None)
+    accel.set_mode("1")
+    try:
+        assert opaque_layout(RequestView.from_tokens(0, req.tokens), 0, 0, 0, cfg, 16) is None
+        short = [int(i) for i in np.flatnonzero(np.diff(store.offsets) < 30)[:2]]
+        assert short and opaque_layout(_view(store, short), 0, 0, 0, cfg, 16) is None
+        mixed = Segments(store.ids, store.kinds, store.offsets, np.arange(5, dtype=np.int32),
+                         np.concatenate([[0, 5], np.full(store.ids.shape[0] - 1, 5)]).astype(np.int64),
+                         store.keys, store.salts)
+        assert opaque_layout(_view(mixed, [0, 1, 2]), 0, 0, 0, cfg, 16) is None
+        assert opaque_layout(_view(store, [0, 1, 2]), 0, 0, 0, cfg, 16) is not None
+    finally:
+        accel.set_mode(None)
+
+
+def _conversations(store: Segments, seed: int) -> list[RequestView]:
+    """Sessions that each continue their previous turn with new segments, interleaved, and a few prompts that
+    repeat an earlier turn's segments in another order (content found beyond the exact prefix)."""
+    rng = np.random.default_rng(seed)
+    num = store.ids.shape[0]
+    sessions: list[list[int]] = [[] for _ in range(4)]
+    out: list[RequestView] = []
+    for rid in range(36):
+        s = sessions[int(rng.integers(4))]
+        if rid % 7 == 6 and s:
+            rows = rng.permutation(s).tolist()
+        else:
+            s += rng.choice(num, int(rng.integers(1, 3)), replace=False).tolist()
+            rows = list(s)
+        out.append(_view(store, rows, rid))
+    return out
+
+
+@pytest.mark.parametrize("capacity", [math.inf, 20000])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_plans_with_the_one_call_layout_are_the_same(seed: int, capacity: float, monkeypatch) -> None:
+    """numpy only, compiled without the one-call layout, compiled with it (taken): the same plans and stats."""
+    store = _store(seed + 10, 30)
+    cfg = {"avg_chunk": 128, "min_chunk": 32, "max_chunk": 256}
+
+    def run() -> tuple:
+        pol = policies.build("irminsul", PolicyContext(capacity * 2 if capacity < math.inf else math.inf, 2), cfg)
+        plans = plans_of(pol, _conversations(store, seed))
+        return plans, dict(pol.stats.extra), pol.stats.hits
+
+    calls = []
+
+    def counted(*a):
+        got = opaque_layout(*a)
+        calls.append(got is not None)
+        return got
+    try:
+        accel.set_mode("0")
+        want = run()
+        accel.set_mode("1")
+        monkeypatch.setattr(lookup_mod, "opaque_layout", lambda *a: None)
+        slow = run()
+        monkeypatch.setattr(lookup_mod, "opaque_layout", counted)
+        got = run()
+    finally:
+        accel.set_mode(None)
+    assert sum(calls) > 20
+    assert slow == want and got == want
+    assert want[2] > 0 and want[1]["prefix_tokens"] > 0 and want[1]["chunk_hits"] + want[1]["tail_tokens"] > 0
