@@ -90,7 +90,9 @@ def covered_counts_chunked(store, chunks, width: int, again=None, whole: bool = 
                 todo.append((fp, ln, ha, hb, hi, i0))
             cfs.append(cf)
             i0 += offs.shape[0] - 1
-        if again is not None:
+        # NOTE (speed): a second pass only where a window is left to hash (none where the segment structure
+        # decides everything: every stored run of Mooncake or Azure conversation)
+        if again is not None and any(t[2].shape[0] for t in todo):
             rep = anchors.repeated([t[0] for t in todo])
             for (rows, offs, _, _, p_lo, p_hi), (fp, ln, ha, hb, hi, c0) in zip(again(), todo, strict=True):
                 ka, kb, ki = anchors.keep(fp, ln, ha, hb, hi, W, rep)
