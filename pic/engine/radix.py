@@ -145,8 +145,13 @@ class RadixTree:
         """Longest resident prefix of ``tokens[lo:hi]`` (page-rounded) and its node; see module docstring."""
         q = as_seq(tokens)
         p = self.page_size
-        n = ((q.end if hi is None else hi) - lo) // p * p
-        node, pos = self.root, 0
+        return self._walk(q, lo, ((q.end if hi is None else hi) - lo) // p * p, self.root, 0, now_us, split, count_hit)
+
+    def _walk(self, q: Seq, lo: int, n: int, node: RadixNode, pos: int, now_us: int | None, split: bool,
+              count_hit: bool) -> tuple[int, RadixNode]:
+        """:meth:`match_prefix` of ``q[lo:lo + n]`` (``n`` whole pages) from ``node``, whose root path is
+        ``q[lo:lo + pos]``."""
+        p = self.page_size
         while pos < n:
             ck = self._child_key(q, lo + pos)
             child = node.children.get(ck)
@@ -194,6 +199,22 @@ class RadixTree:
         n = ((q.end if hi is None else hi) - lo) // p * p
         pos, node = self.match_prefix(q, now_us, split=True, count_hit=False, lo=lo, hi=lo + n)
         return self._leaf_after(q, lo, n, pos, node, now_us)
+
+    def insert_below(self, tokens: Any, now_us: int, num: int, node: RadixNode,
+                     hi: int | None = None) -> tuple[int, RadixNode]:
+        """:meth:`insert` of ``tokens[:hi]`` where ``node``'s root path is ``tokens[:num]`` (whole pages): a
+        node locked since a walk found it (a lock keeps it and its path; a split above it keeps its root
+        path). The same tree, access times and result as :meth:`insert`, walking only below ``node`` (the path
+        above it is touched, as the walk would). NOTE (speed): a policy's commit after its admit's lock
+        (``prefix``: the resident prefix of a continued conversation is most of its prompt)."""
+        q = as_seq(tokens)
+        nd = node
+        while nd is not self.root:
+            nd.last_access_us = now_us
+            nd = nd.parent
+        n = (q.end if hi is None else hi) // self.page_size * self.page_size
+        pos, node = self._walk(q, 0, n, node, num, now_us, True, False)
+        return self._leaf_after(q, 0, n, pos, node, now_us)
 
     def insert_walked(self, tokens: Any, now_us: int, pos: int, node: RadixNode) -> tuple[int, RadixNode]:
         """:meth:`insert` of all of ``tokens`` right after ``match_prefix(tokens, None, split=True)`` found

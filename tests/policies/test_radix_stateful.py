@@ -206,6 +206,54 @@ def test_insert_walked_equals_insert_after_the_same_walk() -> None:
             assert shape(a) == shape(b), f"page {page}, step {t}"
 
 
+def test_insert_below_a_lock_equals_insert() -> None:
+    """``insert_below`` from a node locked at admission (``lock_point``), with other prompts inserted,
+    locked and released in between (splitting edges above and at the locked node), leaves the tree
+    ``insert`` leaves: the same edges, access times, hits, locks, counters and result; with ``hi`` too."""
+    from pic.engine.seq import Seq
+
+    def shape(tree: RadixTree) -> list:
+        out, stack = [], [(tree.root, ())]
+        while stack:
+            nd, path = stack.pop()
+            for k, ch in sorted(nd.children.items()):
+                toks = tuple(ch.src.tokens(ch.lo, ch.lo + ch.n).tolist())
+                out.append((path, k, toks, ch.last_access_us, ch.hits, ch.created_us, ch.lock_ref))
+                stack.append((ch, path + toks))
+        return sorted(out) + [tree.total_tokens, tree.evictable_tokens, tree.num_nodes, tree.version]
+
+    rng = np.random.default_rng(11)
+    for page in (1, 2, 3):
+        a, b = RadixTree(page), RadixTree(page)
+        base = rng.integers(0, 3, 60, dtype=np.int32)
+        pending: list = []            # (tokens, hi, (num, node) in a, node in b)
+        for t in range(300):
+            if pending and rng.random() < 0.4:
+                toks, hi, (num, na), nb = pending.pop(int(rng.integers(0, len(pending))))
+                qa, qb = Seq.of_array(toks), Seq.of_array(toks.copy())
+                got = a.insert_below(qa, 10 * t, num, na, hi)
+                want = b.insert(qb, 10 * t, 0, hi)
+                assert got[0] == want[0]
+                for tree, nd, leaf in ((a, na, got[1]), (b, nb, want[1])):
+                    tree.inc_lock(leaf)
+                    tree.dec_lock(nd)
+                    tree.dec_lock(leaf)
+            else:
+                cut = int(rng.integers(0, 60))
+                toks = np.concatenate([base[:cut], rng.integers(0, 3, int(rng.integers(0, 15)), dtype=np.int32)])
+                hi = None if rng.random() < 0.5 else int(rng.integers(0, toks.shape[0] + 1))
+                full = (toks.shape[0] if hi is None else hi) // page * page
+                want_n = int(rng.integers(0, full + 1)) // page * page
+                num_a, na = a.lock_point(Seq.of_array(toks), min(want_n, a.match_prefix(toks, None, split=False)[0]), 10 * t)
+                num_b, nb = b.lock_point(Seq.of_array(toks), num_a, 10 * t)
+                assert num_a == num_b
+                a.inc_lock(na)
+                b.inc_lock(nb)
+                pending.append((toks, hi, (num_a, na), nb))
+            assert shape(a) == shape(b), f"page {page}, step {t}"
+        assert a.num_nodes > 20
+
+
 def test_leaf_mapping_is_shared_read_only_and_copies_as_itself() -> None:
     """Leaves share one empty children mapping that refuses writes and stays the same object through copy,
     deepcopy and pickle (a copied tree's leaves must not share a writable dict)."""

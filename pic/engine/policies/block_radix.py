@@ -92,7 +92,7 @@ class RadixBlocks:
         self.tree = _Tree(block)
         self.num_resident = 0            # distinct full blocks committed
         self.reserved = 0                # blocks reserved by admitted requests, not yet committed
-        self.live: dict[int, tuple[RadixNode, int, int]] = {}   # request_id -> (locked node, reserved, log index)
+        self.live: dict[int, tuple[RadixNode, int, int, int]] = {}   # request_id -> (locked node, reserved, log index, its depth)
         self.rids = array("q")           # the log: each admitted request once, with its prompt
         self.seqs: list = []
         self.ops = array("q")            # (event, request's log index, now_us, blocks wanted) per event
@@ -121,24 +121,24 @@ class RadixBlocks:
         self.rids.append(req.request_id)
         self.seqs.append(req.seq)
         self.ops.extend((ADMIT, k, now_us, want))
-        self.live[req.request_id] = (node, need, k)
+        self.live[req.request_id] = (node, need, k, num)
         return want
 
     def commit(self, req: RequestView, now_us: int) -> None:
         """Store ``req``'s full blocks; it holds all of them until :meth:`release`."""
-        node, need, k = self.live[req.request_id]
+        node, need, k, num = self.live[req.request_id]
         self.reserved -= need
         bs = self.block
         full = req.num_tokens // bs * bs
-        num_new, leaf = self.tree.insert(req.seq, now_us, 0, full)
+        num_new, leaf = self.tree.insert_below(req.seq, now_us, num, node, full)    # (node: locked since admit)
         self.num_resident += full // bs - (full - num_new) // bs
         self.tree.inc_lock(leaf)
         self.tree.dec_lock(node)
-        self.live[req.request_id] = (leaf, 0, k)
+        self.live[req.request_id] = (leaf, 0, k, full)
         self.ops.extend((COMMIT, k, now_us, 0))
 
     def release(self, req: RequestView, now_us: int) -> None:
-        node, need, k = self.live.pop(req.request_id)
+        node, need, k, _ = self.live.pop(req.request_id)
         self.reserved -= need
         self.tree.dec_lock(node)
         self.ops.extend((RELEASE, k, now_us, 0))

@@ -55,7 +55,7 @@ class PrefixCache(CachePolicy):
         self._bpt = ctx.bytes_per_token
         self._cap_tokens = ctx.capacity_tokens
         self._reserved = 0                                  # tokens reserved by admitted, uncommitted
-        self._live: dict[int, tuple[RadixNode, int]] = {}  # request_id -> (locked node, reserved)
+        self._live: dict[int, tuple[RadixNode, int, int]] = {}  # request_id -> (locked node, reserved, its depth)
 
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
@@ -87,19 +87,19 @@ class PrefixCache(CachePolicy):
                 self.stats.rejected += 1
                 return False
         self._reserved += need
-        self._live[req.request_id] = (node, need)
+        self._live[req.request_id] = (node, need, num)
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:
-        node, need = self._live[req.request_id]
+        node, need, num = self._live[req.request_id]
         self._reserved -= need
-        _, leaf = self.tree.insert(req.seq, now_us)
+        _, leaf = self.tree.insert_below(req.seq, now_us, num, node)    # (node: locked since admit)
         self.tree.inc_lock(leaf)
         self.tree.dec_lock(node)
-        self._live[req.request_id] = (leaf, 0)
+        self._live[req.request_id] = (leaf, 0, req.num_tokens // self.tree.page_size * self.tree.page_size)
 
     def release(self, req: RequestView, now_us: int) -> None:
-        node, need = self._live.pop(req.request_id)
+        node, need, _ = self._live.pop(req.request_id)
         self._reserved -= need
         self.tree.dec_lock(node)
 
