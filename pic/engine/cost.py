@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pic.engine.hybrid_cost import HybridShape, prefill_hybrid
-from pic.engine.plan import Action, Plan, Tier
+from pic.engine.plan import DISK, HOST, RECOMPUTE, REUSE_ROTATED, Plan
 from pic.engine.specs import GpuSpec, ModelSpec
 
 if TYPE_CHECKING:
@@ -93,6 +93,8 @@ class CostModel:
         self._w_expert = m.num_moe_layers * m._expert_params() * m.dtype_bytes
         self._lm_bytes = float(m.lm_head_params * m.dtype_bytes)
         self._decode_memo: dict[int, tuple[float, float]] = {}
+        self._step_nd: dict[int, tuple[float, float]] = {}   # prefill_step's terms per decode batch size
+        self._w_memo: dict[int, float] = {}                 # _weights of a MoE model per token count
         self._comp_f, self._comp_b = m.state_composition_flops(), m.state_composition_bytes()
         self._rot_f = 3.0 * m.rotary_dims_per_token          # per rotated token
         fused = m.attention == "mla" and self.config.fused_rotation
@@ -111,14 +113,14 @@ class CostModel:
         chunks: list[tuple[int, int]] = []
         num_rot = host_t = disk_t = 0
         for s in plan.spans:   # one pass over the spans
-            if s.action == Action.RECOMPUTE:
+            if s.action == RECOMPUTE:
                 chunks.append((s.end - s.start, s.start))
                 continue
-            if s.action == Action.REUSE_ROTATED:
+            if s.action == REUSE_ROTATED:
                 num_rot += s.end - s.start
-            if s.tier == Tier.HOST:
+            if s.tier == HOST:
                 host_t += s.end - s.start
-            elif s.tier == Tier.DISK:
+            elif s.tier == DISK:
                 disk_t += s.end - s.start
         num_fresh = sum(n for n, _ in chunks)
         cache_read = (plan.num_tokens - num_fresh) * kvb
@@ -227,27 +229,41 @@ class CostModel:
             return (step, 0.0) if num_new <= 0 else (step, step * (num_new / (num_new + num_decode)))
         # NOTE (speed): step_time's terms for one chunk, inlined (the same operations in the same order, so
         # the same floats), each computed once for the step and the share (called per prefill chunk);
-        # _phase inlined too
+        # _phase inlined too, ``max(x, y)`` as ``y if y > x else x`` (what max returns for two floats), and
+        # the terms of the decode batch size alone remembered per size (_step_nd)
         kvb, dctx, peak, bw = self._kvb, decode_context_tokens, self._peak, self._bw
         n, c = int(num_new), int(num_cached)
         num_tokens = n + num_decode
-        lin_f = self._lin_per_token * num_tokens + self._lm_flops * (1 + num_decode)
-        lin_b = self._weights(num_tokens) + num_tokens * kvb
+        nd_terms = self._step_nd.get(num_decode)
+        if nd_terms is None:
+            nd_terms = self._step_nd[num_decode] = (self._lm_flops * (1 + num_decode),
+                                                    max(0.0 / peak, 2.0 * (1 + num_decode) * self._state / bw))
+        lm_f, t_rec = nd_terms
+        lin_f = self._lin_per_token * num_tokens + lm_f
+        w = self._w_memo.get(num_tokens)
+        if w is None:
+            w = self._weights(num_tokens)
+        lin_b = w + num_tokens * kvb
         pre_f = self._attn(n, c)
-        t_lin = max(lin_f / peak, lin_b / bw)
-        t_rec = max(0.0 / peak, 2.0 * (1 + num_decode) * self._state / bw)
+        x, y = lin_f / peak, lin_b / bw
+        t_lin = y if y > x else x
         dec_f = dctx * self._dec_attn
-        step = (t_lin + max((pre_f + dec_f) / peak, ((n + c) * kvb + dctx * self._kv_read) / bw) + t_rec
-                + self.config.step_overhead_s)
+        x, y = (pre_f + dec_f) / peak, ((n + c) * kvb + dctx * self._kv_read) / bw
+        overhead = self.config.step_overhead_s
+        step = t_lin + (y if y > x else x) + t_rec + overhead
         tok = num_new / (num_new + num_decode)
         if not num_decode:
             return step, step * tok
         pre_b = (num_new + num_cached) * kvb
         dec_b = dctx * kvb
-        t_att = max((pre_f + dec_f) / peak, (pre_b + dec_b) / bw)
-        a_pre, a_dec = max(pre_f / peak, pre_b / bw), max(dec_f / peak, dec_b / bw)
+        x, y = (pre_f + dec_f) / peak, (pre_b + dec_b) / bw
+        t_att = y if y > x else x
+        x, y = pre_f / peak, pre_b / bw
+        a_pre = y if y > x else x
+        x, y = dec_f / peak, dec_b / bw
+        a_dec = y if y > x else x
         att_share = a_pre / (a_pre + a_dec) if a_pre + a_dec > 0 else tok
-        share = ((t_lin + self.config.step_overhead_s) * tok + t_att * att_share + t_rec / (1 + num_decode))
+        share = ((t_lin + overhead) * tok + t_att * att_share + t_rec / (1 + num_decode))
         return step, share
 
     def decode_step_coeffs(self, num_decode: int) -> tuple[float, float]:
@@ -305,14 +321,18 @@ class CostModel:
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _weights(self, num_tokens: int) -> float:
-        """``ModelSpec.weight_bytes_read`` with the per-model parts precomputed."""
+        """``ModelSpec.weight_bytes_read`` with the per-model parts precomputed (remembered per token count
+        in ``_w_memo``, bounded)."""
         if num_tokens <= 1:
             return self._w_one
         m = self.model
         if not m.num_experts:
             return self._w_dense
         touched = m.num_experts * (1.0 - (1.0 - m.num_experts_active / m.num_experts) ** num_tokens)
-        return self._w_dense + touched * self._w_expert
+        w = self._w_dense + touched * self._w_expert
+        if len(self._w_memo) < 65536:
+            self._w_memo[num_tokens] = w
+        return w
 
     def _watts(self, num_new: int) -> float:
         """Board power of a forward of ``num_new`` tokens: the profile's power by size, else busy_watts."""
@@ -332,7 +352,7 @@ def exec_sequences(plan: Plan) -> list[tuple[int, int, int]]:
     rot = run = 0   # rotated tokens before the current run; length of the current run
     for s in plan.spans:
         a, b = s.start, s.end
-        if s.action == Action.RECOMPUTE:
+        if s.action == RECOMPUTE:
             run += b - a
             continue
         if b > last >= a:   # the last token is taken out of a reused span
@@ -341,7 +361,7 @@ def exec_sequences(plan: Plan) -> list[tuple[int, int, int]]:
             if run:
                 seqs.append((run, a - run - rot, rot))
                 run = 0
-            if s.action == Action.REUSE_ROTATED:
+            if s.action == REUSE_ROTATED:
                 rot += b - a
         if s.end > last >= s.start:
             run += 1

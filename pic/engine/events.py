@@ -15,6 +15,7 @@ Events at the same integer microsecond are processed by ``EventKind`` rank, then
 from __future__ import annotations
 
 from enum import IntEnum
+from operator import itemgetter
 
 
 class EventKind(IntEnum):
@@ -25,17 +26,30 @@ class EventKind(IntEnum):
     METRICS = 4
 
 
-class Event:
-    """One timed fact. ``target`` is a replica index (-1 = system), ``req`` a request index (-1 = none),
-    ``version`` lets a replica ignore a stale SCHEDULE after it re-planned its phase."""
+class Event(tuple):
+    """One timed fact, a tuple ``(kind, target, req, version)``: ``target`` is a replica index (-1 = system),
+    ``req`` a request index (-1 = none), ``version`` lets a replica ignore a stale SCHEDULE after it
+    re-planned its phase.
 
-    __slots__ = ("kind", "target", "req", "version")
+    The loop reads an event by position (``ev[0]`` is its kind), so a plain 4-tuple in that order is an
+    event too: NOTE (speed): the serving model makes its events as plain tuples (~0.03 us each, where an
+    object with four attributes cost ~0.35 us, ~5 events per request); :meth:`of` names one's fields."""
 
-    def __init__(self, kind: EventKind, target: int = -1, req: int = -1, version: int = 0) -> None:
-        self.kind = kind
-        self.target = target
-        self.req = req
-        self.version = version
+    __slots__ = ()
+
+    def __new__(cls, kind: EventKind, target: int = -1, req: int = -1, version: int = 0) -> Event:
+        return tuple.__new__(cls, (kind, target, req, version))
+
+    kind = property(itemgetter(0))
+    target = property(itemgetter(1))
+    req = property(itemgetter(2))
+    version = property(itemgetter(3))
+
+    @staticmethod
+    def of(ev: tuple) -> Event:
+        """``ev`` (a plain ``(kind, target, req, version)`` tuple or an Event) as an Event."""
+        return ev if type(ev) is Event else tuple.__new__(Event, ev)
 
     def __repr__(self) -> str:
-        return f"Event({self.kind.name}, target={self.target}, req={self.req}, version={self.version})"
+        return (f"Event({EventKind(self[0]).name}, target={self[1]}, req={self[2]}, "
+                f"version={self[3]})")

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pic.engine.plan import Action, Plan, Tier
+from pic.engine.plan import DISK, HOST, RECOMPUTE, REUSE_ROTATED, Plan
 from pic.engine.specs import hybrid as hy
 
 if TYPE_CHECKING:
@@ -78,14 +78,14 @@ def prefill_hybrid(cm: CostModel, plan: Plan, result: type[PrefillCost]) -> Pref
     chunks: list[tuple[int, int]] = []
     num_rot = host_t = disk_t = 0
     for s in plan.spans:
-        if s.action == Action.RECOMPUTE:
+        if s.action == RECOMPUTE:
             chunks.append((s.end - s.start, s.start))
             continue
-        if s.action == Action.REUSE_ROTATED:
+        if s.action == REUSE_ROTATED:
             num_rot += s.end - s.start
-        if s.tier == Tier.HOST:
+        if s.tier == HOST:
             host_t += s.end - s.start
-        elif s.tier == Tier.DISK:
+        elif s.tier == DISK:
             disk_t += s.end - s.start
     num_fresh = sum(c for c, _ in chunks)
     cache_read = (n - num_fresh) * kvb

@@ -42,7 +42,7 @@ class Simulator:
         """Queue ``event`` at integer µs ``at`` (must not be in the past)."""
         if at < self.now:
             raise ValueError(f"cannot schedule {event!r} at {at} us < now {self.now} us")
-        heapq.heappush(self._heap, (at, event.kind, next(self._seq), event))
+        heapq.heappush(self._heap, (at, event[0], next(self._seq), event))
 
     def feed(self, times: Sequence[int], kind: EventKind, handler: FeedHandler) -> None:
         """Events known in advance, as a sorted stream instead of heap entries: item ``j`` happens at
@@ -77,13 +77,14 @@ class Simulator:
         else:
             at, _, _, event = heapq.heappop(self._heap)
             self.now = at
-            follow = self.handlers[event.kind](event, at)
+            follow = self.handlers[event[0]](event, at)
+            event = Event.of(event)
         if follow:
             push, seq, heap = heapq.heappush, self._seq, self._heap
             for t, ev in follow:
                 if t < at:
-                    raise ValueError(f"handler for {event!r} scheduled {ev!r} in the past ({t} < {at})")
-                push(heap, (t, ev.kind, next(seq), ev))
+                    raise ValueError(f"handler for {event!r} scheduled {Event.of(ev)!r} in the past ({t} < {at})")
+                push(heap, (t, ev[0], next(seq), ev))
         self.num_events += 1
         for obs in self.observers:
             obs(event, at)
@@ -139,7 +140,7 @@ class Simulator:
                     else:
                         at, _, _, event = pop(heap)
                         self.now = at
-                        follow = handlers[event.kind](event, at)
+                        follow = handlers[event[0]](event, at)
                 elif j < m:
                     at = ft
                     self.now = at
@@ -151,8 +152,9 @@ class Simulator:
                 if follow:
                     for t, ev in follow:
                         if t < at:
-                            raise ValueError(f"a handler at {at} us scheduled {ev!r} in the past ({t} < {at})")
-                        push(heap, (t, ev.kind, next(seq), ev))
+                            raise ValueError(f"a handler at {at} us scheduled {Event.of(ev)!r} in the past "
+                                             f"({t} < {at})")
+                        push(heap, (t, ev[0], next(seq), ev))
                 n += 1
         finally:
             self.num_events += n

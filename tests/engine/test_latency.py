@@ -59,15 +59,10 @@ def _token_times(w, cost: FakeCost, budget: int) -> list[list[float]]:
     return times
 
 
-@pytest.mark.parametrize("budget, seed, span_us, block", [(512, 1, 1_000_000, 4096), (64, 2, 300_000, 4096),
-                                                         (8192, 4, 1, 4096), (64, 2, 300_000, 3)])
-def test_itl_tpot_e2el_match_per_token_reference(monkeypatch, budget, seed, span_us, block):
-    """The closed-form ITL series, TPOT and E2EL equal those of a simulation that times every token
-    (also with older ITL segments moved into blocks of 3: engine.serving.itl)."""
-    from pic.engine.serving import itl
-
-    monkeypatch.setattr(itl, "_BLOCK", block)
-    monkeypatch.setattr(itl, "_KEEP", min(itl._KEEP, block))
+@pytest.mark.parametrize("budget, seed, span_us", [(512, 1, 1_000_000), (64, 2, 300_000), (8192, 4, 1),
+                                                  (64, 3, 100_000)])
+def test_itl_tpot_e2el_match_per_token_reference(budget, seed, span_us):
+    """The closed-form ITL series, TPOT and E2EL equal those of a simulation that times every token."""
     w = _workload(50, seed=seed, max_out=60, span_us=span_us)
     cost = FakeCost(fixed=1e-3, a=1e-6, b=0.0, c=1e-6)
     sm = ServingModel(w, [BrutePrefix(reject=True)], cost, token_budget=budget)

@@ -298,21 +298,30 @@ def test_prefill_share_predicts_run_prefill(seed):
     assert checked >= 5            # the multi-chunk path with decoders finishing inside it was exercised
 
 
-def test_itl_add_step_merges_runs_of_equal_steps_across_block_moves():
+def test_itl_add_step_merges_runs_of_equal_steps_and_set_count_edits_the_newest():
     """ItlLog.add_step: a step equal to the newest run ``[d, 0.0, n, w]`` extends it, anything else (another
-    duration or width, or a decode series ``step != 0``) starts a segment; the same log as the merge done
-    by hand on a list, also after segments moved into float64 blocks."""
+    duration or width, or a decode series ``step != 0``) starts a segment; ``set_count`` shortens a segment
+    or drops the newest (a cut decode phase). The same log as the edits done by hand on lists."""
     import random
 
     from pic.engine.serving import itl as itl_mod
 
     rng = random.Random(2)
     log, ref = itl_mod.ItlLog(), []
-    for _ in range(3 * (itl_mod._BLOCK + itl_mod._KEEP)):
-        if rng.random() < 0.2:
+    for _ in range(20_000):
+        x = rng.random()
+        if x < 0.2:
             seg = [rng.choice([0.5, 0.25]), 0.125, rng.randrange(1, 4), 3]
-            log.append(list(seg))
+            pos = log.append(*seg)
+            assert pos == 4 * len(ref)
             ref.append(list(seg))
+            if rng.random() < 0.5:      # a cut: shortened, or dropped when no step was run
+                m = rng.randrange(0, seg[2])
+                log.set_count(pos, m)
+                if m:
+                    ref[-1][2] = m
+                else:
+                    ref.pop()
             continue
         d, w = rng.choice([0.5, 0.25]), rng.choice([1, 3])
         log.add_step(d, w)
@@ -321,7 +330,12 @@ def test_itl_add_step_merges_runs_of_equal_steps_across_block_moves():
             last[2] += 1
         else:
             ref.append([d, 0.0, 1, w])
-    assert log._n > 0 and len(log) == len(ref) and log.array().tolist() == ref
+    assert len(log) == len(ref) > 1000 and log.array().tolist() == ref and list(log) == ref
+    assert log[-1] == ref[-1] and log[0] == ref[0] and any(r[2] > 1 and r[1] == 0.0 for r in ref)
+    if len(ref) > 1:
+        with pytest.raises(ValueError):
+            log.set_count(0, 0)        # not the newest: the positions after it would move
+    assert itl_mod.ItlLog().array().shape == (0, 4) and not itl_mod.ItlLog()
 
 
 def test_prefill_cost_memo_tells_one_recompute_span_from_two():

@@ -1,76 +1,82 @@
-"""A replica's inter-token-latency segments, compact: the newest as lists, older ones in float64 blocks.
+"""A replica's inter-token-latency segments, compact: one flat float64 ``array.array`` (32 B per segment).
 
 Each segment is ``[d0, step, n, w]`` (:mod:`engine.serving.replica`): ``n`` values ``d0 + step·j``, each
-``w`` times. Only the newest segments change (a prefill step merges into the last one; a cut shortens or
-removes the running decode phase's segment, the last one appended), so all but the newest ``_KEEP`` are
-moved, ``_BLOCK`` at a time, into float64 arrays (32 B per segment instead of a list and its boxed
-numbers, ~150 B: chat 10^6 has ~2.7 M segments per simulation).
+``w`` times. Only the newest segment changes (a prefill step merges into it; a cut shortens or removes the
+running decode phase's segment, the last one appended), so the log is four float64 slots per segment,
+appended and edited in place (chat 10^6 has ~2.7 M segments per simulation).
+
+NOTE (speed): a segment is four floats written into the array (no list per segment, no boxed numbers, no
+block moves: the lists' conversion to float64 blocks cost ~3 % of a prefix simulation); ``n`` and ``w``
+are integers below 2**53, exact as float64, so the values are those the lists held.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator
 
 import numpy as np
 
-_BLOCK = 4096
-_KEEP = 64
-
 
 class ItlLog:
-    """ITL segments in order; ``log[-k]`` (k <= ``_KEEP``) is the k-th newest, mutable."""
+    """ITL segments in order; ``log[-k]`` is the k-th newest (a copy: edit through the methods)."""
 
-    __slots__ = ("_blocks", "_tail", "_n")
+    __slots__ = ("_a",)
 
     def __init__(self) -> None:
-        self._blocks: list[np.ndarray] = []
-        self._tail: list[list[float]] = []
-        self._n = 0
+        self._a = array("d")
 
-    def append(self, seg: list[float]) -> None:
-        tail = self._tail
-        tail.append(seg)
-        if len(tail) >= _BLOCK + _KEEP:
-            self._blocks.append(np.array(tail[:_BLOCK], np.float64))
-            del tail[:_BLOCK]
-            self._n += _BLOCK
+    def append(self, d0: float, step: float, n: int, w: int) -> int:
+        """Append segment ``[d0, step, n, w]``; returns its position (for :meth:`set_count`)."""
+        a = self._a
+        pos = len(a)
+        a.append(d0)
+        a.append(step)
+        a.append(n)
+        a.append(w)
+        return pos
 
     def add_step(self, d: float, w: int) -> None:
         """One step of ``d`` seconds seen by ``w`` decoders: merged into the newest segment when that is
-        a run of equal steps ``[d, 0.0, n, w]`` (its ``n`` grows), else appended as ``[d, 0.0, 1, w]``
-        (the newest segment is always in the tail: a block move keeps the newest ``_KEEP``)."""
-        tail = self._tail
-        if tail:
-            last = tail[-1]
-            if last[1] == 0.0 and last[0] == d and last[3] == w:
-                last[2] += 1
-                return
-        self.append([d, 0.0, 1, w])
+        a run of equal steps ``[d, 0.0, n, w]`` (its ``n`` grows), else appended as ``[d, 0.0, 1, w]``."""
+        a = self._a
+        if a and a[-3] == 0.0 and a[-4] == d and a[-1] == w:
+            a[-2] += 1
+            return
+        a.append(d)
+        a.append(0.0)
+        a.append(1)
+        a.append(w)
 
-    def remove(self, seg: list[float]) -> None:
-        """Drop segment ``seg`` (one of the newest, by identity)."""
-        for k in range(len(self._tail) - 1, -1, -1):
-            if self._tail[k] is seg:
-                del self._tail[k]
-                return
-        raise ValueError("ItlLog.remove: the segment is not among the newest")
+    def set_count(self, pos: int, n: int) -> None:
+        """Segment at ``pos`` (from :meth:`append`) holds ``n`` values; ``n == 0`` drops it (it must be the
+        newest then: the positions after it would move)."""
+        a = self._a
+        if n:
+            a[pos + 2] = n
+        elif pos + 4 == len(a):
+            del a[pos:]
+        else:
+            raise ValueError("ItlLog.set_count: only the newest segment can be dropped")
 
     def __getitem__(self, i: int) -> list[float]:
-        if not -len(self._tail) <= i < 0:
-            raise IndexError("ItlLog: only the newest segments are indexed (negative indices)")
-        return self._tail[i]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(i)
+        k = 4 * (i % n)
+        return self._a[k:k + 4].tolist()
 
     def __len__(self) -> int:
-        return self._n + len(self._tail)
+        return len(self._a) >> 2
 
     def __bool__(self) -> bool:
-        return bool(self._tail) or self._n > 0
+        return len(self._a) > 0
 
     def __iter__(self) -> Iterator[list[float]]:
-        for b in self._blocks:
-            yield from b.tolist()
-        yield from self._tail
+        a = self._a.tolist()
+        for k in range(0, len(a), 4):
+            yield a[k:k + 4]
 
     def array(self) -> np.ndarray:
-        """float64 [len, 4]: every segment, in order."""
-        return np.concatenate([*self._blocks, np.asarray(self._tail, np.float64).reshape(-1, 4)])
+        """float64 [len, 4]: every segment, in order (a copy)."""
+        return np.frombuffer(self._a, np.float64).reshape(-1, 4).copy() if self._a else np.zeros((0, 4))

@@ -20,7 +20,7 @@ import numpy as np
 from pic.engine.events import Event, EventKind
 from pic.engine.loop import Simulator
 from pic.engine.plan import NO_CORRECTION, Action, Plan
-from pic.engine.request import Labels, RequestTable, Status
+from pic.engine.request import Labels, RequestTable
 from pic.engine.serving.replica import Phase, Replica
 from pic.engine.serving.router import Router
 
@@ -58,10 +58,20 @@ class ServingModel:
         self.router = Router(router, self.replicas, self.policies)
         self.progress = progress
         self._n = n = workload.num_requests
-        # NOTE (memory): a Request object exists only while its request is in flight (engine.request)
+        # NOTE (memory): one flat column per request field, written as the values are made (engine.request)
         self.requests = RequestTable(workload.request_ids, workload.session_ids, workload.num_prompt,
                                      workload.num_output, workload.arrival_us)
-        self._in_flight = self.requests.in_flight   # NOTE (speed): arrived requests, without __getitem__
+        c = self.requests.cols
+        # NOTE (speed): the columns the handlers write, bound once (each write is one array item assignment)
+        self._first_token, self._finish_us = c["first_token_us"], c["finish_us"]
+        self._num_prompt, self._num_output = c["num_prompt_tokens"], c["num_output_tokens"]
+        self._arrival, self._replica, self._admitted = c["arrival_us"], c["replica"], c["admitted"]
+        self._prefill_cols = tuple(c[f] for f in (
+            "start_us", "uncached", "num_evictions", "num_reused", "num_rotated", "num_recomputed", "prefill_flops",
+            "prefill_hbm_bytes", "cache_read_bytes", "num_recurrent_tokens", "attn_layer_s", "recurrent_layer_s",
+            "nocache_attn_layer_s", "nocache_recurrent_layer_s", "prefill_joules", "nocache_prefill_joules",
+            "prefix_prefill_joules"))
+        self._views: dict[int, Any] = {}     # request index -> RequestView while in flight
         self._chain, self._next_turn, self._gap = self._arrival_order(closed_loop)
         self.resident = [0] * len(self.policies)
         self.peak_resident = 0
@@ -70,13 +80,14 @@ class ServingModel:
         self._memo: dict[Any, Any] = {}
         self._hybrid = bool(getattr(getattr(cost, "model", None), "is_hybrid", False))
         self._one_chunk = getattr(cost, "prefill_one_chunk", None)   # CostModel's plain-plan pricing
+        self._watts = cost.busy_watts
         self.sim = Simulator({FINISH: self._on_finish, PREFILL_DONE: self._on_prefill_done,
                               ARRIVAL: self._on_arrival, SCHEDULE: self._on_schedule})
 
     # ---- Public API -------------------------------------------------------------------------------
     def run(self) -> RequestTable:
         """Replay every request to completion; returns the requests (index = workload row; iterating gives
-        finished Request entities, ``request_frame`` reads the columns)."""
+        Request copies, ``request_frame`` reads the columns)."""
         if self._next_turn is None:        # open loop: every arrival known in advance, fed in order
             self.sim.feed(self.w.arrival_us, ARRIVAL, self._arrive)
         elif self._chain.size:
@@ -107,123 +118,148 @@ class ServingModel:
     # ---- Event handlers ---------------------------------------------------------------------------
     def _on_arrival(self, ev: Event, now: int) -> list[tuple[int, Event]]:
         """Closed loop: request ``ev.req`` arrives; the next session head's arrival is chained after it."""
-        out = self._arrive(ev.req, now)
-        nxt = self._chain_after[ev.req]
+        i = ev[2]
+        out = self._arrive(i, now) or []
+        nxt = self._chain_after[i]
         if nxt >= 0:
-            out.append((max(now, self.w.arrival_us.item(nxt)), Event(ARRIVAL, -1, nxt)))
+            out.append((max(now, self.w.arrival_us.item(nxt)), (ARRIVAL, -1, nxt, 0)))
         return out
 
-    def _arrive(self, i: int, now: int) -> list[tuple[int, Event]]:
+    def _arrive(self, i: int, now: int) -> list[tuple[int, Event]] | None:
         """Request ``i`` arrives at ``now``: routed and queued; a replica that must re-plan is woken."""
-        r = self.requests[i]
-        r.arrival_us = now
-        r.status = Status.WAITING
-        r.view = self.w.view(i)
-        k = self.router.pick(r.view, now)
-        r.replica = k
-        rep = self.replicas[k]
+        self._arrival[i] = now
+        view = self._views[i] = self.w.view(i)
+        replicas = self.replicas
+        k = self.router.pick(view, now) if len(replicas) > 1 else 0
+        self._replica[i] = k
+        rep = replicas[k]
         rep.queue.append(i)
         rep.num_outstanding += 1
         wake = rep.cut(now)
-        return [] if wake is None else [(wake, Event(SCHEDULE, k, -1, rep.version))]
+        return None if wake is None else [(wake, (SCHEDULE, k, -1, rep.version))]
 
-    def _on_schedule(self, ev: Event, now: int) -> list[tuple[int, Event]]:
-        rep = self.replicas[ev.target]
-        if ev.version != rep.version:
-            return []
-        out: list[tuple[int, Event]] = []
-        for j in rep.pop_finished():
-            out.extend(self._finish(j, now))
+    def _on_schedule(self, ev: Event, now: int) -> list[tuple[int, Event]] | None:
+        rep = self.replicas[ev[1]]
+        if ev[3] != rep.version:
+            return None
+        dec = rep.decoding
+        if dec and dec[0][0] <= rep.steps:
+            out: list[tuple[int, Event]] = []
+            for j in rep.pop_finished():
+                follow = self._finish(j, now)
+                if follow:
+                    out.extend(follow)
+        else:
+            out = []
         if rep.queue:
             out.extend(self._start_prefill(rep, rep.queue.popleft(), now))
         elif rep.num_decode:
-            out.append((rep.run_decode(now), Event(SCHEDULE, rep.index, -1, rep.version)))
+            out.append((rep.run_decode(now), (SCHEDULE, rep.index, -1, rep.version)))
         else:
             rep.go_idle(now)
         return out
 
-    def _on_prefill_done(self, ev: Event, now: int) -> list[tuple[int, Event]]:
-        r = self._in_flight[ev.req]
-        r.first_token_us = now
-        r.status = Status.DECODE
-        k = r.replica
-        if r.admitted:
-            self.policies[k].commit(r.view, now)
+    def _on_prefill_done(self, ev: Event, now: int) -> list[tuple[int, Event]] | None:
+        i = ev[2]
+        self._first_token[i] = now
+        if self._admitted[i]:
+            k = self._replica[i]
+            self.policies[k].commit(self._views[i], now)
             self._note_resident(k)
-        return self._finish(ev.req, now) if r.num_output_tokens <= 1 else []
+        return self._finish(i, now) if self._num_output[i] <= 1 else None
 
-    def _on_finish(self, ev: Event, now: int) -> list[tuple[int, Event]]:
-        return self._finish(ev.req, now)
+    def _on_finish(self, ev: Event, now: int) -> list[tuple[int, Event]] | None:
+        return self._finish(ev[2], now)
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _start_prefill(self, rep: Replica, i: int, now: int) -> list[tuple[int, Event]]:
-        r = self._in_flight[i]
-        k, view, n = rep.index, r.view, r.num_prompt_tokens
-        r.start_us = now
-        r.status = Status.PREFILL
+        (c_start, c_uncached, c_evictions, c_reused, c_rotated, c_recomputed, c_flops, c_hbm, c_read, c_rec_tokens,
+         c_attn, c_rec, c_nc_attn, c_nc_rec, c_joules, c_nc_joules, c_prefix_joules) = self._prefill_cols
+        k, view, n = rep.index, self._views[i], self._num_prompt[i]
+        c_start[i] = now
         pol = self.policies[k]
         ev0 = pol.stats.evictions
         plan = pol.lookup(view, now)
         if pol.admit(view, plan, now):
-            r.admitted = True
+            self._admitted[i] = True
             self._note_resident(k)
         else:
-            plan, r.uncached = Plan.recompute_all(n), True
-        r.num_evictions = pol.stats.evictions - ev0
+            plan = Plan.recompute_all(n)
+            c_uncached[i] = True
+        c_evictions[i] = pol.stats.evictions - ev0
         reused, rotated, needs_extra = _plan_stats(plan)
         # NOTE: hybrid models: reuse after a non-prefix point still runs the recurrent layers (engine.hybrid_cost)
         needs_extra = needs_extra or (self._hybrid and reused > plan.leading_reuse)
         num_recomputed = n - reused + plan.correction.recompute_tokens
-        r.num_reused, r.num_rotated, r.num_recomputed = reused, rotated, num_recomputed
-        pc = self.prefill_cost(plan, reused if not needs_extra else -1)
-        r.prefill_flops, r.prefill_hbm_bytes = pc.flops, pc.hbm_bytes
-        r.cache_read_bytes = pc.cache_read_bytes
+        c_reused[i] = reused
+        c_rotated[i] = rotated
+        c_recomputed[i] = num_recomputed
+        memo = self._memo
+        spans = plan.spans
+        # NOTE (speed): prefill_cost's memo read in place for a plain plan (the same key)
+        pc = (memo.get((plan.num_tokens, reused, spans[0].action, len(spans)))
+              if not needs_extra and len(spans) <= 2 else None)
+        if pc is None:
+            pc = self.prefill_cost(plan, reused if not needs_extra else -1)
+        c_flops[i] = pc.flops
+        c_hbm[i] = pc.hbm_bytes
+        c_read[i] = pc.cache_read_bytes
         plain = reused == 0 and not needs_extra
-        nc = pc if plain else self.prefill_cost(Plan.recompute_all(n), 0)
-        r.num_recurrent_tokens, r.attn_layer_s, r.recurrent_layer_s = (pc.recurrent_tokens, pc.attn_layer_s,
-                                                                       pc.recurrent_layer_s)
-        r.nocache_attn_layer_s, r.nocache_recurrent_layer_s = nc.attn_layer_s, nc.recurrent_layer_s
+        if plain:
+            nc = pc
+        else:      # the no-cache prefill: prefill_cost(Plan.recompute_all(n), 0), its memo read first
+            nc = memo.get((n, 0, RECOMPUTE, 1))
+            if nc is None:
+                nc = self.prefill_cost(Plan.recompute_all(n), 0)
+        c_rec_tokens[i] = pc.recurrent_tokens
+        c_attn[i] = pc.attn_layer_s
+        c_rec[i] = pc.recurrent_layer_s
+        c_nc_attn[i] = nc.attn_layer_s
+        c_nc_rec[i] = nc.recurrent_layer_s
         num_new = max(1, min(n, num_recomputed))
         extra = 0.0
         if needs_extra:
             # rotation / correction / tier-transfer time beyond a plain chunked prefill of num_new tokens
             extra = max(0.0, pc.time_s - self.cost.step_time(((num_new, n - num_new),), 0, 0))
-        watts = self.cost.busy_watts
+        watts = self._watts
         full = None if plain else rep.prefill_share(n, n)       # before this prefill changes the batch
-        end, finishes, share = rep.run_prefill(now, n, num_new, extra, i, r.num_output_tokens)
-        r.prefill_joules = watts * share
-        r.nocache_prefill_joules = r.prefill_joules if full is None else watts * full
-        r.prefix_prefill_joules = r.nocache_prefill_joules      # replay fills in the baseline's own
-        out = [(t, Event(FINISH, k, j)) for t, j in finishes]
-        out.append((end, Event(PREFILL_DONE, k, i)))
-        out.append((end, Event(SCHEDULE, k, -1, rep.version)))
-        return out
+        end, finishes, share = rep.run_prefill(now, n, num_new, extra, i, self._num_output[i])
+        joules = watts * share
+        c_joules[i] = joules
+        nocache = joules if full is None else watts * full
+        c_nc_joules[i] = nocache
+        c_prefix_joules[i] = nocache      # replay fills in the baseline's own
+        # (events as plain (kind, target, req, version) tuples: engine.events)
+        if finishes:
+            out = [(t, (FINISH, k, j, 0)) for t, j in finishes]
+            out.append((end, (PREFILL_DONE, k, i, 0)))
+            out.append((end, (SCHEDULE, k, -1, rep.version)))
+            return out
+        return [(end, (PREFILL_DONE, k, i, 0)), (end, (SCHEDULE, k, -1, rep.version))]
 
-    def _finish(self, i: int, now: int) -> list[tuple[int, Event]]:
-        r = self._in_flight[i]
-        k = r.replica
-        if r.admitted:
-            self.policies[k].release(r.view, now)
-        r.finish_us = now
-        r.status = Status.FINISHED
-        r.view = None
-        self.requests.finish(i)
+    def _finish(self, i: int, now: int) -> list[tuple[int, Event]] | None:
+        k = self._replica[i]
+        view = self._views.pop(i)
+        if self._admitted[i]:
+            self.policies[k].release(view, now)
+        self._finish_us[i] = now
         self.replicas[k].num_outstanding -= 1
         self.num_finished += 1
         if self.progress is not None and (self.num_finished % self._tick == 0
-                                          or self.num_finished == len(self.requests)):
-            self.progress(self.num_finished, len(self.requests))
+                                          or self.num_finished == self._n):
+            self.progress(self.num_finished, self._n)
         if self._next_turn is None:
-            return []
+            return None
         j = self._next_turn[i]
         if j < 0:
-            return []
-        return [(max(now, r.arrival_us + self._gap[i]), Event(ARRIVAL, -1, j))]
+            return None
+        return [(max(now, self._arrival[i] + self._gap[i]), (ARRIVAL, -1, j, 0))]
 
     def _note_resident(self, k: int) -> None:
         total = self.policies[k].usage().total
-        self.resident[k] = total
-        s = sum(self.resident)
+        res = self.resident
+        res[k] = total
+        s = sum(res) if len(res) > 1 else total     # (sum of one: 0 + total, the same value)
         if s > self.peak_resident:
             self.peak_resident = s
 
@@ -273,11 +309,13 @@ def _one_chunk(spans: tuple) -> tuple[int, int] | None:
 def _plan_stats(plan: Plan) -> tuple[int, int, bool]:
     """(reused tokens, rotated tokens, needs extra time: rotation / correction / non-HBM tier)."""
     reused = rotated = 0
-    extra = plan.correction != NO_CORRECTION
+    corr = plan.correction
+    extra = corr is not NO_CORRECTION and corr != NO_CORRECTION   # (identity first: no dataclass __eq__)
     for s in plan.spans:
-        if s.action != RECOMPUTE:
+        a = s.action
+        if a != RECOMPUTE:
             reused += s.end - s.start
-            if s.action == ROTATED:
+            if a == ROTATED:
                 rotated += s.end - s.start
                 extra = True
         if s.tier:

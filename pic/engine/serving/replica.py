@@ -18,14 +18,15 @@ chunk step is one value; each is recorded as one segment ``(d0, Δ, n, B)`` in :
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections import deque
 from enum import IntEnum
+from heapq import heappop, heappush
+from math import ceil
 from typing import Any
 
 from pic.engine.serving.itl import ItlLog
-from pic.engine.serving.scheduler import decode_steps_covering, decode_time, to_us
+from pic.engine.serving.scheduler import decode_boundary
 
 
 class Phase(IntEnum):
@@ -56,15 +57,18 @@ class Replica:
         self._decode_phase: tuple[int, int, float, float, int, int] | None = None
         #: ITL segments (first step s, step increment s, number of steps, decoders per step), in order
         self.itl = ItlLog()
-        self._itl_decode: list[float] | None = None   # the running decode phase's segment (a cut shortens it)
+        self._itl_pos = -1          # the running decode phase's segment in ``itl`` (a cut shortens it)
+        # NOTE (speed): bound once; the decode coefficients per batch size are the cost model's, remembered
+        self._prefill_step = cost.prefill_step
+        self._coeffs: dict[int, tuple[float, float]] = {}
 
     # ---- Public API -------------------------------------------------------------------------------
     def pop_finished(self) -> list[int]:
         """Request indices whose last decode step is done (as of ``steps``)."""
         out = []
-        dec = self.decoding
-        while dec and dec[0][0] <= self.steps:
-            _, _, idx, term = heapq.heappop(dec)
+        dec, s = self.decoding, self.steps
+        while dec and dec[0][0] <= s:
+            _, _, idx, term = heappop(dec)
             self.num_decode -= 1
             self.ctx_base -= term
             out.append(idx)
@@ -77,43 +81,48 @@ class Replica:
         is the request's part of the busy seconds of the steps it ran in (``CostModel.prefill_step``; the
         extra seconds are all its own). The request joins the decode batch at the end when it has more
         than one output token."""
-        budget, cost, dec = self.token_budget, self.cost, self.decoding
+        budget, step, dec = self.token_budget, self._prefill_step, self.decoding
         s, nd, base = self.steps, self.num_decode, self.ctx_base
         num_cached = num_tokens - num_new
         t, done, finishes, share = extra_s, 0, [], extra_s
-        itl = self.itl
         while done < num_new:
             chunk = min(num_new - done, max(1, budget - nd))
-            dt, sh = cost.prefill_step(chunk, num_cached + done, nd, base + nd * s if nd else 0)
+            dt, sh = step(chunk, num_cached + done, nd, base + nd * s if nd else 0)
             share += sh
             if nd:   # every decoder gets one token at the end of this step: ITL = the step (+ extra_s first)
-                itl.add_step(dt + (extra_s if done == 0 else 0.0), nd)
+                self.itl.add_step(dt + (extra_s if done == 0 else 0.0), nd)
             t += dt
             done += chunk
             s += 1
             while dec and dec[0][0] <= s:
-                _, _, idx, term = heapq.heappop(dec)
+                _, _, idx, term = heappop(dec)
                 nd -= 1
                 base -= term
-                finishes.append((now + to_us(t), idx))
+                finishes.append((now + ceil(t * 1e6 - 1e-6), idx))
+        if num_output > 1:     # joins the decode batch (its context term: prompt + 1 - join step)
+            term = num_tokens + 1 - s
+            heappush(dec, (s + num_output - 1, next(self._seq), req_idx, term))
+            nd += 1
+            base += term
         self.steps, self.num_decode, self.ctx_base = s, nd, base
-        if num_output > 1:
-            self._join(req_idx, num_tokens, num_output)
-        end = now + to_us(t)
-        self._set_phase(Phase.PREFILL, now, end)
+        end = now + ceil(t * 1e6 - 1e-6)      # to_us
+        self.phase = PREFILL
+        self.version += 1
+        self.busy_us += end - now
+        self.busy_until = end
         return end, finishes, share
 
     def prefill_share(self, num_tokens: int, num_new: int) -> float:
         """``share_s`` :meth:`run_prefill` would give a prefill of ``num_new`` of ``num_tokens`` tokens
         started now (no extra seconds), without changing anything: the counterfactual full prefill of
         a request, priced in the batch it actually met."""
-        budget, cost = self.token_budget, self.cost
+        budget, step = self.token_budget, self._prefill_step
         s, nd, base = self.steps, self.num_decode, self.ctx_base
         fins: list[tuple[int, int, int, int]] | None = None
         done, share, num_cached = 0, 0.0, num_tokens - num_new
         while done < num_new:
             chunk = min(num_new - done, max(1, budget - nd))
-            share += cost.prefill_step(chunk, num_cached + done, nd, base + nd * s if nd else 0)[1]
+            share += step(chunk, num_cached + done, nd, base + nd * s if nd else 0)[1]
             done += chunk
             s += 1
             if done >= num_new:
@@ -124,59 +133,60 @@ class Replica:
                 # without sorting the whole batch (every decoder with finish step <= s leaves, in any order)
                 fins = self.decoding.copy()
             while fins and fins[0][0] <= s:
-                term = heapq.heappop(fins)[3]
+                term = heappop(fins)[3]
                 nd -= 1
                 base -= term
         return share
 
     def run_decode(self, now: int) -> int:
         """Start a decode-only phase that lasts until the earliest decode finish; returns its end µs."""
-        n = self.decoding[0][0] - self.steps
-        fixed, per = self.cost.decode_step_coeffs(self.num_decode)
-        ctx = self.ctx_base + self.num_decode * self.steps
-        end = now + to_us(decode_time(fixed, per, self.num_decode, ctx, n))
-        self._decode_phase = (now, self.steps, fixed, per, ctx, n)
-        self._itl_decode = [fixed + per * ctx, per * self.num_decode, n, self.num_decode]
-        self.itl.append(self._itl_decode)
-        self.steps += n
-        self._set_phase(Phase.DECODE, now, end)
+        s, nd = self.steps, self.num_decode
+        n = self.decoding[0][0] - s
+        co = self._coeffs.get(nd)
+        if co is None:
+            co = self._coeffs[nd] = self.cost.decode_step_coeffs(nd)
+        fixed, per = co
+        ctx = self.ctx_base + nd * s
+        # decode_time and to_us, inlined (the same operations)
+        end = now + ceil((n * fixed + per * (n * ctx + nd * n * (n - 1) / 2)) * 1e6 - 1e-6)
+        self._decode_phase = (now, s, fixed, per, ctx, n)
+        self._itl_pos = self.itl.append(fixed + per * ctx, per * nd, n, nd)
+        self.steps = s + n
+        self.phase = DECODE
+        self.version += 1
+        self.busy_us += end - now
+        self.busy_until = end
         return end
 
     def cut(self, now: int) -> int | None:
         """An arrival at ``now``: if a decode-only phase is running, end it at the next step boundary
         (returns that µs, a new SCHEDULE is owed); if idle, wake now. None = nothing to do."""
-        if self.phase == Phase.IDLE:
-            self._set_phase(Phase.WAKE, now, now)
+        phase = self.phase
+        if phase == IDLE:
+            self.phase = WAKE
+            self.version += 1
+            self.busy_until = now
             return now
-        if self.phase != Phase.DECODE or now >= self.busy_until:
+        if phase != DECODE or now >= self.busy_until:
             return None
         start, s0, fixed, per, ctx, n = self._decode_phase
-        m = decode_steps_covering(fixed, per, self.num_decode, ctx, (now - start) / 1e6, n)
-        end = start + to_us(decode_time(fixed, per, self.num_decode, ctx, m))
+        nd = self.num_decode
+        m, secs = decode_boundary(fixed, per, nd, ctx, (now - start) / 1e6, n)
+        end = start + ceil(secs * 1e6 - 1e-6)      # to_us
         if end >= self.busy_until:
             return None
         self.busy_us -= self.busy_until - end
         self.steps = s0 + m
-        seg = self._itl_decode
-        if m:
-            seg[2] = m
-        else:
-            self.itl.remove(seg)
-        self._set_phase(Phase.WAKE, end, end)
+        self.itl.set_count(self._itl_pos, m)
+        self.phase = WAKE
+        self.version += 1
+        self.busy_until = end
         return end
 
     def go_idle(self, now: int) -> None:
-        self._set_phase(Phase.IDLE, now, now)
-
-    # ---- Internal helpers -------------------------------------------------------------------------
-    def _join(self, req_idx: int, num_tokens: int, num_output: int) -> None:
-        term = num_tokens + 1 - self.steps
-        heapq.heappush(self.decoding, (self.steps + num_output - 1, next(self._seq), req_idx, term))
-        self.num_decode += 1
-        self.ctx_base += term
-
-    def _set_phase(self, phase: Phase, start: int, end: int) -> None:
-        self.phase = phase
+        self.phase = IDLE
         self.version += 1
-        self.busy_us += end - start
-        self.busy_until = end
+        self.busy_until = now
+
+
+IDLE, PREFILL, DECODE, WAKE = Phase.IDLE, Phase.PREFILL, Phase.DECODE, Phase.WAKE

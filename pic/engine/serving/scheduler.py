@@ -21,8 +21,15 @@ def decode_steps_covering(fixed_s: float, per_token_s: float, num_decode: int, c
                           elapsed_s: float, max_steps: int) -> int:
     """Smallest ``n`` in ``[0, max_steps]`` whose cumulative decode time is ``>= elapsed_s``
     (the step boundary at or after an instant ``elapsed_s`` into the phase); ``max_steps`` if none."""
+    return decode_boundary(fixed_s, per_token_s, num_decode, context, elapsed_s, max_steps)[0]
+
+
+def decode_boundary(fixed_s: float, per_token_s: float, num_decode: int, context: int,
+                    elapsed_s: float, max_steps: int) -> tuple[int, float]:
+    """``(n, decode_time(..., n))`` for ``n = decode_steps_covering(...)``: the boundary and its seconds
+    (NOTE (speed): the rounding fix-up below has computed them already in the common case)."""
     if elapsed_s <= 0:
-        return 0
+        return 0, decode_time(fixed_s, per_token_s, num_decode, context, 0)
     a = per_token_s * num_decode / 2
     b = fixed_s + per_token_s * (context - num_decode / 2)
     if a > 0:
@@ -30,14 +37,17 @@ def decode_steps_covering(fixed_s: float, per_token_s: float, num_decode: int, c
     elif b > 0:
         n = math.ceil(elapsed_s / b)
     else:
-        return 0
+        return 0, decode_time(fixed_s, per_token_s, num_decode, context, 0)
     n = max(0, min(n, max_steps))
     # NOTE: fix float rounding of the root so the boundary is exact for the series as evaluated
     while n > 0 and decode_time(fixed_s, per_token_s, num_decode, context, n - 1) >= elapsed_s:
         n -= 1
-    while n < max_steps and decode_time(fixed_s, per_token_s, num_decode, context, n) < elapsed_s:
+    while n < max_steps:
+        t = decode_time(fixed_s, per_token_s, num_decode, context, n)
+        if t >= elapsed_s:
+            return n, t
         n += 1
-    return n
+    return n, decode_time(fixed_s, per_token_s, num_decode, context, n)
 
 
 def to_us(seconds: float) -> int:
