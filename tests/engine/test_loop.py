@@ -105,6 +105,49 @@ def test_run_without_observers_processes_what_step_by_step_processes():
     assert len(fast[0]) > 20 and fast == slow
 
 
+def _mixed(observe: bool):
+    """Handlers that also call schedule() themselves (some ahead of the event being handled: same instant,
+    lower rank), return follow-ups as lists, generators or plain (kind, target, req, version) tuples."""
+    import random
+
+    rng = random.Random(5)
+    seen = []
+    sim = Simulator()
+
+    def handler(ev, now):
+        seen.append((now, int(ev[0]), ev[2], type(ev).__name__))
+        if len(seen) >= 400:
+            return None
+        x = rng.random()
+        if x < 0.25:    # ahead of the current event (FINISH ranks first at this instant)
+            sim.schedule(Event(EventKind.FINISH, req=ev[2] * 3 + 1), now)
+        elif x < 0.35:
+            sim.schedule(Event(EventKind.METRICS, req=ev[2] * 3 + 1), now + 2)
+        outs = [(now + rng.choice([0, 1, 4]), (rng.choice(list(EventKind)), -1, ev[2] * 3 + 2 + k, 0))
+                for k in range(rng.choice([0, 1, 2, 2]))]
+        return (o for o in outs) if rng.random() < 0.3 else outs
+
+    sim.handlers.update(dict.fromkeys(EventKind, handler))
+    obs = []
+    if observe:
+        sim.observers.append(lambda ev, now: obs.append(type(ev).__name__))
+    for k in range(4):
+        sim.schedule(Event(EventKind.ARRIVAL, req=k + 1), k)
+    sim.run()
+    return seen, obs, sim.num_events
+
+
+def test_events_and_handlers_that_schedule_run_in_the_same_order_with_or_without_observers():
+    """The inlined loop (no observer) and step() agree on handlers that schedule ahead of their own event,
+    generator follow-ups and plain-tuple events (order, count); observers see Event objects."""
+    fast, slow = _mixed(False), _mixed(True)
+    assert len(fast[0]) > 50 and fast[0] == slow[0] and fast[2] == slow[2] == len(fast[0])
+    assert {t for *_, t in fast[0]} == {"Event", "tuple"}
+    assert len(slow[1]) == len(slow[0]) and set(slow[1]) == {"Event"}
+    assert Event.of((EventKind.FINISH, 1, 2, 3)) == Event(EventKind.FINISH, 1, 2, 3)
+    assert Event(EventKind.SCHEDULE, 0, -1, 7).version == 7 and "SCHEDULE" in repr(Event.of((3, 0, -1, 7)))
+
+
 def test_a_failing_handler_leaves_the_count_of_processed_events():
     """A handler's exception propagates out of run(); events processed before it are counted."""
     def arrival(ev, now):

@@ -143,18 +143,25 @@ class ServingModel:
         if ev[3] != rep.version:
             return None
         dec = rep.decoding
+        out = None
         if dec and dec[0][0] <= rep.steps:
-            out: list[tuple[int, Event]] = []
             for j in rep.pop_finished():
                 follow = self._finish(j, now)
                 if follow:
-                    out.extend(follow)
-        else:
-            out = []
+                    if out is None:
+                        out = follow
+                    else:
+                        out.extend(follow)
         if rep.queue:
-            out.extend(self._start_prefill(rep, rep.queue.popleft(), now))
+            started = self._start_prefill(rep, rep.queue.popleft(), now)
+            if out is None:
+                return started
+            out.extend(started)
         elif rep.num_decode:
-            out.append((rep.run_decode(now), (SCHEDULE, rep.index, -1, rep.version)))
+            item = (rep.run_decode(now), (SCHEDULE, rep.index, -1, rep.version))
+            if out is None:
+                return [item]
+            out.append(item)
         else:
             rep.go_idle(now)
         return out
@@ -216,7 +223,9 @@ class ServingModel:
         c_rec[i] = pc.recurrent_layer_s
         c_nc_attn[i] = nc.attn_layer_s
         c_nc_rec[i] = nc.recurrent_layer_s
-        num_new = max(1, min(n, num_recomputed))
+        num_new = num_recomputed if num_recomputed < n else n      # max(1, min(n, num_recomputed))
+        if num_new < 1:
+            num_new = 1
         extra = 0.0
         if needs_extra:
             # rotation / correction / tier-transfer time beyond a plain chunked prefill of num_new tokens

@@ -86,7 +86,9 @@ class Replica:
         num_cached = num_tokens - num_new
         t, done, finishes, share = extra_s, 0, [], extra_s
         while done < num_new:
-            chunk = min(num_new - done, max(1, budget - nd))
+            chunk, cap = num_new - done, budget - nd        # min(num_new - done, max(1, budget - nd))
+            if cap < chunk:
+                chunk = cap if cap > 1 else 1
             dt, sh = step(chunk, num_cached + done, nd, base + nd * s if nd else 0)
             share += sh
             if nd:   # every decoder gets one token at the end of this step: ITL = the step (+ extra_s first)

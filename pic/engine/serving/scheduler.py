@@ -38,7 +38,10 @@ def decode_boundary(fixed_s: float, per_token_s: float, num_decode: int, context
         n = math.ceil(elapsed_s / b)
     else:
         return 0, decode_time(fixed_s, per_token_s, num_decode, context, 0)
-    n = max(0, min(n, max_steps))
+    if n > max_steps:      # n = max(0, min(n, max_steps))
+        n = max_steps
+    if n < 0:
+        n = 0
     # NOTE: fix float rounding of the root so the boundary is exact for the series as evaluated
     while n > 0 and decode_time(fixed_s, per_token_s, num_decode, context, n - 1) >= elapsed_s:
         n -= 1
