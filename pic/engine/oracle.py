@@ -273,7 +273,8 @@ def duplicate_tokens(runs: Iterable[tuple] | RefRuns, min_match: int = DEFAULT_M
     segment structure (:func:`engine.coverage.covered_counts`), hashing only stored content met for the
     first time (Azure conversation, 22.4 M stored tokens: 12.6 -> ~0.3 CPU s), and of that only the windows
     whose anchor two runs share (:mod:`engine.anchors`; chat 10^5 ``prefix``, 42.8 M stored tokens: 5.7 ->
-    2.7 CPU s; the runs' pieces are made twice). Otherwise runs are taken in
+    2.7 CPU s; the runs' pieces are made twice), up to ``_ANCHOR_TOKENS`` stored tokens (memory). Otherwise
+    runs are taken in
     batches of ~4 M tokens: one hash pass, then the same sorted-level test as the hashed windows there
     (:func:`engine.coverage._first_held`)."""
     W = int(min_match)
@@ -326,7 +327,8 @@ def _duplicate_refs(runs: list[tuple], store, W: int) -> int:
             if got is not None:
                 yield got
 
-    return int(covered_counts_chunked(store, chunks(), W, again=chunks).sum())
+    size = sum(r[2] - r[1] for r in runs)
+    return int(covered_counts_chunked(store, chunks(), W, again=chunks if size <= _ANCHOR_TOKENS else None).sum())
 
 
 def _duplicate_cols(runs: RefRuns, store, W: int) -> int:
@@ -344,11 +346,17 @@ def _duplicate_cols(runs: RefRuns, store, W: int) -> int:
             yield _pieces_of(W, [runs.seqs[i] for i in used.tolist()], k.reshape(-1).astype(np.int64), lo, hi,
                              np.zeros(lo.shape[0], np.int64))
 
-    return int(covered_counts_chunked(store, chunks(), W, again=chunks).sum())
+    size = int((runs.hi - runs.lo).sum())
+    return int(covered_counts_chunked(store, chunks(), W, again=chunks if size <= _ANCHOR_TOKENS else None).sum())
 
 
 _REF_BLOCK = 1 << 13
 _COL_BLOCK = 1 << 15
+# NOTE (memory): the anchor filter keeps a fingerprint and a length (8 B) per anchor run (about one per 7
+# positions at min_match 16) of every run through both passes; the hashed windows it spares are spilled to
+# disk a partition at a time (engine.window_parts). Above this many stored tokens the filter is skipped:
+# at chat 10^6 ``prefix`` (~0.4 G stored tokens) it raised the replay's peak RSS from 3.99 to 4.18 GiB
+_ANCHOR_TOKENS = 1 << 27
 
 
 def _ref_pieces(runs: list[tuple], W: int):

@@ -128,13 +128,17 @@ def test_duplicate_tokens_batched_equals_per_run(monkeypatch, batch: int) -> Non
         assert want > 0 or m == 64
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 4])
-def test_duplicate_tokens_by_reference_equals_tokens(seed: int) -> None:
+@pytest.mark.parametrize(("seed", "anchors"), [(0, True), (1, True), (2, True), (4, True), (0, False), (2, False)])
+def test_duplicate_tokens_by_reference_equals_tokens(monkeypatch, seed: int, anchors: bool) -> None:
     """Runs given as references into a trace's segments (radix edges, random sub-ranges of prompts with a
-    context, opaque streams cut anywhere) count what their tokens count."""
+    context, opaque streams cut anywhere) count what their tokens count, with the anchor filter and
+    without it (above ``_ANCHOR_TOKENS``)."""
     from pic.engine import oracle
     from pic.engine.radix import RadixTree
     from pic.engine.replay import workload_from_trace
+
+    if not anchors:
+        monkeypatch.setattr(oracle, "_ANCHOR_TOKENS", 0)
 
     t = _tricky_trace(seed, n=80)
     work = workload_from_trace(t)
@@ -157,14 +161,17 @@ def test_duplicate_tokens_by_reference_equals_tokens(seed: int) -> None:
     assert want > 0
 
 
-@pytest.mark.parametrize(("seed", "block"), [(0, 1 << 15), (1, 7), (2, 1)])
-def test_duplicate_tokens_of_columns_equals_tokens(monkeypatch, seed: int, block: int) -> None:
+@pytest.mark.parametrize(("seed", "block", "anchor_tokens"), [(0, 1 << 15, 1 << 27), (1, 7, 1 << 27), (2, 1, 1 << 27),
+                                                              (0, 1 << 15, 0), (1, 7, 0)])
+def test_duplicate_tokens_of_columns_equals_tokens(monkeypatch, seed: int, block: int, anchor_tokens: int) -> None:
     """Runs given as :class:`RefRuns` columns (a lean irminsul store's stored runs; several replicas' joined
-    by ``join_runs``, in blocks down to one run) count what their tokens count, and iterate as the tuples."""
+    by ``join_runs``, in blocks down to one run) count what their tokens count, and iterate as the tuples;
+    with the anchor filter and without it."""
     from pic.engine import oracle
     from pic.engine.replay import workload_from_trace
 
     monkeypatch.setattr(oracle, "_COL_BLOCK", block)
+    monkeypatch.setattr(oracle, "_ANCHOR_TOKENS", anchor_tokens)
     t = _tricky_trace(seed, n=80)
     work = workload_from_trace(t)
     seqs = [work.view(i).seq for i in range(work.num_requests)]
