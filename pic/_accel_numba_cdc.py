@@ -3,7 +3,8 @@ layout and the repeat screen of over-long gaps; the chunks' xxh64 fingerprints (
 are re-exported here. Loaded through ``pic.accel.kernels(n, "cdc")`` (imported only through it). Each one computes exactly what its numpy
 reference computes (uint64 arithmetic wraps the same way); tests compare both on random inputs.
 
-Compiled eagerly with explicit signatures and cached on disk (``cache=True``), as :mod:`pic._accel_numba`.
+Compiled with explicit signatures and cached on disk (``cache=True``), as :mod:`pic._accel_numba`, each on its first
+use (:func:`pic.accel.lazy`: a run loads the kernels it calls, ``irminsul`` on opaque prompts one of ten).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from numba import njit, types
 from numba.core.extending import intrinsic
 from numba.cpython.unsafe.numbers import trailing_zeros
 
+from pic import _accel_numba_xxh, accel
 from pic._accel_numba import (
     _GOLDEN,
     _I32,
@@ -30,7 +32,7 @@ from pic._accel_numba import (
     _transpose8,
     _vc,
 )
-from pic._accel_numba_xxh import _fps, _xxh, edge_keys, fingerprints  # noqa: F401  (re-exported: the "cdc" group serves them)
+from pic._accel_numba_xxh import _fps, _xxh
 
 
 @njit(inline="always", **_OPTS)
@@ -243,7 +245,6 @@ _table_scan, _mix_scan = _scan(_table_lanes, _gt), _scan(_mix_lanes, _gx)
 _NO_TABLE = np.zeros(0, np.uint64)
 
 
-@njit(types.int64[::1](_I32, _U64, types.uint64, types.int64, types.int64), **_OPTS)
 def gear_candidates(toks, table, thr, first, last):
     """Indices ``i`` in ``[first, last)`` (``first >= 63``) whose 64-token Gear hash ``h_i = sum_{j<64}
     G[t_{i-j}] << j mod 2**64`` is below ``thr``, ascending (:func:`engine.cdc._natural`'s candidates;
@@ -251,23 +252,20 @@ def gear_candidates(toks, table, thr, first, last):
     return _table_scan(toks, table, np.uint64(0), thr, first, last)
 
 
-@njit(types.int64[::1](_I32, types.uint64, types.uint64, types.int64, types.int64), **_OPTS)
 def mix_candidates(toks, key, thr, first, last):
     """:func:`gear_candidates` with the table-free Gear values (:func:`_gm` with ``key``)."""
     return _mix_scan(toks, _NO_TABLE, key, thr, first, last)
 
 
-@njit(types.int64[::1](_I32, _U64, types.uint64, types.uint64, types.int64, types.int64, types.int64, types.int64),
-      **_OPTS)
 def gear_cuts(toks, table, key, thr, first, last, shift, m):
     """:func:`gear_candidates` (:func:`mix_candidates` with ``key`` when ``table`` is empty) ``+ shift`` (the
     cut offsets ``b``) with :func:`engine.cdc._natural`'s min-size rule when there is no hard boundary: keep
     ``b`` when ``b >= m`` and the next candidate (none: the end of the prompt, which never suppresses) is at
     least ``m`` after it."""
     if table.shape[0]:
-        cand = gear_candidates(toks, table, thr, first, last)
+        cand = _gear_candidates(toks, table, thr, first, last)
     else:
-        cand = mix_candidates(toks, key, thr, first, last)
+        cand = _mix_candidates(toks, key, thr, first, last)
     k = cand.shape[0]
     keep = np.zeros(k, np.bool_)
     num = 0
@@ -285,7 +283,6 @@ def gear_cuts(toks, table, key, thr, first, last, shift, m):
     return out
 
 
-@njit(types.uint64[::1](_I32, _U64, types.uint64), **_OPTS)
 def gear_hash(toks, table, key):
     """``h_i = sum_{j<min(64, i+1)} G[t_{i-j}] << j mod 2**64`` for every ``i`` (:func:`engine.cdc.gear_hash`;
     ``G`` table-free, :func:`_gm` with ``key``, when ``table`` is empty)."""
@@ -339,7 +336,6 @@ def _gap_repeats(toks, table, key, s, e, bm, lst):
     return False
 
 
-@njit(types.boolean[::1](_I32, _U64, types.uint64, _I64, _I64), **_OPTS)
 def gear_repeats(toks, table, key, starts, ends):
     """For each gap ``[starts[g], ends[g])``: whether some Gear hash value of the 64-token windows wholly
     inside it (ending at ``i`` in ``[s + 63, e)``) may occur at least 3 times. False only where none does:
@@ -368,8 +364,6 @@ def gear_repeats(toks, table, key, starts, ends):
 _LAYOUT = types.Tuple((types.int64[::1], types.boolean[::1], types.uint64[::1], types.boolean))
 
 
-@njit(_LAYOUT(_I32, _U64, types.uint64, types.uint64, types.int64, types.int64, types.int64, types.int64,
-              types.int64, types.int64, types.int64, types.boolean), **_OPTS)
 def gear_layout(toks, table, key, thr, first, last, base, m, start, n, mx, fps):
     """:func:`engine.cdc._layout` without hard boundaries, and the chunks' :func:`fingerprints`, in one call:
     ``(bounds, anchor, fingerprints, ok)`` for a prompt of ``n`` tokens of which ``toks`` holds ``[base, n)``,
@@ -383,7 +377,7 @@ def gear_layout(toks, table, key, thr, first, last, base, m, start, n, mx, fps):
     NOTE (speed): one compiled call per prompt instead of ~3 calls and ~10 numpy calls of set-up (a
     per-prompt cost as large as the scan itself at 4096 tokens), and the forced cuts of random content's
     over-long gaps (~1 prompt in 14 at 4096 tokens) without the numpy rules (~50 us each)."""
-    cuts = gear_cuts(toks, table, key, thr, first, last, base + 1, m)
+    cuts = _gear_cuts(toks, table, key, thr, first, last, base + 1, m)
     k = cuts.shape[0]
     extra = 0
     prev = start
@@ -439,8 +433,6 @@ _PROMPT = types.Tuple((types.int32[::1], types.int64[::1], types.boolean[::1], t
                        types.uint64[::1], types.boolean))
 
 
-@njit(_PROMPT(_U64, _I64, _I64, _I64, types.int64, types.uint64, _U64, types.uint64, types.uint64, types.int64,
-              types.int64, types.int64, types.int64, types.int64, types.int64), **_OPTS)
 def prompt_layout(kx, lens, rows, sb, lo, mask, table, key, thr, base, m, start, n, mx, mm):
     """A prompt of opaque segments from ``lo`` on, chunked from ``start``, in one call: ``(toks, bounds, anchor,
     fingerprints, heads, tails, ok)``. ``toks``: its tokens ``[lo, n)`` (:func:`pic._accel_numba.opaque_fill` of its
@@ -473,7 +465,7 @@ def prompt_layout(kx, lens, rows, sb, lo, mask, table, key, thr, base, m, start,
         s = 0
     toks = out[base - lo:]
     first = max(start, 63) - base
-    bounds, anchor, fps, ok = gear_layout(toks, table, key, thr, first, n - 1 - base, base, m, start, n, mx, True)
+    bounds, anchor, fps, ok = _gear_layout(toks, table, key, thr, first, n - 1 - base, base, m, start, n, mx, True)
     if not ok:
         return out, bounds, anchor, fps, np.empty(0, np.uint64), np.empty(0, np.uint64), False
     nb = bounds.shape[0]
@@ -487,3 +479,23 @@ def prompt_layout(kx, lens, rows, sb, lo, mask, table, key, thr, base, m, start,
         if e - a >= mm:
             tails[c] = _xxh(out, e - mm, e)
     return out, bounds, anchor, fps, heads, tails, True
+
+
+# kernels that other kernels call, as those call them (signature-free: see pic.accel.lazy)
+_gear_candidates, _mix_candidates = njit(**_OPTS)(gear_candidates), njit(**_OPTS)(mix_candidates)
+_gear_cuts, _gear_layout = njit(**_OPTS)(gear_cuts), njit(**_OPTS)(gear_layout)
+
+# NOTE (speed): each compiled (cached code loaded) on first use, not at import (pic.accel.lazy); the chunks'
+# fingerprints and edge keys are :mod:`pic._accel_numba_xxh`'s, served here
+__getattr__ = accel.lazy(globals(), {
+    "gear_candidates": types.int64[::1](_I32, _U64, types.uint64, types.int64, types.int64),
+    "mix_candidates": types.int64[::1](_I32, types.uint64, types.uint64, types.int64, types.int64),
+    "gear_cuts": types.int64[::1](_I32, _U64, types.uint64, types.uint64, types.int64, types.int64, types.int64,
+                                  types.int64),
+    "gear_hash": types.uint64[::1](_I32, _U64, types.uint64),
+    "gear_repeats": types.boolean[::1](_I32, _U64, types.uint64, _I64, _I64),
+    "gear_layout": _LAYOUT(_I32, _U64, types.uint64, types.uint64, types.int64, types.int64, types.int64, types.int64,
+                           types.int64, types.int64, types.int64, types.boolean),
+    "prompt_layout": _PROMPT(_U64, _I64, _I64, _I64, types.int64, types.uint64, _U64, types.uint64, types.uint64,
+                             types.int64, types.int64, types.int64, types.int64, types.int64, types.int64),
+}, _OPTS, {"fingerprints": _accel_numba_xxh, "edge_keys": _accel_numba_xxh})

@@ -4,7 +4,8 @@ int32 token bytes, seed 0) and the chunks' edge keys, 8 chunks per vector; used 
 :func:`_fps`), so they load with the ``"cdc"`` group (``pic.accel.kernels(n, "cdc")``). Each computes exactly
 what the ``xxhash`` package computes; tests compare both on random inputs.
 
-Compiled eagerly with explicit signatures and cached on disk (``cache=True``), as :mod:`pic._accel_numba`.
+Compiled with explicit signatures and cached on disk (``cache=True``), as :mod:`pic._accel_numba`, each on its
+first use (:func:`pic.accel.lazy`); :func:`_fps`, which the fused layout calls too, is compiled for its callers.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.core.extending import intrinsic
 
+from pic import accel
 from pic._accel_numba import (
     _I32,
     _I64,
@@ -250,7 +252,7 @@ def _xxh_finish(snap, q, ntail, nbytes):
     return _avalanche(h)
 
 
-@njit(types.void(_I32, _I64, types.int64, types.uint64[::1]), **_OPTS)
+@njit(**_OPTS)
 def _fps(toks, bounds, base, out):
     """``out[c]`` = :func:`_xxh` of ``toks[bounds[c] - base : bounds[c + 1] - base]`` for every chunk.
 
@@ -304,7 +306,6 @@ def _fps(toks, bounds, base, out):
         out[c] = _xxh(toks, bounds[c] - base, bounds[c + 1] - base)
 
 
-@njit(types.uint64[::1](_I32, _I64), **_OPTS)
 def fingerprints(toks, bounds):
     """xxh64 (seed 0) of each chunk's little-endian int32 token bytes ``[bounds[c], bounds[c + 1])``
     (:func:`engine.cdc.fingerprints`; :func:`_fps`)."""
@@ -313,7 +314,6 @@ def fingerprints(toks, bounds):
     return out
 
 
-@njit(types.UniTuple(types.uint64[::1], 2)(_I32, _I64, types.int64), **_OPTS)
 def edge_keys(toks, bounds, m):
     """xxh64 of each chunk's first ``m`` tokens (``toks[b_c : b_c + m]``, which may run past the chunk's end;
     0 where fewer than ``m`` tokens follow ``b_c``) and of its last ``m`` (``toks[b_{c+1} - m : b_{c+1}]``; 0
@@ -329,3 +329,8 @@ def edge_keys(toks, bounds, m):
         if b - a >= m:
             tails[c] = _xxh(toks, b - m, b)
     return heads, tails
+
+
+# NOTE (speed): compiled (cached code loaded) on first use, not at import (pic.accel.lazy)
+__getattr__ = accel.lazy(globals(), {"fingerprints": types.uint64[::1](_I32, _I64),
+                                     "edge_keys": types.UniTuple(types.uint64[::1], 2)(_I32, _I64, types.int64)}, _OPTS)

@@ -7,7 +7,8 @@ derived and chunked), and numpy spends ~10-20 passes and ~25 calls per prompt on
 * deriving opaque tokens (:func:`traces.content.opaque_run`: splitmix64 per token);
 * the Gear hash's candidate cuts (:func:`engine.cdc._natural`: a Gear value per token and 6 shift+add passes).
 
-The kernels come in groups, each a module loaded on its first use (``kernels(n, group)``): the main module
+The kernels come in groups, each a module loaded on its first use (``kernels(n, group)``; the ``"cdc"`` group's
+kernels each on their own first use, :func:`lazy`): the main module
 :mod:`pic._accel_numba` (opaque tokens; every group needs it), ``"cdc"`` (the Gear scan, layouts and chunk
 fingerprints of ``irminsul`` and ``linearkv``; the fingerprints in :mod:`pic._accel_numba_xxh`, which it imports), ``"fixed"`` (``fixed-chunk``: prefix hashes of a prompt made
 from its segments, the window scan against its two filters over 512 KB bitsets, the filter insert; the
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
 
@@ -116,6 +117,17 @@ def _load(name: str = "pic._accel_numba") -> ModuleType | None:
     in a fresh process too."""
     from importlib import import_module
 
+    try:
+        with _loading():
+            return import_module(name)
+    except Exception:
+        return None
+
+
+@contextmanager
+def _loading() -> Iterator[None]:
+    """While kernels load (:func:`_load`, :func:`lazy`): the modules numba probes but the kernels do not need
+    hidden, cached machine code loaded without refreshing numba's contexts (:func:`_cached_overloads`)."""
     hidden = [m for m in _HIDDEN if m not in sys.modules]
     if "yaml" in hidden and os.path.exists(".numba_config.yaml"):
         hidden.remove("yaml")
@@ -123,13 +135,38 @@ def _load(name: str = "pic._accel_numba") -> ModuleType | None:
         sys.modules[m] = None  # type: ignore[assignment]
     try:
         with _cached_overloads():
-            return import_module(name)
-    except Exception:
-        return None
+            yield
     finally:
         for m in hidden:
             if sys.modules.get(m, 0) is None:
                 del sys.modules[m]
+
+
+def lazy(g: dict, sigs: dict, opts: dict, more: dict | None = None) -> Callable[[str], object]:
+    """A kernel module's ``__getattr__``: each function of its globals ``g`` named in ``sigs`` leaves ``g`` and is
+    compiled with its signature (``njit(sig, **opts)``: cached machine code loaded, as an eager ``@njit(sig)``
+    would at import) on the module's first access of the name; ``more``: names served by another module (its
+    attribute, on first access).
+
+    NOTE (speed): a group's module loads only the kernels a run calls: loading one costs ~3-25 ms CPU, and
+    ``irminsul`` calls one of the ``"cdc"`` group's ten on opaque prompts (``prompt_layout``). A kernel that
+    another kernel calls is called there through a signature-free dispatcher of the same function (compiled for
+    the caller's types only when the caller itself compiles: a cache hit loads the caller's machine code alone)."""
+    funcs = {name: g.pop(name) for name in sigs}
+
+    def getattr_(name: str) -> object:
+        if name in funcs:
+            from numba import njit
+
+            with _loading():
+                kernel = njit(sigs[name], **opts)(funcs[name])
+            g[name] = kernel
+            return kernel
+        if more and name in more:
+            g[name] = got = getattr(more[name], name)
+            return got
+        raise AttributeError(f"module {g['__name__']!r} has no attribute {name!r}")
+    return getattr_
 
 
 _HIDDEN = ("scipy", "scipy.linalg", "cffi", "yaml", "colorama")

@@ -40,6 +40,35 @@ def test_other_policies_kernels_load_on_first_use() -> None:
         _accel_numba.no_such_kernel  # noqa: B018
 
 
+def test_cdc_kernels_load_one_by_one_on_first_use() -> None:
+    """The "cdc" group (and the xxh64 module it serves from) loads no kernel at import: a kernel is compiled (its
+    cached code loaded) when first asked for, with its signature (a writable array converts to the read-only
+    argument type), once; the kernels other kernels call are not loaded with them; unknown names raise."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np; from pic import accel; accel.set_mode('1'); c = accel.kernels(1, 'cdc'); "
+            "import numba, pic._accel_numba_xxh as x; "
+            "names = ('gear_candidates', 'mix_candidates', 'gear_cuts', 'gear_hash', 'gear_repeats', 'gear_layout', "
+            "'prompt_layout', 'fingerprints', 'edge_keys'); "
+            "print(sorted(k for k in names if k in vars(c) or k in vars(x))); "
+            "k = c.prompt_layout; print(k is c.prompt_layout, isinstance(k, numba.core.registry.CPUDispatcher), "
+            "sorted(k for k in names if k in vars(c) or k in vars(x)), len(k.signatures)); "
+            "t = np.arange(300, dtype=np.int32); f = c.fingerprints(t, np.array([0, 100, 300])); "
+            "print(f.tolist() == accel._state['groups']['cdc'].fingerprints(t.copy(), np.array([0, 100, 300])).tolist(), "
+            "len(c.fingerprints.signatures), c.fingerprints is x.fingerprints, 'edge_keys' in vars(x))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[]"
+    assert out[1] == "True True ['prompt_layout'] 1"
+    assert out[2] == "True 1 True False"
+    accel.set_mode("1")
+    try:
+        with pytest.raises(AttributeError):
+            accel.kernels(1, "cdc").no_such_kernel  # noqa: B018
+    finally:
+        accel.set_mode(None)
+
+
 def test_a_policy_group_that_fails_to_load_falls_back_to_numpy(monkeypatch) -> None:
     """A group module that raises on import (a compiler failure) answers None, the numpy path, as the main
     module does; the policies' results do not change."""
