@@ -14,6 +14,7 @@ phases and the overhead with measured tables. Pure Python; formulas and defaults
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -95,6 +96,7 @@ class CostModel:
         self._decode_memo: dict[int, tuple[float, float]] = {}
         self._step_nd: dict[int, tuple[float, float]] = {}   # prefill_step's terms per decode batch size
         self._w_memo: dict[int, float] = {}                 # _weights of a MoE model per token count
+        self._w_all = self._all_experts()                 # (token count from which every expert is touched, w)
         self._comp_f, self._comp_b = m.state_composition_flops(), m.state_composition_bytes()
         self._rot_f = 3.0 * m.rotary_dims_per_token          # per rotated token
         fused = m.attention == "mla" and self.config.fused_rotation
@@ -170,13 +172,28 @@ class CostModel:
         Hybrid models and calibration profiles take :meth:`prefill`."""
         if self._hybrid is not None or self.profile is not None:
             return self.prefill(plan)
+        flops, hbm_bytes, time_s, cache_read, attn_s, num_new = self._one_chunk_terms(plan.num_tokens, num_new, start)
+        return PrefillCost(flops=flops, hbm_bytes=hbm_bytes, time_s=time_s,
+                           joules=time_s * self.gpu.busy_watts, cache_read_bytes=cache_read, rotation_flops=0.0,
+                           rotation_bytes=0.0, transfer_bytes=0.0, attn_layer_s=attn_s, attn_tokens=num_new)
+
+    @property
+    def one_chunk_terms(self) -> Any:
+        """``(num_tokens, num_new, start) -> (flops, hbm_bytes, time_s, cache_read_bytes, attn_layer_s,
+        attn_tokens)``: the values :meth:`prefill_one_chunk` puts in its PrefillCost (its other fields are
+        zeros there), as a tuple; None where it takes :meth:`prefill` (hybrid models, calibration profiles).
+        NOTE (speed): for the serving model, which prices one or two such plans per request (a frozen
+        dataclass of 12 fields costs ~1.5 us to build)."""
+        return None if self._hybrid is not None or self.profile is not None else self._one_chunk_terms
+
+    def _one_chunk_terms(self, num_tokens: int, num_new: int, start: int) -> tuple:
         kvb, peak, bw = self._kvb, self._peak, self._bw
-        num_tokens = plan.num_tokens
         cache_read = (num_tokens - num_new) * kvb
         if not num_new:   # full hit: the last prompt token still runs through the model for its logits
             num_new, start = 1, num_tokens - 1
         lin_f = self._lin_per_token * num_new + self._lm_flops
-        lin_b = self._weights(num_new) + num_new * kvb
+        w = self._w_memo.get(num_new)
+        lin_b = (self._weights(num_new) if w is None else w) + num_new * kvb
         att_f = self._attn(num_new, start)
         att_b = (num_new + start) * kvb
         rec_b = 2.0 * 1 * self._state
@@ -186,9 +203,7 @@ class CostModel:
         time_s = roof + extra_s
         lm = (self._lm_flops / lin_f) if lin_f / peak >= lin_b / bw else (self._lm_bytes / lin_b)
         attn_s = (t_lin * (1.0 - lm) + t_att) * (roof / roof)
-        return PrefillCost(flops=lin_f + att_f, hbm_bytes=lin_b + att_b + rec_b, time_s=time_s,
-                           joules=time_s * self.gpu.busy_watts, cache_read_bytes=cache_read, rotation_flops=0.0,
-                           rotation_bytes=0.0, transfer_bytes=0.0, attn_layer_s=attn_s, attn_tokens=num_new)
+        return lin_f + att_f, lin_b + att_b + rec_b, time_s, cache_read, attn_s, num_new
 
     def step_time(self, prefill_chunks: Sequence[tuple[int, int]], num_decode: int,
                   decode_context_tokens: int) -> float:
@@ -328,11 +343,41 @@ class CostModel:
         m = self.model
         if not m.num_experts:
             return self._w_dense
+        if num_tokens >= self._w_all[0]:   # every expert touched: the same float for every larger count
+            return self._w_all[1]
         touched = m.num_experts * (1.0 - (1.0 - m.num_experts_active / m.num_experts) ** num_tokens)
         w = self._w_dense + touched * self._w_expert
         if len(self._w_memo) < 65536:
             self._w_memo[num_tokens] = w
         return w
+
+    def _all_experts(self) -> tuple[float, float]:
+        """``(n0, w)``: from ``n0`` tokens on, ``1.0 - (1.0 - active / experts) ** n`` rounds to 1.0, so
+        :meth:`_weights` is ``w`` for every ``n >= n0`` (a power of a base in (0, 1) only decreases with
+        ``n``; tests/engine/test_cost.py checks the values against the formula); ``(inf, 0.0)`` for a
+        dense model. Found by doubling then bisection over the same expression."""
+        m = self.model
+        if not m.num_experts or m.num_experts_active >= m.num_experts:
+            return math.inf, 0.0
+        base = 1.0 - m.num_experts_active / m.num_experts
+
+        def full(n: int) -> bool:
+            return (1.0 - base ** n) == 1.0
+
+        hi = 2
+        while not full(hi):
+            hi *= 2
+            if hi > 1 << 40:
+                return math.inf, 0.0
+        lo = hi // 2    # full(lo) False (or lo == 1)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if full(mid):
+                hi = mid
+            else:
+                lo = mid
+        touched = m.num_experts * (1.0 - base ** hi)
+        return hi, self._w_dense + touched * self._w_expert
 
     def _watts(self, num_new: int) -> float:
         """Board power of a forward of ``num_new`` tokens: the profile's power by size, else busy_watts."""

@@ -227,6 +227,30 @@ def test_fast_weight_bytes_match_spec(name):
         assert cm._weights(t) == pytest.approx(MODELS[name].weight_bytes_read(t), rel=1e-12)
 
 
+@pytest.mark.parametrize("name", [n for n, m in MODELS.items() if m.num_experts])
+def test_weights_from_every_expert_touched_on_equal_the_formula(name):
+    """_weights returns one value from the token count at which the formula's ``1 - (1 - a/E)**n`` rounds to
+    1.0 (every expert touched): the same float as the formula, for every count up to 60,000 and sampled to
+    10^8; the bytes of a MoE step grow with the tokens until then."""
+    import random
+
+    m = MODELS[name]
+    cm = CostModel(m, H200)
+    n0, w = cm._w_all
+    assert 2 < n0 < 60_000
+    base = 1.0 - m.num_experts_active / m.num_experts
+
+    def formula(n):
+        return cm._w_dense + (m.num_experts * (1.0 - base ** n)) * cm._w_expert
+
+    rng = random.Random(3)
+    for n in [*range(2, 60_000), *(rng.randrange(60_000, 10**8) for _ in range(20_000))]:
+        assert cm._weights(n) == formula(n), n
+    assert w == formula(n0) and formula(n0 - 1) < w and cm.profile is None
+    assert CostModel(MODELS["llama-3.1-8b"] if "llama-3.1-8b" in MODELS else next(
+        x for x in MODELS.values() if not x.num_experts), H200)._w_all[0] == float("inf")
+
+
 @pytest.mark.parametrize("kv_read", [None, 96.0])
 def test_prefill_step_is_step_time_split(kv_read):
     """prefill_step's step equals step_time of the same step exactly (every preset, dense or compressed KV
@@ -266,5 +290,11 @@ def test_prefill_one_chunk_is_prefill_of_the_plan(kv_read):
             for plan in plans:
                 want, got = cm.prefill(plan).to_dict(), cm.prefill_one_chunk(plan, *_one_chunk(plan.spans)).to_dict()
                 assert got == want and [type(v) for v in got.values()] == [type(v) for v in want.values()]
+                if cm.one_chunk_terms is not None:   # the same values as a tuple (the serving model's path)
+                    terms = cm.one_chunk_terms(plan.num_tokens, *_one_chunk(plan.spans))
+                    assert terms == tuple(want[k] for k in ("flops", "hbm_bytes", "time_s", "cache_read_bytes",
+                                                            "attn_layer_s", "attn_tokens"))
+                    assert want["recurrent_layer_s"] == 0.0 and want["recurrent_tokens"] == 0
+        assert (cm.one_chunk_terms is None) == m.is_hybrid
     two = Plan(10, (Span(0, 4, Action.RECOMPUTE), Span(4, 10, Action.RECOMPUTE)))
     assert _one_chunk(two.spans) is None    # two prefill chunks: priced by prefill itself

@@ -351,3 +351,33 @@ def test_prefill_cost_memo_tells_one_recompute_span_from_two():
     two = Plan(9000, (Span(0, 4000, Action.RECOMPUTE), Span(4000, 9000, Action.RECOMPUTE)))
     assert sm.prefill_cost(one, 0) == cm.prefill(one)
     assert sm.prefill_cost(two, 0) == cm.prefill(two) != cm.prefill(one)
+
+
+def test_plain_plans_priced_as_tuples_give_the_columns_prefill_cost_gives():
+    """The serving model prices plain plans with CostModel.one_chunk_terms (tuples, remembered per plan shape);
+    the request columns equal those of the PrefillCost path (prefill_cost) on the same workload, with reuse,
+    full recomputes and plans of two RECOMPUTE spans (priced by CostModel.prefill)."""
+    from polars.testing import assert_frame_equal
+
+    from pic.engine.cost import CostModel
+    from pic.engine.metrics import request_frame
+    from pic.engine.plan import Action, Span
+    from pic.engine.specs import GPUS, MODELS
+
+    class Split(BrutePrefix):
+        def lookup(self, req, now_us):      # every third prompt as two adjacent RECOMPUTE spans
+            plan = super().lookup(req, now_us)
+            n = req.num_tokens
+            if req.request_id % 3 == 0 and n > 1:
+                return Plan(n, (Span(0, n // 2, Action.RECOMPUTE), Span(n // 2, n, Action.RECOMPUTE)))
+            return plan
+
+    cm = CostModel(MODELS["deepseek-v2-lite"], GPUS["h200"])
+    w = _workload(120, seed=7, max_out=50, span_us=3_000_000)
+    fast = ServingModel(w, [Split()], cm, token_budget=1024)
+    slow = ServingModel(w, [Split()], cm, token_budget=1024)
+    slow._terms = None
+    a, b = request_frame("p", fast.run()), request_frame("p", slow.run())
+    assert_frame_equal(a, b)
+    assert fast._tmemo and not slow._tmemo and (a["reused_tokens"] > 0).sum() > 10
+    assert a["nocache_attn_layer_s"].min() > 0 and (a["attn_layer_s"] < a["nocache_attn_layer_s"]).any()

@@ -80,6 +80,8 @@ class ServingModel:
         self._memo: dict[Any, Any] = {}
         self._hybrid = bool(getattr(getattr(cost, "model", None), "is_hybrid", False))
         self._one_chunk = getattr(cost, "prefill_one_chunk", None)   # CostModel's plain-plan pricing
+        self._terms = getattr(cost, "one_chunk_terms", None)          # ... its values as a tuple (or None)
+        self._tmemo: dict[Any, tuple] = {}
         self._watts = cost.busy_watts
         self.sim = Simulator({FINISH: self._on_finish, PREFILL_DONE: self._on_prefill_done,
                               ARRIVAL: self._on_arrival, SCHEDULE: self._on_schedule})
@@ -114,6 +116,14 @@ class ServingModel:
             pc = self._memo[key] = (self.cost.prefill(plan) if chunk is None
                                     else self._one_chunk(plan, chunk[0], chunk[1]))
         return pc
+
+    def _plain_terms(self, key: tuple, num_tokens: int, num_new: int, start: int) -> tuple:
+        """CostModel.one_chunk_terms of a plain plan (``prefill_one_chunk``'s values), remembered by
+        :meth:`prefill_cost`'s ``key`` for it."""
+        if len(self._tmemo) >= _MEMO_MAX:
+            self._tmemo.clear()
+        t = self._tmemo[key] = self._terms(num_tokens, num_new, start)
+        return t
 
     # ---- Event handlers ---------------------------------------------------------------------------
     def _on_arrival(self, ev: Event, now: int) -> list[tuple[int, Event]]:
@@ -201,28 +211,42 @@ class ServingModel:
         c_reused[i] = reused
         c_rotated[i] = rotated
         c_recomputed[i] = num_recomputed
-        memo = self._memo
         spans = plan.spans
-        # NOTE (speed): prefill_cost's memo read in place for a plain plan (the same key)
-        pc = (memo.get((plan.num_tokens, reused, spans[0].action, len(spans)))
-              if not needs_extra and len(spans) <= 2 else None)
-        if pc is None:
-            pc = self.prefill_cost(plan, reused if not needs_extra else -1)
-        c_flops[i] = pc.flops
-        c_hbm[i] = pc.hbm_bytes
-        c_read[i] = pc.cache_read_bytes
         plain = reused == 0 and not needs_extra
-        if plain:
-            nc = pc
-        else:      # the no-cache prefill: prefill_cost(Plan.recompute_all(n), 0), its memo read first
-            nc = memo.get((n, 0, RECOMPUTE, 1))
-            if nc is None:
-                nc = self.prefill_cost(Plan.recompute_all(n), 0)
-        c_rec_tokens[i] = pc.recurrent_tokens
-        c_attn[i] = pc.attn_layer_s
-        c_rec[i] = pc.recurrent_layer_s
-        c_nc_attn[i] = nc.attn_layer_s
-        c_nc_rec[i] = nc.recurrent_layer_s
+        t = None
+        if self._terms is not None and not needs_extra and len(spans) <= 2:
+            # NOTE (speed): a plain plan priced as prefill_one_chunk's values in a tuple (engine.cost), remembered
+            # by prefill_cost's key: no PrefillCost built per plan shape (its recurrent fields are zeros, as the
+            # columns start). (The key tells two RECOMPUTE spans, which prefill prices, from one chunk.)
+            key = (plan.num_tokens, reused, spans[0].action, len(spans))
+            t = self._tmemo.get(key)
+            if t is None:
+                chunk = _one_chunk(spans)
+                if chunk is not None:
+                    t = self._plain_terms(key, plan.num_tokens, chunk[0], chunk[1])
+        if t is not None:
+            flops, hbm, _, read, attn_s, _ = t
+            rec_tokens, rec_s, nc_rec = 0, 0.0, 0.0
+            if plain:
+                nc_attn = attn_s
+            else:
+                key = (n, 0, RECOMPUTE, 1)
+                nc = self._tmemo.get(key)
+                nc_attn = (nc if nc is not None else self._plain_terms(key, n, n, 0))[4]
+        else:
+            pc = self.prefill_cost(plan, reused if not needs_extra else -1)
+            flops, hbm, read = pc.flops, pc.hbm_bytes, pc.cache_read_bytes
+            rec_tokens, attn_s, rec_s = pc.recurrent_tokens, pc.attn_layer_s, pc.recurrent_layer_s
+            nc = pc if plain else self.prefill_cost(Plan.recompute_all(n), 0)
+            nc_attn, nc_rec = nc.attn_layer_s, nc.recurrent_layer_s
+        c_flops[i] = flops
+        c_hbm[i] = hbm
+        c_read[i] = read
+        c_rec_tokens[i] = rec_tokens
+        c_attn[i] = attn_s
+        c_rec[i] = rec_s
+        c_nc_attn[i] = nc_attn
+        c_nc_rec[i] = nc_rec
         num_new = num_recomputed if num_recomputed < n else n      # max(1, min(n, num_recomputed))
         if num_new < 1:
             num_new = 1

@@ -58,6 +58,7 @@ class Replica:
         #: ITL segments (first step s, step increment s, number of steps, decoders per step), in order
         self.itl = ItlLog()
         self._itl_pos = -1          # the running decode phase's segment in ``itl`` (a cut shortens it)
+        self._itl_a = self.itl._a   # (its float64 array: run_decode appends to it in place)
         # NOTE (speed): bound once; the decode coefficients per batch size are the cost model's, remembered
         self._prefill_step = cost.prefill_step
         self._coeffs: dict[int, tuple[float, float]] = {}
@@ -152,7 +153,12 @@ class Replica:
         # decode_time and to_us, inlined (the same operations)
         end = now + ceil((n * fixed + per * (n * ctx + nd * n * (n - 1) / 2)) * 1e6 - 1e-6)
         self._decode_phase = (now, s, fixed, per, ctx, n)
-        self._itl_pos = self.itl.append(fixed + per * ctx, per * nd, n, nd)
+        a = self._itl_a         # ItlLog.append, inlined
+        self._itl_pos = len(a)
+        a.append(fixed + per * ctx)
+        a.append(per * nd)
+        a.append(n)
+        a.append(nd)
         self.steps = s + n
         self.phase = DECODE
         self.version += 1

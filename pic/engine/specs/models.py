@@ -296,7 +296,8 @@ class ModelSpec:
             if num_new <= 0:
                 return 0.0
             n, c = float(num_new), float(num_cached)
-            return L * (per_pair * (n * (n + 1) / 2) + min(n * c * pair_abs, 2.0 * c * r * H * q + n * c * per_pair))
+            x, y = n * c * pair_abs, 2.0 * c * r * H * q + n * c * per_pair
+            return L * (per_pair * (n * (n + 1) / 2) + (y if y < x else x))     # (min(x, y): the same value)
         return mla
 
     def _mla_absorbed_pair_flops(self) -> float:
