@@ -1,0 +1,51 @@
+"""The footprint step of a replay (engine.replay._footprint): a policy's state is dropped, and freed when
+asked, before the duplicate count runs over its stored runs; the counts do not change."""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import pytest
+
+from pic.engine import replay as R
+from pic.engine.config import ReplayConfig
+from pic.engine.policies.base import PolicyContext
+
+SAMPLE = Path(__file__).resolve().parents[2] / "traces" / "samples" / "rag-reorder.parquet"
+
+
+def _sim(policy: str):
+    trace = R.read_trace_file(str(SAMPLE))
+    cfg = ReplayConfig(policies=(policy,))
+    model, _, cost, _ = R.check_config(cfg)
+    ctx = PolicyContext(cfg.capacity_bytes, model.kv_bytes_per_token, model, cfg.seed, cfg.verify)
+    return R._simulate(policy, R.workload_from_trace(trace), ctx, cost, cfg, None)
+
+
+@pytest.mark.parametrize("collect", [True, False])
+@pytest.mark.parametrize("policy", ["prefix", "irminsul", "fixed-chunk"])
+def test_state_is_freed_before_the_duplicate_count(monkeypatch, policy: str, collect: bool) -> None:
+    """With ``collect``, the duplicate count finds the state freed (no cyclic garbage left: a radix tree's
+    parent links); without, the state's cycles are still there (freed later). The same counts either way."""
+    want = R._footprint(_sim(policy).pols, 16)
+    sim = _sim(policy)
+    seen = []
+    count = R.duplicate_tokens
+
+    def spy(runs, m):
+        seen.append(gc.collect())
+        return count(runs, m)
+
+    monkeypatch.setattr(R, "duplicate_tokens", spy)
+    was = gc.isenabled()
+    gc.disable()                   # (as in a replay: only an explicit pass frees the state's cycles)
+    try:
+        gc.collect()
+        got = R._footprint(sim.pols, 16, collect=collect)
+    finally:
+        if was:
+            gc.enable()
+    assert sim.pols == [] and len(seen) == 1
+    assert (seen[0] == 0) == collect
+    assert got == want and want["duplicate_stored_tokens"] is not None and want["stored_tokens"] > 0
