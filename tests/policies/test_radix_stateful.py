@@ -170,20 +170,22 @@ def test_prune_removes_what_a_full_eviction_removes() -> None:
     assert freed_total > 0 and trees[0].num_nodes == 0 and trees[0].total_tokens == 0
 
 
+def _shape(tree: RadixTree) -> list:
+    """Every edge (its path, key, tokens, access time, hits, creation time, locks) and the tree's counters."""
+    out, stack = [], [(tree.root, ())]
+    while stack:
+        nd, path = stack.pop()
+        for k, ch in sorted(nd.children.items()):
+            toks = tuple(ch.src.tokens(ch.lo, ch.lo + ch.n).tolist())
+            out.append((path, k, toks, ch.last_access_us, ch.hits, ch.created_us, ch.lock_ref))
+            stack.append((ch, path + toks))
+    return sorted(out) + [tree.total_tokens, tree.evictable_tokens, tree.num_nodes, tree.version]
+
+
 def test_insert_walked_equals_insert_after_the_same_walk() -> None:
     """``insert_walked`` where a ``match_prefix(split=True)`` walk of the same tokens stopped (tree unchanged
     since) leaves the tree ``insert`` leaves: the same edges, access times, hits, counters and result."""
     from pic.engine.seq import Seq
-
-    def shape(tree: RadixTree) -> list:
-        out, stack = [], [(tree.root, ())]
-        while stack:
-            nd, path = stack.pop()
-            for k, ch in sorted(nd.children.items()):
-                toks = tuple(ch.src.tokens(ch.lo, ch.lo + ch.n).tolist())
-                out.append((path, k, toks, ch.last_access_us, ch.hits, ch.created_us, ch.lock_ref))
-                stack.append((ch, path + toks))
-        return sorted(out) + [tree.total_tokens, tree.evictable_tokens, tree.num_nodes, tree.version]
 
     rng = np.random.default_rng(3)
     for page in (1, 2, 3):
@@ -203,7 +205,7 @@ def test_insert_walked_equals_insert_after_the_same_walk() -> None:
             got = a.insert_walked(qa, 10 * t + 1, pa, na)
             want = b.insert(qb, 10 * t + 1)
             assert got[0] == want[0]
-            assert shape(a) == shape(b), f"page {page}, step {t}"
+            assert _shape(a) == _shape(b), f"page {page}, step {t}"
 
 
 def test_insert_below_a_lock_equals_insert() -> None:
@@ -211,16 +213,6 @@ def test_insert_below_a_lock_equals_insert() -> None:
     locked and released in between (splitting edges above and at the locked node), leaves the tree
     ``insert`` leaves: the same edges, access times, hits, locks, counters and result; with ``hi`` too."""
     from pic.engine.seq import Seq
-
-    def shape(tree: RadixTree) -> list:
-        out, stack = [], [(tree.root, ())]
-        while stack:
-            nd, path = stack.pop()
-            for k, ch in sorted(nd.children.items()):
-                toks = tuple(ch.src.tokens(ch.lo, ch.lo + ch.n).tolist())
-                out.append((path, k, toks, ch.last_access_us, ch.hits, ch.created_us, ch.lock_ref))
-                stack.append((ch, path + toks))
-        return sorted(out) + [tree.total_tokens, tree.evictable_tokens, tree.num_nodes, tree.version]
 
     rng = np.random.default_rng(11)
     for page in (1, 2, 3):
@@ -250,7 +242,7 @@ def test_insert_below_a_lock_equals_insert() -> None:
                 a.inc_lock(na)
                 b.inc_lock(nb)
                 pending.append((toks, hi, (num_a, na), nb))
-            assert shape(a) == shape(b), f"page {page}, step {t}"
+            assert _shape(a) == _shape(b), f"page {page}, step {t}"
         assert a.num_nodes > 20
 
 
