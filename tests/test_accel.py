@@ -25,7 +25,7 @@ def test_other_policies_kernels_load_on_first_use() -> None:
             "print(a is pic._accel_numba_fixed and b is pic._accel_numba_rdr and c is pic._accel_numba_cdc "
             "and mod is sys.modules['pic._accel_numba'] "
             "and all(callable(getattr(a, k)) for k in ('window_candidates', 'prefix_hashes', 'segment_prefix_hashes', 'filter_add')) "
-            "and all(callable(getattr(b, k)) for k in ('rdr_blocks', 'rdr_greedy')) "
+            "and all(callable(getattr(b, k)) for k in ('rdr_request', 'rdr_greedy')) "
             "and all(callable(getattr(c, k)) for k in ('gear_layout', 'gear_candidates', 'fingerprints')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0] == "[]" and out[1] == "True"
@@ -188,7 +188,8 @@ def test_rdr_allocation_equal(modes, model, opts) -> None:
             keep = rng.random(n) < rng.choice([0.3, 0.9, 1.0])
             pos = np.flatnonzero(keep).astype(np.int64)
             if pos.size:
-                pol._allocate(req, pos)
+                cut = np.flatnonzero(np.diff(pos) != 1) + 1          # runs of consecutive positions: the spans
+                pol._allocate(req, np.stack([pos[np.r_[0, cut]], pos[np.r_[cut - 1, pos.size - 1]] + 1], 1))
         return dict(pol.stats.extra), list(pol._dist)
 
     (sa, da), (sb, db) = modes(run)
@@ -220,7 +221,7 @@ def test_rdr_greedy_breaks_ties_as_the_stable_sort() -> None:
         w = (block_w[:, None] * head[None, :]).ravel()
         size = np.repeat(sizes.astype(np.float64), H)
         ref = allocate(opts, w, size, np.repeat(prot, H), budget)
-        option, w2, size2, per, forced = fast.rdr_greedy(block_w.astype(np.float64), sizes.astype(np.int64), prot,
+        option, w2, size2, per, forced, _ = fast.rdr_greedy(block_w.astype(np.float64), sizes.astype(np.int64), prot,
                                                          head, opts.hull, opts.step_frac, opts.efficiency(),
                                                          opts.frac, len(opts.bits), budget)
         assert np.array_equal(option, ref.option), trial

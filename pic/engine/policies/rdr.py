@@ -110,7 +110,8 @@ class RateDistortionRetention(CachePolicy):
         self._protect = np.zeros(256, bool)              # segment kind code -> protected (a lookup, not isin)
         self._protect[list(cfg.protect_kinds)] = True
         self._last: tuple[int, Plan, Plan] | None = None
-        self._pending: dict[int, np.ndarray] = {}
+        self._pending: dict[int, tuple[np.ndarray, int]] = {}     # request -> its new tokens' spans, their count
+        self._rprior = np.zeros(0)                        # prior by distance from the last token, reversed
         self._dist = [0.0, 0.0]                          # Σ w·ε², Σ w  (allocated units)
         self._tier_keys = [f"rdr_unit_tokens_b{b}" for b in self.opts.bits]
         self._eff = self.opts.efficiency()
@@ -132,14 +133,14 @@ class RateDistortionRetention(CachePolicy):
         self._last = None
         ok = self.inner.admit(req, inner, now_us)
         if ok:
-            self._pending[req.request_id] = _recomputed_positions(plan)
+            self._pending[req.request_id] = _recomputed_spans(plan)
         return ok
 
     def commit(self, req: RequestView, now_us: int) -> None:
         self.inner.commit(req, now_us)
-        pos = self._pending.pop(req.request_id, None)
-        if pos is not None and pos.size:
-            self._allocate(req, pos)
+        new = self._pending.pop(req.request_id, None)
+        if new is not None and new[1]:
+            self._allocate(req, *new)
 
     def release(self, req: RequestView, now_us: int) -> None:
         self._pending.pop(req.request_id, None)
@@ -173,24 +174,30 @@ class RateDistortionRetention(CachePolicy):
                 "rdr_over_budget_bytes": float(sum(p.stats.extra["rdr_over_budget_bytes"] for p in pols))}
 
     # ---- Internal helpers -------------------------------------------------------------------------
-    def _allocate(self, req: RequestView, pos: np.ndarray) -> None:
-        """Tiers for the request's new tokens ``pos`` (sorted absolute positions)."""
+    def _allocate(self, req: RequestView, spans: np.ndarray, ntok: int | None = None) -> None:
+        """Tiers for the request's new tokens: the positions of ``spans`` (rows ``[start, end)``, ascending),
+        ``ntok`` of them."""
         cfg, n, opts, HL = self.config, req.num_tokens, self.opts, self.head_weight.size
-        budget = cfg.budget * pos.size * HL
-        prior = (1.0 + (n - 1 - pos) / cfg.recency_tokens) ** -0.5
-        fast = accel.kernels(pos.size, "rdr")
+        if ntok is None:
+            ntok = int(np.sum(spans[:, 1] - spans[:, 0]))
+        if ntok <= 0:
+            return
+        budget = cfg.budget * ntok * HL
+        fast = accel.kernels(ntok, "rdr")
         if fast is not None:
-            # NOTE (speed): the same values from two compiled passes (pic._accel_numba_rdr.rdr_blocks, rdr_greedy)
-            # where the numpy path makes ~45 calls per request (~250 us on Azure conversation); the prior,
-            # the block sums and the float sums stay numpy's (pairwise summation)
-            starts, sizes, protb, num_prot = fast.rdr_blocks(pos, req.segment_bounds, req.segment_kinds,
-                                                             self._protect, cfg.protect_sinks, cfg.block_tokens)
-            block_w = np.add.reduceat(prior, starts)
-            option, w, size, per, forced = fast.rdr_greedy(block_w, sizes, protb, self.head_weight, opts.hull,
-                                                           opts.step_frac, self._eff, opts.frac, len(opts.bits),
-                                                           budget)
-            used, distortion = float(np.sum(size * opts.frac[option])), float(np.sum(w * opts.eps2[option]))
+            # NOTE (speed): one compiled call (pic._accel_numba_rdr.rdr_request) for the numpy path's ~45, with the
+            # same float operations in the same order; the prior by distance comes from a table numpy computed
+            # (the same expression over the same integers: the same values; ~60 M powers on Mooncake before)
+            if self._rprior.size < n:
+                d = np.arange(max(n, 2 * self._rprior.size, 4096))
+                self._rprior = ((1.0 + d / cfg.recency_tokens) ** -0.5)[::-1].copy()
+            used, forced, distortion, wsum, num_prot, per, _ = fast.rdr_request(
+                spans, n, self._rprior, req.segment_bounds, req.segment_kinds, self._protect, cfg.protect_sinks,
+                cfg.block_tokens, self.head_weight, opts.hull, opts.step_frac, self._eff, opts.frac, opts.eps2,
+                len(opts.bits), budget)
         else:
+            pos = np.concatenate([np.arange(a, b) for a, b in spans.tolist()])
+            prior = (1.0 + (n - 1 - pos) / cfg.recency_tokens) ** -0.5
             # NOTE (speed): the segment of each position by a search over the segment bounds, protection by a
             # table of kind codes, block starts by a mask (no token-length repeat, isin or unique sort)
             seg = np.searchsorted(req.segment_bounds, pos, side="right") - 1
@@ -207,21 +214,26 @@ class RateDistortionRetention(CachePolicy):
             alloc = allocate(opts, w, size, np.repeat(prot[starts], HL), budget)
             used, forced, distortion, num_prot = alloc.used, alloc.forced, alloc.distortion, int(prot.sum())
             per = np.bincount(alloc.option, weights=size, minlength=len(opts.bits))
+            wsum = float(w.sum())
         unit_bytes = self.ctx.bytes_per_token / HL                 # dense bytes of one unit-token
         ex = self.stats.extra
-        ex["rdr_tokens"] += int(pos.size)
+        ex["rdr_tokens"] += ntok
         ex["rdr_bytes"] += int(round(used * unit_bytes))
         ex["rdr_protected_tokens"] += int(num_prot)
         ex["rdr_over_budget_bytes"] += int(round(max(0.0, forced - budget) * unit_bytes))
         for b, t in zip(self._tier_keys, per.tolist(), strict=True):
             ex[b] += int(round(t))
         self._dist[0] += distortion
-        self._dist[1] += float(w.sum())
+        self._dist[1] += wsum
 
 
-def _recomputed_positions(plan: Plan) -> np.ndarray:
-    spans = [np.arange(s.start, s.end) for s in plan.spans if s.action == Action.RECOMPUTE]
-    return np.concatenate(spans) if spans else np.zeros(0, np.int64)
+def _recomputed_spans(plan: Plan) -> tuple[np.ndarray, int]:
+    """``[[start, end), ...]`` (int64 rows, ascending) of the plan's RECOMPUTE spans: the request's new tokens;
+    and their number."""
+    spans = [(s.start, s.end) for s in plan.spans if s.action == Action.RECOMPUTE]
+    if not spans:
+        return np.zeros((0, 2), np.int64), 0
+    return np.array(spans, np.int64), sum(e - s for s, e in spans)
 
 
 def _unit_options(model: Any, tiers: tuple[int, ...]) -> tuple[Options, int, int]:
