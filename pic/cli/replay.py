@@ -38,10 +38,10 @@ from pic.cli.settings import (
     warning_lines,
 )
 from pic.engine import policies as registry
+from pic.engine.memory import free_cycles
 from pic.engine.replay import (
     RunResult,
     check_config,
-    free_cycles,
     read_trace_file,
     replay,
     write_run,

@@ -6,16 +6,12 @@
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
-import functools
-import gc
 import json
 import math
 import os
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +25,8 @@ from pic.engine.config import ReplayConfig, build_config
 from pic.engine.cost import CostConfig, CostModel
 from pic.engine.coverage import prompt_oracle
 from pic.engine.latency import serving_summary
+from pic.engine.memory import COLLECT_LAST_MIN, free_cycles, release_freed
+from pic.engine.memory import no_cyclic_gc as _no_cyclic_gc
 from pic.engine.metrics import SUMMARY_VERSION, request_frame, summarize
 from pic.engine.oracle import cached_oracle, duplicate_tokens, join_runs
 from pic.engine.policies.base import PolicyContext, RequestView
@@ -299,22 +297,6 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
                      {**head, "baselines": baselines, "policies": summary, "warnings": warnings}, resolved)
 
 
-COLLECT_LAST_MIN = 100_000
-
-
-def free_cycles(num_requests: int | None = None) -> None:
-    """A full cyclic-GC pass and the freed memory handed back (:func:`release_freed`); with ``num_requests``
-    (the state left at the end of a run), only from ``COLLECT_LAST_MIN`` requests on.
-
-    NOTE (speed): a small run's last state is left to the GC (a CLI run exits first, saving the pass and the
-    frees: 0.24-0.68 CPU s on Azure / Mooncake conversation). NOTE (memory): at scale it is freed before the
-    summary and the writes (chat 10^6 `prefix`: the last radix tree, ~1.8 GB, and the trace's cycles stayed
-    alive through the write)."""
-    if num_requests is None or num_requests >= COLLECT_LAST_MIN:
-        gc.collect()
-        release_freed()
-
-
 def write_run(result: RunResult, run_dir: str | os.PathLike, *, force: bool = False,
               inputs: tuple[str | os.PathLike, ...] = ()) -> Path:
     """Write the run dir: files are built in a temp folder, then moved in (``traces.outputs.atomic_dir``).
@@ -334,47 +316,6 @@ def write_run(result: RunResult, run_dir: str | os.PathLike, *, force: bool = Fa
 
 
 # ---- Internal helpers -----------------------------------------------------------------------------
-def release_freed() -> None:
-    """Hand memory the C allocator holds free back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
-
-    NOTE (memory): numpy arrays below glibc's mmap threshold live on the heap; after the oracle ~290 MB of
-    it (chat 10^5) stays free but mapped, and Python's object arenas, which are mapped separately, cannot
-    reuse it: the next simulation's objects then stack on top of it."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-@contextmanager
-def _no_cyclic_gc():
-    """NOTE (speed): the trace and workload are frozen out of the cyclic GC's scans, and the GC is off
-    while the simulations run (they make no reference cycles that outlive a request; the GC's passes
-    over millions of live nodes cost 5-20 % of a replay). Both are restored afterwards."""
-    gc.collect()
-    release_freed()
-    gc.freeze()
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        # NOTE (speed): everything goes to the oldest generation (freeze resets the young count, unfreeze
-        # moves all to the oldest): re-enabling the GC over a young generation holding the last policy's
-        # whole state started a pass over it at once (0.68 CPU s at exit, irminsul on Mooncake)
-        gc.freeze()
-        gc.unfreeze()
-        if was:
-            gc.enable()
-
-
 @dataclass
 class _Sim:
     """One policy's simulation: its request rows (by request_id), counters and what it holds at the end."""
