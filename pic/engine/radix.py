@@ -208,10 +208,7 @@ class RadixTree:
         above it is touched, as the walk would). NOTE (speed): a policy's commit after its admit's lock
         (``prefix``: the resident prefix of a continued conversation is most of its prompt)."""
         q = as_seq(tokens)
-        nd = node
-        while nd is not self.root:
-            nd.last_access_us = now_us
-            nd = nd.parent
+        self._touch_path(node, now_us)
         n = (q.end if hi is None else hi) // self.page_size * self.page_size
         pos, node = self._walk(q, 0, n, node, num, now_us, True, False)
         return self._leaf_after(q, 0, n, pos, node, now_us)
@@ -221,16 +218,19 @@ class RadixTree:
         ``(pos, node)``, with the tree unchanged since (the caller compares :attr:`version`): the same tree,
         access times and result, without walking the path again (its nodes are touched, as the walk would)."""
         q = as_seq(tokens)
-        nd = node
-        while nd is not self.root:
-            nd.last_access_us = now_us
-            nd = nd.parent
+        self._touch_path(node, now_us)
         return self._leaf_after(q, 0, q.end // self.page_size * self.page_size, pos, node, now_us)
 
     @property
     def version(self) -> int:
         """Bumped on every change of shape (insert, split, removal)."""
         return self._version
+
+    def _touch_path(self, node: RadixNode, now_us: int) -> None:
+        """``last_access_us = now_us`` on ``node`` and its ancestors (what a walk from the root to it does)."""
+        while node is not self.root:
+            node.last_access_us = now_us
+            node = node.parent
 
     def _leaf_after(self, q: Seq, lo: int, n: int, pos: int, node: RadixNode, now_us: int) -> tuple[int, RadixNode]:
         """The rest of :meth:`insert` once its walk found ``(pos, node)``."""
