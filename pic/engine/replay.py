@@ -256,13 +256,12 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
             collect = p + 1 < len(order) or work.num_requests >= COLLECT_LAST_MIN
             if name in config.policies:
                 release_freed()      # NOTE (memory): what the simulation freed, before the footprint's work
-                sim.held = _held(sim.pols, min_match, collect)
+                sim.held = _held(sim.pols, min_match, collect)      # (empties sim.pols)
             else:
                 sim.rows, sim.itl = sim.rows.select(_BASELINE_COLUMNS), np.zeros((0, 4))
+                sim.pols = []
                 if collect:
-                    sim.pols = []
                     free_cycles()
-            sim.pols = []
     best = max(bases, key=lambda b: (sims[b].reused, -bases.index(b)))
     window = max(s.last_finish_us for s in sims.values()) - int(work.arrival_us.min(initial=0))
     frames, summary = [], {}
