@@ -319,22 +319,17 @@ def _duplicate_refs(runs: list[tuple], store, W: int) -> int:
 
     NOTE (memory): runs are turned into pieces a block of ``_REF_BLOCK`` runs at a time (chat 10^6
     `prefix`: ~2 M radix edges over ~10 M segment pieces)."""
-    from pic.engine.coverage import covered_counts_chunked
-
     def chunks():
         for b0 in range(0, len(runs), _REF_BLOCK):
             got = _ref_pieces(runs[b0:b0 + _REF_BLOCK], W)
             if got is not None:
                 yield got
 
-    size = sum(r[2] - r[1] for r in runs)
-    return int(covered_counts_chunked(store, chunks(), W, again=chunks if size <= _ANCHOR_TOKENS else None).sum())
+    return _covered_total(store, chunks, W, sum(r[2] - r[1] for r in runs))
 
 
 def _duplicate_cols(runs: RefRuns, store, W: int) -> int:
     """:func:`_duplicate_refs` of columns (every context 0): blocks of ``_COL_BLOCK`` runs."""
-    from pic.engine.coverage import covered_counts_chunked
-
     def chunks():
         for b0 in range(0, len(runs), _COL_BLOCK):
             lo, hi = runs.lo[b0:b0 + _COL_BLOCK], runs.hi[b0:b0 + _COL_BLOCK]
@@ -346,7 +341,14 @@ def _duplicate_cols(runs: RefRuns, store, W: int) -> int:
             yield _pieces_of(W, [runs.seqs[i] for i in used.tolist()], k.reshape(-1).astype(np.int64), lo, hi,
                              np.zeros(lo.shape[0], np.int64))
 
-    size = int((runs.hi - runs.lo).sum())
+    return _covered_total(store, chunks, W, int((runs.hi - runs.lo).sum()))
+
+
+def _covered_total(store, chunks, W: int, size: int) -> int:
+    """The covered tokens of the items ``chunks()`` yields (:func:`engine.coverage.covered_counts_chunked`), with
+    the anchor filter (a second ``chunks()`` pass) for at most ``_ANCHOR_TOKENS`` stored tokens (``size``)."""
+    from pic.engine.coverage import covered_counts_chunked
+
     return int(covered_counts_chunked(store, chunks(), W, again=chunks if size <= _ANCHOR_TOKENS else None).sum())
 
 
