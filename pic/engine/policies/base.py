@@ -101,9 +101,11 @@ class PolicyContext:
         return math.inf if math.isinf(self.capacity_bytes) else self.capacity_bytes // self.bytes_per_token
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Usage:
-    """Resident bytes split by lock state; ``evictable + protected == total <= capacity``."""
+    """Resident bytes split by lock state; ``evictable + protected == total <= capacity``. NOTE (speed): not
+    frozen — the serving model asks every cache for it after each admission and release (twice per request); a
+    frozen dataclass's ``__init__`` sets fields through ``object.__setattr__`` (1.05 us against 0.28 us)."""
 
     evictable: int
     protected: int
