@@ -229,7 +229,7 @@ def test_locks_only_the_reused_tokens():
     a = _rand(7, 3000)
     pol = _pol(max_chunk=2048)
     _serve(pol, 0, a)
-    first = min(pol._store.entries.values(), key=lambda e: e.pieces[0][0].base_pos)
+    first = min(pol._store.chunks(), key=lambda e: e.pieces[0][0].base_pos)
     take = first.tokens.size // 2
     req = RequestView.from_tokens(1, np.concatenate([a[:take], _rand(8, 100)]))
     plan = pol.lookup(req, 10)
@@ -289,7 +289,7 @@ def test_evicting_a_tail_cuts_the_chunk_and_keeps_its_head():
     pol = _pol(max_chunk=1024)
     _serve(pol, 0, a[:2000])
     _serve(pol, 1, a, now=10)
-    last = max(pol._store.entries.values(), key=lambda c: c.pieces[-1][0].base_pos)
+    last = max(pol._store.chunks(), key=lambda c: c.pieces[-1][0].base_pos)
     assert [x.base_pos for x, _, _ in last.pieces][-1] == 2000 and len(last.pieces) == 2   # view + own tail
     before, entries = pol.usage().total, len(pol._store.entries)
     assert pol.evict(BPT, 20) == 10 * BPT and pol.usage().total == before - 10 * BPT
@@ -365,7 +365,7 @@ def test_stored_runs_are_references_counting_what_their_tokens_count(seed: int, 
         assert a == b, f"request {i}: plans differ"
         by_ref.usage().check()
         st = by_ref._store
-        for c in st.entries.values():
+        for c in st.chunks():
             got = np.concatenate([x.src.tokens(x.base_pos + xo, x.base_pos + xo + n) for x, xo, n in c.pieces])
             assert np.array_equal(got, c.tokens), f"request {i}: chunk {c.fp:x} reads other tokens"
             splits += sum(x.base_pos != c.pieces[0][0].base_pos for x, _, _ in c.pieces[1:])

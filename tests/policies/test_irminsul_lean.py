@@ -14,6 +14,7 @@ import pytest
 
 from pic.engine import policies
 from pic.engine.policies import PolicyContext, RequestView
+from pic.engine.policies.irminsul_records import Run
 from tests.policies.test_irminsul_speed import _stream, _views
 
 BPT = 2
@@ -193,7 +194,14 @@ def test_lean_layouts_keep_the_registrys_chunks_and_plan_as_the_exact_store(seed
     st = lean._store
     kept = [nd.value for nd in _nodes(st.prompts.tree.root) if nd.value is not None]
     assert kept and all(v[5] is not None for v in kept) and st.prompts.lean
-    assert all(c is st.entries[fp] for v in kept for fp, c in zip(v[1], v[5], strict=True))
+    # a layout keeps the registry's chunk of each fingerprint, or the run holding it at the layout's place
+    assert any(type(c) is Run for v in kept for c in v[5])
+    for bounds, fps, *_, cs in kept:
+        for j, (fp, c) in enumerate(zip(fps, cs, strict=True)):
+            assert st.chunk_of(c, fp) is st.chunk_of(st.entries[fp], fp)
+            if type(c) is Run:
+                i = c.k + c.index(fp)
+                assert (c.bounds[i], c.bounds[i + 1]) == (bounds[j], bounds[j + 1])
     assert all(nd.value[5] is None for nd in _nodes(exact._store.prompts.tree.root) if nd.value is not None)
     st._exact()
     assert not st.prompts.lean
@@ -234,3 +242,50 @@ def test_lean_layout_of_a_prompt_repeating_a_chunk_keeps_every_chunk():
     kept = [nd.value for nd in _nodes(st.prompts.tree.root) if nd.value is not None]
     assert kept and all(v[5] is not None and None not in v[5] for v in kept)
     assert pols[0].stats.extra == pols[1].stats.extra and pols[1].stats.extra["prefix_tokens"] >= first.shape[0] - 64
+
+
+@pytest.mark.parametrize("seed,lag", [(0, 0), (2, 2)])
+def test_runs_give_the_same_plans_whether_or_not_their_chunks_are_made(seed, lag):
+    """A lean store keeps each row of new chunks recomputed whole as one record (Run) and makes a chunk of it
+    only when a reader needs one: a store whose runs' chunks are all made after every request (as hits, trie
+    walks and the store turning exact make them) gives the same plans, usage, stored runs and, once exact, the
+    same chunks; a continued conversation makes none."""
+    pols = _pair(verify=False)
+    pols[0]._store.lean = True
+    reqs = _views(_stream(seed, 80), seed)
+    orig = pols[0].release
+
+    def release(req, now_us):
+        orig(req, now_us)
+        pols[0]._store.chunks()
+
+    seen, orig1 = [], pols[1].release
+
+    def release1(req, now_us):
+        orig1(req, now_us)
+        seen.append(sum(type(e) is Run for e in pols[1]._store.entries.values()))
+
+    pols[0].release, pols[1].release = release, release1
+    _drive(pols, reqs, lag)
+    assert max(seen) > 10                 # (a trie walk makes every chunk indexed so far)
+    assert all(type(e) is not Run for e in pols[0]._store.entries.values())
+    assert _runs(pols[0]) == _runs(pols[1])
+    for p in pols:
+        p._store._exact()
+    assert _layout(pols[0]) == _layout(pols[1])
+
+    # a conversation: each turn continues the last; its rows of new chunks are runs, no chunk is made of them
+    pol = _build(True, verify=False)
+    rng = np.random.default_rng(seed)
+    toks = rng.integers(0, 5000, 700, dtype=np.int32)
+    for i in range(6):
+        toks = np.concatenate([toks, rng.integers(0, 5000, 900, dtype=np.int32)])
+        req = RequestView.from_tokens(i, toks)
+        plan = pol.lookup(req, 10 * i)
+        assert pol.admit(req, plan, 10 * i)
+        pol.commit(req, 10 * i + 1)
+        pol.release(req, 10 * i + 2)
+        assert i == 0 or plan.num_reused > toks.shape[0] - 1200
+    runs = {id(e): e for e in pol._store.entries.values() if type(e) is Run}
+    assert len(runs) >= 6 and all(r.cs is None for r in runs.values())
+    assert sum(r.n for r in runs.values()) > 0.8 * len(pol._store.entries)

@@ -84,7 +84,7 @@ def _plans(reqs: list[RequestView], capacity_tokens: float, eager: bool, monkeyp
     # the prefilter counts (fed from the lookup's edge keys, not from each chunk's tokens) are those of the
     # chunks indexed now
     st, m, want = pol._store, pol._store.min_match, ({}, {})
-    for c in st.entries.values():
+    for c in st.chunks():
         n = c.indexed
         if n is not None and n >= m:
             t = c.part(0, n)

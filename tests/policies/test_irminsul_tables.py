@@ -167,7 +167,8 @@ def test_admit_asks_only_hot_chunks_same_state(mode, seed, switch) -> None:
             nd = stack.pop()
             stack.extend(nd.children.values())
             if nd.value is not None:
-                kept.append((nd.value[1], None if nd.value[5] is None else [c.fp for c in nd.value[5]]))
+                kept.append((nd.value[1], None if nd.value[5] is None else
+                             [pol._store.chunk_of(c, fp).fp for fp, c in zip(nd.value[1], nd.value[5], strict=True)]))
         assert pol._store.lean
         return out, dict(pol.stats.extra), sorted(kept, key=repr)
 

@@ -61,11 +61,11 @@ from pic.engine.policies.irminsul_layout import Analysis, marker_boundaries
 from pic.engine.policies.irminsul_layout import gaps as layout_gaps
 from pic.engine.policies.irminsul_layout import pieces as layout_pieces
 from pic.engine.policies.irminsul_lookup import ChunkWalk
-from pic.engine.policies.irminsul_records import LEAN, Chunk, Extent, new_chunk
+from pic.engine.policies.irminsul_records import LEAN, RELEASED, Chunk, Extent, Run, new_chunk
 from pic.engine.policies.irminsul_store import ChunkStore
 from pic.traces.markers import BOUNDARY_MARKER
 
-_RELEASED: list = []  # never appended to
+_RELEASED = RELEASED  # never appended to
 _READY = attrgetter("ready")
 _REUSE, _ROTATED, _RECOMPUTE = Action.REUSE, Action.REUSE_ROTATED, Action.RECOMPUTE
 
@@ -231,8 +231,11 @@ class Irminsul(ChunkWalk, CachePolicy):
                 cs += repeat(None, len(fps) - k0)
                 for j in hot[1][:-1]:
                     cs[j] = entries.get(fps[j])
+                st.place(cs, range(len(known), k0), bounds, fps)
+                st.place(cs, hot[1][:-1], bounds, fps)
             else:
                 cs = known + [*map(entries.get, fps[len(known):])]
+                st.place(cs, range(len(known), len(fps)), bounds, fps)
             ks = [*compress(range(len(fps)), map(is_, cs, repeat(None)))]
         else:
             cs: list | None = None
@@ -271,11 +274,15 @@ class Irminsul(ChunkWalk, CachePolicy):
             # store (unbounded) gives each run of them in a row one extent, each chunk a piece of it
             # NOTE (speed): a run's size and bytes are set once it ends (its chunks do not read them)
             whole, lean, run, run_end, rb = 0, st.lean, None, -1, 0
-            kz = list(zip(hk, tk, strict=True)) if hk else []     # keys of chunk k0 + j
+            # NOTE (speed): a lean store keeps the rows of new chunks recomputed whole (after the gap ones) each as
+            # one record (Run, made after the loop), when their keys are known
+            runs = lean and hk and j < len(ks) and ks[j] >= k0
+            if runs:
+                new = {fps[k]: k for k in ks[:j]}
             for fp, k in new.items():
                 a, b = bounds[k], bounds[k + 1]
                 n = b - a
-                keys = kz[k - k0] if k >= k0 and kz and n >= m else None
+                keys = (hk[k - k0], tk[k - k0]) if k >= k0 and hk and n >= m else None
                 if k in gaps:
                     g = gaps[k]
                     own = [st.new_extent(src, g0, g1 - g0, now_us, tag) for g0, g1 in g]
@@ -311,6 +318,8 @@ class Irminsul(ChunkWalk, CachePolicy):
                 run.size = run_end - rb
                 run.nbytes = run.size * bpt
                 whole += run.size
+            if runs:
+                whole += st.add_runs(ks[j:], bounds, fps, hk, tk, k0, src, now_us, tag, chunks, cs)
             st.protected += whole * bpt
             new = {}
         for fp, k in new.items():
@@ -331,10 +340,13 @@ class Irminsul(ChunkWalk, CachePolicy):
         self.stats.extra["partly_stored"] += not full
         self._live[rid] = (locked, chunks)
         if cs is not None and None in cs:     # a fingerprint again later in the prompt, or one not stored
-            for k in [*compress(range(len(cs)), map(is_, cs, repeat(None)))]:
+            js = [*compress(range(len(cs)), map(is_, cs, repeat(None)))]
+            for k in js:
                 cs[k] = entries.get(fps[k])
             if None in cs:
                 cs = None
+            else:
+                st.place(cs, js, bounds, fps)
         # the layout as the prompt index keeps it, for commit (NOTE (speed): a plain tuple, made once)
         self._pending[rid] = (got.bounds, got.fps, got.anchors, got.hard, got.marked, cs)
         return True
@@ -350,6 +362,8 @@ class Irminsul(ChunkWalk, CachePolicy):
         self._pending.pop(req.request_id, None)
         locked, chunks = self._live.pop(req.request_id, ([], []))
         st = self._store
+        if not st.lean or not all(map(_READY, chunks)):
+            chunks = st.expand(chunks)        # (runs: their chunks, which own the extents once the store is exact)
         # NOTE: tail first (vLLM frees a request's blocks reversed): among extents of equal recency the
         # end of a prompt is evicted before its head, so a chunk loses its tail and keeps serving its head
         if all(map(_READY, chunks)):          # committed: nothing to drop, one pass over the extents
@@ -358,6 +372,8 @@ class Irminsul(ChunkWalk, CachePolicy):
             xs = [x for c in reversed(owners) for x in reversed(c.own)]
             for c in owners:
                 c.own = _RELEASED
+                if type(c) is Run and c.cs is not None and c.cs[0] is not None:
+                    c.cs[0].own = _RELEASED
             xs += reversed(locked)
             st.unlock_all(xs)
             return
@@ -379,7 +395,8 @@ class Irminsul(ChunkWalk, CachePolicy):
         live = self._live.get(req.request_id)
         if live is None:
             return None
-        return all(self._store.live(x, 0, x.size) is not None for x in live[0] + [y for c in live[1] for y in c.own])
+        chunks = live[1] if self._store.lean else self._store.expand(live[1])
+        return all(self._store.live(x, 0, x.size) is not None for x in live[0] + [y for c in chunks for y in c.own])
 
     def usage(self) -> Usage:
         st = self._store

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter, _count_elements  # type: ignore[attr-defined]
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter
 from types import ModuleType
@@ -23,7 +23,7 @@ import numpy as np
 
 from pic.engine import cdc
 from pic.engine.policies.irminsul_records import NONE as _NONE
-from pic.engine.policies.irminsul_records import Chunk
+from pic.engine.policies.irminsul_records import Chunk, Run
 from pic.engine.radix import RadixNode, RadixTree
 from pic.engine.seq import Seq
 
@@ -37,6 +37,8 @@ class ChunkIndexes:
 
     entries: dict[int, Chunk]
     s1_window: int
+    chunk_of: Callable[[Chunk | Run, int], Chunk]
+    chunks_of: Callable[[Run], list[Chunk]]
 
     def _init_indexes(self, tails: bool, min_match: int, keep_keys: bool = False) -> None:
         self.windows: dict[int, tuple[int, int]] = {}       # window fp -> (chunk fp, offset)
@@ -84,6 +86,9 @@ class ChunkIndexes:
         """The chunks' KV exists: index their tokens in the trie(s) (and their S1 windows when ``windows``),
         in order (:meth:`_index`, inline: one call per request)."""
         m, hks, tks, log, keep = self.min_match, [], [], [], self._keep_keys
+        if chunks and Run in map(type, chunks):
+            self._ready_runs(chunks, windows)
+            return
         if not windows and chunks:
             # NOTE (speed): the common case (admit gave every chunk its keys, each has >= min_match tokens) in
             # C-level passes and one loop of three stores per chunk: the same state, log and counts
@@ -128,6 +133,50 @@ class ChunkIndexes:
         if len(self._log) > 3 * (2 * len(self.entries) + 4096):     # bounded: replay it now and then
             self._flush()
 
+    def _ready_runs(self, chunks: list, windows: bool) -> None:
+        """:meth:`make_ready` of a list holding runs (:class:`~engine.policies.irminsul_records.Run`): a run is made
+        ready whole (its keys counted from its lists, logged as one entry: :meth:`_flush` indexes its chunks), the
+        other chunks one by one, in order."""
+        m, hks, tks, keep = self.min_match, [], [], self._keep_keys
+        for c in chunks:
+            if type(c) is Run:
+                c.ready = True
+                if c.short:
+                    hks += [k for k in c.heads if k is not None]
+                    tks += [k for k in c.tails if k is not None]
+                else:
+                    hks += c.heads
+                    tks += c.tails
+                if c.cs is not None:          # its chunks made so far turn ready as make_ready would
+                    for i, d in enumerate(c.cs):
+                        if d is not None:
+                            d.ready = True
+                            d.indexed = d.size
+                            if d.size >= m:
+                                d.head = c.heads[i]
+                                d.keys = (c.heads[i], c.tails[i]) if keep else None
+                            else:
+                                d.keys = None
+                if not keep:
+                    c.heads = c.tails = None
+                continue
+            c.ready = True
+            if windows:
+                self._add_windows(c)
+            c.indexed = n = c.size
+            if n >= m:
+                hk, tk = c.keys if c.keys is not None else _keys(c, n, m)
+                c.head = hk
+                hks.append(hk)
+                tks.append(tk)
+                c.keys = (hk, tk) if keep else None
+            else:
+                c.keys = None
+        self._heads.update(hks)
+        self._tails.update(tks)
+        self._log += chain.from_iterable(zip(repeat(True), chunks, map(_SIZE, chunks)))
+        if len(self._log) > 3 * (2 * len(self.entries) + 4096):     # bounded: replay it now and then
+            self._flush()
 
     def longest(self, toks: np.ndarray, short: bool = False, head: int | None = None) -> tuple[int, Chunk | None]:
         """Longest leading run of ``toks`` that equals the beginning of a stored chunk (trie walk). Unless
@@ -145,7 +194,7 @@ class ChunkIndexes:
         while stack:                      # any live chunk at or below the match shares its tokens
             nd = stack.pop()
             if nd.value is not None:
-                return num, self.entries[nd.value]
+                return num, self.chunk_of(self.entries[nd.value], nd.value)
             stack.extend(reversed(list(nd.children.values())))
         return 0, None
 
@@ -164,7 +213,7 @@ class ChunkIndexes:
         while stack:
             nd = stack.pop()
             if nd.value is not None:
-                return num, self.entries[nd.value]
+                return num, self.chunk_of(self.entries[nd.value], nd.value)
             stack.extend(reversed(list(nd.children.values())))
         return 0, None
 
@@ -217,6 +266,11 @@ class ChunkIndexes:
     def _flush(self) -> None:
         """Replay the logged index operations into the tries, in order."""
         log, self._log = self._log, []
+        if Run in map(type, log[1::3]):       # a run's chunks, made (a trie names chunks)
+            log = [*chain.from_iterable(
+                ((True, d, d.size) for d in self.chunks_of(c)) if type(c) is Run else ((add, c, n),)
+                for add, c, n in zip(log[::3], log[1::3], log[2::3], strict=True))]
+            log = [*chain.from_iterable(log)]
         rsrc, rlo, rhi, rseq = None, 0, 0, None
         for i in range(0, len(log), 3):
             add, c, n = log[i], log[i + 1], log[i + 2]

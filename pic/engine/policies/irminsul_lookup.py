@@ -6,7 +6,7 @@ windows — as reused target ranges (:data:`~engine.policies.irminsul_layout.Use
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from itertools import compress
+from itertools import compress, groupby
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
@@ -24,7 +24,7 @@ from pic.engine.policies.irminsul_layout import (
     opaque_layout,
     tokens_from,
 )
-from pic.engine.policies.irminsul_records import Chunk, Extent
+from pic.engine.policies.irminsul_records import Chunk, Extent, Run
 from pic.engine.policies.irminsul_store import ChunkStore
 
 _START = itemgetter(0)
@@ -220,7 +220,11 @@ class ChunkWalk:
 
     def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Chunk | None:
         e = self._entries.get(fp)
-        if e is None or not e.ready or e.size != b - a:    # (a cut chunk serves its head only)
+        if e is None or not e.ready:
+            return None
+        if type(e) is Run:                    # (a lean store's run: the chunk made of it)
+            e = self._store.chunk_at(e, e.index(fp))
+        if e.size != b - a:                   # (a cut chunk serves its head only)
             return None
         if self.ctx.verify:
             self.stats.verified_hits += 1
@@ -274,6 +278,8 @@ class ChunkWalk:
         have, t0, b0, x0, lo0 = False, 0, 0, None, 0
         # (a lean store: the layout's chunks as the prompt index keeps them, not asked of the registry)
         cs = best[5] if lean and len(best) > 5 and best[5] is not None else None
+        if cs is not None and Run in map(type, cs[:jn]):
+            return self._prefix_runs(bounds, ends, cs[:jn], best_len, uses)
         for a, b, e in zip(bounds, ends, cs[:jn] if cs is not None else map(entries.__getitem__, fps[:jn]),
                            strict=False):
             pieces = e.pieces
@@ -299,6 +305,59 @@ class ChunkWalk:
             uses.append((t0, b0, x0, lo0))
         return best_len
 
+    def _prefix_runs(self, bounds: list[int], ends: list[int], cs: list, best_len: int, uses: list[Use]) -> int:
+        """:meth:`_prefix` over a lean store's kept chunks some of which are runs (at their chunks' places:
+        :meth:`~engine.policies.irminsul_runs.RunChunks.place`): the chunks of a run in a row are one step (the
+        uses and ``joint`` the chunk by chunk loop gives them: all but the first go on in the use of the first)."""
+        used, j, joint = self._used_x, 0, -1
+        have, t0, b0, x0, lo0 = False, 0, 0, None, 0
+        for e, g in groupby(cs):
+            j2 = j + len([*g])
+            if type(e) is Run:
+                x = e.x
+                if j == 0:                    # the chunk at position 0 (_span's path: its own use, no clip)
+                    used.append(x)
+                    uses.append((0, ends[0], x, 0))
+                    joint = -1
+                    j = 1
+                    if j == j2:
+                        continue
+                a, b = bounds[j], ends[j2 - 1]
+                xo = a - x.base_pos
+                if have and (joint == a or joint == -a - 1) and x0 is x and lo0 + a - t0 == xo:
+                    b0 = b
+                else:
+                    if have:
+                        uses.append((t0, b0, x0, lo0))
+                    used.append(x)
+                    t0, b0, x0, lo0, have = a, b, x, xo, True
+                joint = b if b == bounds[j2] else -1
+                j = j2
+                continue
+            for a, b in zip(bounds[j:j2], ends[j:j2], strict=True):
+                pieces = e.pieces
+                if a and len(pieces) == 1 and b > a:      # _span's common case, inline
+                    x, xo, n = pieces[0]
+                    own = e.owner == x.owner
+                    if have and (joint == a or (own and joint == -a - 1)) and x0 is x and lo0 + a - t0 == xo:
+                        b0 = b
+                    else:
+                        if have:
+                            uses.append((t0, b0, x0, lo0))
+                        used.append(x)
+                        t0, b0, x0, lo0, have = a, b, x, xo, True
+                    joint = -1 if b - a < n else b if own else -b - 1
+                else:
+                    if have:
+                        uses.append((t0, b0, x0, lo0))
+                        have = False
+                    self._span(uses, e, a, b, 0)
+                    joint = -1
+            j = j2
+        if have:
+            uses.append((t0, b0, x0, lo0))
+        return best_len
+
     def _prefix_verified(self, req: RequestView, bounds: list[int], fps: list[int], best_len: int,
                          uses: list[Use]) -> int:
         """:meth:`_prefix` checking each chunk's tokens (``--verify``): up to the first collision."""
@@ -309,7 +368,7 @@ class ChunkWalk:
             if a >= best_len:
                 break
             b = min(bounds[j + 1], best_len)
-            e = entries[fp]
+            e = self._store.chunk_of(entries[fp], fp)
             self.stats.verified_hits += 1
             if not np.array_equal(e.part(0, b - a), req.seq.tokens(a, b)):
                 self.stats.collisions += 1

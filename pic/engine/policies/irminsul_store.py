@@ -32,24 +32,20 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from array import array
-from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from pic.engine import eviction
-from pic.engine.oracle import RefRuns
 from pic.engine.policies.base import PolicyStats
 from pic.engine.policies.irminsul_index import ChunkIndexes
 from pic.engine.policies.irminsul_prompts import PromptIndex
 from pic.engine.policies.irminsul_records import LEAN, Chunk, Extent, new_chunk
 from pic.engine.policies.irminsul_records import NONE as _NONE
+from pic.engine.policies.irminsul_runs import RunChunks
 from pic.engine.seq import Seq
 
 
-class ChunkStore(ChunkIndexes):
+class ChunkStore(RunChunks, ChunkIndexes):
     """Extents, the chunk registry over them with its trie and S1 window index, and byte accounting.
 
     ``key`` orders eviction (smallest first); ``s1_window`` is the S1 window size in tokens."""
@@ -309,69 +305,6 @@ class ChunkStore(ChunkIndexes):
             if x.refs == 0 and x.alive:
                 self._trim(x)
 
-    def stored_runs(self) -> list[tuple[Seq, int, int, int]] | RefRuns:
-        """Every live extent (what is physically stored) by reference, ``(src, lo, hi, 0)``, in registry
-        order (a lean store: as :class:`~engine.oracle.RefRuns` columns)."""
-        if self.lean:
-            # each extent first appears in the pieces of the chunk that made it (its owner): those pieces, cut at
-            # the live extents' edges, are the exact store's extents (a run is an extent per chunk there)
-            seqs: list[Seq] = []
-            where: dict[int, int] = {}
-            src, lo, hi, num = [], array("q"), array("q"), []
-            for rec in self.made:
-                if type(rec) is tuple:
-                    x, bounds, k = rec
-                    end = x.base_pos + x.size
-                    edges = bounds[k:bisect_left(bounds, end, k) + 1]       # (ends at ``end``: a chunk edge)
-                    if x.parts is not None:
-                        parts = self.parts_of(x)
-                        if not all(y.alive for y in parts):
-                            return self._stored_runs_lean()
-                        edges = sorted({*edges, *(y.base_pos for y in parts)})
-                    q, n = x.src, len(edges) - 1
-                    lo.extend(edges[:-1])
-                    hi.extend(edges[1:])
-                else:
-                    got = self._own_runs(rec)
-                    if got is None:
-                        continue
-                    q, a, b = got
-                    n = len(a)
-                    lo.extend(a)
-                    hi.extend(b)
-                src.append(where.setdefault(id(q), len(where)))
-                if src[-1] == len(seqs):
-                    seqs.append(q)
-                num.append(n)
-            return RefRuns(seqs, np.repeat(np.array(src, np.int64), num), np.frombuffer(lo, np.int64).copy(),
-                           np.frombuffer(hi, np.int64).copy())
-        seen = dict.fromkeys([p[0] for c in self.entries.values() for p in c.pieces])    # (by identity)
-        return [(x.src, x.base_pos, x.base_pos + x.size, 0) for x in seen]
-
-    def _own_runs(self, c: Chunk) -> tuple[Seq, list[int], list[int]] | None:
-        """A lean store's stored runs in chunk ``c``'s own pieces: ``(src, starts, ends)``; None: none."""
-        o, a, b, q = c.owner, [], [], None
-        for x, xo, n in c.pieces:
-            if x.owner != o:
-                continue
-            for y, lo, hi in self.live(x, xo, xo + n) or ():
-                q = y.src
-                a.append(y.base_pos + lo)
-                b.append(y.base_pos + hi)
-        return None if q is None else (q, a, b)
-
-    def _stored_runs_lean(self) -> list[tuple[Seq, int, int, int]]:
-        """:meth:`stored_runs` of a lean store chunk by chunk (a run lost a part: never in a replay)."""
-        out: list[tuple[Seq, int, int, int]] = []
-        for c in self.entries.values():
-            o = c.owner
-            for x, xo, n in c.pieces:
-                if x.owner != o:
-                    continue
-                for y, lo, hi in self.live(x, xo, xo + n) or ():
-                    out.append((y.src, y.base_pos + lo, y.base_pos + hi, 0))
-        return out
-
     def touch_extents(self, xs: Sequence[Extent], now_us: int) -> None:
         """Extents ``xs`` (repeats allowed) are accessed now, each once (a split one: each of its parts)."""
         for x in {id(x): x for x in xs}.values():
@@ -427,6 +360,7 @@ class ChunkStore(ChunkIndexes):
         (an unbounded store keeps them listed for :meth:`evict`)."""
         if not self.lean:
             return
+        self.make_all()
         self.lean, self.made = False, []
         self.prompts.lean = False         # (the layouts' chunks may be dropped or cut from now on)
         self.prompts._whole.clear()

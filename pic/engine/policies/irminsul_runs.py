@@ -1,0 +1,194 @@
+"""Runs of a lean ``irminsul`` chunk store (:class:`~engine.policies.irminsul_records.Run`): a row of new chunks one
+admission recomputed whole, kept as one record, and the :class:`~engine.policies.irminsul_records.Chunk` of one of
+them made only when a reader needs it. Mixed into :class:`~engine.policies.irminsul_store.ChunkStore`, with its
+stored runs (:meth:`RunChunks.stored_runs`: read from the runs as columns)."""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left
+from collections.abc import Callable
+from itertools import compress, repeat
+from operator import is_, sub
+
+import numpy as np
+
+from pic.engine import cdc
+from pic.engine.oracle import RefRuns
+from pic.engine.policies.irminsul_records import LEAN, RELEASED, Chunk, Extent, Run, new_chunk
+from pic.engine.seq import Seq
+
+
+class RunChunks:
+    """The chunks of a lean store's runs (see :class:`~engine.policies.irminsul_records.Run`), made on demand."""
+
+    entries: dict[int, Chunk | Run]
+    min_match: int
+    _keep_keys: bool
+    made: list
+    lean: bool
+    bpt: int
+    num_extents: int
+    parts_of: Callable[[Extent], list[Extent]]
+    live: Callable[[Extent, int, int], list | None]
+
+    def chunk_at(self, r: Run, i: int) -> Chunk:
+        """Run ``r``'s chunk ``i`` as a :class:`Chunk` (made once, then the registry's entry of its fingerprint):
+        the chunk admit made before runs were kept as records (same fields, pieces, readiness and keys)."""
+        cs = r.cs
+        if cs is None:
+            cs = r.cs = [None] * r.n
+        c = cs[i]
+        if c is not None:
+            return c
+        j, x, m = r.k + i, r.x, self.min_match
+        a = r.bounds[j]
+        n = r.bounds[j + 1] - a
+        keys = (r.heads[i], r.tails[i]) if n >= m and r.heads is not None else None
+        c = new_chunk(r.fps[j], r.src, a, n, ((x, a - x.base_pos, n),), r.owner, r.own if i == 0 else RELEASED, keys)
+        if r.ready:
+            c.ready = True
+            c.indexed = n
+            if n >= m:
+                c.head = keys[0] if keys is not None else cdc.fingerprint(c.part(0, m))
+                if not self._keep_keys:
+                    c.keys = None
+            else:
+                c.keys = None
+        cs[i] = c
+        if self.entries.get(c.fp) is r:
+            self.entries[c.fp] = c
+        return c
+
+    def chunks(self) -> list[Chunk]:
+        """The registry's chunks in its order (a run's made: tests, debugging)."""
+        return [self.chunk_of(e, fp) for fp, e in list(self.entries.items())]
+
+    def chunks_of(self, r: Run) -> list[Chunk]:
+        """Every chunk of run ``r``, in order (made)."""
+        return [self.chunk_at(r, i) for i in range(r.n)]
+
+    def chunk_of(self, e: Chunk | Run, fp: int) -> Chunk:
+        """The chunk of fingerprint ``fp`` that registry entry ``e`` names."""
+        return self.chunk_at(e, e.index(fp)) if type(e) is Run else e      # type: ignore[arg-type]
+
+    def expand(self, chunks: list) -> list[Chunk]:
+        """``chunks`` with each run replaced by its chunks (made)."""
+        if Run not in map(type, chunks):
+            return chunks
+        return [c for e in chunks for c in (self.chunks_of(e) if type(e) is Run else (e,))]
+
+    def make_all(self) -> None:
+        """Every run's chunks made (the registry names chunks only): the store turns exact."""
+        runs = {id(e): e for e in self.entries.values() if type(e) is Run}
+        for r in runs.values():
+            self.chunks_of(r)
+
+    def place(self, cs: list, js, bounds: list[int], fps: list[int]) -> None:
+        """A layout's chunk list ``cs`` names a run at index ``j`` (for each of ``js``) only where the run's chunk of
+        ``fps[j]`` lies at the layout's place ``[bounds[j], bounds[j + 1])`` (its extent then holds the chunk at
+        ``bounds[j] - x.base_pos``: the exact-prefix stage reads it so); elsewhere the chunk made of it."""
+        for j in compress(js, map(is_, map(type, [cs[j] for j in js]), repeat(Run))):
+            r = cs[j]
+            i = r.index(fps[j])
+            a = r.bounds[r.k + i]
+            if a != bounds[j] or r.bounds[r.k + i + 1] - a != bounds[j + 1] - bounds[j]:
+                cs[j] = self.chunk_at(r, i)
+
+    def stored_runs(self) -> list[tuple[Seq, int, int, int]] | RefRuns:
+        """Every live extent (what is physically stored) by reference, ``(src, lo, hi, 0)``, in registry
+        order (a lean store: as :class:`~engine.oracle.RefRuns` columns)."""
+        if self.lean:
+            # each extent first appears in the pieces of the chunk that made it (its owner): those pieces, cut at
+            # the live extents' edges, are the exact store's extents (a run is an extent per chunk there)
+            seqs: list[Seq] = []
+            where: dict[int, int] = {}
+            src, lo, hi, num = [], array("q"), array("q"), []
+            for rec in self.made:
+                if type(rec) is tuple:
+                    x, bounds, k = rec
+                    end = x.base_pos + x.size
+                    edges = bounds[k:bisect_left(bounds, end, k) + 1]       # (ends at ``end``: a chunk edge)
+                    if x.parts is not None:
+                        parts = self.parts_of(x)
+                        if not all(y.alive for y in parts):
+                            return self._stored_runs_lean()
+                        edges = sorted({*edges, *(y.base_pos for y in parts)})
+                    q, n = x.src, len(edges) - 1
+                    lo.extend(edges[:-1])
+                    hi.extend(edges[1:])
+                else:
+                    got = self._own_runs(rec)
+                    if got is None:
+                        continue
+                    q, a, b = got
+                    n = len(a)
+                    lo.extend(a)
+                    hi.extend(b)
+                src.append(where.setdefault(id(q), len(where)))
+                if src[-1] == len(seqs):
+                    seqs.append(q)
+                num.append(n)
+            return RefRuns(seqs, np.repeat(np.array(src, np.int64), num), np.frombuffer(lo, np.int64).copy(),
+                           np.frombuffer(hi, np.int64).copy())
+        seen = dict.fromkeys([p[0] for c in self.entries.values() for p in c.pieces])    # (by identity)
+        return [(x.src, x.base_pos, x.base_pos + x.size, 0) for x in seen]
+
+    def _own_runs(self, c: Chunk) -> tuple[Seq, list[int], list[int]] | None:
+        """A lean store's stored runs in chunk ``c``'s own pieces: ``(src, starts, ends)``; None: none."""
+        o, a, b, q = c.owner, [], [], None
+        for x, xo, n in c.pieces:
+            if x.owner != o:
+                continue
+            for y, lo, hi in self.live(x, xo, xo + n) or ():
+                q = y.src
+                a.append(y.base_pos + lo)
+                b.append(y.base_pos + hi)
+        return None if q is None else (q, a, b)
+
+    def _stored_runs_lean(self) -> list[tuple[Seq, int, int, int]]:
+        """:meth:`stored_runs` of a lean store chunk by chunk (a run lost a part: never in a replay)."""
+        out: list[tuple[Seq, int, int, int]] = []
+        for c in self.expand(list(self.entries.values())):
+            o = c.owner
+            for x, xo, n in c.pieces:
+                if x.owner != o:
+                    continue
+                for y, lo, hi in self.live(x, xo, xo + n) or ():
+                    out.append((y.src, y.base_pos + lo, y.base_pos + hi, 0))
+        return out
+
+    def add_runs(self, ks: list[int], bounds: list[int], fps: list[int], hk: list, tk: list, k0: int, src: Seq,
+                 now_us: int, tag: int, chunks: list, cs: list | None) -> int:
+        """Register a lean store's new chunks ``ks`` (the layout's indices, ascending, each recomputed whole, with
+        its keys at ``hk``/``tk[k - k0]``) as runs: each row of consecutive ones one locked extent (as admit made
+        them) and one :class:`Run`, appended to ``chunks`` and placed in ``cs``; the tokens stored."""
+        entries, bpt, m, made = self.entries, self.bpt, self.min_match, self.made
+        whole, i, num = 0, 0, len(ks)
+        while i < num:
+            k1 = ks[i]
+            if ks[-1] - k1 == num - 1 - i:    # the rest in a row (most)
+                i2 = num
+            else:
+                i2 = i + 1
+                while i2 < num and ks[i2] == ks[i2 - 1] + 1:
+                    i2 += 1
+            k2 = ks[i2 - 1] + 1
+            a, b = bounds[k1], bounds[k2]
+            x = Extent(src, a, b - a, (b - a) * bpt, now_us, 1, LEAN, tag)
+            self.num_extents += 1
+            made.append((x, bounds, k1))      # (its chunks' edges, for stored_runs)
+            whole += b - a
+            heads, tails = hk[k1 - k0:k2 - k0], tk[k1 - k0:k2 - k0]
+            short = min(map(sub, bounds[k1 + 1:k2 + 1], bounds[k1:k2])) < m
+            if short:                         # (a chunk under min_match tokens has no keys)
+                keep = [bounds[k + 1] - bounds[k] >= m for k in range(k1, k2)]
+                heads = [h if y else None for h, y in zip(heads, keep, strict=True)]
+                tails = [t if y else None for t, y in zip(tails, keep, strict=True)]
+            r = Run(x, src, bounds, fps, k1, k2 - k1, heads, tails, tag, short)
+            entries.update(zip(fps[k1:k2], repeat(r)))
+            chunks.append(r)
+            if cs is not None:
+                cs[k1:k2] = repeat(r, k2 - k1)
+            i = i2
+        return whole
