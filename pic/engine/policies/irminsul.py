@@ -195,7 +195,16 @@ class Irminsul(ChunkWalk, CachePolicy):
         views: list[tuple[int, int, list[Extent]]] = []    # target range of each use -> its locked extents
         split = False
         for a, b, x, lo in uses:
-            if x.parts is None and lo == 0 and b - a == x.size and x.alive:     # a whole extent: lock it
+            hi = lo + b - a
+            while x.parts is not None:        # a split extent: the part holding the range (where one does)
+                left, right, at = x.parts
+                if hi <= at:
+                    x = left
+                elif lo >= at:
+                    x, lo, hi = right, lo - at, hi - at
+                else:
+                    break
+            if x.parts is None and lo == 0 and hi == x.size and x.alive:     # a whole extent: lock it
                 if not x.refs:
                     st.evictable -= x.nbytes
                     st.protected += x.nbytes
@@ -203,7 +212,7 @@ class Irminsul(ChunkWalk, CachePolicy):
                 locked.append(x)
                 views.append((a, b, [x]))
                 continue
-            got_x = st.lock_range(x, lo, lo + b - a)
+            got_x = st.lock_range(x, lo, hi)
             if not got_x:                     # evicted since lookup: the plan is stale
                 return self._stale(locked)
             split = True

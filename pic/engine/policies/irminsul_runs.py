@@ -117,14 +117,24 @@ class RunChunks:
                     q, n = x.src, len(edges) - 1
                     lo.extend(edges[:-1])
                     hi.extend(edges[1:])
-                else:
-                    got = self._own_runs(rec)
-                    if got is None:
+                else:                         # a chunk: its own pieces (_own_runs, inline for unsplit extents)
+                    o, q, n = rec.owner, None, 0
+                    for x, xo, m in rec.pieces:
+                        if x.owner != o or not x.alive and x.parts is None:
+                            continue
+                        if x.parts is None:
+                            q = x.src
+                            lo.append(x.base_pos + xo)
+                            hi.append(x.base_pos + xo + m)
+                            n += 1
+                            continue
+                        for y, a, b in self.live(x, xo, xo + m) or ():
+                            q = y.src
+                            lo.append(y.base_pos + a)
+                            hi.append(y.base_pos + b)
+                            n += 1
+                    if q is None:
                         continue
-                    q, a, b = got
-                    n = len(a)
-                    lo.extend(a)
-                    hi.extend(b)
                 src.append(where.setdefault(id(q), len(where)))
                 if src[-1] == len(seqs):
                     seqs.append(q)
@@ -133,18 +143,6 @@ class RunChunks:
                            np.frombuffer(hi, np.int64).copy())
         seen = dict.fromkeys([p[0] for c in self.entries.values() for p in c.pieces])    # (by identity)
         return [(x.src, x.base_pos, x.base_pos + x.size, 0) for x in seen]
-
-    def _own_runs(self, c: Chunk) -> tuple[Seq, list[int], list[int]] | None:
-        """A lean store's stored runs in chunk ``c``'s own pieces: ``(src, starts, ends)``; None: none."""
-        o, a, b, q = c.owner, [], [], None
-        for x, xo, n in c.pieces:
-            if x.owner != o:
-                continue
-            for y, lo, hi in self.live(x, xo, xo + n) or ():
-                q = y.src
-                a.append(y.base_pos + lo)
-                b.append(y.base_pos + hi)
-        return None if q is None else (q, a, b)
 
     def _stored_runs_lean(self) -> list[tuple[Seq, int, int, int]]:
         """:meth:`stored_runs` of a lean store chunk by chunk (a run lost a part: never in a replay)."""
