@@ -240,3 +240,35 @@ def test_served_remembers_only_layouts_all_ready_and_whole() -> None:
     cs[3].size = 200
     assert idx._served(lay, 590) == 590 and id(cs) in idx._whole
     assert idx._served(lay, 600) == 600
+
+
+def test_key_tables_are_sized_from_the_trace_and_plan_alike(fast, monkeypatch) -> None:
+    """The tables start with room for a chunk per ``avg_chunk`` distinct tokens of the trace (its source's, taken at
+    the first lookup; up to 2^20 keys): the plans and stats of tables grown from the smallest size."""
+    from pic.engine.policies import irminsul as irminsul_mod
+    from tests.policies.test_irminsul_opaque_layout import _conversations, _store
+
+    store = _store(5, 30)
+    reqs = _conversations(store, 5)
+    monkeypatch.setattr(irminsul_mod, "_TABLES_AT", 6)
+    monkeypatch.setattr(irminsul_mod, "_TABLES_PER_LOOKUP", 0)
+
+    def run(hint: int | None) -> tuple:
+        pol = policies.build("irminsul", PolicyContext(math.inf, BPT), {"avg_chunk": 128, "min_chunk": 32,
+                                                                       "max_chunk": 256})
+        use = pol._use_tables
+
+        def use_tables() -> None:
+            assert pol._hint == int(store.offsets[-1])
+            if hint is not None:
+                pol._hint = hint
+            use()
+        pol._use_tables = use_tables
+        plans = plans_of(pol, reqs)
+        assert type(pol._store._heads) is KeyTable
+        return plans, dict(pol.stats.extra), pol._store._heads.tab.shape[0], pol._store._tails.tab.shape[0]
+
+    small, big, huge = run(0), run(10**6), run(10**12)
+    assert small[2:] == (2 << 12,) * 2 and big[2:] == (2 << 14,) * 2 and huge[2:] == (2 << 20,) * 2
+    assert small[:2] == big[:2] == huge[:2] == run(None)[:2]
+    assert small[1]["chunk_lookups"] > 0

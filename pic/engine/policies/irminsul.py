@@ -142,6 +142,7 @@ class Irminsul(ChunkWalk, CachePolicy):
         self._live: dict[int, tuple[list[Extent], list[Chunk]]] = {}    # rid -> locked extents, new chunks
         self._used_x: list[Extent] = []           # extents of the chunks the last _analyze read
         self._answered: tuple = (None, None)      # (request id, plan) of the last lookup
+        self._hint = 0                            # the trace's distinct tokens (its source's), when known
         self.stats.extra.update(prefix_tokens=0, chunk_lookups=0, chunk_hits=0, extended_tokens=0, window_lookups=0,
                                 window_hits=0, clipped_tokens=0, rotated_tokens=0, partly_stored=0, tail_tokens=0,
                                 unstored_tokens=0)
@@ -152,7 +153,8 @@ class Irminsul(ChunkWalk, CachePolicy):
         if self.stats.lookups == 1 and req.source is not None:
             # NOTE (speed): the trace's distinct tokens are what this policy will derive and chunk: announced
             # up front, the compiled kernels load now when that is worth it (pic.accel), not after 2^22 tokens
-            accel.kernels(int(req.source.offsets[-1]))
+            self._hint = int(req.source.offsets[-1])
+            accel.kernels(self._hint)
         if self.stats.lookups == _TABLES_AT:
             self._use_tables()
         got = self._analyze(req)
@@ -429,7 +431,9 @@ class Irminsul(ChunkWalk, CachePolicy):
         fast = accel.kernels(0, "irm")
         if fast is None:
             return
-        self._store.use_tables(fast)
+        # NOTE (speed, memory): sized up front for a chunk per avg_chunk distinct tokens of the trace (up to 2^20 keys
+        # each: no rehash of a table while it grows there, nor the page faults of its smaller copies)
+        self._store.use_tables(fast, min(20, max(12, (2 * self._hint // self.config.avg_chunk).bit_length())))
 
     def _stale(self, locked: list[Extent]) -> bool:
         for x in locked:

@@ -62,13 +62,14 @@ class ChunkIndexes:
         self._log: list = []        # index?, chunk, how many of its tokens; flat (no tuple per entry: fewer GC objects)
 
     # ---- Public API --------------------------------------------------------------------------------------
-    def use_tables(self, fast: ModuleType) -> None:
-        """Keep the prefilters in compiled key tables (``fast``: the kernels of :mod:`pic._accel_numba_irm`) from
-        now on: same counts, moved; lookups then ask them in one call (:meth:`hot`)."""
+    def use_tables(self, fast: ModuleType, bits: int = 12) -> None:
+        """Keep the prefilters in compiled key tables (``fast``: the kernels of :mod:`pic._accel_numba_irm`; room for
+        ``2^(bits - 1)`` keys each before they grow) from now on: same counts, moved; lookups then ask them in one
+        call (:meth:`hot`)."""
         if isinstance(self._heads, KeyTable):
             return
-        self._heads = KeyTable(fast, [k for k, n in self._heads.items() for _ in range(n)])
-        self._tails = KeyTable(fast, [k for k, n in self._tails.items() for _ in range(n)])
+        self._heads = KeyTable(fast, [k for k, n in self._heads.items() for _ in range(n)], bits)
+        self._tails = KeyTable(fast, [k for k, n in self._tails.items() for _ in range(n)], bits)
         self._new2 = np.zeros(2, np.int64)
 
     def hot(self, heads: np.ndarray, tails: np.ndarray, base: int) -> list[int]:
