@@ -3,7 +3,9 @@ stats) for a set of serving configurations (#12, srv14): run from two checkouts,
 
     PYTHONPATH=. python3 benchmarks/sim_digests.py [0,3,5]     # all configurations, or those numbered
 
-Each line: number, digest, CPU s of the simulation, ITL segments, events, trace, policy, options.
+Each line: number, digest of every output, digest of every output but the event count, CPU s of the
+simulation, ITL segments, events, trace, policy, options. (The event count is a diagnostic: a change that
+drops events which did nothing, srv15's superseded SCHEDULEs, keeps the second digest and changes the first.)
 """
 from __future__ import annotations
 
@@ -64,9 +66,12 @@ def main() -> None:
         dt = time.process_time() - t
         h = hashlib.sha256(sim.rows.write_ipc(None).getvalue())
         h.update(np.ascontiguousarray(sim.itl, np.float64).tobytes())
+        g = h.copy()
         h.update(json.dumps([sim.busy_s, sim.last_finish_us, sim.peak_resident, sim.num_events, sim.stats,
                              sim.order[:50].tolist()]).encode())
-        print(f"{k:2d} {h.hexdigest()[:16]} {dt:6.3f}s itl{sim.itl.shape[0]} ev{sim.num_events} "
+        g.update(json.dumps([sim.busy_s, sim.last_finish_us, sim.peak_resident, sim.stats,
+                             sim.order[:50].tolist()]).encode())
+        print(f"{k:2d} {h.hexdigest()[:16]} {g.hexdigest()[:16]} {dt:6.3f}s itl{sim.itl.shape[0]} ev{sim.num_events} "
               f"{path.split('/')[-1]} {pol} {opts}", flush=True)
         del sim
         gc.collect()

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from pic.engine.events import Event, EventKind
-from pic.engine.loop import Simulator
+from pic.engine.loop import VOID, Simulator
 
 
 def _recording_sim():
@@ -229,3 +229,103 @@ def test_feed_rejects_a_second_feed_and_the_past():
     sim2.now = 5
     with pytest.raises(ValueError, match="cannot feed"):
         sim2.feed([4], EventKind.ARRIVAL, lambda j, now: None)
+
+
+def _timer_vs_heap(seed: int, mode: str, use_timer: bool):
+    """A replica-like stream: arrivals (fed) supersede the pending SCHEDULE (a version bump), a SCHEDULE sets
+    the next one; finishes and metrics at random times, many at one instant. Heap: a superseded SCHEDULE is
+    dispatched and returns VOID. Timer (``timer_kinds``): it is replaced, never dispatched."""
+    import random
+
+    rng = random.Random(seed)
+    times = sorted(rng.randrange(0, 80) for _ in range(40))
+    plan = [(rng.randrange(0, 4), rng.random() < 0.6, rng.randrange(0, 3)) for _ in range(200)]
+    seen, state = [], {"v": 0, "k": 0, "void": 0}
+
+    def nxt():
+        state["k"] += 1
+        return plan[state["k"] % len(plan)]
+
+    def sched(now):
+        state["v"] += 1
+        return (now + nxt()[0], Event(EventKind.SCHEDULE, 0, -1, state["v"]))
+
+    def arrive(j, now):
+        seen.append((now, "A", j))
+        d, cut, fin = nxt()
+        out = [(now + fin, Event(EventKind.FINISH, req=j))] if fin else []
+        if cut:
+            out.append(sched(now))
+        return out
+
+    def schedule(ev, now):
+        if ev.version != state["v"]:
+            state["void"] += 1
+            return VOID
+        seen.append((now, "S", ev.version))
+        d, again, fin = nxt()
+        out = [(now, Event(EventKind.METRICS, req=ev.version))] if fin == 1 else []
+        if again:
+            out.append(sched(now))
+        return out
+
+    def other(ev, now):
+        seen.append((now, ev.kind.name, ev.req))
+        return [(now, Event(EventKind.METRICS, req=-1))] if ev.kind == EventKind.FINISH and ev.req % 2 else None
+
+    sim = Simulator({**dict.fromkeys(EventKind, other), EventKind.SCHEDULE: schedule},
+                    timer_kinds=(EventKind.SCHEDULE,) if use_timer else ())
+    sim.feed(times, EventKind.ARRIVAL, arrive)
+    sim.schedule(Event(EventKind.SCHEDULE, 0, -1, 0), times[0])
+    observed = []
+    if mode == "observers":
+        sim.observers.append(lambda ev, now: observed.append(ev.kind))
+        sim.run()
+    elif mode == "until":
+        for stop in (7, 20, 21, 45):
+            sim.run(until=stop)
+            assert sim.now == stop
+        sim.run()
+    else:
+        sim.run()
+    if mode == "observers":
+        assert len(observed) == sim.num_events and EventKind.SCHEDULE in observed
+    return seen, sim.num_events, state["void"]
+
+
+@pytest.mark.parametrize("mode", ["drain", "observers", "until"])
+@pytest.mark.parametrize("seed", range(6))
+def test_timer_dispatches_what_the_heap_dispatches_less_the_superseded(seed, mode):
+    """``timer_kinds`` (one pending event of those kinds, a newer one replaces it) gives the order and the
+    count the heap gives when a superseded event's handler returns VOID (not counted, not observed)."""
+    heap_seen, heap_n, heap_void = _timer_vs_heap(seed, mode, use_timer=False)
+    timer_seen, timer_n, timer_void = _timer_vs_heap(seed, mode, use_timer=True)
+    assert timer_seen == heap_seen and timer_n == heap_n == len(heap_seen)
+    assert heap_void >= 3 and timer_void == 0      # superseded schedules: dispatched as VOID / never
+    assert sum(1 for _, k, _ in heap_seen if k == "S") >= 5
+
+
+def test_void_events_are_not_counted_nor_observed():
+    """A handler returning VOID: no follow-ups, not in num_events, no observer call (step and drain)."""
+    for observe in (False, True):
+        seen: list[int] = []
+        sim = Simulator({EventKind.ARRIVAL: lambda ev, now: VOID if ev.req % 2 else None})
+        if observe:
+            sim.observers.append(lambda ev, now, seen=seen: seen.append(ev.req))
+        for k in range(5):
+            sim.schedule(Event(EventKind.ARRIVAL, req=k), k)
+        assert sim.run() == 3 and sim.num_events == 3 and sim.now == 4
+        assert seen == ([0, 2, 4] if observe else [])
+
+
+def test_timer_is_replaced_and_peeked():
+    """A newer timer event replaces the pending one (schedule() or a follow-up); peek sees it."""
+    seen = []
+    sim = Simulator({EventKind.SCHEDULE: lambda ev, now: seen.append((now, ev.req)),
+                     EventKind.ARRIVAL: lambda ev, now: [(now + 1, Event(EventKind.SCHEDULE, req=3))]},
+                    timer_kinds=(EventKind.SCHEDULE,))
+    sim.schedule(Event(EventKind.SCHEDULE, req=1), 10)
+    sim.schedule(Event(EventKind.SCHEDULE, req=2), 8)
+    assert sim.peek() == 8
+    sim.schedule(Event(EventKind.ARRIVAL, req=0), 2)
+    assert sim.run() == 2 and seen == [(3, 3)] and sim.peek() == math.inf

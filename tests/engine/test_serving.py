@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from pic.engine.cost import PrefillCost
+from pic.engine.events import EventKind
 from pic.engine.plan import Plan
 from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
 from pic.engine.serving import ServingModel, Workload
@@ -381,3 +382,36 @@ def test_plain_plans_priced_as_tuples_give_the_columns_prefill_cost_gives():
     assert_frame_equal(a, b)
     assert fast._tmemo and not slow._tmemo and (a["reused_tokens"] > 0).sum() > 10
     assert a["nocache_attn_layer_s"].min() > 0 and (a["attn_layer_s"] < a["nocache_attn_layer_s"]).any()
+
+
+@pytest.mark.parametrize("closed_loop", [False, True])
+@pytest.mark.parametrize("budget, seed, span_us, max_out", [(8192, 1, 2_000_000, 300), (256, 2, 300_000, 80),
+                                                             (64, 3, 5_000_000, 3), (2048, 4, 0, 40)])
+def test_one_replica_timer_gives_the_heap_path_outputs(closed_loop, budget, seed, span_us, max_out):
+    """One replica: its phase ends through the Simulator's timer (PREFILL_DONE, then SCHEDULE; a cut replaces
+    the pending one) give every output the heap path gives (its SCHEDULEs queued, a superseded one
+    dispatched as VOID, not counted): rows, ITL segments, busy time, event count."""
+    from pic.engine.loop import VOID, Simulator
+
+    def run(timer):
+        w = _workload(80, seed=seed, max_out=max_out, span_us=max(span_us, 1))
+        m = ServingModel(w, [BrutePrefix()], FakeCost(), token_budget=budget, closed_loop=closed_loop)
+        void = []
+        if not timer:
+            m._one = False
+            on_schedule = m._on_schedule
+
+            def counted(ev, now):
+                out = on_schedule(ev, now)
+                void.append(out is VOID)
+                return out
+
+            m.sim = Simulator({**m.sim.handlers, EventKind.SCHEDULE: counted})
+        reqs = m.run()
+        cols = {f: np.asarray(reqs.cols[f]).tolist() for f in reqs.cols}
+        return cols, m.replicas[0].itl.array().tolist(), m.replicas[0].busy_us, m.sim.num_events, sum(void)
+
+    a, b = run(True), run(False)
+    assert a[:4] == b[:4]
+    if seed == 1:
+        assert b[4] > 20       # arrivals cut decode phases: superseded SCHEDULEs, dispatched as VOID

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from pic.engine.events import Event, EventKind
-from pic.engine.loop import Simulator
+from pic.engine.loop import VOID, Simulator
 from pic.engine.plan import NO_CORRECTION, Action, Plan
 from pic.engine.request import Labels, RequestTable
 from pic.engine.serving.replica import Phase, Replica
@@ -83,8 +83,15 @@ class ServingModel:
         self._terms = getattr(cost, "one_chunk_terms", None)          # ... its values as a tuple (or None)
         self._tmemo: dict[Any, tuple] = {}
         self._watts = cost.busy_watts
+        # NOTE (speed): with one replica, its phase end is the Simulator's timer (one pending event, replaced
+        # by a newer one): a prefill's PREFILL_DONE, whose handler then sets the SCHEDULE at the same instant
+        # (the order the heap gave: FINISH, PREFILL_DONE, ARRIVAL, SCHEDULE at one time), or a decode phase's
+        # SCHEDULE, which a cut replaces (its version was then old): no heap entry per phase, no stale one
+        # dispatched. Several replicas: heap events (their SCHEDULEs' ties go by push order).
+        self._one = len(self.replicas) == 1
         self.sim = Simulator({FINISH: self._on_finish, PREFILL_DONE: self._on_prefill_done,
-                              ARRIVAL: self._on_arrival, SCHEDULE: self._on_schedule})
+                              ARRIVAL: self._on_arrival, SCHEDULE: self._on_schedule},
+                             timer_kinds=(PREFILL_DONE, SCHEDULE) if self._one else ())
 
     # ---- Public API -------------------------------------------------------------------------------
     def run(self) -> RequestTable:
@@ -148,10 +155,10 @@ class ServingModel:
         wake = rep.cut(now)
         return None if wake is None else [(wake, (SCHEDULE, k, -1, rep.version))]
 
-    def _on_schedule(self, ev: Event, now: int) -> list[tuple[int, Event]] | None:
+    def _on_schedule(self, ev: Event, now: int) -> Any:
         rep = self.replicas[ev[1]]
-        if ev[3] != rep.version:
-            return None
+        if ev[3] != rep.version:     # superseded (a cut re-planned the phase): not an event (loop.VOID)
+            return VOID
         dec = rep.decoding
         out = None
         if dec and dec[0][0] <= rep.steps:
@@ -183,7 +190,13 @@ class ServingModel:
             k = self._replica[i]
             self.policies[k].commit(self._views[i], now)
             self._note_resident(k)
-        return self._finish(i, now) if self._num_output[i] <= 1 else None
+        out = self._finish(i, now) if self._num_output[i] <= 1 else None
+        if self._one:      # the replica's SCHEDULE at the prefill's end (its timer's next event)
+            item = (now, (SCHEDULE, 0, -1, self.replicas[0].version))
+            if out is None:
+                return [item]
+            out.append(item)
+        return out
 
     def _on_finish(self, ev: Event, now: int) -> list[tuple[int, Event]] | None:
         return self._finish(ev[2], now)
@@ -266,8 +279,11 @@ class ServingModel:
         if finishes:
             out = [(t, (FINISH, k, j, 0)) for t, j in finishes]
             out.append((end, (PREFILL_DONE, k, i, 0)))
-            out.append((end, (SCHEDULE, k, -1, rep.version)))
+            if not self._one:
+                out.append((end, (SCHEDULE, k, -1, rep.version)))
             return out
+        if self._one:      # (the SCHEDULE at ``end`` follows the PREFILL_DONE: _on_prefill_done)
+            return [(end, (PREFILL_DONE, k, i, 0))]
         return [(end, (PREFILL_DONE, k, i, 0)), (end, (SCHEDULE, k, -1, rep.version))]
 
     def _finish(self, i: int, now: int) -> list[tuple[int, Event]] | None:
