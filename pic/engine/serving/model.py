@@ -82,6 +82,7 @@ class ServingModel:
         self._one_chunk = getattr(cost, "prefill_one_chunk", None)   # CostModel's plain-plan pricing
         self._terms = getattr(cost, "one_chunk_terms", None)          # ... its values as a tuple (or None)
         self._tmemo: dict[Any, tuple] = {}
+        self._view = workload.view
         self._watts = cost.busy_watts
         # NOTE (speed): with one replica, its phase end is the Simulator's timer (one pending event, replaced
         # by a newer one): a prefill's PREFILL_DONE, whose handler then sets the SCHEDULE at the same instant
@@ -145,9 +146,9 @@ class ServingModel:
     def _arrive(self, i: int, now: int) -> list[tuple[int, Event]] | None:
         """Request ``i`` arrives at ``now``: routed and queued; a replica that must re-plan is woken."""
         self._arrival[i] = now
-        view = self._views[i] = self.w.view(i)
+        view = self._views[i] = self._view(i)
         replicas = self.replicas
-        k = self.router.pick(view, now) if len(replicas) > 1 else 0
+        k = 0 if self._one else self.router.pick(view, now)
         self._replica[i] = k
         rep = replicas[k]
         rep.queue.append(i)
@@ -239,7 +240,7 @@ class ServingModel:
                     t = self._plain_terms(key, plan.num_tokens, chunk[0], chunk[1])
         if t is not None:
             flops, hbm, _, read, attn_s, _ = t
-            rec_tokens, rec_s, nc_rec = 0, 0.0, 0.0
+            # (the recurrent columns stay at their zeros)
             if plain:
                 nc_attn = attn_s
             else:
@@ -249,17 +250,17 @@ class ServingModel:
         else:
             pc = self.prefill_cost(plan, reused if not needs_extra else -1)
             flops, hbm, read = pc.flops, pc.hbm_bytes, pc.cache_read_bytes
-            rec_tokens, attn_s, rec_s = pc.recurrent_tokens, pc.attn_layer_s, pc.recurrent_layer_s
+            attn_s = pc.attn_layer_s
             nc = pc if plain else self.prefill_cost(Plan.recompute_all(n), 0)
-            nc_attn, nc_rec = nc.attn_layer_s, nc.recurrent_layer_s
+            nc_attn = nc.attn_layer_s
+            c_rec_tokens[i] = pc.recurrent_tokens
+            c_rec[i] = pc.recurrent_layer_s
+            c_nc_rec[i] = nc.recurrent_layer_s
         c_flops[i] = flops
         c_hbm[i] = hbm
         c_read[i] = read
-        c_rec_tokens[i] = rec_tokens
         c_attn[i] = attn_s
-        c_rec[i] = rec_s
         c_nc_attn[i] = nc_attn
-        c_nc_rec[i] = nc_rec
         num_new = num_recomputed if num_recomputed < n else n      # max(1, min(n, num_recomputed))
         if num_new < 1:
             num_new = 1
@@ -308,7 +309,7 @@ class ServingModel:
         total = self.policies[k].usage().total
         res = self.resident
         res[k] = total
-        s = sum(res) if len(res) > 1 else total     # (sum of one: 0 + total, the same value)
+        s = total if self._one else sum(res)     # (sum of one: 0 + total, the same value)
         if s > self.peak_resident:
             self.peak_resident = s
 

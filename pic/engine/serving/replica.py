@@ -93,7 +93,15 @@ class Replica:
             dt, sh = step(chunk, num_cached + done, nd, base + nd * s if nd else 0)
             share += sh
             if nd:   # every decoder gets one token at the end of this step: ITL = the step (+ extra_s first)
-                self.itl.add_step(dt + (extra_s if done == 0 else 0.0), nd)
+                d = dt + extra_s if done == 0 else dt
+                a = self._itl_a     # ItlLog.add_step, inlined
+                if a and a[-3] == 0.0 and a[-4] == d and a[-1] == nd:
+                    a[-2] += 1
+                else:
+                    a.append(d)
+                    a.append(0.0)
+                    a.append(1)
+                    a.append(nd)
             t += dt
             done += chunk
             s += 1
@@ -185,7 +193,10 @@ class Replica:
             return None
         self.busy_us -= self.busy_until - end
         self.steps = s0 + m
-        self.itl.set_count(self._itl_pos, m)
+        if m:               # ItlLog.set_count, inlined (the running phase's segment is the newest)
+            self._itl_a[self._itl_pos + 2] = m
+        else:
+            self.itl.set_count(self._itl_pos, 0)
         self.phase = WAKE
         self.version += 1
         self.busy_until = end

@@ -43,14 +43,19 @@ def decode_boundary(fixed_s: float, per_token_s: float, num_decode: int, context
     if n < 0:
         n = 0
     # NOTE: fix float rounding of the root so the boundary is exact for the series as evaluated
-    while n > 0 and decode_time(fixed_s, per_token_s, num_decode, context, n - 1) >= elapsed_s:
-        n -= 1
+    # (decode_time inlined: the same expression, ``k * fixed + per * (k * ctx + nd * k * (k - 1) / 2)``)
+    f, p, c, d = fixed_s, per_token_s, context, num_decode
+    while n > 0:
+        k = n - 1
+        if not k * f + p * (k * c + d * k * (k - 1) / 2) >= elapsed_s:
+            break
+        n = k
     while n < max_steps:
-        t = decode_time(fixed_s, per_token_s, num_decode, context, n)
+        t = n * f + p * (n * c + d * n * (n - 1) / 2)
         if t >= elapsed_s:
             return n, t
         n += 1
-    return n, decode_time(fixed_s, per_token_s, num_decode, context, n)
+    return n, n * f + p * (n * c + d * n * (n - 1) / 2)
 
 
 def to_us(seconds: float) -> int:
