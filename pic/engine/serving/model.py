@@ -82,6 +82,7 @@ class ServingModel:
         self._one_chunk = getattr(cost, "prefill_one_chunk", None)   # CostModel's plain-plan pricing
         self._terms = getattr(cost, "one_chunk_terms", None)          # ... its values as a tuple (or None)
         self._tmemo: dict[Any, tuple] = {}
+        self._full: dict[int, tuple] = {}     # one_chunk_terms of a full recompute, by token count (an int key)
         self._view = workload.view
         self._watts = cost.busy_watts
         # NOTE (speed): with one replica, its phase end is the Simulator's timer (one pending event, replaced
@@ -131,6 +132,13 @@ class ServingModel:
         if len(self._tmemo) >= _MEMO_MAX:
             self._tmemo.clear()
         t = self._tmemo[key] = self._terms(num_tokens, num_new, start)
+        return t
+
+    def _full_terms(self, num_tokens: int) -> tuple:
+        """CostModel.one_chunk_terms of ``Plan.recompute_all(num_tokens)``, remembered by its token count."""
+        if len(self._full) >= _MEMO_MAX:
+            self._full.clear()
+        t = self._full[num_tokens] = self._terms(num_tokens, num_tokens, 0)
         return t
 
     # ---- Event handlers ---------------------------------------------------------------------------
@@ -218,59 +226,77 @@ class ServingModel:
             plan = Plan.recompute_all(n)
             c_uncached[i] = True
         c_evictions[i] = pol.stats.evictions - ev0
-        reused, rotated, needs_extra = _plan_stats(plan)
-        # NOTE: hybrid models: reuse after a non-prefix point still runs the recurrent layers (engine.hybrid_cost)
-        needs_extra = needs_extra or (self._hybrid and reused > plan.leading_reuse)
-        num_recomputed = n - reused + plan.correction.recompute_tokens
-        c_reused[i] = reused
-        c_rotated[i] = rotated
-        c_recomputed[i] = num_recomputed
         spans = plan.spans
-        plain = reused == 0 and not needs_extra
-        t = None
-        if self._terms is not None and not needs_extra and len(spans) <= 2:
-            # NOTE (speed): a plain plan priced as prefill_one_chunk's values in a tuple (engine.cost), remembered
-            # by prefill_cost's key: no PrefillCost built per plan shape (its recurrent fields are zeros, as the
-            # columns start). (The key tells two RECOMPUTE spans, which prefill prices, from one chunk.)
-            key = (plan.num_tokens, reused, spans[0].action, len(spans))
-            t = self._tmemo.get(key)
+        a = spans[0]
+        if (len(spans) == 1 and a.action == RECOMPUTE and not a.tier and plan.correction is NO_CORRECTION
+                and self._terms is not None):
+            # NOTE (speed): a full recompute (a miss, an unadmitted request), the general path below specialised:
+            # _plan_stats gives (0, 0, False), so reused / rotated stay at their zeros, every token is recomputed,
+            # the plan is plain (its no-cache attention its own, no counterfactual prefill) and priced as one chunk
+            t = self._full.get(plan.num_tokens)      # (the one span is [0, num_tokens): a Plan covers it)
             if t is None:
-                chunk = _one_chunk(spans)
-                if chunk is not None:
-                    t = self._plain_terms(key, plan.num_tokens, chunk[0], chunk[1])
-        if t is not None:
+                t = self._full_terms(plan.num_tokens)
             flops, hbm, _, read, attn_s, _ = t
-            # (the recurrent columns stay at their zeros)
-            if plain:
-                nc_attn = attn_s
-            else:
-                key = (n, 0, RECOMPUTE, 1)
-                nc = self._tmemo.get(key)
-                nc_attn = (nc if nc is not None else self._plain_terms(key, n, n, 0))[4]
+            c_recomputed[i] = n
+            c_flops[i] = flops
+            c_hbm[i] = hbm
+            c_read[i] = read
+            c_attn[i] = attn_s
+            c_nc_attn[i] = attn_s
+            num_new = n if n > 1 else 1      # max(1, min(n, n))
+            extra, full = 0.0, None
         else:
-            pc = self.prefill_cost(plan, reused if not needs_extra else -1)
-            flops, hbm, read = pc.flops, pc.hbm_bytes, pc.cache_read_bytes
-            attn_s = pc.attn_layer_s
-            nc = pc if plain else self.prefill_cost(Plan.recompute_all(n), 0)
-            nc_attn = nc.attn_layer_s
-            c_rec_tokens[i] = pc.recurrent_tokens
-            c_rec[i] = pc.recurrent_layer_s
-            c_nc_rec[i] = nc.recurrent_layer_s
-        c_flops[i] = flops
-        c_hbm[i] = hbm
-        c_read[i] = read
-        c_attn[i] = attn_s
-        c_nc_attn[i] = nc_attn
-        num_new = num_recomputed if num_recomputed < n else n      # max(1, min(n, num_recomputed))
-        if num_new < 1:
-            num_new = 1
-        extra = 0.0
-        if needs_extra:
-            # rotation / correction / tier-transfer time beyond a plain chunked prefill of num_new tokens
-            extra = max(0.0, pc.time_s - self.cost.step_time(((num_new, n - num_new),), 0, 0))
-        watts = self._watts
-        full = None if plain else rep.prefill_share(n, n)       # before this prefill changes the batch
+            reused, rotated, needs_extra = _plan_stats(plan)
+            # NOTE: hybrid models: reuse after a non-prefix point still runs the recurrent layers (engine.hybrid_cost)
+            needs_extra = needs_extra or (self._hybrid and reused > plan.leading_reuse)
+            num_recomputed = n - reused + plan.correction.recompute_tokens
+            c_reused[i] = reused
+            c_rotated[i] = rotated
+            c_recomputed[i] = num_recomputed
+            plain = reused == 0 and not needs_extra
+            t = None
+            if self._terms is not None and not needs_extra and len(spans) <= 2:
+                # NOTE (speed): a plain plan priced as prefill_one_chunk's values in a tuple (engine.cost), remembered
+                # by prefill_cost's key: no PrefillCost built per plan shape (its recurrent fields are zeros, as the
+                # columns start). (The key tells two RECOMPUTE spans, which prefill prices, from one chunk.)
+                key = (plan.num_tokens, reused, spans[0].action, len(spans))
+                t = self._tmemo.get(key)
+                if t is None:
+                    chunk = _one_chunk(spans)
+                    if chunk is not None:
+                        t = self._plain_terms(key, plan.num_tokens, chunk[0], chunk[1])
+            if t is not None:
+                flops, hbm, _, read, attn_s, _ = t
+                # (the recurrent columns stay at their zeros)
+                if plain:
+                    nc_attn = attn_s
+                else:
+                    nc = self._full.get(n)
+                    nc_attn = (nc if nc is not None else self._full_terms(n))[4]
+            else:
+                pc = self.prefill_cost(plan, reused if not needs_extra else -1)
+                flops, hbm, read = pc.flops, pc.hbm_bytes, pc.cache_read_bytes
+                attn_s = pc.attn_layer_s
+                nc = pc if plain else self.prefill_cost(Plan.recompute_all(n), 0)
+                nc_attn = nc.attn_layer_s
+                c_rec_tokens[i] = pc.recurrent_tokens
+                c_rec[i] = pc.recurrent_layer_s
+                c_nc_rec[i] = nc.recurrent_layer_s
+            c_flops[i] = flops
+            c_hbm[i] = hbm
+            c_read[i] = read
+            c_attn[i] = attn_s
+            c_nc_attn[i] = nc_attn
+            num_new = num_recomputed if num_recomputed < n else n      # max(1, min(n, num_recomputed))
+            if num_new < 1:
+                num_new = 1
+            extra = 0.0
+            if needs_extra:
+                # rotation / correction / tier-transfer time beyond a plain chunked prefill of num_new tokens
+                extra = max(0.0, pc.time_s - self.cost.step_time(((num_new, n - num_new),), 0, 0))
+            full = None if plain else rep.prefill_share(n, n)       # before this prefill changes the batch
         end, finishes, share = rep.run_prefill(now, n, num_new, extra, i, self._num_output[i])
+        watts = self._watts
         joules = watts * share
         c_joules[i] = joules
         nocache = joules if full is None else watts * full
