@@ -270,6 +270,26 @@ def test_prefill_step_is_step_time_split(kv_read):
         assert cm.prefill_step(0, 100, 4, 4000) == (cm.step_time([], 4, 4000), 0.0)
 
 
+def test_attention_memo_gives_the_attention_flops():
+    """prefill_step and the one-chunk terms remember a chunk's attention FLOPs by (new, cached) tokens: a
+    remembered value is the model's attention_flops, and a step priced from the memo equals step_time."""
+    import random
+
+    rng = random.Random(9)
+    for m in MODELS.values():
+        cm = CostModel(m, H200)
+        attn = m.attention_flops_fn()
+        shapes = [(rng.randrange(1, 9000), rng.choice([0, rng.randrange(0, 50_000)])) for _ in range(40)]
+        for _ in range(3):                       # first a miss, then hits
+            for n, c in shapes:
+                nd = rng.randrange(0, 50)
+                ctx = rng.randrange(nd, 10**6) if nd else 0
+                assert cm.prefill_step(n, c, nd, ctx)[0] == cm.step_time([(n, c)], nd, ctx)
+                assert cm.one_chunk_terms is None or cm.one_chunk_terms(n + c, n, c)[0] == cm.prefill(
+                    Plan.from_prefix(n + c, c)).flops
+        assert cm._attn_memo and all(v == attn(n, c) for (n, c), v in cm._attn_memo.items())
+
+
 @pytest.mark.parametrize("kv_read", [None, 96.0])
 def test_prefill_one_chunk_is_prefill_of_the_plan(kv_read):
     """The serving model's plain-plan pricing equals CostModel.prefill field by field (values and types) for
