@@ -5,19 +5,31 @@ Entry point: :func:`make_report`. Building blocks: :func:`load_runs` (data), :fu
 (the answer in one sentence per scenario).
 """
 
-from pic.engine.report.data import (
-    ReportData,
-    RunInfo,
-    capacity_series,
-    load_runs,
-    policy_metrics,
-    scenario_title,
-)
-from pic.engine.report.headline import best_prefix, headline, headlines
-from pic.engine.report.html import Report, make_report, render_html, to_json
-from pic.engine.report.markdown import render_markdown
-from pic.engine.report.plots import Plot, render_plots, write_plots
-from pic.engine.report.tables import LATENCY_METRICS, TABLE_METRICS, comparison_rows, latency_rows
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: public name -> the submodule defining it; NOTE (speed): imported on first use, so a module that needs
+#: one helper (``pic replay``'s table: pic.cli.settings) does not import html, markdown and plots too
+_WHERE = {
+    **dict.fromkeys(("ReportData", "RunInfo", "capacity_series", "load_runs", "policy_metrics", "scenario_title"),
+                    "data"),
+    **dict.fromkeys(("best_prefix", "headline", "headlines"), "headline"),
+    **dict.fromkeys(("Report", "make_report", "render_html", "to_json"), "html"),
+    "render_markdown": "markdown",
+    **dict.fromkeys(("Plot", "render_plots", "write_plots"), "plots"),
+    **dict.fromkeys(("LATENCY_METRICS", "TABLE_METRICS", "comparison_rows", "latency_rows"), "tables"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "LATENCY_METRICS", "TABLE_METRICS", "comparison_rows", "latency_rows", "scenario_title", "Plot", "Report",
