@@ -15,7 +15,6 @@ import typer
 
 from pic.engine.config import ROUTERS
 from pic.engine.specs.gpus import GPUS
-from pic.traces.formats.detect import FORMATS
 from pic.traces.suggest import did_you_mean
 
 
@@ -52,13 +51,16 @@ def parser(choices: type[enum.Enum]) -> Callable[[Any], enum.Enum]:
 
 Router = choice_enum("Router", ROUTERS)
 Gpu = choice_enum("Gpu", GPUS)
-Format = choice_enum("Format", FORMATS)
 
 
 def __getattr__(name: str) -> Any:
-    # NOTE (speed): Backend and Scenario are made on first use: their values live in pic.engine.sweep and
-    # pic.traces.synth, which `pic replay` never needs (~0.1 s CPU of imports at each start)
-    if name == "Backend":
+    # NOTE (speed): Backend, Scenario and Format are made on first use: their values live in pic.engine.sweep,
+    # pic.traces.synth and the ingest readers (pic.traces.formats), which `pic replay` never needs (~0.1 s CPU
+    # of imports at each start)
+    if name == "Format":
+        from pic.traces.formats.detect import FORMATS
+        globals()[name] = made = choice_enum("Format", FORMATS)
+    elif name == "Backend":
         from pic.engine.sweep import BACKENDS
         globals()[name] = made = choice_enum("Backend", BACKENDS)
     elif name == "Scenario":
