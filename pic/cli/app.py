@@ -14,16 +14,29 @@ import sys
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
-from pic.cli import errors
+from pic.cli import coerce, errors
 
 # typer >= 0.22 vendors click (typer._click); older ones use click itself: find the classes either way
 _MRO = {c.__name__: c for c in typer.BadParameter.__mro__}
 ClickException, UsageError = _MRO["ClickException"], _MRO["UsageError"]
 
 
-class GuardedGroup(TyperGroup):
+class PlainParams:
+    """Mixin: the command's parameters convert plain values without pydantic (NOTE (speed): pic.cli.coerce)."""
+
+    def get_params(self, ctx: Any) -> Any:
+        params = super().get_params(ctx)
+        coerce.install(params)
+        return params
+
+
+class Command(PlainParams, TyperCommand):
+    """Each command of ``pic``."""
+
+
+class GuardedGroup(PlainParams, TyperGroup):
     """The root command group: every exception becomes one line on stderr and an exit code."""
 
     def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None,
@@ -134,7 +147,7 @@ def _register(names) -> typer.Typer:
     """Add the commands ``names`` to the app (each module imported once, in COMMANDS order)."""
     for name in COMMANDS:
         if name in names and name not in _REGISTERED:
-            _app.command(name=name)(importlib.import_module(f"pic.cli.{COMMANDS[name]}").command)
+            _app.command(name=name, cls=Command)(importlib.import_module(f"pic.cli.{COMMANDS[name]}").command)
             _REGISTERED.add(name)
     return _app
 
