@@ -113,9 +113,11 @@ def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Worklo
     seg_len = np.diff(seg.offsets)
     seg_off, seg_ids, seg_kinds = seg.offsets, seg.ids, seg.kinds
     # NOTE (speed): a request whose segment rows are consecutive (every single-segment request: all of
-    # Azure's) takes its ids and kinds as slices of the trace's arrays and its bounds from the segments'
-    # own offsets (the same values as the gathers and the cumsum, ~3 us less per request)
+    # Azure's) takes its ids, kinds and bounds as slices of the trace's arrays (the same values as the
+    # gathers and the cumsum, ~3 us less per request); a one-segment prompt's bounds are made when a policy
+    # reads them (RequestView.segment_bounds: the same values; its Seq needs only its length)
     runs = _consecutive_rows(offs, seg_idx)
+    num_tok = trace.prompt_lengths[order].astype(np.int64)
 
     def view(i: int) -> RequestView:
         row = order.item(i)
@@ -124,13 +126,13 @@ def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Worklo
         if runs.item(row):
             a = seg_idx.item(s0)
             b = a + s1 - s0
-            return RequestView(rid.item(i), sess[i], None, seg_off[a:b + 1] - seg_off.item(a), seg_ids[a:b],
-                               seg_kinds[a:b], rows, seg)
+            return RequestView(rid.item(i), sess[i], None, None if b == a + 1 else seg_off[a:b + 1] - seg_off.item(a),
+                               seg_ids[a:b], seg_kinds[a:b], rows, seg, num_tok.item(i))
         bounds = np.zeros(s1 - s0 + 1, np.int64)
         np.cumsum(seg_len[rows], out=bounds[1:])
         return RequestView(rid.item(i), sess[i], None, bounds, seg_ids[rows], seg_kinds[rows], rows, seg)
 
-    return Workload(rid, sess, trace.prompt_lengths[order].astype(np.int64),
+    return Workload(rid, sess, num_tok,
                     req["output_tokens"].to_numpy().astype(np.int64)[order], arrival[order], view)
 
 

@@ -56,6 +56,12 @@ class Seq:
         code = "q" if wide else "i"
         return Seq(array(code, rows.tolist()), array(code, bounds.tolist()), store, None, end)
 
+    @staticmethod
+    def of_segment(store, row: int, n: int) -> Seq:
+        """:meth:`of_segments` of one segment row ``row`` of ``n`` tokens (the same Seq)."""
+        code = "q" if n >= _I32 or len(store) >= _I32 else "i"
+        return Seq(array(code, (row,)), array(code, (0, n)), store, None, n)
+
     def prefix(self, n: int) -> Seq:
         """The first ``n`` tokens (shares the pieces)."""
         return Seq(self.rows, self.bounds, self.store, self.arr, min(n, self.end))

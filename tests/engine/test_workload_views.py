@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pic.engine.replay import _consecutive_rows, read_trace_file, workload_from_trace
+from pic.engine.seq import Seq
 from pic.traces.schema import SegmentTable, Trace, requests_frame
 
 SAMPLES = Path(__file__).resolve().parents[2] / "traces" / "samples"
@@ -55,6 +56,8 @@ def _check_views(trace: Trace) -> tuple[int, int]:
                           (v.segment_kinds, seg.kinds[rows]), (v.segment_rows, rows)):
             assert got.dtype == want.dtype and np.array_equal(got, want)
         assert v.num_tokens == int(bounds[-1]) and np.array_equal(v.tokens, seg.gather(rows))
+        q, ref = work.view(i).seq, Seq.of_segments(seg, rows, bounds)   # (a fresh view: its bounds unread)
+        assert (q.rows, q.bounds, q.end, q.store) == (ref.rows, ref.bounds, ref.end, ref.store)
         seen[bool(runs[row])] += 1
     return seen[0], seen[1]
 
@@ -75,3 +78,20 @@ def test_views_of_both_paths_equal_the_gathers():
 def test_sample_trace_views_equal_the_gathers(name):
     scattered, consecutive = _check_views(read_trace_file(str(SAMPLES / f"{name}.parquet")))
     assert scattered > 0 and consecutive > 0
+
+
+def test_view_without_bounds_makes_them_from_its_segments():
+    from pic.engine.policies.base import RequestView
+
+    trace = _mixed_trace()
+    seg = trace.segments
+    lens = np.diff(seg.offsets)
+    for rows in (np.array([3]), np.array([5, 1, 4]), np.array([7, 8, 9])):
+        v = RequestView(1, "s", None, None, seg.ids[rows], seg.kinds[rows], rows, seg, int(lens[rows].sum()))
+        want = np.concatenate([[0], np.cumsum(lens[rows])]).astype(np.int64)
+        assert v.segment_bounds.dtype == np.int64 and np.array_equal(v.segment_bounds, want)
+        q = RequestView(1, "s", None, None, seg.ids[rows], seg.kinds[rows], rows, seg, int(want[-1])).seq
+        ref = Seq.of_segments(seg, rows, want)
+        assert (q.rows, q.bounds, q.end) == (ref.rows, ref.bounds, ref.end)
+    with pytest.raises(ValueError, match="num_tokens"):
+        RequestView(1, "s", None, None, seg.ids[:1], seg.kinds[:1], np.array([0]), seg)
