@@ -83,7 +83,10 @@ def describe_series(segments: Iterable[Sequence[float]], metric: str,
         ~10^5 segments of a large replay shrink to a handful after a few rounds."""
         a_, b_ = lo, hi
         sd0, sstep, sn, sw = d0, step, n, w
-        if float((sw * counts(a_, sd0, sstep, sn)).sum()) > k:
+        at_lo = below.get(a_)
+        if at_lo is None:
+            at_lo = below[a_] = float((sw * counts(a_, sd0, sstep, sn)).sum())
+        if at_lo > k:
             return a_
         base = 0.0
         for it in range(200):
@@ -97,11 +100,21 @@ def describe_series(segments: Iterable[Sequence[float]], metric: str,
             mid = (a_ + b_) / 2
             if mid <= a_ or mid >= b_:
                 break
-            if base + float((sw * counts(mid, sd0, sstep, sn)).sum()) > k:
+            c = below.get(mid)
+            if c is None:
+                c = below[mid] = base + float((sw * counts(mid, sd0, sstep, sn)).sum())
+            if c > k:
                 b_ = mid
             else:
                 a_ = mid
         return b_
+
+    # NOTE (speed): count_le(x) of every x met, shared by the order statistics: every bisection starts from
+    # [lo, hi], so theirs share their first halvings, and ranks f and f + 1 of a percentile (and the median,
+    # asked twice as median and p50) most or all of them (~2x fewer count passes). The value is the one a
+    # search would compute itself: with pruning the counts are exact integers (base + live = the full sum);
+    # without it, each is the same sum over all segments
+    below: dict[float, float] = {}
 
     def percentile(q: float) -> float:
         h = (total - 1) * q / 100          # numpy's "linear" method

@@ -204,3 +204,18 @@ def test_time_scale_changes_load_not_content():
     fast = replay(trace, ReplayConfig(policies=("prefix",), max_requests=80, time_scale=0.25)).summary["policies"]["prefix"]
     assert fast["prompt_tokens"] == base["prompt_tokens"]
     assert fast["request_throughput_rps"] > 2 * base["request_throughput_rps"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_series_order_statistics_do_not_depend_on_the_others_asked(seed):
+    """The counts met by one percentile's search are shared with the others' (latency.describe_series):
+    each value is the same whichever other percentiles are asked, and in whatever order (exact floats)."""
+    rng = np.random.default_rng(seed)
+    k = 3000
+    segs = np.stack([rng.uniform(1e-4, 0.1, k), rng.choice([0.0, 1e-5, 3e-4], k), rng.integers(0, 60, k),
+                     rng.integers(1, 5, k) if seed % 2 else rng.uniform(0.5, 3, k)], 1)
+    alone = {q: describe_series(segs, "itl", (q,))[f"itl_p{q:g}_s"] for q in (1, 50, 90, 99, 99.9)}
+    for qs in ((99.9, 1, 90), (50, 99, 1, 99.9, 90)):
+        got = describe_series(segs, "itl", qs)
+        assert all(repr(got[f"itl_p{q:g}_s"]) == repr(alone[q]) for q in qs), qs
+        assert repr(got["itl_median_s"]) == repr(alone[50])
