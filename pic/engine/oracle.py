@@ -389,14 +389,17 @@ def _pieces_of(W: int, srcs: list, k: np.ndarray, lo: np.ndarray, hi: np.ndarray
     # NOTE (speed): the segment pieces of each run are found by one searchsorted over the concatenated bounds
     # of the distinct source prompts (each prompt's bounds offset by its index times a span above every
     # bound, so that they sort as one array), and gathered vectorized from their concatenated rows
-    rows_a, bounds_a = array("q"), array("q")              # (one buffer each: no array per prompt)
+    # (Seq arrays are int32 where their values fit: int32 buffers then, else int64 ones)
+    code = "i" if all(q.rows.typecode == "i" and q.bounds.typecode == "i" for q in srcs) else "q"
+    rows_a, bounds_a = array(code), array(code)            # (one buffer each: no array per prompt)
     for q in srcs:
-        rows_a.extend(q.rows if q.rows.typecode == "q" else array("q", q.rows))   # (Seq arrays may be int32)
-        bounds_a.extend(q.bounds if q.bounds.typecode == "q" else array("q", q.bounds))
+        rows_a.extend(q.rows if q.rows.typecode == code else array(code, q.rows))
+        bounds_a.extend(q.bounds if q.bounds.typecode == code else array(code, q.bounds))
     nrows = np.array([len(q.rows) for q in srcs], np.int64)
     base = np.zeros(nrows.shape[0] + 1, np.int64)
     np.cumsum(nrows, out=base[1:])
-    all_rows, all_bd = np.frombuffer(rows_a, np.int64), np.frombuffer(bounds_a, np.int64)
+    all_rows = np.frombuffer(rows_a, np.int32 if code == "i" else np.int64).astype(np.int64)
+    all_bd = np.frombuffer(bounds_a, np.int32 if code == "i" else np.int64).astype(np.int64)
     bbase = base[:-1] + np.arange(nrows.shape[0])            # a prompt's bounds hold one more entry
     span = int(all_bd.max()) + 1
     key = all_bd + np.repeat(np.arange(nrows.shape[0], dtype=np.int64) * span, nrows + 1)

@@ -159,6 +159,17 @@ def test_duplicate_tokens_by_reference_equals_tokens(monkeypatch, seed: int, anc
             want = oracle.duplicate_tokens(toks, m)
             assert oracle.duplicate_tokens(refs, m) == want
     assert want > 0
+    # prompts whose Seq arrays are int64 (values past int32), alone or among int32 ones: the same count
+    from array import array
+
+    from pic.engine.seq import Seq
+
+    def wide(q):
+        return Seq(array("q", q.rows), array("q", q.bounds), q.store, None, q.end)
+
+    for pick in (lambda k: True, lambda k: k % 3 == 0):
+        mixed = [(wide(q) if pick(k) else q, lo, hi, c) for k, (q, lo, hi, c) in enumerate(cuts)]
+        assert oracle.duplicate_tokens(mixed, 16) == oracle.duplicate_tokens(cuts, 16)
 
 
 @pytest.mark.parametrize(("seed", "block", "anchor_tokens"), [(0, 1 << 15, 1 << 27), (1, 7, 1 << 27), (2, 1, 1 << 27),
