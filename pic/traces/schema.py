@@ -223,14 +223,22 @@ def validate(trace: Trace) -> None:
     empty = req["segment_ids"].list.len().fill_null(0) == 0
     if empty.any():
         raise TraceError(src, int(empty.arg_max()), "segment_ids", "request has no segments")
-    bad = (
-        req.with_row_index("_row")
-        .with_columns(_prev=pl.col("arrival_us").shift(1).over("session_id", order_by="_row"))
-        .filter(pl.col("_prev") > pl.col("arrival_us"))
-    )
-    if bad.height:
-        raise TraceError(src, int(bad["_row"][0]), "arrival_us", "arrival goes backwards within its session")
+    back = _backwards_in_session(req)
+    if back is not None:
+        raise TraceError(src, back, "arrival_us", "arrival goes backwards within its session")
     _ = trace._csr  # resolves every segment id or raises
+
+
+def _backwards_in_session(req: pl.DataFrame) -> int | None:
+    """The first row whose arrival is earlier than the previous row of its session (a null session is one
+    session), or None. NOTE (speed): one sort of (session code, row) in numpy; polars' window expression
+    (``shift().over(session_id)``) cost 15-25 ms CPU per trace read (Mooncake / Azure conversation)."""
+    code = req["session_id"].rank("dense").fill_null(0).to_numpy()     # (equal ids: equal codes; null: 0)
+    arrival = req["arrival_us"].to_numpy()
+    order = np.lexsort((np.arange(arrival.shape[0]), code))
+    c, a = code[order], arrival[order]
+    bad = np.flatnonzero((c[1:] == c[:-1]) & (a[1:] < a[:-1]))
+    return int(order[bad + 1].min()) if bad.shape[0] else None
 
 
 def requests_frame(rows: dict[str, list]) -> pl.DataFrame:
