@@ -65,12 +65,20 @@ def describe_series(segments: Iterable[Sequence[float]], metric: str,
     lo, hi = float(d0.min()), float((d0 + step * (n - 1)).max())
     prune = total < 2.0**53 and bool((w == np.floor(w)).all() and (n == np.floor(n)).all())
 
-    def counts(x: float, d0: np.ndarray, step: np.ndarray, n: np.ndarray) -> np.ndarray:
-        """How many of each segment's values are <= x (float64, clipped to [0, n]; monotone in x)."""
-        with np.errstate(divide="ignore", invalid="ignore"):
-            k = np.where(step > 0, np.floor((x - d0) / np.where(step > 0, step, 1.0)) + 1,
-                         np.where(x >= d0, n, 0))
-        return np.clip(k, 0, n)
+    def counts(x: float, d0: np.ndarray, step: tuple[np.ndarray, np.ndarray], n: np.ndarray) -> np.ndarray:
+        """How many of each segment's values are <= x (float64, clipped to [0, n]; monotone in x).
+        ``step``: :func:`_steps` of the segments' steps.
+
+        NOTE (speed): in place on one array (floor((x - d0) / step) + 1, the constant segments' n or 0
+        written over), the same floats as the ``np.where`` of both cases; ~60 calls per percentile set"""
+        safe, flat = step
+        k = x - d0
+        k /= safe
+        np.floor(k, out=k)
+        k += 1
+        if flat.shape[0]:
+            k[flat] = np.where(x >= d0[flat], n[flat], 0)
+        return np.clip(k, 0, n, out=k)
 
     def order_stat(k: float) -> float:
         """The k-th smallest value (0-based): the smallest x with count_le(x) > k (bisection).
@@ -82,7 +90,8 @@ def describe_series(segments: Iterable[Sequence[float]], metric: str,
         same halvings; the
         ~10^5 segments of a large replay shrink to a handful after a few rounds."""
         a_, b_ = lo, hi
-        sd0, sstep, sn, sw = d0, step, n, w
+        sd0, sstep, sn, sw = d0, steps, n, w            # (sstep: _steps of the live segments' steps)
+        raw = step
         at_lo = below.get(a_)
         if at_lo is None:
             at_lo = below[a_] = float((sw * counts(a_, sd0, sstep, sn)).sum())
@@ -96,7 +105,8 @@ def describe_series(segments: Iterable[Sequence[float]], metric: str,
                 if fixed.any():
                     base += float((sw[fixed] * ka[fixed]).sum())
                     live = ~fixed
-                    sd0, sstep, sn, sw = sd0[live], sstep[live], sn[live], sw[live]
+                    sd0, sn, sw, raw = sd0[live], sn[live], sw[live], raw[live]
+                    sstep = _steps(raw)
             mid = (a_ + b_) / 2
             if mid <= a_ or mid >= b_:
                 break
@@ -115,6 +125,7 @@ def describe_series(segments: Iterable[Sequence[float]], metric: str,
     # search would compute itself: with pruning the counts are exact integers (base + live = the full sum);
     # without it, each is the same sum over all segments
     below: dict[float, float] = {}
+    steps = _steps(step)
 
     def percentile(q: float) -> float:
         h = (total - 1) * q / 100          # numpy's "linear" method
@@ -124,6 +135,12 @@ def describe_series(segments: Iterable[Sequence[float]], metric: str,
 
     stats = [mean, percentile(50), math.sqrt(max(var, 0.0)), *(percentile(q) for q in percentiles)]
     return dict(zip(keys, stats, strict=True))
+
+
+def _steps(step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(step where > 0 else 1.0, indices of the constant segments)`` for ``counts``."""
+    pos = step > 0
+    return np.where(pos, step, 1.0), np.flatnonzero(~pos)
 
 
 def request_latencies(rows: pl.DataFrame) -> pl.DataFrame:
