@@ -8,7 +8,8 @@ conversion is plain, exactly as the adapter would: a ``str`` for ``str``; decima
 ``float`` within the option's ``min`` / ``max``; a path for ``Path`` (then typer's own path checks); a
 ``parser=`` option's parser when it succeeds; a list of those. Anything else (a misspelt value, a number
 out of range, a choice, a file...) goes to typer's own conversion, so its errors and messages are typer's.
-With a typer that lacks these internals :func:`install` does nothing.
+With a typer whose internals differ in any way (names, fields, signatures) :func:`install` does nothing and a value
+the plain path fails on goes to typer's conversion: never a traceback from here.
 """
 
 from __future__ import annotations
@@ -26,17 +27,23 @@ _FLOAT = re.compile(r"-?[0-9]+(\.[0-9]+)?")
 def install(params: Any) -> None:
     """Give each typer parameter of ``params`` (a command's, its help option's) the plain converter, unless
     typer has converted with it already."""
+    # NOTE (safety): these are typer's private internals (typer>=0.16 is all pyproject asks): a typer whose
+    # internals differ in any way (a name, a field, a signature) keeps its own conversion for every parameter,
+    # never a traceback; nothing is set unless every parameter's converter could be made
     try:
         from typer._coercion import RuntimeParam, build_runtime_param
         from typer._param_types import coerce_cli_path
-    except ImportError:     # a typer without pydantic coercion: nothing to skip
+        cls = _plain_class(RuntimeParam, build_runtime_param, coerce_cli_path)
+        todo = []
+        for p in params:
+            desc = getattr(p, "type_descriptor", None)
+            if desc is None or getattr(p, "_runtime_param", _MISS) is not None or desc.file_annotation is not None:
+                continue
+            todo.append((p, cls(parameter_info=desc.parameter_info, annotation=desc.annotation, descriptor=desc)))
+    except Exception:       # noqa: BLE001 - a typer without (these) pydantic internals: nothing to skip
         return
-    cls = _plain_class(RuntimeParam, build_runtime_param, coerce_cli_path)
-    for p in params:
-        desc = getattr(p, "type_descriptor", None)
-        if desc is None or getattr(p, "_runtime_param", _MISS) is not None or desc.file_annotation is not None:
-            continue
-        p._runtime_param = cls(parameter_info=desc.parameter_info, annotation=desc.annotation, descriptor=desc)
+    for p, runtime in todo:
+        p._runtime_param = runtime
 
 
 _CLASS: list[type] = []
@@ -53,8 +60,11 @@ def _plain_class(base: type, build_runtime_param: Any, coerce_cli_path: Any) -> 
         descriptor: Any = None
 
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
-            got = plain(self.descriptor.annotation, self.descriptor.parameter_info, value, param, ctx,
-                        coerce_cli_path)
+            try:
+                got = plain(self.descriptor.annotation, self.descriptor.parameter_info, value, param, ctx,
+                            coerce_cli_path)
+            except Exception:   # noqa: BLE001 - typer's own conversion below raises its own error, worded by typer
+                got = _MISS
             if got is not _MISS:
                 return got
             return build_runtime_param(self.descriptor)._coerce_value(value, param=param, ctx=ctx)

@@ -68,3 +68,27 @@ def test_plain_misses_what_is_not_plain():
     assert coerce.plain(int, info, "9", None, None, None) == 9
     assert coerce.plain(float, info, "2.5", None, None, None) == 2.5
     assert coerce.plain(list[str], info, ("a", "b"), None, None, None) == ["a", "b"]
+
+
+def test_a_typer_with_other_internals_keeps_its_own_conversion(monkeypatch):
+    """A typer whose private internals differ (here: making the converter fails) gets no plain converter at all,
+    and a command still parses its values through typer's own conversion: no traceback."""
+    group = typer.main.get_command(app.app)
+    cmd = group.commands["replay"]
+
+    def broken(*args, **kwargs):
+        raise AttributeError("RuntimeParam has no field 'descriptor'")
+
+    monkeypatch.setattr(coerce, "_plain_class", broken)
+    fresh = [p for p in cmd.params if getattr(p, "type_descriptor", None) is not None]
+    saved = [p._runtime_param for p in fresh]
+    try:
+        for p in fresh:
+            p._runtime_param = None
+        coerce.install(fresh)
+        assert all(p._runtime_param is None for p in fresh)
+        ctx = cmd.make_context("replay", ["t.parquet", "-o", "out", "--replicas", "2", "--time-scale", "0.5"])
+        assert ctx.params["replicas"] == 2 and ctx.params["time_scale"] == 0.5
+    finally:
+        for p, r in zip(fresh, saved, strict=True):
+            p._runtime_param = r
