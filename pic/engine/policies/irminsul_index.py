@@ -86,11 +86,8 @@ class ChunkIndexes:
     def make_ready(self, chunks: list[Chunk], now_us: int, windows: bool) -> None:
         """The chunks' KV exists: index their tokens in the trie(s) (and their S1 windows when ``windows``),
         in order (:meth:`_index`, inline: one call per request)."""
-        m, hks, tks, log, keep = self.min_match, [], [], [], self._keep_keys
-        if chunks and Run in map(type, chunks):
-            self._ready_runs(chunks, windows)
-            return
-        if not windows and chunks:
+        m, keep = self.min_match, self._keep_keys
+        if not windows and chunks and Run not in map(type, chunks):
             # NOTE (speed): the common case (admit gave every chunk its keys, each has >= min_match tokens) in
             # C-level passes and one loop of three stores per chunk: the same state, log and counts
             keys, sizes = [*map(_KEYS, chunks)], [*map(_SIZE, chunks)]
@@ -110,34 +107,16 @@ class ChunkIndexes:
                 self._heads.update(hks)
                 self._tails.update(tks)
                 self._log += chain.from_iterable(zip(repeat(True), chunks, sizes))
-                if len(self._log) > 3 * (2 * len(self.entries) + 4096):     # bounded: replay it now and then
-                    self._flush()
+                self._log_bounded()
                 return
-        for c in chunks:
-            c.ready = True
-            if windows:
-                self._add_windows(c)
-            c.indexed = n = c.size
-            if n >= m:
-                hk, tk = c.keys if c.keys is not None else _keys(c, n, m)
-                c.head = hk
-                hks.append(hk)
-                tks.append(tk)
-                c.keys = (hk, tk) if keep else None
-            else:
-                c.keys = None
-            log += (True, c, n)
-        # NOTE (speed): the prefilter counts in two C-level passes (Counter.update), the log in one extend
-        self._heads.update(hks)
-        self._tails.update(tks)
-        self._log += log
-        if len(self._log) > 3 * (2 * len(self.entries) + 4096):     # bounded: replay it now and then
-            self._flush()
+        self._ready_each(chunks, windows)
 
-    def _ready_runs(self, chunks: list, windows: bool) -> None:
-        """:meth:`make_ready` of a list holding runs (:class:`~engine.policies.irminsul_records.Run`): a run is made
-        ready whole (its keys counted from its lists, logged as one entry: :meth:`_flush` indexes its chunks), the
-        other chunks one by one, in order."""
+    def _ready_each(self, chunks: list, windows: bool) -> None:
+        """:meth:`make_ready` beyond its common case (S1 windows, a chunk without its keys or shorter than
+        ``min_match``, runs): a run (:class:`~engine.policies.irminsul_records.Run`) is made ready whole (its keys
+        counted from its lists, logged as one entry: :meth:`_flush` indexes its chunks), the other chunks one by
+        one, in order. NOTE (speed): the prefilter counts in two C-level passes (Counter.update), the log in one
+        extend."""
         m, hks, tks, keep = self.min_match, [], [], self._keep_keys
         for c in chunks:
             if type(c) is Run:
@@ -176,8 +155,7 @@ class ChunkIndexes:
         self._heads.update(hks)
         self._tails.update(tks)
         self._log += chain.from_iterable(zip(repeat(True), chunks, map(_SIZE, chunks)))
-        if len(self._log) > 3 * (2 * len(self.entries) + 4096):     # bounded: replay it now and then
-            self._flush()
+        self._log_bounded()
 
     def longest(self, toks: np.ndarray, short: bool = False, head: int | None = None) -> tuple[int, Chunk | None]:
         """Longest leading run of ``toks`` that equals the beginning of a stored chunk (trie walk). Unless
@@ -250,7 +228,11 @@ class ChunkIndexes:
         else:
             c.keys = None
         self._log += (True, c, n)
-        if len(self._log) > 3 * (2 * len(self.entries) + 4096):     # bounded: replay it now and then
+        self._log_bounded()
+
+    def _log_bounded(self) -> None:
+        """Keep the trie log bounded: replay it (:meth:`_flush`) once it outgrows the registry."""
+        if len(self._log) > 3 * (2 * len(self.entries) + 4096):
             self._flush()
 
     def _unindex(self, c: Chunk) -> None:
