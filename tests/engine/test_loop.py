@@ -163,6 +163,20 @@ def test_a_failing_handler_leaves_the_count_of_processed_events():
     assert sim.num_events == 3 and sim.now == 3 and sim.run() == 1
 
 
+def _run_in_mode(sim, mode: str, observer) -> None:
+    """Run ``sim`` to the end: in one drain, with ``observer`` watching (``observers``), or in stops (``until``)."""
+    if mode == "observers":
+        sim.observers.append(observer)
+        sim.run()
+    elif mode == "until":
+        for stop in (7, 20, 21, 45):
+            sim.run(until=stop)
+            assert sim.now == stop
+        sim.run()
+    else:
+        sim.run()
+
+
 def _feed_vs_heap(seed: int, mode: str):
     """The same events dispatched two ways: arrivals as heap events chained one after another (the old
     open-loop path) vs arrivals fed (Simulator.feed); handlers add finishes, prefill completions and
@@ -194,16 +208,7 @@ def _feed_vs_heap(seed: int, mode: str):
             sim.feed(times, EventKind.ARRIVAL, arrive)
         else:
             sim.schedule(Event(EventKind.ARRIVAL, req=0), times[0])
-        if mode == "observers":
-            sim.observers.append(lambda ev, now: None)
-            sim.run()
-        elif mode == "until":
-            for stop in (7, 20, 21, 45):
-                sim.run(until=stop)
-                assert sim.now == stop
-            sim.run()
-        else:
-            sim.run()
+        _run_in_mode(sim, mode, lambda ev, now: None)
         return seen, sim.num_events
 
     return build(False), build(True)
@@ -278,16 +283,7 @@ def _timer_vs_heap(seed: int, mode: str, use_timer: bool):
     sim.feed(times, EventKind.ARRIVAL, arrive)
     sim.schedule(Event(EventKind.SCHEDULE, 0, -1, 0), times[0])
     observed = []
-    if mode == "observers":
-        sim.observers.append(lambda ev, now: observed.append(ev.kind))
-        sim.run()
-    elif mode == "until":
-        for stop in (7, 20, 21, 45):
-            sim.run(until=stop)
-            assert sim.now == stop
-        sim.run()
-    else:
-        sim.run()
+    _run_in_mode(sim, mode, lambda ev, now: observed.append(ev.kind))
     if mode == "observers":
         assert len(observed) == sim.num_events and EventKind.SCHEDULE in observed
     return seen, sim.num_events, state["void"]
