@@ -216,6 +216,12 @@ def test_marker_search_is_skipped_only_where_no_prompt_can_hold_a_marker() -> No
     assert _may_mark(stored, BOUNDARY_MARKER)
     assert not _may_mark(store(np.ones(300, np.int32), [doc] * 3, False), BOUNDARY_MARKER)
     assert _may_mark(store(np.ones(300, np.int32), [doc, mk, doc], False), BOUNDARY_MARKER)
+    # asked again, the stores and markers in turn, each twice in a row (the last answer is kept): the same answers
+    low = np.arange(5, 69, dtype=np.int32)
+    for _ in range(2):
+        for st, mark, want in ((opaque, BOUNDARY_MARKER, False), (opaque, low, True), (stored, BOUNDARY_MARKER, True),
+                               (opaque, BOUNDARY_MARKER, False)):
+            assert _may_mark(st, mark) is want and _may_mark(st, mark) is want
     rows = np.arange(3)
     view = RequestView(0, "s", None, np.array([0, 100, 200, 300], np.int64), stored.ids, stored.kinds, rows, stored)
     got, marked = marker_cuts(view, view.tokens, 0, BOUNDARY_MARKER)

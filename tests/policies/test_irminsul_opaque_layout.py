@@ -93,6 +93,43 @@ def test_opaque_layout_is_tokens_layout_and_edge_keys(seed: int, gear: str) -> N
     assert checked > 30
 
 
+def test_opaque_layout_alternating_stores_and_configs() -> None:
+    """The kernel arguments kept for the last store and config asked (``_LAST_OPAQUE``) are those of the store and
+    config of each call: two stores and two configs in turn give the numpy reference's layouts; views made without
+    segment bounds (from 0, one segment: the kernel needs none; otherwise made) too."""
+    stores = [_store(3), _store(4)]
+    cfgs = [cdc.CDCConfig(), cdc.CDCConfig(128, 32, 256, 5, "table")]
+    rng = np.random.default_rng(11)
+    checked = 0
+    for i in range(24):
+        store, cfg = stores[i % 2], cfgs[(i // 2) % 2]
+        rows = rng.choice(store.ids.shape[0], int(rng.integers(1, 6)), replace=False).tolist()
+        n = int((store.offsets[np.array(rows) + 1] - store.offsets[np.array(rows)]).sum())
+        if n <= 300:
+            continue
+        start = int(rng.integers(64, n - 70)) if i % 3 else 0
+        base = int(rng.integers(max(0, start - 200), start - 62)) if start else 0
+        lo = int(rng.integers(0, base + 1)) if start else 0
+        accel.set_mode("0")
+        try:
+            want = _reference(_view(store, rows), lo, base, start, cfg, 16)
+        finally:
+            accel.set_mode(None)
+        r = np.array(rows, np.int64)
+        bare = RequestView(i, "s", None, None, store.ids[r], store.kinds[r], r, store, num_tokens=n)
+        accel.set_mode("1")
+        try:
+            got = opaque_layout(bare, lo, base, start, cfg, 16)
+        finally:
+            accel.set_mode(None)
+        assert got is not None
+        assert (bare._bounds is None) == (lo == 0 or len(rows) == 1)
+        for g, w in zip(got, want, strict=True):
+            assert np.array_equal(g, w), (i, rows, lo, base, start)
+        checked += 1
+    assert checked > 15
+
+
 def test_opaque_layout_declines_what_it_cannot_make() -> None:
     """A numpy-only run, stored tokens in the store, a prompt given as tokens, a prompt too short: None."""
     store = _store(0)

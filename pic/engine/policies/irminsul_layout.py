@@ -60,14 +60,33 @@ def opaque_layout(req: RequestView, lo: int, base: int, start: int, cfg, m: int)
     src, rows = req.source, req.segment_rows
     if src is None or rows is None or req._tokens is not None:
         return None
-    cols = _columns(src)
-    if cols is None or not cols[5] or accel.kernels(req.num_tokens - lo) is None:
+    # NOTE (speed): the store's columns and the chunking's kernel arguments of the last store and ``cfg`` asked
+    # kept (one trace, one policy config: every call), not looked up per prompt (~2 us per prompt)
+    got = _LAST_OPAQUE
+    if got[0] is not src or got[1] is not cfg:
+        cols = _columns(src)
+        got = (src, cfg, None if cols is None or not cols[5] else
+               (cols[1], cols[2], *cdc._kernel_gear(cfg.seed, cfg.gear), cfg.threshold, cfg.min_chunk, cfg.max_chunk))
+        _LAST_OPAQUE[:] = got
+    args = got[2]
+    n = req.num_tokens
+    if args is None:
         return None
-    fast = accel.kernels(0, "cdc")
+    fast = accel.kernels(n - lo, "cdc")
     if fast is None:
         return None
-    return cdc.opaque_layout_fps(fast, cols[1], cols[2], _MASK, rows, req.segment_bounds, lo, base, start,
-                                 req.num_tokens, cfg, m)
+    if not (0 <= lo <= base <= max(0, start - (cdc.WINDOW - 1)) and start < n and n - 1 > max(start, cdc.WINDOW - 1)
+            and n > cdc.WINDOW):
+        return None
+    # (the kernel reads the segment bounds to find the one holding ``lo`` only: from 0, or one segment, none)
+    sb = _NO_BOUNDS if lo == 0 or rows.shape[0] == 1 else req.segment_bounds
+    kx, lens, table, key, thr, mn, mx = args
+    got = fast.prompt_layout(kx, lens, rows, sb, lo, _MASK, table, key, thr, base, mn, start, n, mx, m)
+    return got[:6] if got[6] else None
+
+
+_LAST_OPAQUE: list = [None, None, None]     # (store, CDC config, kernel arguments or None) of opaque_layout
+_NO_BOUNDS = np.zeros(1, np.int64)
 
 
 def _columns(store) -> tuple | None:
@@ -122,19 +141,25 @@ def _may_mark(store, marker: np.ndarray) -> bool:
 
     NOTE (speed): a trace without any (Mooncake, Azure: opaque blocks only) skips the marker search of every
     prompt (a pass over its tokens and one over its segments' kinds)"""
+    last = _LAST_MARK
+    if last[0] is store and last[1] is marker:      # (NOTE (speed): one policy, one trace: every call)
+        return last[2]
     t = int(marker[0]) if marker.shape[0] else -1
     got = _MAY_MARK.get((id(store), t))
     if got is not None and got[0] is store:
-        return got[1]
-    may = bool((store.kinds == _MARKER_KIND).any()) or bool((store.tokens == t).any()) or \
-        (store.token_offsets is not None and 0 <= t < OPAQUE_VOCAB)
-    _MAY_MARK[(id(store), t)] = (store, may)
-    if len(_MAY_MARK) > 8:
-        del _MAY_MARK[next(iter(_MAY_MARK))]
+        may = got[1]
+    else:
+        may = bool((store.kinds == _MARKER_KIND).any()) or bool((store.tokens == t).any()) or \
+            (store.token_offsets is not None and 0 <= t < OPAQUE_VOCAB)
+        _MAY_MARK[(id(store), t)] = (store, may)
+        if len(_MAY_MARK) > 8:
+            del _MAY_MARK[next(iter(_MAY_MARK))]
+    last[:] = (store, marker, may)
     return may
 
 
 _MAY_MARK: dict[tuple[int, int], tuple[object, bool]] = {}
+_LAST_MARK: list = [None, None, False]      # (store, marker array, _may_mark) of the last call decided
 
 Use = tuple[int, int, Extent, int]   # target start, target end, extent, offset in the extent
 NO_TOKENS = np.zeros(0, np.int32)

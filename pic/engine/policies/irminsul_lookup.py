@@ -157,9 +157,10 @@ class ChunkWalk:
         if not self.config.s2 or (req.source is not None and not _may_mark(req.source, self._marker)):
             got = opaque_layout(req, 0, 0, 0, self._cdc, self.config.min_match)    # (no hard boundary)
             if got is not None:
+                # (the kernel's anchors are booleans already: their bytes are _flags's)
                 toks, bounds, anchors, fps, heads, tails = got
                 self._tail_bounds, self._tail_keys = (0, bounds), (heads, tails)
-                return Analysis(bounds.tolist(), fps.tolist(), _flags(anchors), NO_CUTS, False, toks, 0, [])
+                return Analysis(bounds.tolist(), fps.tolist(), anchors.tobytes(), NO_CUTS, False, toks, 0, [])
         self._tail_keys = None
         toks, n = tokens_from(req, 0), req.num_tokens
         hard, marked = marker_cuts(req, toks, 0, self._marker) if self.config.s2 else (NO_CUTS, False)
@@ -199,7 +200,7 @@ class ChunkWalk:
             if got is not None:
                 toks, tb, tanc, fps, heads, tails = got
                 self._tail_bounds, self._tail_keys = (k, tb), (heads, tails)
-                return Analysis(pb[:k] + tb.tolist(), pf[:k] + fps.tolist(), bytes(panc[:k]) + _flags(tanc), NO_CUTS,
+                return Analysis(pb[:k] + tb.tolist(), pf[:k] + fps.tolist(), bytes(panc[:k]) + tanc.tobytes(), NO_CUTS,
                                 False, toks, lo, [], chunks=known)
         self._tail_keys = None
         toks = tokens_from(req, lo)
