@@ -229,3 +229,32 @@ def test_marker_search_is_skipped_only_where_no_prompt_can_hold_a_marker() -> No
     view = RequestView(0, "s", None, np.array([0, 100, 200, 300], np.int64), opaque.ids, opaque.kinds, rows, opaque)
     got, marked = marker_cuts(view, view.tokens, 0, BOUNDARY_MARKER)
     assert not marked and got.shape[0] == 0 and find_markers(view.tokens).shape[0] == 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_span_of_a_chunk_of_several_pieces_is_its_pieces_uses(seed: int) -> None:
+    """``_span`` away from position 0 (its one-pass path) gives the uses and read extents that the store's
+    ``pieces`` of the range give (the piece by piece path), for chunks of 1 to 4 pieces and every range."""
+    from pic.engine.policies.irminsul_records import Extent, new_chunk
+    from pic.engine.seq import Seq
+
+    rng = np.random.default_rng(seed)
+    pol = policies.build("irminsul", PolicyContext(math.inf, 2))
+    src = Seq.of_array(np.arange(4000, dtype=np.int32))
+    checked = 0
+    for _ in range(30):
+        sizes = rng.integers(1, 40, int(rng.integers(1, 5))).tolist()
+        xs = [Extent(src, int(rng.integers(0, 3000)), n + int(rng.integers(0, 5)), 2 * n, 0) for n in sizes]
+        pieces = tuple((x, int(rng.integers(0, x.size - n + 1)), n) for x, n in zip(xs, sizes, strict=True))
+        c = new_chunk(7, src, 0, sum(sizes), pieces, 0, [])
+        for off in range(c.size):
+            for ln in (1, c.size - off, int(rng.integers(1, c.size - off + 1))):
+                a = int(rng.integers(1, 500))
+                pol._used_x, uses = [], []
+                pol._span(uses, c, a, a + ln, off)
+                want = [(a + cpos - off, a + cpos - off + hi - lo, x, lo)
+                        for x, lo, hi, cpos in pol._store.pieces(c, off, off + ln)]
+                assert uses == want and pol._used_x == xs
+                assert sum(e - s for s, e, _, _ in uses) == ln
+                checked += 1
+    assert checked > 500

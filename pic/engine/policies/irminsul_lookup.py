@@ -87,7 +87,7 @@ class ChunkWalk:
             kc = kc if bl[kc] >= off else k0          # (its tokens are made unless a --verify collision cut pos)
             kb, tb = self._tail_bounds        # bl[kb:] as the layout's array: no list -> array conversion
             if self._tail_keys is not None and kc >= kb:      # (made with the layout: opaque_layout)
-                ha, ta = self._tail_keys[0][kc - kb:], self._tail_keys[1][kc - kb:]
+                ha, ta = self._tail_keys if kc == kb else (self._tail_keys[0][kc - kb:], self._tail_keys[1][kc - kb:])
             else:
                 eb = tb[kc - kb:] if kc >= kb else np.array(bl[kc:], np.int64)
                 ha, ta = cdc.edge_keys(toks, eb - off if off else eb, m)
@@ -241,6 +241,18 @@ class ChunkWalk:
             x, xo, _ = c.pieces[0]
             self._used_x.append(x)
             uses.append((a, b, x, xo + off))
+            return
+        if a:
+            # NOTE (speed): no clip away from position 0: the pieces' uses as ChunkStore.pieces lists them, in one
+            # pass (chunks of several pieces: partly reused ones, ~1 per Mooncake conversation lookup)
+            used, pos, end = self._used_x, 0, off + b - a
+            for x, xo, n in c.pieces:
+                used.append(x)
+                if pos + n > off and pos < end:
+                    lo, hi = max(off, pos), min(end, pos + n)
+                    t = a + lo - off
+                    uses.append((t, t + hi - lo, x, xo + lo - pos))
+                pos += n
             return
         self._used_x += [p[0] for p in c.pieces]
         pieces = self._store.pieces(c, off, off + b - a)
