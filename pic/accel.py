@@ -177,12 +177,12 @@ def _cached_overloads() -> Iterator[None]:
     """While it is active, numba loads a cached kernel without refreshing its contexts (the runtime only; see
     :func:`_load`). Where numba's internals are not as expected, nothing changes."""
     try:
-        from numba.core import caching
+        from numba.core import caching, environment
         from numba.core.runtime import nrt
         cache = caching.Cache
-        orig = cache.load_overload
+        orig, orig_env = cache.load_overload, environment._rebuild_env
         if not (hasattr(cache, "_load_overload") and hasattr(cache, "_guard_against_spurious_io_errors")
-                and hasattr(nrt, "rtsys")):
+                and hasattr(nrt, "rtsys") and hasattr(environment, "lookup_environment")):
             raise AttributeError("numba internals")
     except Exception:      # numba absent (the import then fails as before) or other than expected
         yield
@@ -197,8 +197,22 @@ def _cached_overloads() -> Iterator[None]:
             target_context.refresh()
         return got
 
-    cache.load_overload = load_overload
+    def rebuild_env(modname, consts, env_name):
+        """numba's ``_rebuild_env`` (a cached function's environment, unpickled), but a module not imported yet
+        is not imported for it: the environment gets empty globals (read only by object-mode code; the kernels
+        are nopython). NOTE (speed): the kernels' inlined array helpers name ``numba.np.arrayobj`` there, whose
+        import (with ``numba.cpython.charseq`` and ``unicode``) was ~0.026 s of ``prompt_layout``'s ~0.047 s load."""
+        mod = sys.modules.get(modname)
+        if mod is not None or environment.lookup_environment(env_name) is not None:
+            return orig_env(modname, consts, env_name)
+        env = environment.Environment({})
+        env.consts[:] = consts
+        env.env_name = env_name
+        environment.Environment._memo[env_name] = env
+        return env
+
+    cache.load_overload, environment._rebuild_env = load_overload, rebuild_env
     try:
         yield
     finally:
-        cache.load_overload = orig
+        cache.load_overload, environment._rebuild_env = orig, orig_env

@@ -253,13 +253,14 @@ def test_rdr_greedy_equal_products_of_unequal_densities() -> None:
 
 def test_cached_kernels_load_without_refreshing_numba() -> None:
     """A fresh process loads the cached kernels without numba's context refresh (no implementation registry
-    imported, no extension scan, yaml and colorama not imported) and they give what the numpy paths give."""
+    imported, no extension scan, yaml and colorama not imported, nor ``numba.np.arrayobj`` for the kernels'
+    environments) and they give what the numpy paths give."""
     import subprocess
     import sys
 
     code = ("import sys, numpy as np; from pic import accel; from pic.engine import cdc; accel.set_mode('1'); "
             "assert accel.kernels(1) is not None; import numba.core.entrypoints as ep; "
-            "print(sorted(m for m in ('numba.np.linalg', 'numba.typed.typeddict', 'yaml', 'colorama') if m in sys.modules), "
+            "print(sorted(m for m in ('numba.np.linalg', 'numba.typed.typeddict', 'numba.np.arrayobj', 'yaml', 'colorama') if m in sys.modules), "
             "ep._already_initialized); "
             "t = np.random.default_rng(3).integers(0, 50, 40000).astype(np.int32); "
             "b, a, f = cdc.layout_fps(t); h, e = cdc.edge_keys(t, b, 16); "
@@ -294,8 +295,15 @@ def test_a_cache_miss_refreshes_numba_contexts(monkeypatch) -> None:
         def _load_overload(self, sig, ctx):
             return self.got
 
-    orig = caching.Cache.load_overload
+    from numba.core import environment
+
+    orig, orig_env = caching.Cache.load_overload, environment._rebuild_env
     with accel._cached_overloads():
         assert caching.Cache.load_overload(Fake("cres"), (), Ctx()) == "cres" and calls == ["nrt"]
         assert caching.Cache.load_overload(Fake(None), (), Ctx()) is None and calls == ["nrt", "nrt", "refresh"]
-    assert caching.Cache.load_overload is orig
+        # a cached environment of a module not imported: empty globals, the module not imported (none such here)
+        env = environment._rebuild_env("pic._no_such_module", [1, "c"], "_test_env_foot16")
+        assert env.globals == {} and list(env.consts) == [1, "c"] and env.env_name == "_test_env_foot16"
+        assert environment._rebuild_env("pic._no_such_module", [], "_test_env_foot16") is env     # (memoized)
+        assert environment._rebuild_env("pic.accel", [], "_test_env2_foot16").globals is accel.__dict__
+    assert caching.Cache.load_overload is orig and environment._rebuild_env is orig_env
