@@ -245,3 +245,44 @@ def test_partitioned_windows_equal_token_oracle(monkeypatch, part: int, spill: i
         toks = [(q.tokens(lo, hi), c) for q, lo, hi, c in refs]
         assert oracle.duplicate_tokens(refs, 16) == oracle.duplicate_tokens(toks, 16) > 0
     assert os.listdir(tmp) == []
+
+
+@pytest.mark.parametrize(("seed", "block"), [(0, 1 << 15), (1, 9), (2, 3), (3, 1), (4, 40)])
+def test_duplicate_tokens_of_chunked_runs_filtered(monkeypatch, seed: int, block: int) -> None:
+    """Stored runs cut like a content-defined store's (each stored prompt's new content as consecutive chunks,
+    most content stored once, some stored again later, cut elsewhere, or repeated inside a run), in blocks
+    down to one run: the filter of records held by no earlier run (``coverage._Earlier._filtered``: records set
+    aside, then merged when a later block meets their content again) counts what the tokens count, and what the
+    count without the filter counts."""
+    from pic.engine import coverage, oracle
+    from pic.engine.replay import workload_from_trace
+
+    monkeypatch.setattr(oracle, "_COL_BLOCK", block)
+    t = _tricky_trace(seed, n=80)
+    work = workload_from_trace(t)
+    seqs = [work.view(i).seq for i in range(work.num_requests)]
+    rng = np.random.default_rng(seed)
+    src, lo, hi = [], [], []
+    for k, q in enumerate(seqs):
+        a = int(rng.integers(0, max(q.end // 3, 1)))       # (a shared head not stored again)
+        if rng.random() < 0.25 and k > 0:                  # an earlier prompt's content stored again, cut elsewhere
+            j = int(rng.integers(k))
+            b = int(rng.integers(0, seqs[j].end))
+            src.append(j)
+            lo.append(b)
+            hi.append(min(seqs[j].end, b + int(rng.integers(20, 300))))
+        while a < q.end:
+            b = min(q.end, a + int(rng.integers(5, 150)))
+            src.append(k)
+            lo.append(a)
+            hi.append(b)
+            a = b
+    runs = oracle.RefRuns(seqs, np.array(src, np.int64), np.array(lo, np.int64), np.array(hi, np.int64))
+    toks = [(q.tokens(a, b), 0) for q, a, b, _ in runs]
+    got, on = {}, coverage._FILTER_IDS
+    for ids in (on, 0):
+        monkeypatch.setattr(coverage, "_FILTER_IDS", ids)
+        for m in (8, 16, 64):
+            got[ids, m] = oracle.duplicate_tokens(runs, m)
+            assert got[ids, m] == oracle.duplicate_tokens(toks, m)
+    assert got[on, 8] > 0 and len(runs) > 300
