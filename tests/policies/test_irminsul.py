@@ -436,3 +436,62 @@ def test_plan_of_merged_hits_equals_plan_from_spans():
         _plan_of(10, [[2, 5, 2], [4, 8, 4]])                 # overlapping: not a cover
     with pytest.raises(ValueError):
         _plan_of(10, [[2, 5, -3]])                           # a rotated source before the prompt
+
+
+def _stored_runs_reference(st):
+    """A lean store's stored runs as the record-by-record loop gave them (prompt index by first use)."""
+    from array import array
+    from bisect import bisect_left
+
+    seqs, where, src, lo, hi, num = [], {}, [], array("q"), array("q"), []
+    for rec in st.made:
+        if type(rec) is tuple:
+            x, bounds, k = rec
+            edges = bounds[k:bisect_left(bounds, x.base_pos + x.size, k) + 1]
+            if x.parts is not None:
+                edges = sorted({*edges, *(y.base_pos for y in st.parts_of(x))})
+            q, n = x.src, len(edges) - 1
+            lo.extend(edges[:-1])
+            hi.extend(edges[1:])
+        else:
+            o, q, n = rec.owner, None, 0
+            for x, xo, m in rec.pieces:
+                if x.owner != o or not x.alive and x.parts is None:
+                    continue
+                for y, a, b in ([(x, xo, xo + m)] if x.parts is None else st.live(x, xo, xo + m) or ()):
+                    q = y.src
+                    lo.append(y.base_pos + a)
+                    hi.append(y.base_pos + b)
+                    n += 1
+            if q is None:
+                continue
+        src.append(where.setdefault(id(q), len(where)))
+        if src[-1] == len(seqs):
+            seqs.append(q)
+        num.append(n)
+    return seqs, np.repeat(np.array(src, np.int64), num), np.array(lo, np.int64), np.array(hi, np.int64)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3])
+def test_lean_stored_runs_equal_the_record_by_record_loop(seed: int):
+    """A lean store's stored runs (groups of edges per record, runs and prompt indices in numpy) are the record-by-
+    record loop's: same prompts in the same order, same runs; through split extents (``parts``)."""
+    from pic.engine.oracle import RefRuns
+    from pic.engine.replay import workload_from_trace
+
+    work = workload_from_trace(_shared_trace(seed))
+    pol, checked, parts = _pol(), 0, 0
+    for i in range(work.num_requests):
+        _serve_view(pol, work.view(i), 10 * i)
+        if i % 10 == 9 or i == work.num_requests - 1:
+            st = pol._store
+            assert st.lean
+            got = st.stored_runs()
+            seqs, src, lo, hi = _stored_runs_reference(st)
+            assert isinstance(got, RefRuns) and len(got.seqs) == len(seqs)
+            assert all(a is b for a, b in zip(got.seqs, seqs, strict=True))
+            for a, b in ((got.src, src), (got.lo, lo), (got.hi, hi)):
+                assert a.dtype == b.dtype and np.array_equal(a, b)
+            checked += len(got)
+            parts += sum(type(r) is tuple and r[0].parts is not None for r in st.made)
+    assert checked > 100 and parts > 0
