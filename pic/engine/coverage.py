@@ -78,8 +78,9 @@ def covered_counts_chunked(store, chunks, width: int, again=None, whole: bool = 
     # cut pieces (stored runs): the records of a name filtered by their content (the left one across a boundary)
     ids = int(sid_of.max()) + 1 if sid_of.shape[0] else 0
     buckets = ids if not whole and ids <= _FILTER_IDS else None
-    one = _Earlier(None if same is None else same.shape[0], buckets)      # (its keys are content ids)
-    two, kept, cfs, i0 = _Earlier(None, buckets), [], [], 0
+    narrow = bool(ids) and int(np.diff(store.offsets).max()) < 1 << 31
+    one = _Earlier(None if same is None else same.shape[0], buckets, narrow)      # (its keys are content ids)
+    two, kept, cfs, i0 = _Earlier(None, buckets, narrow), [], [], 0
     todo = []
     with HashedWindows(W) as windows:
         for rows, offs, cf, pf, p_lo, p_hi in chunks:
@@ -112,7 +113,7 @@ def covered_counts_chunked(store, chunks, width: int, again=None, whole: bool = 
 
 
 _CHUNK_PIECES = 1 << 15       # pieces per chunk of items (about; an item is never split)
-# NOTE (memory): the filter of cut pieces' records (:meth:`_Earlier._filtered`) keeps 20 B per content id, twice:
+# NOTE (memory): the filter of cut pieces' records (:meth:`_Earlier._filtered`) keeps 12-20 B per content id, twice:
 # up to this many ids (Mooncake conversation 0.37 M; chat 10^6's ~1.8 M are past it: its count's peak is the
 # replay's, 3.94 GiB)
 _FILTER_IDS = 1 << 20
@@ -159,7 +160,8 @@ def _chunk(store, piece, offs, item0, W, cf, pf, sid_of, one, two, same=None):
         of the same ``key`` -> seen; the rest hashed (``hash_rest``) or, opaque on every side, unseen."""
         ok = a <= b
         k, key, a, b, to_pos, hash_rest = k[ok], key[ok], a[ok], b[ok], to_pos[ok], hash_rest[ok]
-        rec, ca, cb = earlier.cover(key, item[k], a, b, None if uniform is None else uniform[ok], sid[k])
+        rec, ca, cb = earlier.cover(key, item[k], a, b, None if uniform is None else uniform[ok],
+                                    key if earlier is one else sid[k])       # (a piece's name is its content)
         hit_a.append(ca + to_pos[rec])
         hit_b.append(cb + to_pos[rec])
         hit_item.append(item[k][rec])
@@ -204,18 +206,20 @@ def _chunk(store, piece, offs, item0, W, cf, pf, sid_of, one, two, same=None):
 class _Earlier:
     """Per content name (a key), the union of the window-start intervals of the items seen so far."""
 
-    def __init__(self, ids: int | None = None, buckets: int | None = None) -> None:
+    def __init__(self, ids: int | None = None, buckets: int | None = None, narrow: bool = False) -> None:
         self.key = self.a = self.b = None
         self.seen: list[np.ndarray] = []        # sorted levels of the keys of one interval met so far
         # or, for keys that are ids in [0, ids): each one's first item in this chunk, -1 once met
         self.first = None if ids is None else np.full(ids, np.iinfo(np.int64).max, np.int64)
         # the filter of records given with a bucket in [0, buckets) (:meth:`_filtered`): per bucket the hull of
-        # the intervals added (empty: lo > hi), a scratch count; the records kept out of the intervals
+        # the intervals added (empty: lo > hi; ``narrow``: positions fit int32), a scratch count; the records kept
+        # out of the intervals
         self.lo = self.hi = self.cnt = None
         self.pend: list[tuple[np.ndarray, ...]] = []
         if buckets is not None:
-            self.lo = np.full(buckets, np.iinfo(np.int64).max, np.int64)
-            self.hi = np.full(buckets, -1, np.int64)
+            dt = np.int32 if narrow else np.int64
+            self.lo = np.full(buckets, np.iinfo(dt).max, dt)
+            self.hi = np.full(buckets, -1, dt)
             self.cnt = np.zeros(buckets, np.int32)
 
     def cover(self, key: np.ndarray, item: np.ndarray, a: np.ndarray, b: np.ndarray, same: np.ndarray | None = None,
@@ -245,22 +249,25 @@ class _Earlier:
         each starting after the one before it ends (one block), and miss the hull of the bucket's earlier
         intervals are held by no earlier record: they are set aside (``pend``) instead of merged into the
         intervals; a bucket's other records take the exact path (:meth:`_cover`), its records set aside
-        before joining the intervals first. Same answers: records of one key share a bucket.
+        before joining the intervals first. Same answers: records of one key share a bucket. ``bucket is key``:
+        the keys are the buckets (set aside once).
 
         NOTE (speed): the stored runs of ``irminsul`` are its chunks, ~370 k on Mooncake conversation, most of
         them whole pieces of a segment that no other run holds: the count's merge of every record into the
         sorted intervals per chunk was ~0.2 of its ~0.28 CPU s; the filter is a few passes over the records
-        and the buckets' arrays (content ids: up to ``_FILTER_IDS``, :func:`covered_counts_chunked`)."""
+        and the buckets' arrays (content ids: up to ``_FILTER_IDS``, :func:`covered_counts_chunked`).
+        NOTE (memory): buckets and, where every segment is shorter than 2^31 tokens, positions as int32."""
         n = key.shape[0]
         none = np.zeros(0, np.int64)
         if not n:
             return none, none, none
-        a, b, bucket = a.astype(np.int64), b.astype(np.int64), bucket.astype(np.int64)
+        keyed = bucket is key
+        lo, hi, cnt = self.lo, self.hi, self.cnt
+        a, b, bucket = a.astype(lo.dtype), b.astype(lo.dtype), bucket.astype(np.int32)
         cont = np.zeros(n, bool)
         cont[1:] = (bucket[1:] == bucket[:-1]) & (a[1:] > b[:-1])
         head = np.flatnonzero(~cont)
         hk, ha, hb = bucket[head], a[head], b[np.r_[head[1:], n] - 1]      # (b grows within a block)
-        cnt, lo, hi = self.cnt, self.lo, self.hi
         # buckets of more than one block (ufunc.at only for those: for all, ~0.03 of the ~0.1 CPU s on Mooncake)
         num = np.arange(1, hk.shape[0] + 1, dtype=np.int32)
         cnt[hk] = num
@@ -279,7 +286,7 @@ class _Earlier:
             np.minimum.at(lo, hk[multi], ha[multi])
             np.maximum.at(hi, hk[multi], hb[multi])
         if not sus.any():
-            self.pend.append((key, a, b, bucket))
+            self.pend.append((None if keyed else key, a, b, bucket))
             return none, none, none
         cnt[hk[sus]] = 1
         exact = cnt[bucket] == 1
@@ -289,11 +296,11 @@ class _Earlier:
             if not m.any():
                 pend.append(p)
                 continue
-            fk.append(p[0][m])
+            fk.append(p[3][m].astype(np.int64) if p[0] is None else p[0][m])
             fa.append(p[1][m])
             fb.append(p[2][m])
             if not m.all():
-                pend.append(tuple(x[~m] for x in p))
+                pend.append(tuple(None if x is None else x[~m] for x in p))
         cnt[hk[sus]] = 0
         if fk:                 # (as one item: their union joins the intervals, before this chunk's records)
             k = np.concatenate(fk)
@@ -301,7 +308,7 @@ class _Earlier:
         self.pend = pend
         o = np.flatnonzero(~exact)
         if o.shape[0]:
-            self.pend.append((key[o], a[o], b[o], bucket[o]))
+            self.pend.append((None if keyed else key[o], a[o], b[o], bucket[o]))
         e = np.flatnonzero(exact)
         rec, ca, cb = self._cover(key[e], item[e], a[e], b[e])
         return e[rec], ca, cb
