@@ -276,10 +276,9 @@ def test_a_cache_miss_refreshes_numba_contexts(monkeypatch) -> None:
     from contextlib import nullcontext
 
     from numba.core import caching
-    from numba.core.runtime import nrt
 
     calls: list[str] = []
-    monkeypatch.setattr(nrt.rtsys, "initialize", lambda ctx: calls.append("nrt"))
+    monkeypatch.setattr(accel, "_runtime", lambda ctx: calls.append("nrt"))
 
     class Ctx:
         def refresh(self) -> None:
@@ -307,3 +306,24 @@ def test_a_cache_miss_refreshes_numba_contexts(monkeypatch) -> None:
         assert environment._rebuild_env("pic._no_such_module", [], "_test_env_foot16") is env     # (memoized)
         assert environment._rebuild_env("pic.accel", [], "_test_env2_foot16").globals is accel.__dict__
     assert caching.Cache.load_overload is orig and environment._rebuild_env is orig_env
+
+
+def test_runtime_machine_code_cached(tmp_path) -> None:
+    """numba's runtime is compiled once and its machine code kept (``accel._runtime``): a second process loads it
+    instead of compiling; the kernels then give what the numpy paths give, and a function compiled in that process
+    (a cache miss: linked against the loaded runtime, allocating an array) runs."""
+    import subprocess
+    import sys
+
+    code = ("import os, numpy as np; from pic import accel; from pic.traces import content; "
+            "from numba.core.runtime import nrtdynmod; "
+            f"accel._RUNTIME_DIR = {str(tmp_path)!r}; made = []; orig = nrtdynmod.create_nrt_module; "
+            "nrtdynmod.create_nrt_module = lambda ctx: made.append(1) or orig(ctx); "
+            "b = np.arange(1, 6, dtype=np.uint64) * np.uint64(977); s = np.arange(5) * 3; n = np.full(5, 700); "
+            "accel.set_mode('1'); got = content.opaque_run(b, s, n); assert accel.kernels(1) is not None; "
+            "accel.set_mode('0'); ref = content.opaque_run(b, s, n); "
+            "from numba import njit; f = njit(lambda n: np.arange(n) * 3); "
+            "print(len(made), bool(np.array_equal(got, ref)), int(f(4).sum()), len(os.listdir(accel._RUNTIME_DIR)))")
+    got = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+           for _ in range(2)]
+    assert got == [["1", "True", "18", "1"], ["0", "True", "18", "1"]]
