@@ -61,12 +61,12 @@ from pic.engine.policies.irminsul_layout import Analysis, marker_boundaries
 from pic.engine.policies.irminsul_layout import gaps as layout_gaps
 from pic.engine.policies.irminsul_layout import pieces as layout_pieces
 from pic.engine.policies.irminsul_lookup import ChunkWalk
-from pic.engine.policies.irminsul_records import LEAN, RELEASED, Chunk, Extent, Run, new_chunk
+from pic.engine.policies.irminsul_records import LEAN, RELEASED, Chunk, Extent, Run, new_chunk, new_extent
 from pic.engine.policies.irminsul_store import ChunkStore
 from pic.traces.markers import BOUNDARY_MARKER
 
 _RELEASED = RELEASED  # never appended to
-_READY = attrgetter("ready")
+_READY, _PARTS = attrgetter("ready"), attrgetter("parts")
 _REUSE, _ROTATED, _RECOMPUTE = Action.REUSE, Action.REUSE_ROTATED, Action.RECOMPUTE
 
 __all__ = ["Irminsul", "IrminsulConfig", "marker_boundaries"]
@@ -138,6 +138,7 @@ class Irminsul(ChunkWalk, CachePolicy):
         self._store = ChunkStore(self._key, c.s1_window, ctx.bytes_per_token, tails=c.tails,
                                  min_match=c.min_match, bounded=not math.isinf(ctx.capacity_bytes))
         self._entries = self._store.entries
+        self._prompts_cap = 4 * ctx.capacity_tokens + 2**20     # the prompt index's tokens at most
         self._pending: dict[int, Analysis | tuple] = {}   # rid -> lookup's analysis; after admit, its layout
         self._live: dict[int, tuple[list[Extent], list[Chunk]]] = {}    # rid -> locked extents, new chunks
         self._used_x: list[Extent] = []           # extents of the chunks the last _analyze read
@@ -195,7 +196,7 @@ class Irminsul(ChunkWalk, CachePolicy):
             return self._stale([])            # not the plan this cache answered
         locked: list[Extent] = []
         views: list[tuple[int, int, list[Extent]]] = []    # target range of each use -> its locked extents
-        split = False
+        n_x = st.num_extents                  # (a lock that splits an extent makes one more)
         for a, b, x, lo in uses:
             hi = lo + b - a
             while x.parts is not None:        # a split extent: the part holding the range (where one does)
@@ -217,15 +218,15 @@ class Irminsul(ChunkWalk, CachePolicy):
             got_x = st.lock_range(x, lo, hi)
             if not got_x:                     # evicted since lookup: the plan is stale
                 return self._stale(locked)
-            split = True
             locked += got_x
             views.append((a, b, got_x))
         # a later lock may have split an extent an earlier use locked (the prompt reuses the same stored
-        # run twice): views point at the live parts
-        if split:
+        # run twice): views point at the live parts (NOTE (speed): only when a locked extent is split now)
+        if st.num_extents != n_x and any(map(_PARTS, locked)):
             views = [(a, b, xs if all(x.parts is None for x in xs) else [y for x in xs for y in st.parts_of(x)])
                      for a, b, xs in views]
         entries = self._entries
+        nf = len(fps)
         # NOTE (speed): the chunks not in the registry in C-level passes (map, compress), no bytecode per chunk. A
         # lean store also lists the registry's chunk of each fingerprint (``cs``, filled as new chunks are made;
         # those of the first ones as the lookup read them): its registry only grows (no chunk is dropped or cut
@@ -234,52 +235,75 @@ class Irminsul(ChunkWalk, CachePolicy):
         if st.lean:
             known = got.chunks if answered and got.chunks else []
             hot = got.hot if answered else None
-            if hot is not None and hot[2] == st._admissions and hot[0] >= len(known):
+            nk = len(known)
+            if hot is not None and hot[2] == st._admissions and hot[0] >= nk:
                 # NOTE (speed): no admission since the lookup (a lean registry changes only there): the chunks
-                # from k0 on that it did not find hot are not registered; only the hot ones are asked
-                k0 = hot[0]
-                cs = known + [*map(entries.get, fps[len(known):k0])]
-                cs += repeat(None, len(fps) - k0)
-                for j in hot[1][:-1]:
-                    cs[j] = entries.get(fps[j])
-                st.place(cs, range(len(known), k0), bounds, fps)
-                st.place(cs, hot[1][:-1], bounds, fps)
+                # from h0 on that it did not find hot are not registered; only the hot ones are asked
+                h0, hj = hot[0], hot[1][:-1]
+                if h0 > nk:
+                    cs = known + [*map(entries.get, fps[nk:h0])]
+                    cs += [None] * (nf - h0)
+                else:
+                    cs = known + [None] * (nf - h0)
+                for k in hj:
+                    cs[k] = entries.get(fps[k])
+                if h0 > nk:
+                    st.place(cs, range(nk, h0), bounds, fps)
+                if hj:
+                    st.place(cs, hj, bounds, fps)
+                if hj:
+                    ks = [*compress(range(nf), map(is_, cs, repeat(None)))]
+                else:                         # (the prompt index keeps chunk lists without a None: ``known`` has none)
+                    ks = [k for k in range(nk, h0) if cs[k] is None] if h0 > nk else []
+                    ks += range(h0, nf)
             else:
-                cs = known + [*map(entries.get, fps[len(known):])]
-                st.place(cs, range(len(known), len(fps)), bounds, fps)
-            ks = [*compress(range(len(fps)), map(is_, cs, repeat(None)))]
+                cs = known + [*map(entries.get, fps[nk:])]
+                st.place(cs, range(nk, nf), bounds, fps)
+                ks = [*compress(range(nf), map(is_, cs, repeat(None)))]
         else:
             cs: list | None = None
-            ks = [*compress(range(len(fps)), map(not_, map(entries.__contains__, fps)))]
-        new = dict(zip(map(fps.__getitem__, ks), ks, strict=True))     # fp -> chunk index, first occurrence, in prompt order
-        if len(new) < len(ks):
-            new = {}
+            ks = [*compress(range(nf), map(not_, map(entries.__contains__, fps)))]
+        # the new chunks' first occurrences of each fingerprint, in prompt order (NOTE (speed): a set tells that
+        # there is no repeat, the common case: ``ks`` as it is)
+        dups = bool(ks) and len(set(fps[ks[0]:ks[-1] + 1] if ks[-1] - ks[0] == len(ks) - 1 else map(fps.__getitem__, ks))) \
+            < len(ks)
+        if dups:
+            first: dict[int, int] = {}
             for k in ks:
-                new.setdefault(fps[k], k)
-        ends = [e for _, e, _ in views]       # views are disjoint, in target order
+                first.setdefault(fps[k], k)
+            ks = list(first.values())
         # NOTE (speed): a chunk after the last reused range is recomputed whole (most new chunks); only the
-        # others get their gaps listed
-        last = ends[-1] if ends else 0
-        ks = list(new.values())
-        # NOTE (speed): ks ascends, so the chunks starting before ``last`` are its first ones (a bisect); new chunks
-        # in a row (most requests: all after the exact prefix) need the tokens between their ends
+        # others get their gaps listed. ks ascends, so the chunks starting before ``last`` are its first ones (a
+        # bisect); views are disjoint, in target order
+        last = views[-1][1] if views else 0
         j = bisect_left(ks, last, key=bounds.__getitem__) if last else 0
-        gaps = {k: layout_gaps(views, bisect_right(ends, bounds[k]), bounds[k], bounds[k + 1]) for k in ks[:j]}
-        if ks and ks[-1] - ks[0] == len(ks) - 1:
-            need = bounds[ks[-1] + 1] - bounds[ks[0]]
-        else:
-            need = sum([bounds[k + 1] - bounds[k] for k in ks])
-        if gaps:
-            need -= sum([bounds[k + 1] - bounds[k] - sum([b - a for a, b in g]) for k, g in gaps.items()])
+        ends: list[int] = []
+        gaps: dict[int, list[tuple[int, int]]] = {}
+        if j:
+            ends = [e for _, e, _ in views]
+            for k in ks[:j]:
+                gaps[k] = layout_gaps(views, bisect_right(ends, bounds[k]), bounds[k], bounds[k + 1])
         bpt = self.ctx.bytes_per_token
         room = self.ctx.capacity_bytes - st.evictable - st.protected
-        if need * bpt > room:
-            self.evict(int(need * bpt - room), now_us)
-            room = self.ctx.capacity_bytes - st.evictable - st.protected
+        if room < math.inf:                   # (an unbounded store always has room: no count of what is needed)
+            # new chunks in a row (most requests: all after the exact prefix) need the tokens between their ends
+            if ks and ks[-1] - ks[0] == len(ks) - 1:
+                need = bounds[ks[-1] + 1] - bounds[ks[0]]
+            else:
+                need = sum([bounds[k + 1] - bounds[k] for k in ks])
+            if gaps:
+                need -= sum([bounds[k + 1] - bounds[k] - sum([b - a for a, b in g]) for k, g in gaps.items()])
+            if need * bpt > room:
+                self.evict(int(need * bpt - room), now_us)
+                room = self.ctx.capacity_bytes - st.evictable - st.protected
+            fits = need * bpt <= room
+        else:
+            fits = True
         src, chunks, full = req.seq, [], True
         tag = st.admission()                  # owner of what this admission makes (Extent.owner, Chunk.owner)
         m, k0, hk, tk = self.config.min_match, got.k0, got.heads, got.tails
-        if need * bpt <= room:
+        rest: list[int] = ks                  # the new chunks stored only as far as they fit
+        if fits:
             # every new chunk fits. NOTE (speed): one recomputed whole (most) gets one own extent, built inline
             # (new_extent and register); only the ones a reused range overlaps take the general path. A lean
             # store (unbounded) gives each run of them in a row one extent, each chunk a piece of it
@@ -288,17 +312,25 @@ class Irminsul(ChunkWalk, CachePolicy):
             # NOTE (speed): a lean store keeps the rows of new chunks recomputed whole (after the gap ones) each as
             # one record (Run, made after the loop), when their keys are known
             runs = lean and hk and j < len(ks) and ks[j] >= k0
-            if runs:
-                new = {fps[k]: k for k in ks[:j]}
-            for fp, k in new.items():
+            for k in (ks[:j] if runs else ks):
+                fp = fps[k]
                 a, b = bounds[k], bounds[k + 1]
                 n = b - a
                 keys = (hk[k - k0], tk[k - k0]) if k >= k0 and hk and n >= m else None
                 if k in gaps:
                     g = gaps[k]
-                    own = [st.new_extent(src, g0, g1 - g0, now_us, tag) for g0, g1 in g]
-                    pieces = ((own[0], 0, n),) if len(g) == 1 and g[0] == (a, b) else \
-                        layout_pieces(views, bisect_right(ends, a), own, g, a, b)
+                    if len(g) == 1:
+                        g0, g1 = g[0]
+                        own = [st.new_extent(src, g0, g1 - g0, now_us, tag)]
+                        if g0 == a and g1 == b:
+                            pieces = ((own[0], 0, n),)
+                        elif g1 == b:         # (the chunk straddling the end of the reused prefix: most)
+                            pieces = _tail_pieces(views, bisect_right(ends, a), own[0], g0, a, b)
+                        else:
+                            pieces = layout_pieces(views, bisect_right(ends, a), own, g, a, b)
+                    else:
+                        own = [st.new_extent(src, g0, g1 - g0, now_us, tag) for g0, g1 in g]
+                        pieces = layout_pieces(views, bisect_right(ends, a), own, g, a, b)
                     chunks.append(st.register(fp, src, a, n, pieces, tag, own, keys))
                     if cs is not None:
                         cs[k] = chunks[-1]
@@ -311,13 +343,13 @@ class Irminsul(ChunkWalk, CachePolicy):
                             run.size = run_end - rb
                             run.nbytes = run.size * bpt
                             whole += run.size
-                        run, rb = Extent(src, a, n, n * bpt, now_us, 1, LEAN, tag), a
+                        run, rb = new_extent(src, a, n, n * bpt, now_us, 1, LEAN, tag), a
                         c = new_chunk(fp, src, a, n, ((run, 0, n),), tag, [run], keys)
                         st.num_extents += 1
                         st.made.append((run, bounds, k))      # (its chunks' edges, for stored_runs)
                     run_end = b
                 else:
-                    x = Extent(src, a, n, n * bpt, now_us, 1, fp, tag)
+                    x = new_extent(src, a, n, n * bpt, now_us, 1, {fp}, tag)
                     c = new_chunk(fp, src, a, n, ((x, 0, n),), tag, [x], keys)
                     st.num_extents += 1
                     whole += n
@@ -332,8 +364,9 @@ class Irminsul(ChunkWalk, CachePolicy):
             if runs:
                 whole += st.add_runs(ks[j:], bounds, fps, hk, tk, k0, src, now_us, tag, chunks, cs)
             st.protected += whole * bpt
-            new = {}
-        for fp, k in new.items():
+            rest = []
+        for k in rest:
+            fp = fps[k]
             a, b = bounds[k], bounds[k + 1]
             g = gaps[k] if k in gaps else [(a, b)]
             size = sum([e - s for s, e in g])
@@ -348,9 +381,11 @@ class Irminsul(ChunkWalk, CachePolicy):
             pieces = ((own[0], 0, b - a),) if len(g) == 1 and g[0] == (a, b) else \
                 layout_pieces(views, bisect_right(ends, a), own, g, a, b)
             chunks.append(st.register(fp, src, a, b - a, pieces, tag, own, keys))
-        self.stats.extra["partly_stored"] += not full
+        if not full:
+            self.stats.extra["partly_stored"] += 1
         self._live[rid] = (locked, chunks)
-        if cs is not None and None in cs:     # a fingerprint again later in the prompt, or one not stored
+        # (every new chunk stored and no fingerprint repeated: each None of ``cs`` got its chunk)
+        if cs is not None and (dups or rest) and None in cs:    # a fingerprint again later in the prompt, or one not stored
             js = [*compress(range(len(cs)), map(is_, cs, repeat(None)))]
             for k in js:
                 cs[k] = entries.get(fps[k])
@@ -364,27 +399,30 @@ class Irminsul(ChunkWalk, CachePolicy):
 
     def commit(self, req: RequestView, now_us: int) -> None:
         got = self._pending.pop(req.request_id, None)
-        self._store.make_ready(self._live.get(req.request_id, ([], []))[1], now_us, self.config.s1)
+        live = self._live.get(req.request_id)
+        self._store.make_ready(live[1] if live is not None else [], now_us, self.config.s1)
         if got is not None and got[1]:       # (admit's layout tuple; a lookup's analysis when not admitted)
             layout = got if type(got) is tuple else (got.bounds, got.fps, got.anchors, got.hard, got.marked, got.chunks)
-            self._store.prompts.add(req.seq, layout, now_us, 4 * self.ctx.capacity_tokens + 2**20)
+            self._store.prompts.add(req.seq, layout, now_us, self._prompts_cap)
 
     def release(self, req: RequestView, now_us: int) -> None:
         self._pending.pop(req.request_id, None)
         locked, chunks = self._live.pop(req.request_id, ([], []))
         st = self._store
-        if not st.lean or not all(map(_READY, chunks)):
+        ready = st.lean and all(map(_READY, chunks))
+        if not ready:
             chunks = st.expand(chunks)        # (runs: their chunks, which own the extents once the store is exact)
         # NOTE: tail first (vLLM frees a request's blocks reversed): among extents of equal recency the
         # end of a prompt is evicted before its head, so a chunk loses its tail and keeps serving its head
-        if all(map(_READY, chunks)):          # committed: nothing to drop, one pass over the extents
+        if ready or all(map(_READY, chunks)):     # committed: nothing to drop, one pass over the extents
             # (most chunks of a lean run own nothing: their own list is already _RELEASED; one pass finds the rest)
-            owners = [c for c in chunks if c.own is not _RELEASED]
-            xs = [x for c in reversed(owners) for x in reversed(c.own)]
-            for c in owners:
-                c.own = _RELEASED
-                if type(c) is Run and c.cs is not None and c.cs[0] is not None:
-                    c.cs[0].own = _RELEASED
+            xs: list[Extent] = []
+            for c in reversed(chunks):        # (each chunk once: admit made them)
+                if c.own is not _RELEASED:
+                    xs += reversed(c.own)
+                    c.own = _RELEASED
+                    if type(c) is Run and c.cs is not None and c.cs[0] is not None:
+                        c.cs[0].own = _RELEASED
             xs += reversed(locked)
             st.unlock_all(xs)
             return
@@ -441,6 +479,25 @@ class Irminsul(ChunkWalk, CachePolicy):
         self.stats.rejected += 1
         self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
         return False
+
+
+def _tail_pieces(views: list[tuple[int, int, list[Extent]]], i: int, x: Extent, g0: int, a: int, b: int) -> tuple:
+    """``layout_pieces(views, i, [x], [(g0, b)], a, b)`` of a chunk ``[a, b)`` whose one recomputed run ``[g0, b)``
+    (its own extent ``x``) ends it: the reused ranges' pieces (in target order already: the views are disjoint and
+    end before ``g0``), then ``x``'s (the same pieces, tested). NOTE (speed): no sort, no key function."""
+    out: list = []
+    for j in range(i, len(views)):
+        s, e, xs = views[j]
+        if s >= b:
+            break
+        t = s
+        for y in xs:                          # the locked extents tile [s, e) in order
+            lo, hi = max(t, a), min(t + y.size, b)
+            if lo < hi:
+                out.append((y, lo - t, hi - lo))
+            t += y.size
+    out.append([x, 0, b - g0])
+    return tuple(out)
 
 
 def _plan_of(n: int, hits: list[list[int]]) -> tuple[Plan, int, int]:

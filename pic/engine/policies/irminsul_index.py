@@ -154,8 +154,14 @@ class ChunkIndexes:
                 c.keys = None
         self._heads.update(hks)
         self._tails.update(tks)
-        self._log += chain.from_iterable(zip(repeat(True), chunks, map(_SIZE, chunks)))
-        self._log_bounded()
+        log = self._log
+        if len(chunks) < 4:                   # (a lean store's request: a run, a chunk or two)
+            for c in chunks:
+                log += (True, c, c.size)
+        else:
+            log += chain.from_iterable(zip(repeat(True), chunks, map(_SIZE, chunks)))
+        if len(log) > 3 * (2 * len(self.entries) + 4096):      # (_log_bounded, inline)
+            self._flush()
 
     def longest(self, toks: np.ndarray, short: bool = False, head: int | None = None) -> tuple[int, Chunk | None]:
         """Longest leading run of ``toks`` that equals the beginning of a stored chunk (trie walk). Unless
@@ -394,7 +400,10 @@ class KeyTable:
 
     def update(self, keys: Iterable[int]) -> None:
         """Count each of ``keys`` once more (as ``Counter.update`` of a list)."""
-        self.pending.extend(keys)
+        if type(keys) is list:
+            self.pending.fromlist(keys)       # (NOTE (speed): ~2x less than extend's item by item growth)
+        else:
+            self.pending.extend(keys)
 
     def add(self, key: int) -> None:
         self.pending.append(key)

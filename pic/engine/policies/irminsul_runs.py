@@ -14,7 +14,7 @@ import numpy as np
 
 from pic.engine import cdc
 from pic.engine.oracle import RefRuns
-from pic.engine.policies.irminsul_records import LEAN, RELEASED, Chunk, Extent, Run, new_chunk
+from pic.engine.policies.irminsul_records import LEAN, RELEASED, Chunk, Extent, Run, new_chunk, new_extent
 from pic.engine.seq import Seq
 
 
@@ -160,7 +160,7 @@ class RunChunks:
         """Register a lean store's new chunks ``ks`` (the layout's indices, ascending, each recomputed whole, with
         its keys at ``hk``/``tk[k - k0]``) as runs: each row of consecutive ones one locked extent (as admit made
         them) and one :class:`Run`, appended to ``chunks`` and placed in ``cs``; the tokens stored."""
-        entries, bpt, m, made = self.entries, self.bpt, self.min_match, self.made
+        entries, bpt, m, made, run = self.entries, self.bpt, self.min_match, self.made, Run.new
         whole, i, num = 0, 0, len(ks)
         while i < num:
             k1 = ks[i]
@@ -172,21 +172,23 @@ class RunChunks:
                     i2 += 1
             k2 = ks[i2 - 1] + 1
             a, b = bounds[k1], bounds[k2]
-            x = Extent(src, a, b - a, (b - a) * bpt, now_us, 1, LEAN, tag)
+            x = new_extent(src, a, b - a, (b - a) * bpt, now_us, 1, LEAN, tag)
             self.num_extents += 1
             made.append((x, bounds, k1))      # (its chunks' edges, for stored_runs)
             whole += b - a
             heads, tails = hk[k1 - k0:k2 - k0], tk[k1 - k0:k2 - k0]
-            short = min(map(sub, bounds[k1 + 1:k2 + 1], bounds[k1:k2])) < m
-            if short:                         # (a chunk under min_match tokens has no keys)
+            # (a chunk under min_match tokens has no keys; its tail key is 0 (cdc.edge_keys): NOTE (speed): no
+            # chunk's length asked without one)
+            short = 0 in tails and min(map(sub, bounds[k1 + 1:k2 + 1], bounds[k1:k2])) < m
+            if short:
                 keep = [bounds[k + 1] - bounds[k] >= m for k in range(k1, k2)]
                 heads = [h if y else None for h, y in zip(heads, keep, strict=True)]
                 tails = [t if y else None for t, y in zip(tails, keep, strict=True)]
-            r = Run(x, src, bounds, fps, k1, k2 - k1, heads, tails, tag, short)
+            r = run(x, src, bounds, fps, k1, k2 - k1, heads, tails, tag, short)
             entries.update(zip(fps[k1:k2], repeat(r)))
             chunks.append(r)
             if cs is not None:
-                cs[k1:k2] = repeat(r, k2 - k1)
+                cs[k1:k2] = [r] * (k2 - k1)
             i = i2
         return whole
 

@@ -39,7 +39,7 @@ from pic.engine import eviction
 from pic.engine.policies.base import PolicyStats
 from pic.engine.policies.irminsul_index import ChunkIndexes
 from pic.engine.policies.irminsul_prompts import PromptIndex
-from pic.engine.policies.irminsul_records import LEAN, Chunk, Extent, new_chunk
+from pic.engine.policies.irminsul_records import LEAN, Chunk, Extent, new_chunk, new_extent
 from pic.engine.policies.irminsul_records import NONE as _NONE
 from pic.engine.policies.irminsul_runs import RunChunks
 from pic.engine.seq import Seq
@@ -87,7 +87,7 @@ class ChunkStore(RunChunks, ChunkIndexes):
     def new_extent(self, src: Seq, base_pos: int, size: int, now_us: int, owner: int = -1) -> Extent:
         """New KV of tokens ``[base_pos, base_pos + size)`` of prompt ``src``, produced now at ``base_pos`` by
         admission ``owner`` (:meth:`admission`): locked once (protected until its producer releases it)."""
-        x = Extent(src, base_pos, size, size * self.bpt, now_us, 1, LEAN if self.lean else None, owner)
+        x = new_extent(src, base_pos, size, size * self.bpt, now_us, 1, LEAN if self.lean else set(), owner)
         self.protected += x.nbytes
         self.num_extents += 1
         return x
@@ -127,9 +127,14 @@ class ChunkStore(RunChunks, ChunkIndexes):
                 return []
             self.lock(x)
             return [x]
-        parts = self.live(x, lo, hi)
-        if parts is None:
-            return []
+        if x.parts is None:
+            if not x.alive:
+                return []
+            parts = ((x, lo, hi),)
+        else:
+            parts = self.live(x, lo, hi)
+            if parts is None:
+                return []
         out = []
         for e, a, b in parts:
             if a > 0:
@@ -319,14 +324,15 @@ class ChunkStore(RunChunks, ChunkIndexes):
     # ---- Internal helpers -------------------------------------------------------------------------
     def _split(self, x: Extent, at: int) -> tuple[Extent, Extent]:
         """Cut live extent ``x`` after ``at`` tokens into two extents with its locks and recency."""
-        u = LEAN if self.lean else None
-        left = Extent(x.src, x.base_pos, at, at * self.bpt, x.created_us, x.refs, u, x.owner)
-        right = Extent(x.src, x.base_pos + at, x.size - at, x.nbytes - at * self.bpt, x.created_us, x.refs, u, x.owner)
-        for y in (left, right):
-            y.last_access_us, y.hits = x.last_access_us, x.hits
+        lean = self.lean
+        left = new_extent(x.src, x.base_pos, at, at * self.bpt, x.created_us, x.refs, LEAN if lean else set(), x.owner)
+        right = new_extent(x.src, x.base_pos + at, x.size - at, x.nbytes - at * self.bpt, x.created_us, x.refs,
+                           LEAN if lean else set(), x.owner)
+        left.last_access_us = right.last_access_us = x.last_access_us
+        left.hits = right.hits = x.hits
         x.alive, x.parts = False, (left, right, at)
         self.num_extents += 1
-        if self.lean:                     # pieces naming x stay (live() resolves them); no users to move
+        if lean:                          # pieces naming x stay (live() resolves them); no users to move
             return left, right
         for fp in x.users:
             c = self.entries[fp]

@@ -1,0 +1,165 @@
+"""irminsul's admission shortcuts give what the plain steps give: records made without the class call
+(``new_extent``, ``Run.new``) set every slot as the class does; the pieces of a chunk whose recomputed run ends it
+(``_tail_pieces``) are ``layout_pieces``'; a run's ``short`` flag (told from its tail keys first) is the plain
+length test; ``KeyTable.update`` of a list counts as of any iterable; admit on prompts repeating a chunk (its
+duplicate check) keeps each fingerprint's first chunk, as the exact store does."""
+
+from __future__ import annotations
+
+import math
+from array import array
+from bisect import bisect_right
+
+import numpy as np
+import pytest
+
+from pic.engine import policies
+from pic.engine.policies import PolicyContext, RequestView
+from pic.engine.policies.irminsul import _tail_pieces
+from pic.engine.policies.irminsul_layout import gaps as layout_gaps
+from pic.engine.policies.irminsul_layout import pieces as layout_pieces
+from pic.engine.policies.irminsul_records import LEAN, Extent, Run, new_extent
+from pic.engine.seq import Seq
+from pic.traces.schema import KIND_CODE
+
+BPT = 2
+
+
+def _slots(obj, cls) -> dict:
+    return {s: getattr(obj, s) for s in cls.__slots__}
+
+
+@pytest.mark.parametrize("users", [LEAN, None, 7])
+def test_new_extent_is_the_class_call(users) -> None:
+    src = Seq.of_array(np.arange(100, dtype=np.int32))
+    a = Extent(src, 10, 50, 50 * BPT, 7, 1, users, 3)
+    b = new_extent(src, 10, 50, 50 * BPT, 7, 1, a.users if users is LEAN else set(a.users), 3)
+    assert type(b) is Extent and _slots(a, Extent) == _slots(b, Extent)
+    assert (b.users is LEAN) == (users is LEAN)
+
+
+@pytest.mark.parametrize("short", [False, True])
+def test_run_new_is_the_class_call(short) -> None:
+    src = Seq.of_array(np.arange(100, dtype=np.int32))
+    x = Extent(src, 0, 100, 100 * BPT, 7, 1, LEAN, 3)
+    bounds, fps = [0, 40, 90, 100], [11, 12, 13]
+    args = (x, src, bounds, fps, 0, 3, [1, 2, None if short else 3], [4, 5, None if short else 6], 3, short)
+    a, b = Run(*args), Run.new(*args)
+    assert type(b) is Run and _slots(a, Run) == _slots(b, Run)
+    assert b.own == [x] and b.own is not a.own and b.ready is False and b.cs is None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tail_pieces_are_layout_pieces(seed) -> None:
+    """Random reused ranges over split extents, a chunk ending in its one recomputed run."""
+    rng = np.random.default_rng(seed)
+    src = Seq.of_array(np.arange(5000, dtype=np.int32))
+    views, pos = [], 0
+    for _ in range(int(rng.integers(1, 6))):
+        s = pos + int(rng.integers(0, 30))
+        xs = [Extent(src, int(rng.integers(0, 4000)), int(rng.integers(1, 40)), 1, 0) for _ in range(int(rng.integers(1, 4)))]
+        e = s + sum(x.size for x in xs)
+        views.append((s, e, xs))
+        pos = e
+    ends = [e for _, e, _ in views]
+    checked = 0
+    for a in range(0, pos):
+        b = pos + int(rng.integers(1, 50))
+        g = layout_gaps(views, 0, a, b)
+        if len(g) != 1 or g[0][1] != b or g[0][0] == a:
+            continue
+        i = bisect_right(ends, a)
+        own = Extent(src, g[0][0], b - g[0][0], 1, 0)
+        want = layout_pieces(views, i, [own], g, a, b)
+        got = _tail_pieces(views, i, own, g[0][0], a, b)
+        assert got == want and [type(p) for p in got] == [type(p) for p in want]
+        checked += 1
+    assert checked > 0
+
+
+def _lean():
+    pol = policies.build("irminsul", PolicyContext(math.inf, BPT, verify=False),
+                         {"avg_chunk": 128, "min_chunk": 32, "max_chunk": 256})
+    assert pol._store.lean
+    return pol
+
+
+@pytest.mark.parametrize("width", [5, 15, 16, 40])
+def test_runs_short_flag_is_the_length_test(width) -> None:
+    """A prompt with a marker segment of ``width`` tokens (S2: hard cuts at its edges, so chunks of any length), and a
+    prompt of ``width`` tokens: a run is short exactly when a chunk of it is under min_match (16) tokens, and only
+    such a chunk has no keys."""
+    rng = np.random.default_rng(width)
+    toks = rng.integers(0, 5000, 2000, dtype=np.int32)
+    marked = RequestView(0, "s", toks, np.array([0, 1000, 1000 + width, 2000], np.int64), np.arange(3, dtype=np.uint64),
+                         np.array([0, KIND_CODE["marker"], 0], np.uint8))
+    for req in (marked, RequestView.from_tokens(0, toks[:width])):
+        pol = _lean()
+        assert pol.admit(req, pol.lookup(req, 0), 0)
+        runs = [c for c in pol._live[0][1] if type(c) is Run]
+        assert runs
+        for r in runs:
+            sizes = [r.bounds[r.k + i + 1] - r.bounds[r.k + i] for i in range(r.n)]
+            assert r.short == (min(sizes) < 16)
+            assert [h is None for h in r.heads] == [n < 16 for n in sizes] == [t is None for t in r.tails]
+        if width < 16:
+            assert any(r.short for r in runs)
+        pol.commit(req, 1)
+        pol.release(req, 2)
+        pol.usage().check()
+
+
+def test_key_table_update_of_a_list_counts_as_an_iterable() -> None:
+    pytest.importorskip("numba")
+    from pic import accel
+    from pic.engine.policies.irminsul_index import KeyTable
+
+    accel.set_mode("1")
+    try:
+        fast = accel.kernels(1, "irm")
+    finally:
+        accel.set_mode(None)
+    assert fast is not None
+    keys = [2**64 - 1, 0, 5, 5, 2**63 + 7]
+    a, b = KeyTable(fast), KeyTable(fast)
+    a.update(keys)
+    b.update(iter(keys))
+    assert a.pending == b.pending == array("Q", keys)
+    assert sorted(a.items()) == sorted(b.items()) == [(0, 1), (5, 2), (2**63 + 7, 1), (2**64 - 1, 1)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_prompt_repeating_chunks_admits_each_fingerprint_once(seed) -> None:
+    """Prompts holding a document two or three times (fingerprints repeated after the exact prefix, in a row and
+    apart): the lean store registers each fingerprint's first chunk only, stores the same tokens and serves the
+    same plans as the exact store."""
+    rng = np.random.default_rng(seed)
+    doc = rng.integers(0, 5000, 700, dtype=np.int32)
+    head = rng.integers(0, 5000, 60, dtype=np.int32)
+    prompts = [np.concatenate([head, doc, doc]),
+               np.concatenate([head, doc, doc, rng.integers(0, 5000, 90, dtype=np.int32), doc, doc]),
+               np.concatenate([rng.integers(0, 5000, 30, dtype=np.int32), doc, doc, doc])]
+    pols = [_lean(), _lean()]
+    pols[0]._store.lean = False
+    for i, toks in enumerate(prompts):
+        req = RequestView.from_tokens(i, toks)
+        got = []
+        for pol in pols:
+            before = set(pol._store.entries)
+            plan = pol.lookup(req, 10 * i)
+            assert pol.admit(req, plan, 10 * i)
+            fps = pol._pending[i][1]
+            assert len(set(fps)) < len(fps)             # (the prompt repeats chunks)
+            assert set(pol._store.entries) == before | set(fps)
+            if pol._store.lean:                         # each position's chunk is its fingerprint's first
+                cs = pol._pending[i][5]
+                assert cs is not None and [pol._store.chunk_of(c, fp).fp for c, fp in zip(cs, fps, strict=True)] == fps
+            pol.commit(req, 10 * i + 1)
+            pol.release(req, 10 * i + 2)
+            got.append([(s.start, s.end, int(s.action), s.source_pos) for s in plan.spans])
+            pol.usage().check()
+        assert got[0] == got[1]
+        assert pols[0].usage() == pols[1].usage()
+    assert sorted(pols[0]._store.entries) == sorted(pols[1]._store.entries)
+    runs = [[(x[1], x[2]) for x in p.footprint().runs] for p in pols]
+    assert sorted(runs[0]) == sorted(runs[1])
