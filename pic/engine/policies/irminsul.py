@@ -253,9 +253,11 @@ class Irminsul(ChunkWalk, CachePolicy):
                     st.place(cs, hj, bounds, fps)
                 if hj:
                     ks = [*compress(range(nf), map(is_, cs, repeat(None)))]
-                else:                         # (the prompt index keeps chunk lists without a None: ``known`` has none)
-                    ks = [k for k in range(nk, h0) if cs[k] is None] if h0 > nk else []
+                elif h0 > nk:                 # (the prompt index keeps chunk lists without a None: ``known`` has none)
+                    ks = [k for k in range(nk, h0) if cs[k] is None]
                     ks += range(h0, nf)
+                else:
+                    ks = list(range(h0, nf))
             else:
                 cs = known + [*map(entries.get, fps[nk:])]
                 st.place(cs, range(nk, nf), bounds, fps)
@@ -263,15 +265,17 @@ class Irminsul(ChunkWalk, CachePolicy):
         else:
             cs: list | None = None
             ks = [*compress(range(nf), map(not_, map(entries.__contains__, fps)))]
-        # the new chunks' first occurrences of each fingerprint, in prompt order (NOTE (speed): a set tells that
-        # there is no repeat, the common case: ``ks`` as it is)
-        dups = bool(ks) and len(set(fps[ks[0]:ks[-1] + 1] if ks[-1] - ks[0] == len(ks) - 1 else map(fps.__getitem__, ks))) \
-            < len(ks)
+        bpt = self.ctx.bytes_per_token
+        room = self.ctx.capacity_bytes - st.evictable - st.protected
+        # the new chunks: the first occurrence of each fingerprint, in prompt order. NOTE (speed): a lean store (it
+        # always has room) registers them all and counts its registry after: one more entry each unless one repeats
+        # (then undone and done again from the first ones; no set or dict of the prompt's fingerprints); any other
+        # store tells repeats first (a set)
+        post = st.lean and room == math.inf
+        dups = not post and len(ks) > 1 and len(set(fps[ks[0]:ks[-1] + 1] if ks[-1] - ks[0] == len(ks) - 1
+                                                     else map(fps.__getitem__, ks))) < len(ks)
         if dups:
-            first: dict[int, int] = {}
-            for k in ks:
-                first.setdefault(fps[k], k)
-            ks = list(first.values())
+            ks = _first(ks, fps)
         # NOTE (speed): a chunk after the last reused range is recomputed whole (most new chunks); only the
         # others get their gaps listed. ks ascends, so the chunks starting before ``last`` are its first ones (a
         # bisect); views are disjoint, in target order
@@ -283,8 +287,6 @@ class Irminsul(ChunkWalk, CachePolicy):
             ends = [e for _, e, _ in views]
             for k in ks[:j]:
                 gaps[k] = layout_gaps(views, bisect_right(ends, bounds[k]), bounds[k], bounds[k + 1])
-        bpt = self.ctx.bytes_per_token
-        room = self.ctx.capacity_bytes - st.evictable - st.protected
         if room < math.inf:                   # (an unbounded store always has room: no count of what is needed)
             # new chunks in a row (most requests: all after the exact prefix) need the tokens between their ends
             if ks and ks[-1] - ks[0] == len(ks) - 1:
@@ -303,7 +305,8 @@ class Irminsul(ChunkWalk, CachePolicy):
         tag = st.admission()                  # owner of what this admission makes (Extent.owner, Chunk.owner)
         m, k0, hk, tk = self.config.min_match, got.k0, got.heads, got.tails
         rest: list[int] = ks                  # the new chunks stored only as far as they fit
-        if fits:
+        n0, m0, x0, p0 = len(entries), len(st.made), st.num_extents, st.protected
+        while fits:
             # every new chunk fits. NOTE (speed): one recomputed whole (most) gets one own extent, built inline
             # (new_extent and register); only the ones a reused range overlaps take the general path. A lean
             # store (unbounded) gives each run of them in a row one extent, each chunk a piece of it
@@ -363,8 +366,21 @@ class Irminsul(ChunkWalk, CachePolicy):
                 whole += run.size
             if runs:
                 whole += st.add_runs(ks[j:], bounds, fps, hk, tk, k0, src, now_us, tag, chunks, cs)
+            if post and len(entries) - n0 != len(ks):      # a fingerprint repeats: undone, its first chunk kept
+                for k in ks:                  # (the registry held none of them)
+                    entries.pop(fps[k], None)
+                    cs[k] = None
+                chunks = []
+                del st.made[m0:]
+                st.num_extents, st.protected = x0, p0
+                ks, dups = _first(ks, fps), True
+                j = bisect_left(ks, last, key=bounds.__getitem__) if last else 0
+                kept = set(ks[:j])
+                gaps = {k: g for k, g in gaps.items() if k in kept}
+                continue
             st.protected += whole * bpt
             rest = []
+            break
         for k in rest:
             fp = fps[k]
             a, b = bounds[k], bounds[k + 1]
@@ -479,6 +495,14 @@ class Irminsul(ChunkWalk, CachePolicy):
         self.stats.rejected += 1
         self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
         return False
+
+
+def _first(ks: list[int], fps: list[int]) -> list[int]:
+    """Those of chunk indices ``ks`` (ascending) whose fingerprint no earlier one of them has."""
+    first: dict[int, int] = {}
+    for k in ks:
+        first.setdefault(fps[k], k)
+    return list(first.values())
 
 
 def _tail_pieces(views: list[tuple[int, int, list[Extent]]], i: int, x: Extent, g0: int, a: int, b: int) -> tuple:
