@@ -163,3 +163,82 @@ def test_prompt_repeating_chunks_admits_each_fingerprint_once(seed) -> None:
     assert sorted(pols[0]._store.entries) == sorted(pols[1]._store.entries)
     runs = [[(x[1], x[2]) for x in p.footprint().runs] for p in pols]
     assert sorted(runs[0]) == sorted(runs[1])
+
+
+def _place_reference(store, cs, js, bounds, fps) -> None:
+    """:meth:`RunChunks.place` as it was (every run's chunk found by searching its fingerprints)."""
+    for j in js:
+        r = cs[j]
+        if type(r) is not Run:
+            continue
+        i = r.index(fps[j])
+        a = r.bounds[r.k + i]
+        if a != bounds[j] or r.bounds[r.k + i + 1] - a != bounds[j + 1] - bounds[j]:
+            cs[j] = store.chunk_at(r, i)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_place_finds_each_runs_chunk_as_a_search_does(seed, monkeypatch) -> None:
+    """``place`` (a run's chunk first looked for at the layout's own index) leaves every chunk list as the search of
+    the run's fingerprints does, on conversations (next turns: the same indices) and streams of shared documents
+    (elsewhere)."""
+    from pic.engine.policies.irminsul_runs import RunChunks
+    from tests.policies.test_irminsul_speed import _stream, _views
+
+    orig, seen = RunChunks.place, []
+
+    def place(self, cs, js, bounds, fps):
+        js = list(js)
+        want = list(cs)
+        _place_reference(self, want, js, bounds, fps)
+        orig(self, cs, js, bounds, fps)
+        assert [id(c) for c in cs] == [id(c) for c in want]
+        seen.append(sum(type(c) is Run for c in want))
+
+    monkeypatch.setattr(RunChunks, "place", place)
+    rng = np.random.default_rng(seed)
+    toks = rng.integers(0, 5000, 500, dtype=np.int32)
+    reqs = []
+    for i in range(8):                        # a conversation: each turn continues the last
+        toks = np.concatenate([toks, rng.integers(0, 5000, 700, dtype=np.int32)])
+        reqs.append(RequestView.from_tokens(i, toks))
+    # a document behind headers of other lengths: its stored run's chunks hit at other indices of the layout
+    doc = rng.integers(0, 5000, 3000, dtype=np.int32)
+    for i, h in enumerate((40, 700, 1500, 300)):
+        reqs.append(RequestView.from_tokens(50 + i, np.concatenate([rng.integers(0, 5000, h, dtype=np.int32), doc])))
+    reqs += [RequestView.from_tokens(100 + r.request_id, r.tokens) for r in _views(_stream(seed, 40), seed)]
+    pol = _lean()
+    for t, req in enumerate(reqs):
+        plan = pol.lookup(req, 10 * t)
+        assert pol.admit(req, plan, 10 * t)
+        pol.commit(req, 10 * t + 1)
+        pol.release(req, 10 * t + 2)
+    assert sum(seen) > 0
+
+
+def test_place_finds_a_runs_chunk_at_another_index() -> None:
+    """A layout naming a run's chunk at another index than the run's own layout (in range of the run, or past it),
+    at the same place or elsewhere: ``place`` gives the chunk list the search gives."""
+    rng = np.random.default_rng(5)
+    pol = _lean()
+    req = RequestView.from_tokens(0, rng.integers(0, 5000, 2000, dtype=np.int32))
+    assert pol.admit(req, pol.lookup(req, 0), 0)
+    pol.commit(req, 1)
+    r = next(c for c in pol._live[0][1] if type(c) is Run)
+    assert r.k == 0 and r.n >= 6
+    st = pol._store
+    b = r.bounds
+    for shift in (-2, -1, 1, 2, r.n):
+        for moved in (False, True):
+            j0 = 2 + shift                    # r's chunks 2 .. 4 at indices j0 .. j0 + 2 of a made-up layout
+            fps = [7000 + i for i in range(j0)] + r.fps[2:5] + [9000]
+            off = b[2] - j0 * 50 + (5 if moved else 0)
+            bounds = [off + 50 * i for i in range(j0)] + [x + (5 if moved else 0) for x in b[2:6]]
+            bounds.append(bounds[-1] + 10)
+            cs = [None] * j0 + [r, r, r, None]
+            want = list(cs)
+            _place_reference(st, want, range(j0, j0 + 3), bounds, fps)
+            st.place(cs, range(j0, j0 + 3), bounds, fps)
+            assert [id(c) for c in cs] == [id(c) for c in want]
+            assert (cs[j0] is r) == (not moved)
+    pol.release(req, 2)

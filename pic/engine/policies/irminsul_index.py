@@ -87,6 +87,20 @@ class ChunkIndexes:
         """The chunks' KV exists: index their tokens in the trie(s) (and their S1 windows when ``windows``),
         in order (:meth:`_index`, inline: one call per request)."""
         m, keep = self.min_match, self._keep_keys
+        if len(chunks) == 1 and not windows:
+            r = chunks[0]
+            if type(r) is Run and not r.short and r.cs is None and not keep:
+                # NOTE (speed): a lean store's request of one run of chunks, none made (Azure conversation: most), as
+                # _ready_each makes it ready: its keys counted from its lists, one log entry
+                r.ready = True
+                self._heads.update(r.heads)
+                self._tails.update(r.tails)
+                r.heads = r.tails = None
+                log = self._log
+                log += (True, r, r.size)
+                if len(log) > 3 * (2 * len(self.entries) + 4096):      # (_log_bounded, inline)
+                    self._flush()
+                return
         if not windows and chunks and Run not in map(type, chunks):
             # NOTE (speed): the common case (admit gave every chunk its keys, each has >= min_match tokens) in
             # C-level passes and one loop of three stores per chunk: the same state, log and counts

@@ -87,11 +87,21 @@ class RunChunks:
         """A layout's chunk list ``cs`` names a run at index ``j`` (for each of ``js``) only where the run's chunk of
         ``fps[j]`` lies at the layout's place ``[bounds[j], bounds[j + 1])`` (its extent then holds the chunk at
         ``bounds[j] - x.base_pos``: the exact-prefix stage reads it so); elsewhere the chunk made of it."""
-        for j in compress(js, map(is_, map(type, [cs[j] for j in js]), repeat(Run))):
+        if len(js) > 4:                       # (C-level passes find the runs of a long list)
+            js = compress(js, map(is_, map(type, [cs[j] for j in js]), repeat(Run)))
+        for j in js:
             r = cs[j]
-            i = r.index(fps[j])
-            a = r.bounds[r.k + i]
-            if a != bounds[j] or r.bounds[r.k + i + 1] - a != bounds[j + 1] - bounds[j]:
+            if type(r) is not Run:
+                continue
+            # its chunk of fps[j]: NOTE (speed): first where the layouts index their chunks alike (a conversation's
+            # next turn: the same cuts up to its anchor), the run's fingerprints searched only elsewhere (a run
+            # holds each fingerprint once: the same index)
+            k, fp = r.k, fps[j]
+            i = j - k
+            if not (0 <= i < r.n and r.fps[j] == fp):
+                i = r.fps.index(fp, k, k + r.n) - k
+            a = r.bounds[k + i]
+            if a != bounds[j] or r.bounds[k + i + 1] - a != bounds[j + 1] - bounds[j]:
                 cs[j] = self.chunk_at(r, i)
 
     def stored_runs(self) -> list[tuple[Seq, int, int, int]] | RefRuns:
