@@ -44,9 +44,10 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import attrgetter, is_, not_
+from operator import attrgetter, is_, itemgetter, not_
 
 import numpy as np
 
@@ -66,7 +67,7 @@ from pic.engine.policies.irminsul_store import ChunkStore
 from pic.traces.markers import BOUNDARY_MARKER
 
 _RELEASED = RELEASED  # never appended to
-_READY, _PARTS = attrgetter("ready"), attrgetter("parts")
+_READY, _PARTS, _END = attrgetter("ready"), attrgetter("parts"), itemgetter(1)
 _REUSE, _ROTATED, _RECOMPUTE = Action.REUSE, Action.REUSE_ROTATED, Action.RECOMPUTE
 
 __all__ = ["Irminsul", "IrminsulConfig", "marker_boundaries"]
@@ -253,11 +254,14 @@ class Irminsul(ChunkWalk, CachePolicy):
                     st.place(cs, hj, bounds, fps)
                 if hj:
                     ks = [*compress(range(nf), map(is_, cs, repeat(None)))]
-                elif h0 > nk:                 # (the prompt index keeps chunk lists without a None: ``known`` has none)
-                    ks = [k for k in range(nk, h0) if cs[k] is None]
-                    ks += range(h0, nf)
-                else:
-                    ks = list(range(h0, nf))
+                else:                         # (the prompt index keeps chunk lists without a None: ``known`` has none)
+                    # NOTE (speed): a range where only the new suffix is new (most): no list made
+                    ks = range(h0, nf)
+                    for k in range(nk, h0):
+                        if cs[k] is None:     # (a middle chunk not in the registry: the one the last turn's end cut)
+                            ks = [k] if k == h0 - 1 else [i for i in range(k, h0) if cs[i] is None]
+                            ks += range(h0, nf)
+                            break
             else:
                 cs = known + [*map(entries.get, fps[nk:])]
                 st.place(cs, range(nk, nf), bounds, fps)
@@ -281,12 +285,9 @@ class Irminsul(ChunkWalk, CachePolicy):
         # bisect); views are disjoint, in target order
         last = views[-1][1] if views else 0
         j = bisect_left(ks, last, key=bounds.__getitem__) if last else 0
-        ends: list[int] = []
         gaps: dict[int, list[tuple[int, int]]] = {}
-        if j:
-            ends = [e for _, e, _ in views]
-            for k in ks[:j]:
-                gaps[k] = layout_gaps(views, bisect_right(ends, bounds[k]), bounds[k], bounds[k + 1])
+        for k in ks[:j]:                      # (views[bisect_right(views, a, key=_END)]: the first that ends after a)
+            gaps[k] = layout_gaps(views, bisect_right(views, bounds[k], key=_END), bounds[k], bounds[k + 1])
         if room < math.inf:                   # (an unbounded store always has room: no count of what is needed)
             # new chunks in a row (most requests: all after the exact prefix) need the tokens between their ends
             if ks and ks[-1] - ks[0] == len(ks) - 1:
@@ -304,7 +305,7 @@ class Irminsul(ChunkWalk, CachePolicy):
         src, chunks, full = req.seq, [], True
         tag = st.admission()                  # owner of what this admission makes (Extent.owner, Chunk.owner)
         m, k0, hk, tk = self.config.min_match, got.k0, got.heads, got.tails
-        rest: list[int] = ks                  # the new chunks stored only as far as they fit
+        rest: Sequence[int] = ks              # the new chunks stored only as far as they fit
         n0, m0, x0, p0 = len(entries), len(st.made), st.num_extents, st.protected
         while fits:
             # every new chunk fits. NOTE (speed): one recomputed whole (most) gets one own extent, built inline
@@ -328,12 +329,12 @@ class Irminsul(ChunkWalk, CachePolicy):
                         if g0 == a and g1 == b:
                             pieces = ((own[0], 0, n),)
                         elif g1 == b:         # (the chunk straddling the end of the reused prefix: most)
-                            pieces = _tail_pieces(views, bisect_right(ends, a), own[0], g0, a, b)
+                            pieces = _tail_pieces(views, bisect_right(views, a, key=_END), own[0], g0, a, b)
                         else:
-                            pieces = layout_pieces(views, bisect_right(ends, a), own, g, a, b)
+                            pieces = layout_pieces(views, bisect_right(views, a, key=_END), own, g, a, b)
                     else:
                         own = [st.new_extent(src, g0, g1 - g0, now_us, tag) for g0, g1 in g]
-                        pieces = layout_pieces(views, bisect_right(ends, a), own, g, a, b)
+                        pieces = layout_pieces(views, bisect_right(views, a, key=_END), own, g, a, b)
                     chunks.append(st.register(fp, src, a, n, pieces, tag, own, keys))
                     if cs is not None:
                         cs[k] = chunks[-1]
@@ -395,7 +396,7 @@ class Irminsul(ChunkWalk, CachePolicy):
             keys = (hk[k - k0], tk[k - k0]) if k >= k0 and hk and b - a >= m else None
             own = [st.new_extent(src, g0, g1 - g0, now_us, tag) for g0, g1 in g]
             pieces = ((own[0], 0, b - a),) if len(g) == 1 and g[0] == (a, b) else \
-                layout_pieces(views, bisect_right(ends, a), own, g, a, b)
+                layout_pieces(views, bisect_right(views, a, key=_END), own, g, a, b)
             chunks.append(st.register(fp, src, a, b - a, pieces, tag, own, keys))
         if not full:
             self.stats.extra["partly_stored"] += 1
@@ -497,7 +498,7 @@ class Irminsul(ChunkWalk, CachePolicy):
         return False
 
 
-def _first(ks: list[int], fps: list[int]) -> list[int]:
+def _first(ks: Sequence[int], fps: list[int]) -> list[int]:
     """Those of chunk indices ``ks`` (ascending) whose fingerprint no earlier one of them has."""
     first: dict[int, int] = {}
     for k in ks:

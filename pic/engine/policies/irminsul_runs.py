@@ -6,7 +6,7 @@ stored runs (:meth:`RunChunks.stored_runs`: read from the runs as columns)."""
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import compress, repeat
 from operator import is_, sub
 
@@ -165,7 +165,7 @@ class RunChunks:
                     out.append((y.src, y.base_pos + lo, y.base_pos + hi, 0))
         return out
 
-    def add_runs(self, ks: list[int], bounds: list[int], fps: list[int], hk: list, tk: list, k0: int, src: Seq,
+    def add_runs(self, ks: Sequence[int], bounds: list[int], fps: list[int], hk: list, tk: list, k0: int, src: Seq,
                  now_us: int, tag: int, chunks: list, cs: list | None) -> int:
         """Register a lean store's new chunks ``ks`` (the layout's indices, ascending, each recomputed whole, with
         its keys at ``hk``/``tk[k - k0]``) as runs: each row of consecutive ones one locked extent (as admit made
