@@ -164,17 +164,22 @@ class Irminsul(ChunkWalk, CachePolicy):
         # tail does not age out alone and take the chunk (its index entry) with it (the walk listed them)
         if self._used_x:
             self._store.touch_extents(self._used_x, now_us)
-        hits: list[list[int]] = []            # [start, end, source]: abutting pieces of equal delta merged
-        for t, e, x, lo in got.uses:
-            src = x.base_pos + lo
-            if hits and hits[-1][1] == t and t - src == hits[-1][0] - hits[-1][2]:
-                hits[-1][1] = e
-            else:
-                hits.append([t, e, src])
-        plan, reused, rotated = _plan_of(req.num_tokens, hits)
-        if reused:
-            self.stats.hits += 1
-            self.stats.extra["rotated_tokens"] += rotated
+        if got.uses:
+            hits: list[list[int]] = []            # [start, end, source]: abutting pieces of equal delta merged
+            for t, e, x, lo in got.uses:
+                src = x.base_pos + lo
+                if hits and hits[-1][1] == t and t - src == hits[-1][0] - hits[-1][2]:
+                    hits[-1][1] = e
+                else:
+                    hits.append([t, e, src])
+            plan, reused, rotated = _plan_of(req.num_tokens, hits)
+            if reused:
+                self.stats.hits += 1
+                self.stats.extra["rotated_tokens"] += rotated
+        else:
+            # NOTE (speed): nothing reused (most Azure conversation lookups): _plan_of's answer for no hits
+            n = req.num_tokens
+            plan = Plan.recompute_all(n) if n > 0 else Plan.from_spans(n, [])
         self._pending[req.request_id] = got
         self._answered = (req.request_id, plan)
         if len(self._pending) > 4096:       # lookups never followed by admit (probes) must not pile up
