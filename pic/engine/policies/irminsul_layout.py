@@ -62,12 +62,12 @@ def opaque_layout(req: RequestView, lo: int, base: int, start: int, cfg, m: int)
         return None
     # NOTE (speed): the store's columns and the chunking's kernel arguments of the last store and ``cfg`` asked
     # kept (one trace, one policy config: every call), not looked up per prompt (~2 us per prompt)
-    got = _LAST_OPAQUE
+    global _LAST_OPAQUE
+    got = _LAST_OPAQUE              # (an immutable tuple, replaced whole)
     if got[0] is not src or got[1] is not cfg:
         cols = _columns(src)
-        got = (src, cfg, None if cols is None or not cols[5] else
-               (cols[1], cols[2], *cdc._kernel_gear(cfg.seed, cfg.gear), cfg.threshold, cfg.min_chunk, cfg.max_chunk))
-        _LAST_OPAQUE[:] = got
+        got = _LAST_OPAQUE = (src, cfg, None if cols is None or not cols[5] else (
+            cols[1], cols[2], *cdc._kernel_gear(cfg.seed, cfg.gear), cfg.threshold, cfg.min_chunk, cfg.max_chunk))
     args = got[2]
     n = req.num_tokens
     if args is None:
@@ -85,7 +85,7 @@ def opaque_layout(req: RequestView, lo: int, base: int, start: int, cfg, m: int)
     return got[:6] if got[6] else None
 
 
-_LAST_OPAQUE: list = [None, None, None]     # (store, CDC config, kernel arguments or None) of opaque_layout
+_LAST_OPAQUE: tuple = (None, None, None)    # (store, CDC config, kernel arguments or None) of opaque_layout
 _NO_BOUNDS = np.zeros(1, np.int64)
 
 
@@ -141,7 +141,8 @@ def _may_mark(store, marker: np.ndarray) -> bool:
 
     NOTE (speed): a trace without any (Mooncake, Azure: opaque blocks only) skips the marker search of every
     prompt (a pass over its tokens and one over its segments' kinds)"""
-    last = _LAST_MARK
+    global _LAST_MARK
+    last = _LAST_MARK               # (an immutable tuple, replaced whole)
     if last[0] is store and last[1] is marker:      # (NOTE (speed): one policy, one trace: every call)
         return last[2]
     t = int(marker[0]) if marker.shape[0] else -1
@@ -154,12 +155,12 @@ def _may_mark(store, marker: np.ndarray) -> bool:
         _MAY_MARK[(id(store), t)] = (store, may)
         if len(_MAY_MARK) > 8:
             del _MAY_MARK[next(iter(_MAY_MARK))]
-    last[:] = (store, marker, may)
+    _LAST_MARK = (store, marker, may)
     return may
 
 
 _MAY_MARK: dict[tuple[int, int], tuple[object, bool]] = {}
-_LAST_MARK: list = [None, None, False]      # (store, marker array, _may_mark) of the last call decided
+_LAST_MARK: tuple = (None, None, False)     # (store, marker array, _may_mark) of the last call decided
 
 Use = tuple[int, int, Extent, int]   # target start, target end, extent, offset in the extent
 NO_TOKENS = np.zeros(0, np.int32)
