@@ -242,3 +242,43 @@ def test_place_finds_a_runs_chunk_at_another_index() -> None:
             assert [id(c) for c in cs] == [id(c) for c in want]
             assert (cs[j0] is r) == (not moved)
     pol.release(req, 2)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_make_ready_shortcut_is_ready_each(seed) -> None:
+    """``make_ready``'s shortcut for a lean request of a run (and the chunk straddling the reused prefix's end) leaves
+    the prefilter counts, the trie log and every chunk's readiness and keys as ``_ready_each`` does."""
+    from pic.engine.policies.irminsul_records import Chunk
+    from tests.policies.test_irminsul_speed import _stream, _views
+
+    pols = [_lean(), _lean()]
+    st = pols[1]._store
+    st.make_ready = lambda chunks, now_us, windows: st._ready_each(chunks, windows)
+    rng = np.random.default_rng(seed)
+    toks = rng.integers(0, 5000, 400, dtype=np.int32)
+    reqs = []
+    for i in range(8):                        # a conversation: a straddling chunk and a run per turn
+        toks = np.concatenate([toks, rng.integers(0, 5000, 600, dtype=np.int32)])
+        reqs.append(RequestView.from_tokens(i, toks))
+    reqs += [RequestView.from_tokens(100 + r.request_id, r.tokens) for r in _views(_stream(seed, 30), seed)]
+    def log(s) -> list:
+        return [(type(x), x.fp if type(x) is Chunk else x.k) if type(x) in (Chunk, Run) else x for x in s._log]
+
+    a, b = (p._store for p in pols)
+    logged = 0
+    for t, req in enumerate(reqs):
+        for pol in pols:
+            assert pol.admit(req, pol.lookup(req, 10 * t), 10 * t)
+            pol.commit(req, 10 * t + 1)
+            pol.release(req, 10 * t + 2)
+        assert log(a) == log(b)               # (after each commit: a lookup may replay it into the tries)
+        logged += len(a._log)
+    assert logged > 0
+    assert sorted(a._heads.items()) == sorted(b._heads.items()) and sorted(a._tails.items()) == sorted(b._tails.items())
+
+    def state(e):
+        if type(e) is Run:
+            return ("run", e.k, e.n, e.ready, e.heads, e.tails)
+        return ("chunk", e.fp, e.ready, e.indexed, e.head, e.keys)
+    assert [state(e) for e in a.entries.values()] == [state(e) for e in b.entries.values()]
+    assert sum(type(e) is Chunk and e.ready for e in a.entries.values()) > 5

@@ -87,16 +87,33 @@ class ChunkIndexes:
         """The chunks' KV exists: index their tokens in the trie(s) (and their S1 windows when ``windows``),
         in order (:meth:`_index`, inline: one call per request)."""
         m, keep = self.min_match, self._keep_keys
-        if len(chunks) == 1 and not windows:
-            r = chunks[0]
-            if type(r) is Run and not r.short and r.cs is None and not keep:
-                # NOTE (speed): a lean store's request of one run of chunks, none made (Azure conversation: most), as
-                # _ready_each makes it ready: its keys counted from its lists, one log entry
+        if 0 < len(chunks) < 3 and not windows and not keep:
+            # NOTE (speed): a lean store's request of one run of chunks, none made (Azure conversation: most), or of the
+            # chunk straddling the reused prefix's end (its keys known, >= min_match tokens) and such a run (Mooncake
+            # conversation: most), as _ready_each makes them ready: the keys counted from the chunk and the run's
+            # lists, a log entry each
+            r = chunks[-1]
+            c = chunks[0] if len(chunks) == 2 else None
+            if type(r) is Run and not r.short and r.cs is None and (
+                    c is None or type(c) is Chunk and c.keys is not None and c.size >= m):
                 r.ready = True
-                self._heads.update(r.heads)
-                self._tails.update(r.tails)
-                r.heads = r.tails = None
                 log = self._log
+                if c is None:
+                    self._heads.update(r.heads)
+                    self._tails.update(r.tails)
+                else:
+                    c.ready = True
+                    c.indexed = n = c.size
+                    hk, tk = c.keys
+                    c.head = hk
+                    c.keys = None
+                    hks, tks = [hk], [tk]
+                    hks += r.heads
+                    tks += r.tails
+                    self._heads.update(hks)
+                    self._tails.update(tks)
+                    log += (True, c, n)
+                r.heads = r.tails = None
                 log += (True, r, r.size)
                 if len(log) > 3 * (2 * len(self.entries) + 4096):      # (_log_bounded, inline)
                     self._flush()
