@@ -123,11 +123,18 @@ class RunChunks:
                     if x.parts is None:
                         ed.extend(bounds[k:j])
                         glen.append(j - k)
-                    else:
-                        parts = self.parts_of(x)
-                        if not all(y.alive for y in parts):
-                            return self._stored_runs_lean()
-                        edges = sorted({*bounds[k:j], *(y.base_pos for y in parts)})
+                    else:                             # split: its parts' starts too (sorted; repeats: runs of 0)
+                        edges = bounds[k:j]
+                        stack = [x]
+                        while stack:                  # (its parts in token order, as parts_of gives them)
+                            y = stack.pop()
+                            if y.parts is not None:
+                                stack += (y.parts[1], y.parts[0])
+                            elif y.alive:
+                                edges.append(y.base_pos)
+                            else:
+                                return self._stored_runs_lean()
+                        edges.sort()
                         ed.extend(edges)
                         glen.append(len(edges))
                     qs.append(x.src)
@@ -204,8 +211,9 @@ class RunChunks:
 
 
 def _ref_runs(ed: list[int], glen: list[int], qs: list) -> RefRuns:
-    """:class:`RefRuns` of groups of edges: group ``g`` is ``glen[g]`` consecutive entries of ``ed``, the runs between
-    consecutive edges, of prompt ``qs[g]``; prompts numbered in order of first use."""
+    """:class:`RefRuns` of groups of edges: group ``g`` is ``glen[g]`` consecutive entries of ``ed`` (ascending; an edge
+    may come twice), the runs between consecutive distinct edges, of prompt ``qs[g]``; prompts numbered in order of
+    first use."""
     e = np.fromiter(ed, np.int64, len(ed))
     g = np.fromiter(glen, np.int64, len(glen))
     last = np.cumsum(g) - 1
@@ -220,4 +228,8 @@ def _ref_runs(ed: list[int], glen: list[int], qs: list) -> RefRuns:
     order = np.argsort(first)
     rank = np.empty(order.shape[0], np.int64)
     rank[order] = np.arange(order.shape[0])
-    return RefRuns([qs[i] for i in first[order].tolist()], np.repeat(rank[inv.reshape(-1)], g - 1), lo, hi)
+    src = np.repeat(rank[inv.reshape(-1)], g - 1)
+    keep = lo < hi                  # (an edge met twice in a group: a run of no tokens)
+    if not keep.all():
+        src, lo, hi = src[keep], lo[keep], hi[keep]
+    return RefRuns([qs[i] for i in first[order].tolist()], src, lo, hi)
