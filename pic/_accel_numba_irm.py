@@ -14,8 +14,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
+from pic import _accel_numba_table, accel
 from pic._accel_numba import _OPTS, _U64
-from pic._accel_numba_table import _find, _slot, table_rehash  # noqa: F401  (re-exported: the "irm" group serves it)
+from pic._accel_numba_table import _find, _slot
 
 _TAB = types.uint64[::1]
 _RTAB = types.Array(types.uint64, 1, "C", readonly=True)
@@ -35,14 +36,12 @@ def _add(tab, shift, keys):
     return n
 
 
-@njit(types.int64(_TAB, types.uint64, _U64), **_OPTS)
 def kt_add(tab, shift, keys):
     """Count each of ``keys`` once more (a new key with count 1); returns how many keys were new. The caller
     keeps the table below its load limit."""
     return _add(tab, shift, keys)
 
 
-@njit(types.int64(_TAB, types.uint64, _U64), **_OPTS)
 def kt_remove(tab, shift, keys):
     """Count each of ``keys`` once less (absent ones: nothing); a key counted 0 is deleted (backward shift:
     later keys of its probe run move up). Returns how many keys were deleted."""
@@ -72,14 +71,11 @@ def kt_remove(tab, shift, keys):
     return n
 
 
-@njit(types.int64(_RTAB, types.uint64, types.uint64), **_OPTS)
 def kt_count(tab, shift, key):
     """How many times ``key`` is counted (0: absent)."""
     return np.int64(tab[2 * _find(tab, shift, key) + 1])
 
 
-@njit(types.int64[::1](_TAB, types.uint64, _TAB, types.uint64, types.boolean, _U64, _U64, types.int64, _U64, _U64,
-                       types.int64[::1]), **_OPTS)
 def kt_hot(t1, s1, t2, s2, ask2, k1, k2, base, add1, add2, new):
     """One lookup's questions to two tables: first ``add1`` and ``add2`` are counted into ``t1`` and ``t2``
     (updates held back since the last call; ``new[j]``: how many keys were new to table ``j + 1``); then
@@ -95,3 +91,15 @@ def kt_hot(t1, s1, t2, s2, ask2, k1, k2, base, add1, add2, new):
             out[m] = base + i
             m += 1
     return out[:m]
+
+
+# NOTE (speed): each kernel compiled (its cached machine code loaded) on its first use (:func:`pic.accel.lazy`), and
+# table_rehash served by :mod:`pic._accel_numba_table` on its own: an unbounded irminsul run calls kt_hot and
+# kt_count, not kt_add, kt_remove (a bounded store's) nor table_rehash (~2-3 ms CPU each to load)
+__getattr__ = accel.lazy(globals(), {
+    "kt_add": types.int64(_TAB, types.uint64, _U64),
+    "kt_remove": types.int64(_TAB, types.uint64, _U64),
+    "kt_count": types.int64(_RTAB, types.uint64, types.uint64),
+    "kt_hot": types.int64[::1](_TAB, types.uint64, _TAB, types.uint64, types.boolean, _U64, _U64, types.int64, _U64,
+                               _U64, types.int64[::1]),
+}, _OPTS, {"table_rehash": _accel_numba_table})

@@ -20,6 +20,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from pic import accel
 from pic._accel_numba import _GOLDEN, _OPTS, _U64
 
 EMPTY = np.uint64(0)
@@ -67,7 +68,6 @@ def _find(tab, shift, key):
     return j
 
 
-@njit(types.void(types.uint64[::1], types.uint64, _U64), **_OPTS)
 def table_rehash(tab, shift, old):
     """Move every used slot of table ``old`` into ``tab`` (new, empty, below its load limit; the keys are
     distinct)."""
@@ -79,3 +79,7 @@ def table_rehash(tab, shift, old):
             j = _find(tab, shift, old[2 * s])
             tab[2 * j] = old[2 * s]
             tab[2 * j + 1] = v
+
+
+# (loaded on its first use, :func:`pic.accel.lazy`: the "irm" group needs it only when a table grows)
+__getattr__ = accel.lazy(globals(), {"table_rehash": types.void(types.uint64[::1], types.uint64, _U64)}, _OPTS)
