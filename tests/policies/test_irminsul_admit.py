@@ -1,6 +1,6 @@
 """irminsul's admission shortcuts give what the plain steps give: records made without the class call
 (``new_extent``, ``Run.new``) set every slot as the class does; the pieces of a chunk whose recomputed run ends it
-(``_tail_pieces``) are ``layout_pieces``'; a run's ``short`` flag (told from its tail keys first) is the plain
+(``tail_pieces``) are ``pieces``'; a run's ``short`` flag (told from its tail keys first) is the plain
 length test; ``KeyTable.update`` of a list counts as of any iterable; admit on prompts repeating a chunk (its
 duplicate check) keeps each fingerprint's first chunk, as the exact store does."""
 
@@ -15,9 +15,9 @@ import pytest
 
 from pic.engine import policies
 from pic.engine.policies import PolicyContext, RequestView
-from pic.engine.policies.irminsul import _tail_pieces
 from pic.engine.policies.irminsul_layout import gaps as layout_gaps
 from pic.engine.policies.irminsul_layout import pieces as layout_pieces
+from pic.engine.policies.irminsul_layout import tail_pieces as _tail_pieces
 from pic.engine.policies.irminsul_records import LEAN, Extent, Run, new_extent
 from pic.engine.seq import Seq
 from pic.traces.schema import KIND_CODE

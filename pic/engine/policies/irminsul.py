@@ -61,6 +61,7 @@ from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, Requ
 from pic.engine.policies.irminsul_layout import Analysis, marker_boundaries
 from pic.engine.policies.irminsul_layout import gaps as layout_gaps
 from pic.engine.policies.irminsul_layout import pieces as layout_pieces
+from pic.engine.policies.irminsul_layout import tail_pieces as _tail_pieces
 from pic.engine.policies.irminsul_lookup import ChunkWalk
 from pic.engine.policies.irminsul_records import LEAN, RELEASED, Chunk, Extent, Run, new_chunk, new_extent
 from pic.engine.policies.irminsul_store import ChunkStore
@@ -509,25 +510,6 @@ def _first(ks: Sequence[int], fps: list[int]) -> list[int]:
     for k in ks:
         first.setdefault(fps[k], k)
     return list(first.values())
-
-
-def _tail_pieces(views: list[tuple[int, int, list[Extent]]], i: int, x: Extent, g0: int, a: int, b: int) -> tuple:
-    """``layout_pieces(views, i, [x], [(g0, b)], a, b)`` of a chunk ``[a, b)`` whose one recomputed run ``[g0, b)``
-    (its own extent ``x``) ends it: the reused ranges' pieces (in target order already: the views are disjoint and
-    end before ``g0``), then ``x``'s (the same pieces, tested). NOTE (speed): no sort, no key function."""
-    out: list = []
-    for j in range(i, len(views)):
-        s, e, xs = views[j]
-        if s >= b:
-            break
-        t = s
-        for y in xs:                          # the locked extents tile [s, e) in order
-            lo, hi = max(t, a), min(t + y.size, b)
-            if lo < hi:
-                out.append((y, lo - t, hi - lo))
-            t += y.size
-    out.append([x, 0, b - g0])
-    return tuple(out)
 
 
 def _plan_of(n: int, hits: list[list[int]]) -> tuple[Plan, int, int]:

@@ -213,6 +213,25 @@ def pieces(views: list[tuple[int, int, list[Extent]]], i: int, own: list[Extent]
     reused ranges (from ``views[i]``, the first that ends after ``a``), and the chunk's own new extents
     over its recomputed runs, in token order."""
     parts: list[tuple[int, list]] = [(g0, [x, 0, g1 - g0]) for x, (g0, g1) in zip(own, gaps, strict=True)]
+    parts += _view_pieces(views, i, a, b)
+    parts.sort(key=lambda p: p[0])
+    return tuple([p for _, p in parts])
+
+
+def tail_pieces(views: list[tuple[int, int, list[Extent]]], i: int, x: Extent, g0: int, a: int, b: int) -> tuple:
+    """``pieces(views, i, [x], [(g0, b)], a, b)`` of a chunk ``[a, b)`` whose one recomputed run ``[g0, b)`` (its
+    own extent ``x``) ends it (the chunk straddling the end of a reused prefix: most of those a reused range
+    overlaps): the reused ranges' pieces (in target order already: the views are disjoint and end before ``g0``),
+    then ``x``'s. NOTE (speed): no sort, no key function."""
+    out: list = [p for _, p in _view_pieces(views, i, a, b)]
+    out.append([x, 0, b - g0])
+    return tuple(out)
+
+
+def _view_pieces(views: list[tuple[int, int, list[Extent]]], i: int, a: int, b: int) -> list[tuple[int, tuple]]:
+    """``(target start, (extent, offset, length))`` of the reused ranges' pieces inside target ``[a, b)``, in
+    target order (from ``views[i]``, the first that ends after ``a``)."""
+    out = []
     for j in range(i, len(views)):
         s, e, xs = views[j]
         if s >= b:
@@ -221,7 +240,6 @@ def pieces(views: list[tuple[int, int, list[Extent]]], i: int, own: list[Extent]
         for x in xs:                       # the locked extents tile [s, e) in order
             lo, hi = max(t, a), min(t + x.size, b)
             if lo < hi:
-                parts.append((lo, (x, lo - t, hi - lo)))
+                out.append((lo, (x, lo - t, hi - lo)))
             t += x.size
-    parts.sort(key=lambda p: p[0])
-    return tuple([p for _, p in parts])
+    return out
