@@ -6,7 +6,7 @@ windows — as reused target ranges (:data:`~engine.policies.irminsul_layout.Use
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from itertools import compress, groupby
+from itertools import compress, groupby, repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
@@ -275,26 +275,38 @@ class ChunkWalk:
         if best is None:
             return 0
         bounds, fps = best[0], best[1]
-        entries, verify, used = self._entries, self.ctx.verify, self._used_x
+        entries, verify = self._entries, self.ctx.verify
         # NOTE (speed): in a lean store the chunks of a run share its extent: a use that goes on in the same
         # extent where the last one ended, at an edge of a chunk that made it (an extent edge in the exact store,
         # whose runs are an extent per chunk), is the same use: one lock at admit, the exact store's lock edges
         lean, joint = self._store.lean, -1
         if verify:
             return self._prefix_verified(req, bounds, fps, best_len, uses)
-        # the chunks starting before best_len (the last one clipped to it), their entries in one C-level pass;
-        # the use being extended is kept in locals (t0, b0, x0, lo0) and listed once it ends
+        # the chunks starting before best_len (the last one clipped to it), their entries in one C-level pass
         jn = bisect_left(bounds, best_len)
         ends = bounds[1:jn + 1]
         if ends and ends[-1] > best_len:
             ends[-1] = best_len
-        have, t0, b0, x0, lo0 = False, 0, 0, None, 0
         # (a lean store: the layout's chunks as the prompt index keeps them, not asked of the registry)
         cs = best[5] if lean and len(best) > 5 and best[5] is not None else None
         if cs is not None and Run in map(type, cs[:jn]):
             return self._prefix_runs(bounds, ends, cs[:jn], best_len, uses)
-        for a, b, e in zip(bounds, ends, cs[:jn] if cs is not None else map(entries.__getitem__, fps[:jn]),
-                           strict=False):
+        have, t0, b0, x0, lo0, _ = self._chunk_uses(
+            zip(bounds, ends, cs[:jn] if cs is not None else map(entries.__getitem__, fps[:jn]), strict=False),
+            lean, uses, (False, 0, 0, None, 0, joint))
+        if have:
+            uses.append((t0, b0, x0, lo0))
+        return best_len
+
+    def _chunk_uses(self, chunks, lean: bool, uses: list[Use], state: tuple) -> tuple:
+        """The exact prefix's walk over ``chunks`` (``(start, end, chunk)`` in target order, each served from its
+        start): each chunk's use, extending the use in progress where it goes on in the same extent (a lean store,
+        :meth:`_prefix`). ``state``: ``(have, t0, b0, x0, lo0, joint)``, the use in progress (listed in ``uses``
+        once it ends) and where it ends at its chunk's end; returns it after the last chunk.
+        NOTE (speed): the use being extended is kept in locals and listed once it ends."""
+        used = self._used_x
+        have, t0, b0, x0, lo0, joint = state
+        for a, b, e in chunks:
             pieces = e.pieces
             if a and len(pieces) == 1 and b > a:      # _span's common case, inline
                 x, xo, n = pieces[0]
@@ -314,14 +326,13 @@ class ChunkWalk:
                     have = False
                 self._span(uses, e, a, b, 0)
                 joint = -1
-        if have:
-            uses.append((t0, b0, x0, lo0))
-        return best_len
+        return have, t0, b0, x0, lo0, joint
 
     def _prefix_runs(self, bounds: list[int], ends: list[int], cs: list, best_len: int, uses: list[Use]) -> int:
         """:meth:`_prefix` over a lean store's kept chunks some of which are runs (at their chunks' places:
         :meth:`~engine.policies.irminsul_runs.RunChunks.place`): the chunks of a run in a row are one step (the
-        uses and ``joint`` the chunk by chunk loop gives them: all but the first go on in the use of the first)."""
+        uses and ``joint`` the chunk by chunk walk gives them: all but the first go on in the use of the first);
+        the other chunks take that walk (:meth:`_chunk_uses`), a group of equal ones at a time."""
         used, j, joint = self._used_x, 0, -1
         have, t0, b0, x0, lo0 = False, 0, 0, None, 0
         for e, g in groupby(cs):
@@ -347,25 +358,8 @@ class ChunkWalk:
                 joint = b if b == bounds[j2] else -1
                 j = j2
                 continue
-            for a, b in zip(bounds[j:j2], ends[j:j2], strict=True):
-                pieces = e.pieces
-                if a and len(pieces) == 1 and b > a:      # _span's common case, inline
-                    x, xo, n = pieces[0]
-                    own = e.owner == x.owner
-                    if have and (joint == a or (own and joint == -a - 1)) and x0 is x and lo0 + a - t0 == xo:
-                        b0 = b
-                    else:
-                        if have:
-                            uses.append((t0, b0, x0, lo0))
-                        used.append(x)
-                        t0, b0, x0, lo0, have = a, b, x, xo, True
-                    joint = -1 if b - a < n else b if own else -b - 1
-                else:
-                    if have:
-                        uses.append((t0, b0, x0, lo0))
-                        have = False
-                    self._span(uses, e, a, b, 0)
-                    joint = -1
+            have, t0, b0, x0, lo0, joint = self._chunk_uses(
+                zip(bounds[j:j2], ends[j:j2], repeat(e), strict=False), True, uses, (have, t0, b0, x0, lo0, joint))
             j = j2
         if have:
             uses.append((t0, b0, x0, lo0))
