@@ -422,7 +422,8 @@ def _duplicate_batch(batch: list[tuple[np.ndarray, int]], W: int, levels: list[n
     """:func:`duplicate_tokens` over one batch of runs (each cut to ``< W`` context tokens, so every
     window touches its run's own tokens), given the sorted ``levels`` of earlier windows (updated in
     place)."""
-    from pic.engine.coverage import _first_held, _union_length
+    from pic.engine.coverage import _first_held
+    from pic.engine.intervals import _union_length
 
     lens = np.array([t.shape[0] for t, _ in batch], np.int64)
     ctx = np.array([c for _, c in batch], np.int64)

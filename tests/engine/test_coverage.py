@@ -251,7 +251,7 @@ def test_partitioned_windows_equal_token_oracle(monkeypatch, part: int, spill: i
 def test_duplicate_tokens_of_chunked_runs_filtered(monkeypatch, seed: int, block: int) -> None:
     """Stored runs cut like a content-defined store's (each stored prompt's new content as consecutive chunks,
     most content stored once, some stored again later, cut elsewhere, or repeated inside a run), in blocks
-    down to one run: the filter of records held by no earlier run (``coverage._Earlier._filtered``: records set
+    down to one run: the filter of records held by no earlier run (``intervals._Earlier._filtered``: records set
     aside, then merged when a later block meets their content again) counts what the tokens count, and what the
     count without the filter counts."""
     from pic.engine import coverage, oracle
