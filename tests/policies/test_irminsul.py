@@ -421,7 +421,7 @@ def test_plan_of_merged_hits_equals_plan_from_spans():
     """The plan lookup builds from its merged hits without the checks is Plan.from_spans' (spans, actions,
     sources, gaps), with its reused and rotated counts; invalid hits still raise as from_spans does."""
     from pic.engine.plan import Span
-    from pic.engine.policies.irminsul import _plan_of
+    from pic.engine.policies.irminsul_layout import _plan_of
 
     rng = np.random.default_rng(5)
     for _ in range(300):

@@ -53,12 +53,10 @@ import numpy as np
 
 from pic import accel
 from pic.engine import cdc, eviction
-from pic.engine.plan import Action, Plan, Span
-from pic.engine.plan import _trusted_plan as _plan
-from pic.engine.plan import _trusted_span as _span
+from pic.engine.plan import Plan
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
-from pic.engine.policies.irminsul_layout import Analysis, marker_boundaries
+from pic.engine.policies.irminsul_layout import Analysis, marker_boundaries, plan_of_uses
 from pic.engine.policies.irminsul_layout import gaps as layout_gaps
 from pic.engine.policies.irminsul_layout import pieces as layout_pieces
 from pic.engine.policies.irminsul_layout import tail_pieces as _tail_pieces
@@ -69,7 +67,6 @@ from pic.traces.markers import BOUNDARY_MARKER
 
 _RELEASED = RELEASED  # never appended to
 _READY, _PARTS, _END = attrgetter("ready"), attrgetter("parts"), itemgetter(1)
-_REUSE, _ROTATED, _RECOMPUTE = Action.REUSE, Action.REUSE_ROTATED, Action.RECOMPUTE
 
 __all__ = ["Irminsul", "IrminsulConfig", "marker_boundaries"]
 
@@ -165,22 +162,10 @@ class Irminsul(ChunkWalk, CachePolicy):
         # tail does not age out alone and take the chunk (its index entry) with it (the walk listed them)
         if self._used_x:
             self._store.touch_extents(self._used_x, now_us)
-        if got.uses:
-            hits: list[list[int]] = []            # [start, end, source]: abutting pieces of equal delta merged
-            for t, e, x, lo in got.uses:
-                src = x.base_pos + lo
-                if hits and hits[-1][1] == t and t - src == hits[-1][0] - hits[-1][2]:
-                    hits[-1][1] = e
-                else:
-                    hits.append([t, e, src])
-            plan, reused, rotated = _plan_of(req.num_tokens, hits)
-            if reused:
-                self.stats.hits += 1
-                self.stats.extra["rotated_tokens"] += rotated
-        else:
-            # NOTE (speed): nothing reused (most Azure conversation lookups): _plan_of's answer for no hits
-            n = req.num_tokens
-            plan = Plan.recompute_all(n) if n > 0 else Plan.from_spans(n, [])
+        plan, reused, rotated = plan_of_uses(req.num_tokens, got.uses)
+        if reused:
+            self.stats.hits += 1
+            self.stats.extra["rotated_tokens"] += rotated
         self._pending[req.request_id] = got
         self._answered = (req.request_id, plan)
         if len(self._pending) > 4096:       # lookups never followed by admit (probes) must not pile up
@@ -510,36 +495,3 @@ def _first(ks: Sequence[int], fps: list[int]) -> list[int]:
     for k in ks:
         first.setdefault(fps[k], k)
     return list(first.values())
-
-
-def _plan_of(n: int, hits: list[list[int]]) -> tuple[Plan, int, int]:
-    """``Plan.from_spans(n, spans of hits)``, its reused and rotated tokens: ``hits`` (``[start, end, source]``
-    in target order, abutting ones of equal delta merged) are valid spans as they are and leave nothing to
-    merge (equal delta is equal action), so the spans are built without the checks (frozen dataclass inits:
-    ~1 us each), gaps recomputed; anything else takes ``Plan.from_spans`` (which raises where it would)."""
-    spans, pos, reused, rotated = [], 0, 0, 0
-    for a, b, src in hits:
-        if not pos <= a < b <= n:
-            return _checked(n, hits)
-        if a > pos:
-            spans.append(_span(pos, a, _RECOMPUTE, -1))
-        if a == src:
-            spans.append(_span(a, b, _REUSE, src))
-        elif src >= 0:
-            spans.append(_span(a, b, _ROTATED, src))
-            rotated += b - a
-        else:
-            return _checked(n, hits)
-        reused += b - a
-        pos = b
-    if not spans:
-        return (Plan.recompute_all(n) if n > 0 else Plan.from_spans(n, [])), 0, 0
-    if pos < n:
-        spans.append(_span(pos, n, _RECOMPUTE, -1))
-    return _plan(n, tuple(spans)), reused, rotated
-
-
-def _checked(n: int, hits: list[list[int]]) -> tuple[Plan, int, int]:
-    plan = Plan.from_spans(n, [Span(a, b, _REUSE if a == src else _ROTATED, src) for a, b, src in hits])
-    return plan, plan.num_reused, plan.num_rotated
-

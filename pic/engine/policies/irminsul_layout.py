@@ -1,6 +1,7 @@
 """Prompt-analysis helpers of the ``irminsul`` policy (:mod:`engine.policies.irminsul`): the prompt's tokens
-from a position, S2 marker cuts, the lookup's analysis record, and the admit-time gap/piece arithmetic over
-reused target ranges. Pure functions of their arguments, no policy state."""
+from a position, S2 marker cuts, the lookup's analysis record, the plan of its reused target ranges
+(:func:`plan_of_uses`), and the admit-time gap/piece arithmetic over them. Pure functions of their arguments, no
+policy state."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import numpy as np
 
 from pic import accel
 from pic.engine import cdc
+from pic.engine.plan import Action, Plan, Span
+from pic.engine.plan import _trusted_plan as _plan
+from pic.engine.plan import _trusted_span as _span
 from pic.engine.policies.base import RequestView
 from pic.engine.policies.irminsul_records import Extent
 from pic.traces.content import _MASK, OPAQUE_VOCAB
@@ -243,3 +247,53 @@ def _view_pieces(views: list[tuple[int, int, list[Extent]]], i: int, a: int, b: 
                 out.append((lo, (x, lo - t, hi - lo)))
             t += x.size
     return out
+
+
+_REUSE, _ROTATED, _RECOMPUTE = Action.REUSE, Action.REUSE_ROTATED, Action.RECOMPUTE
+
+def plan_of_uses(n: int, uses: list[Use]) -> tuple[Plan, int, int]:
+    """The plan of a prompt of ``n`` tokens that reuses ``uses`` (a walk's, disjoint, in target order) and
+    recomputes the rest, its reused and rotated tokens: abutting uses of equal delta (target - source) are one
+    span (:func:`_plan_of`)."""
+    if not uses:        # NOTE (speed): nothing reused (most Azure conversation lookups): no hits list, no call
+        return (Plan.recompute_all(n) if n > 0 else Plan.from_spans(n, [])), 0, 0
+    hits: list[list[int]] = []            # [start, end, source]: abutting pieces of equal delta merged
+    for t, e, x, lo in uses:
+        src = x.base_pos + lo
+        if hits and hits[-1][1] == t and t - src == hits[-1][0] - hits[-1][2]:
+            hits[-1][1] = e
+        else:
+            hits.append([t, e, src])
+    return _plan_of(n, hits)
+
+
+def _plan_of(n: int, hits: list[list[int]]) -> tuple[Plan, int, int]:
+    """``Plan.from_spans(n, spans of hits)``, its reused and rotated tokens: ``hits`` (``[start, end, source]``
+    in target order, abutting ones of equal delta merged) are valid spans as they are and leave nothing to
+    merge (equal delta is equal action), so the spans are built without the checks (frozen dataclass inits:
+    ~1 us each), gaps recomputed; anything else takes ``Plan.from_spans`` (which raises where it would)."""
+    spans, pos, reused, rotated = [], 0, 0, 0
+    for a, b, src in hits:
+        if not pos <= a < b <= n:
+            return _checked(n, hits)
+        if a > pos:
+            spans.append(_span(pos, a, _RECOMPUTE, -1))
+        if a == src:
+            spans.append(_span(a, b, _REUSE, src))
+        elif src >= 0:
+            spans.append(_span(a, b, _ROTATED, src))
+            rotated += b - a
+        else:
+            return _checked(n, hits)
+        reused += b - a
+        pos = b
+    if not spans:
+        return (Plan.recompute_all(n) if n > 0 else Plan.from_spans(n, [])), 0, 0
+    if pos < n:
+        spans.append(_span(pos, n, _RECOMPUTE, -1))
+    return _plan(n, tuple(spans)), reused, rotated
+
+
+def _checked(n: int, hits: list[list[int]]) -> tuple[Plan, int, int]:
+    plan = Plan.from_spans(n, [Span(a, b, _REUSE if a == src else _ROTATED, src) for a, b, src in hits])
+    return plan, plan.num_reused, plan.num_rotated
