@@ -115,8 +115,7 @@ class ChunkIndexes:
                     log += (True, c, n)
                 r.heads = r.tails = None
                 log += (True, r, r.size)
-                if len(log) > 3 * (2 * len(self.entries) + 4096):      # (_log_bounded, inline)
-                    self._flush()
+                self._log_bounded()
                 return
         if not windows and chunks and Run not in map(type, chunks):
             # NOTE (speed): the common case (admit gave every chunk its keys, each has >= min_match tokens) in
@@ -191,8 +190,7 @@ class ChunkIndexes:
                 log += (True, c, c.size)
         else:
             log += chain.from_iterable(zip(repeat(True), chunks, map(_SIZE, chunks)))
-        if len(log) > 3 * (2 * len(self.entries) + 4096):      # (_log_bounded, inline)
-            self._flush()
+        self._log_bounded()
 
     def longest(self, toks: np.ndarray, short: bool = False, head: int | None = None) -> tuple[int, Chunk | None]:
         """Longest leading run of ``toks`` that equals the beginning of a stored chunk (trie walk). Unless
