@@ -47,7 +47,7 @@ from pic.engine.replay import (
     write_run,
 )
 from pic.engine.runconfig import replay_config, trace_sha256
-from pic.traces.outputs import check_output
+from pic.traces.outputs import check_output, derived_outputs
 
 
 def _list_policies(value: bool) -> None:
@@ -151,6 +151,7 @@ def command(
         if gpu_ctx is None:
             del loaded     # NOTE (memory): the trace (2.2 GB at chat 10^6) is not held through the writes
             free_cycles(result.resolved["num_requests"])
+        stale = derived_outputs(output)            # pic report's files in the folder: made from the old run
         write_run(result, output, force=force, inputs=(trace_path,))
         if gpu_ctx is not None:
             from pic.cli.execute import execute_into_run_dir
@@ -161,6 +162,8 @@ def command(
             _print_table(result, output)
         for line in warning_lines(result.summary):
             print_warning(line)
+        if stale:
+            _note_stale(output, stale)
 
 
 def _print_policies() -> None:
@@ -192,3 +195,19 @@ def _print_table(result: RunResult, out: Path) -> None:
         bad = any(p["collisions"] for p in s["policies"].values())
         console.print(styled(("--verify: every hit compared token by token; " + "; ".join(lines),
                               "bold red" if bad else "green")))
+
+
+def _note_stale(out: Path, stale: list[Path]) -> None:
+    """One line on stderr: the reports ``pic report`` wrote inside the run dir describe the run this replay
+    replaced (kept: pic report wrote them on request), and the command that rewrites them from this run."""
+    opts = {".html": "--html", ".htm": "--html", ".md": "--md"}
+    args, seen = [], set()
+    for p in sorted(stale, key=lambda p: (p.is_dir(), p.suffix.lower() == ".md")):   # --html, --md, --plots
+        opt = "--plots" if p.is_dir() else opts[p.suffix.lower()]
+        if opt not in seen:
+            seen.add(opt)
+            args += [opt, str(out / p.name)]
+    names = ", ".join(str(out / p.name) + ("/" if p.is_dir() else "") for p in stale)
+    err_console.print(styled(("note:", "cyan"), f" {names} {'was' if len(stale) == 1 else 'were'} made by "
+                             "`pic report` from the run this replay replaced (kept); to refresh: ",
+                             (" ".join(["pic report", str(out), *args]), "bold")), soft_wrap=True)

@@ -279,6 +279,30 @@ def is_pic_report(path: str | os.PathLike) -> bool:
     return any(sig in head for sig in REPORT_SIGNATURES)
 
 
+def derived_outputs(run_dir: str | os.PathLike) -> list[Path]:
+    """What ``pic report`` wrote inside run dir ``run_dir`` (``--html``/``--md`` files, ``--plots``
+    folders), sorted: they describe the run as it was when they were made, so a replay that replaces the
+    run leaves them stale (it never removes them: ``pic report`` wrote them on the user's request)."""
+    d = Path(run_dir)
+    own = set(pic_files(d, "run-dir") or ())
+    out = []
+    try:
+        entries = sorted(os.scandir(d), key=lambda e: e.name)
+    except OSError:
+        return []
+    for e in entries:
+        if e.name in own or e.name == MARKER or e.is_symlink():
+            continue
+        try:
+            if e.is_file() and e.name.endswith((".html", ".htm", ".md")) and is_pic_report(e.path):
+                out.append(Path(e.path))
+            elif e.is_dir() and pic_files(e.path, "plots") is not None:
+                out.append(Path(e.path))
+        except OSError:
+            continue
+    return out
+
+
 def resolve(path: str | os.PathLike) -> Path:
     """Absolute path with every symlink resolved (the part that exists) and ``..`` collapsed."""
     return Path(os.path.realpath(os.path.abspath(os.fspath(path))))

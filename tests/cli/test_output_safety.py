@@ -214,6 +214,30 @@ def test_pics_own_outputs_are_rewritten_without_force(proj, run_dir):
     _refused(runner.invoke(app, ["report", "run", "--html", "s.parquet"]), "s.parquet")
 
 
+def test_replay_over_a_run_keeps_its_reports_and_says_they_are_stale(proj, run_dir):
+    """`pic report run --html run/report.html ...`, then `pic replay ... -o run` again: the reports pic report
+    wrote inside the run dir stay byte for byte (the replay did not write them), a user's file too, and
+    the replay says in one line which ones describe the run it replaced and how to refresh them."""
+    res = runner.invoke(app, ["report", "run", "--html", "run/report.html", "--md", "run/r.md",
+                              "--plots", "run/plots"])
+    assert res.exit_code == 0, res.output
+    (run_dir / "notes.html").write_text("<p>mine</p>\n")           # a user's html: not a pic report
+    kept = {k: v for k, v in _snapshot(run_dir).items() if not k.endswith((".json", ".parquet"))}
+    res = _replay("-o", "run", "--seed", "7")
+    assert res.exit_code == 0, res.output
+    assert {k: v for k, v in _snapshot(run_dir).items() if k in kept} == kept
+    notes = [ln for ln in res.stderr.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 1, res.stderr
+    for needle in ("run/report.html", "run/r.md", "run/plots/",
+                   "pic report run --html run/report.html --md run/r.md --plots run/plots"):
+        assert needle in notes[0], notes[0]
+    assert "notes.html" not in notes[0]
+    # a fresh run dir, or one holding no report: no note
+    for out in ("run2", "run2"):
+        res = _replay("-o", out)
+        assert res.exit_code == 0 and "note:" not in res.stderr, res.stderr
+
+
 def test_synth_checks_its_output_before_generating(proj, monkeypatch):
     """`pic synth -o existing_dir` fails before any request is generated, naming the folder (no temp name)."""
     called = []
