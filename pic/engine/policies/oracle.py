@@ -28,11 +28,12 @@ import numpy as np
 
 from pic import accel
 from pic.engine.oracle import DEFAULT_MIN_MATCH, WindowIndex
+from pic.engine.oracle_lines import Layout, LineIndex, Lines
 from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
 from pic.engine.radix import RadixTree
-from pic.engine.rolling import prefix_windows, window_hashes
+from pic.engine.rolling import _powers, prefix_hashes, prefix_windows, window_hashes
 from pic.traces.content import _MASK as _OPAQUE_MASK
 
 
@@ -62,6 +63,9 @@ class OracleCache(CachePolicy):
         self._num_tokens = 0
         self._commits = 0
         self._memo: tuple[RequestView, int, np.ndarray, np.ndarray, int] | None = None   # req, commits, w, hit, off
+        self._lines: LineIndex | None = None       # the named windows (engine.oracle_lines), else all hashed
+        self._mode = None                          # "lines" / "hashed", on the first request
+        self._lay: tuple[RequestView, int, int, object] | None = None   # req, commits, off, its Layout
         self.stats.extra.update(indexed_windows=0)
 
     # ---- Public API -------------------------------------------------------------------------------
@@ -72,8 +76,18 @@ class OracleCache(CachePolicy):
         # NOTE: windows inside the shared prefix were indexed with the committed prompt that had it; only
         # windows from pfx - m + 1 on are hashed and looked up
         off = max(0, pfx - m + 1)
-        w = self._windows(req, off)
         spans: list[Span] = [Span(0, pfx, Action.REUSE, 0)] if pfx else []
+        lay = self._layout(req)
+        if lay is not None:
+            self._lay = (req, self._commits, off, lay)
+            if lay.n > off and len(self._lines):
+                hit, src = self._lines.lookup(lay, off, self._hasher(req))
+                for a, b, delta, _, _ in _cover(hit, src, m, pfx, off):
+                    spans.append(Span(a, b, Action.REUSE if delta == 0 else Action.REUSE_ROTATED, a - delta))
+            if spans:
+                self.stats.hits += 1
+            return Plan.from_spans(req.num_tokens, spans)
+        w = self._windows(req, off)
         if w.shape[0] and len(self._index):
             hit, src = self._index.lookup(w)
             self._memo = (req, self._commits, w, hit, off)
@@ -91,6 +105,19 @@ class OracleCache(CachePolicy):
     def commit(self, req: RequestView, now_us: int) -> None:
         if req.num_tokens < self._m:
             self._tree.insert(req.seq, now_us)
+            return
+        lay = self._layout(req)
+        if lay is not None:
+            memo = self._lay
+            if memo is not None and memo[0] is req and memo[1] == self._commits:
+                off = memo[2]
+            else:
+                off = max(0, self._tree.match_prefix(req.seq, None, split=False)[0] - self._m + 1)
+            self._commits += 1
+            self._tree.insert(req.seq, now_us)
+            self._lines.commit(lay, off, self._hasher(req))
+            self._num_tokens += req.num_tokens
+            self.stats.extra["indexed_windows"] = len(self._lines)
             return
         memo = self._memo
         if memo is not None and memo[0] is req and memo[1] == self._commits:   # nothing added since lookup
@@ -123,9 +150,52 @@ class OracleCache(CachePolicy):
 
     def footprint(self) -> Footprint:
         """Registry entries = indexed windows; it stores no KV (no runs)."""
-        return Footprint(len(self._index), [])
+        return Footprint(len(self._lines) if self._lines is not None else len(self._index), [])
 
     # ---- Internal helpers -------------------------------------------------------------------------
+    def _layout(self, req: RequestView):
+        """The prompt's named windows (:class:`engine.oracle_lines.Layout`), or None: all windows hashed. The
+        first request decides: named when the prompts come from one store of opaque segments,
+        ``min_match >= _NAMED_MIN`` and ``--verify`` is off (it compares hashed windows' tokens); a later prompt from elsewhere moves the
+        named windows into the hashed index (:meth:`LineIndex.to_hashed`) for good."""
+        if self._mode == "hashed":
+            return None
+        src, rows = req.source, req.segment_rows
+        if self._mode is None:
+            lines = _lines_of(src) if (_NAMED and src is not None and rows is not None and not self.ctx.verify
+                                       and self._m >= _NAMED_MIN) else None
+            self._mode = "lines" if lines is not None else "hashed"
+            if lines is None:
+                return None
+            self._lines = LineIndex(lines, self._m)
+        if src is not self._lines.lines.store or rows is None:
+            self._index, self._lines, self._mode, self._memo = self._lines.to_hashed(), None, "hashed", None
+            return None
+        memo = self._lay
+        if memo is not None and memo[0] is req:
+            return memo[3]
+        return Layout(self._lines.lines, rows, req.segment_bounds, self._m)
+
+    def _hasher(self, req: RequestView):
+        """``f(p)``: the hashes of the windows of ``req`` at positions ``p`` (its prefix hashes made once)."""
+        h, m = None, self._m
+
+        def f(p: np.ndarray) -> np.ndarray:
+            nonlocal h
+            if h is None:
+                h = self._prefix_hashes(req)
+            return h[p + m] - h[p] * _powers(m)[0][m]
+
+        return f
+
+    def _prefix_hashes(self, req: RequestView) -> np.ndarray:
+        """uint64 [N + 1]: :func:`engine.rolling.prefix_hashes` of the prompt (see :meth:`_windows`)."""
+        src, rows = req.source, req.segment_rows
+        fast = accel.kernels(req.num_tokens, "fixed") if src is not None and rows is not None else None
+        if fast is None:
+            return prefix_hashes(req.tokens)
+        return fast.segment_prefix_hashes(src.tokens, *src.pieces(rows), _OPAQUE_MASK)
+
     def _windows(self, req: RequestView, off: int) -> np.ndarray:
         """uint64: the ``min_match``-token window hashes of the prompt from position ``off`` on
         (:func:`engine.rolling.window_hashes` of ``tokens[off:]``).
@@ -138,7 +208,7 @@ class OracleCache(CachePolicy):
         fast = accel.kernels(req.num_tokens, "fixed") if src is not None and rows is not None else None
         if fast is None:
             return window_hashes(req.tokens[off:], m)
-        return prefix_windows(fast.segment_prefix_hashes(src.tokens, *src.pieces(rows), _OPAQUE_MASK), m, off)
+        return prefix_windows(self._prefix_hashes(req), m, off)
 
     def _verified(self, toks: np.ndarray, w: np.ndarray, first: int, last: int, delta: int, off: int) -> bool:
         """Compare the chain of windows ``first..last`` (stride ``min_match``, plus the last) with the
@@ -154,6 +224,23 @@ class OracleCache(CachePolicy):
                 self.stats.collisions += 1
                 return False
         return True
+
+
+#: name windows from the segment structure where the prompts allow it (tests turn it off: the reference)
+_NAMED = True
+# NOTE: windows of fewer tokens may repeat elsewhere by chance (one pseudo-random opaque token of 2^17 matches
+# another 1 time in 2^17): below this width every window is hashed. At 8, two given windows match with
+# probability 2^-136 (10^8 windows: ~10^-25 for the whole index)
+_NAMED_MIN = 8
+_LINES_MEMO: list = []          # [(store, Lines)]: the last store's (each replica's policy shares it)
+
+
+def _lines_of(store) -> Lines | None:
+    """:class:`engine.oracle_lines.Lines` of ``store`` (made once per store), or None where nothing is named."""
+    if not _LINES_MEMO or _LINES_MEMO[0][0] is not store:
+        _LINES_MEMO[:] = [(store, Lines(store))]
+    lines = _LINES_MEMO[0][1]
+    return lines if lines.ok else None
 
 
 def _cover(hit: np.ndarray, src: np.ndarray, m: int, start: int = 0,

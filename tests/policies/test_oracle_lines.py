@@ -1,0 +1,129 @@
+"""The ``oracle`` policy's named windows (engine.oracle_lines) give the plans and window counts of the index
+of every window's hash: opaque streams met at several lengths, short pieces (windows over three or more),
+repeats inside a prompt, lines that overlap or continue one another (several streams in one group), shared
+prefixes, lookups and commits interleaved, and a switch to the hashed index mid-run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pic import accel
+from pic.engine import policies
+from pic.engine.policies import RequestView
+from pic.engine.policies import oracle as oracle_policy
+from pic.engine.replay import workload_from_trace
+from pic.traces.content import opaque_bases
+from pic.traces.schema import SegmentTable, Trace, requests_frame
+from tests.policies.conftest import make_ctx
+
+_M = (1 << 64) - 1
+_G = 0x9E3779B97F4A7C15
+
+
+def _unmix(z: int) -> int:
+    """The inverse of the splitmix64 finalizer (:func:`traces.content.splitmix64`)."""
+    z ^= (z >> 31) ^ (z >> 62)
+    z = (z * pow(0x94D049BB133111EB, -1, 1 << 64)) & _M
+    z ^= (z >> 27) ^ (z >> 54)
+    z = (z * pow(0xBF58476D1CE4E5B9, -1, 1 << 64)) & _M
+    z ^= (z >> 30) ^ (z >> 60)
+    return z
+
+
+def _key_at(key: int, salt: int, d: int) -> int:
+    """A key (salt 0) whose line starts ``d`` tokens after the line of ``(key, salt)``."""
+    b = int(opaque_bases(np.array([key], np.uint64), np.array([salt], np.uint64))[0])
+    return _unmix((b + d * _G) & _M)
+
+
+def _opaque_trace(seed: int, n: int = 70) -> Trace:
+    rng = np.random.default_rng(seed)
+    table = SegmentTable()
+    streams = [(int(k), 3) for k in rng.integers(1, 1 << 40, 6)]
+    streams += [(_key_at(*streams[0], 100), 0), (_key_at(*streams[1], 120), 0),    # overlapping lines
+                (_key_at(*streams[2], 300), 0)]                                    # continues a 300-token row
+    pool = []
+    for _ in range(30):
+        k, s = streams[int(rng.integers(len(streams)))]
+        pool.append(table.add_opaque(k, s, int(rng.choice([1, 5, 20, 40, 63, 64, 65, 100, 300, 512])), "block"))
+    pool.append(table.add_opaque(*streams[2], 300, "block"))
+    pool.append(table.add_opaque(*streams[8], 200, "block"))
+    rows = {c: [] for c in ("request_id", "session_id", "agent_id", "arrival_us", "output_tokens", "segment_ids")}
+    prompts: list[list[int]] = []
+    for i in range(n):
+        r = rng.random()
+        if prompts and r < 0.35:
+            sids = prompts[int(rng.integers(len(prompts)))] + [pool[int(rng.integers(len(pool)))]
+                                                              for _ in range(int(rng.integers(0, 3)))]
+        else:
+            sids = [pool[int(rng.integers(len(pool)))] for _ in range(int(rng.integers(1, 7)))]
+            if rng.random() < 0.2:
+                sids = sids + sids[:2]                           # a repeat inside the prompt
+            if rng.random() < 0.15:
+                sids = [pool[-2], pool[-1]] + sids               # a continued line
+        prompts.append(sids)
+        for c, v in zip(rows, (i, f"s{i}", "a", i, 1, sids), strict=True):
+            rows[c].append(v)
+    return Trace(table.build(), requests_frame(rows), source="<opaque>")
+
+
+def _run(trace: Trace, named: bool, m: int, tokens_from: int | None = None) -> tuple[list, list]:
+    """Plans (spans) and index sizes, requests looked up in pairs and committed in reverse order."""
+    oracle_policy._NAMED = named
+    try:
+        pol = policies.build("oracle", make_ctx(math.inf), {"min_match": str(m)})
+        work = workload_from_trace(trace)
+        views = [work.view(i) for i in range(trace.num_requests)]
+        if tokens_from is not None:
+            views[tokens_from:] = [RequestView.from_tokens(v.request_id, v.tokens) for v in views[tokens_from:]]
+        plans, sizes = [], []
+        for i in range(0, len(views), 2):
+            pair = views[i:i + 2]
+            for v in pair:
+                plans.append([(s.start, s.end, s.action, s.source_pos) for s in pol.lookup(v, i).spans])
+            for v in reversed(pair):
+                pol.commit(v, i)
+                sizes.append((len(pol.footprint().runs), pol.footprint().entries, pol.stats.extra["indexed_windows"]))
+        assert (pol._lines is not None) == (named and tokens_from is None and m >= 8)
+        return plans, sizes
+    finally:
+        oracle_policy._NAMED = True
+
+
+@pytest.mark.parametrize("mode", ["0", "1"])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("m", [1, 16, 64])
+def test_named_windows_equal_hashed_windows(mode: str, seed: int, m: int) -> None:
+    if mode == "1" and not accel.available():
+        pytest.skip("numba not installed")
+    accel.set_mode(mode)
+    try:
+        t = _opaque_trace(seed)
+        want = _run(t, False, m)
+        assert _run(t, True, m) == want
+        assert _run(t, True, m, tokens_from=40) == want      # named, then moved into the hashed index
+        assert sum(len(p) for p in want[0]) > 0
+    finally:
+        accel.set_mode(None)
+
+
+def test_lines_group_overlapping_and_continued_streams() -> None:
+    """Rows of one stream share a simple group (their own stream id); streams whose lines overlap or touch form
+    one group of several streams (not named); a store with stored tokens names nothing."""
+    from pic.engine.oracle_lines import Lines
+
+    table = SegmentTable()
+    ids = [table.add_opaque(11, 3, 200, "block"), table.add_opaque(_key_at(11, 3, 100), 0, 50, "block"),
+           table.add_opaque(12, 3, 300, "block"), table.add_opaque(_key_at(12, 3, 300), 0, 10, "block"),
+           table.add_opaque(13, 3, 64, "block"), table.add_opaque(13, 3, 128, "block"),
+           table.add_opaque(14, 3, 64, "block"), table.add_opaque(_key_at(14, 3, 65), 0, 9, "block")]
+    store = table.build()
+    lines = Lines(store)
+    sid = lines.sid[[int(np.flatnonzero(store.ids == i)[0]) for i in ids]].tolist()
+    assert lines.ok and sid[:4] == [-1] * 4
+    assert sid[4] == sid[5] >= 0 and len({sid[4], sid[6], sid[7]}) == 3 and min(sid[6:]) >= 0   # (a gap of 1)
+    table.add(np.arange(10, dtype=np.int32), "user")
+    assert not Lines(table.build()).ok
