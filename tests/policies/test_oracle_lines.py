@@ -127,3 +127,28 @@ def test_lines_group_overlapping_and_continued_streams() -> None:
     assert sid[4] == sid[5] >= 0 and len({sid[4], sid[6], sid[7]}) == 3 and min(sid[6:]) >= 0   # (a gap of 1)
     table.add(np.arange(10, dtype=np.int32), "user")
     assert not Lines(table.build()).ok
+
+
+def test_layout_kernel_equals_numpy() -> None:
+    """The compiled layout (``line_layout``) equals the numpy one: pieces empty, short, of streams or not."""
+    from pic.engine.oracle_lines import Layout, Lines
+
+    if not accel.available():
+        pytest.skip("numba not installed")
+    rng = np.random.default_rng(5)
+    lines = Lines(_opaque_trace(1).segments)
+    for _ in range(300):
+        K = int(rng.integers(0, 9))
+        rows = rng.integers(0, len(lines.sid), K).astype(np.int64)
+        L = np.diff(lines.store.offsets)[rows] * (rng.random(K) < 0.9)        # some pieces empty
+        bounds = np.r_[0, np.cumsum(L)].astype(np.int64)
+        for m in (2, 16, 64):
+            got = []
+            for mode in ("0", "1"):
+                accel.set_mode(mode)
+                try:
+                    lay = Layout(lines, rows, bounds, m)
+                finally:
+                    accel.set_mode(None)
+                got.append([lay.n, lay.ins, *(x.tolist() for x in (lay.key, lay.a, lay.b, lay.pos, lay.ha, lay.hb))])
+            assert got[0] == got[1]

@@ -81,8 +81,8 @@ class OracleCache(CachePolicy):
         if lay is not None:
             self._lay = (req, self._commits, off, lay)
             if lay.n > off and len(self._lines):
-                hit, src = self._lines.lookup(lay, off, self._hasher(req))
-                for a, b, delta, _, _ in _cover(hit, src, m, pfx, off):
+                j, src = self._lines.lookup(lay, off, self._hasher(req))
+                for a, b, delta, _, _ in _cover_at(j, src, m, pfx, off):
                     spans.append(Span(a, b, Action.REUSE if delta == 0 else Action.REUSE_ROTATED, a - delta))
             if spans:
                 self.stats.hits += 1
@@ -250,9 +250,15 @@ def _cover(hit: np.ndarray, src: np.ndarray, m: int, start: int = 0,
     greedily from the chain of consecutive equal-delta windows reaching farthest; ``first``/``last``: that
     chain's first and last window (absolute positions)."""
     idx = np.flatnonzero(hit)
+    return _cover_at(idx, src[idx], m, start, off)
+
+
+def _cover_at(idx: np.ndarray, src: np.ndarray, m: int, start: int = 0,
+              off: int = 0) -> list[tuple[int, int, int, int, int]]:
+    """:func:`_cover` of the hit windows ``idx`` (ascending) with their sources ``src``."""
     if not idx.shape[0]:
         return []
-    delta = idx + off - src[idx]
+    delta = idx + off - src
     idx = idx + off
     brk = np.flatnonzero((np.diff(idx) != 1) | (np.diff(delta) != 0)) + 1
     firsts = idx[np.r_[0, brk]].tolist()
