@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
-from pic._accel_numba import _I64, _OPTS, _U64
+from pic._accel_numba import _I64, _OPTS, _U64, _mix
 from pic._accel_numba_table import EMPTY, _ahead, _find, table_rehash  # noqa: F401  (re-exported: the "oracle" group serves it)
+from pic.engine.oracle_lines import layout_ranges
 
 
 @njit(types.void(types.uint64[::1], types.uint64, _U64, types.boolean[::1], types.int64[::1]), **_OPTS)
@@ -40,53 +41,132 @@ def table_add(tab, shift, keys, values):
     return n
 
 
-@njit(types.int64(_I64, _I64, _I64, _I64, types.int64, types.int64, types.int64[::1], types.int64[::1],
-                  types.int64[::1], types.int64[::1], types.int64[::1], types.int64[::1]), **_OPTS)
-def line_layout(rows, bounds, sid, crow, S, m, key, a, b, pos, ha, hb):
-    """:class:`engine.oracle_lines.Layout` of one prompt (its numpy form, the reference): the named ranges in
-    ``key``/``a``/``b``/``pos`` (inside pieces first, then the pairs; ``2 * pieces`` entries of room) and the
-    hashed windows' ranges in ``ha``/``hb`` (``2 * pieces + 1``); returns ``ranges * 2^42 + pairs * 2^21 +
-    hashed ranges`` (each below 2^21: the caller checks the pieces)."""
-    K = rows.shape[0]
-    n = bounds[K] - m + 1
-    ni, np_, nh = 0, 0, 0
-    nxt = 0                          # the first window position no range covers yet
-    prev = -1                        # the last non-empty piece
-    s, e, sk = 0, 0, -1
-    for k in range(K + 1):
-        if k < K:
-            s, e = bounds[k], bounds[k + 1]
-            if e == s:
-                continue
-            sk = sid[rows[k]]
-        if prev >= 0 and m > 1 and k < K:
-            # the pair (prev, k): over exactly these two pieces (>= 1 token of each, <= m - 1 of either)
-            ps, pe = bounds[prev], bounds[prev + 1]
-            La, Lb = pe - ps, e - s
-            sa = sid[rows[prev]]
-            if sa >= 0 and sk >= 0 and La + Lb >= m:
-                lo = max(0, m - 1 - La)
-                p = s - (m - 1)
-                j = K + np_
-                key[j], a[j], b[j], pos[j] = crow[rows[prev]] * S + sk, lo, min(m - 2, Lb - 1), p
-                np_ += 1
-                if p + lo > nxt:
-                    ha[nh], hb[nh] = nxt, p + lo - 1
-                    nh += 1
-                nxt = p + min(m - 2, Lb - 1) + 1
-        if k == K:
-            break
-        if sk >= 0 and e - s >= m:
-            key[ni], a[ni], b[ni], pos[ni] = sk, 0, e - s - m, s
-            ni += 1
-            if s > nxt:
-                ha[nh], hb[nh] = nxt, s - 1
-                nh += 1
-            nxt = e - m + 1
-        prev = k
-    if n - 1 >= nxt:
-        ha[nh], hb[nh] = nxt, n - 1
-        nh += 1
-    for j in range(np_):
-        key[ni + j], a[ni + j], b[ni + j], pos[ni + j] = key[K + j], a[K + j], b[K + j], pos[K + j]
-    return ((ni + np_) << 42) + (np_ << 21) + nh
+_M = types.int64[:, ::1]
+
+#: :func:`engine.oracle_lines.layout_ranges` compiled (the plain-Python function is the reference)
+line_layout = njit(types.int64(_I64, _I64, types.Array(types.int64, 2, "C", readonly=True), types.int64,
+                               types.int64, _I64, _I64, _I64, _M), **_OPTS)(layout_ranges)
+
+
+@njit(inline="always", **_OPTS)
+def _pair_id(tab, shift, pack):
+    """The name id of a pair (its packed key) in the pair table, or -1."""
+    j = _find(tab, shift, _mix(np.uint64(pack)))
+    return np.int64(tab[2 * j + 1]) - 1 if tab[2 * j + 1] != EMPTY else -1
+
+
+@njit(types.int64(_M, types.int64, types.int64, types.int64, types.uint64[::1], types.uint64, _M, _M, _M), **_OPTS)
+def line_lookup(z, nr, ins, off, ptab, pshift, state, ext, out):
+    """:meth:`engine.oracle_lines.LineIndex.lookup` of the named ranges ``z[0:4, :nr]`` (numpy form: the
+    reference): the held windows from position ``off`` on into ``out`` (row 0: position - ``off``, row 1: value),
+    ranges in order; returns how many. ``state``: rows lo, hi, base, cut, head, tail, pack per name id; ``ext``:
+    rows start, base, next per extension entry."""
+    key, a, b, pos = z[0], z[1], z[2], z[3]
+    hi, base, cut, head = state[1], state[2], state[3], state[4]
+    ext_o, ext_b, ext_next = ext[0], ext[1], ext[2]
+    n = 0
+    for r in range(nr):
+        if pos[r] + b[r] < off:
+            continue
+        i = key[r] if r < ins else _pair_id(ptab, pshift, key[r])
+        if i < 0:
+            continue
+        qa = max(a[r], off - pos[r])
+        cb = min(b[r], hi[i] - 1)
+        e = head[i]
+        for o in range(qa, cb + 1):
+            v = base[i] + o
+            if o >= cut[i]:
+                while ext_next[e] >= 0 and ext_o[ext_next[e]] <= o:
+                    e = ext_next[e]
+                v = ext_b[e] + o
+            out[0, n] = pos[r] + o - off
+            out[1, n] = v
+            n += 1
+    return n
+
+
+@njit(types.int64(_M, types.int64, types.int64, types.int64, types.uint64[::1], types.uint64, _M, _M,
+                  types.int64[::1]), **_OPTS)
+def line_commit(z, nr, ins, off, ptab, pshift, state, ext, st):
+    """:meth:`engine.oracle_lines.LineIndex.commit` of the named ranges ``z[0:4, :nr]`` (numpy form: the
+    reference): new pairs get the next ids (``st[0]``) in the pair table, each range's offsets past its name's
+    ``hi`` are added (the first range of a name sets ``base``, later ones append to its extension list, ``st[1]``
+    entries used); ``st[2]`` counts the windows added, ``st[3]`` the pairs. The caller makes room (ids, entries,
+    table)."""
+    key, a, b, pos = z[0], z[1], z[2], z[3]
+    lo, hi, base, cut, head, tail, pack = state[0], state[1], state[2], state[3], state[4], state[5], state[6]
+    ext_o, ext_b, ext_next = ext[0], ext[1], ext[2]
+    for r in range(nr):
+        if pos[r] + b[r] < off:
+            continue
+        if r < ins:
+            i = key[r]
+        else:
+            k = _mix(np.uint64(key[r]))
+            j = _find(ptab, pshift, k)
+            if ptab[2 * j + 1] == EMPTY:
+                i = st[0]
+                ptab[2 * j], ptab[2 * j + 1] = k, np.uint64(i + 1)
+                lo[i] = hi[i] = a[r]
+                pack[i] = key[r]
+                st[0] += 1
+                st[3] += 1
+            else:
+                i = np.int64(ptab[2 * j + 1]) - 1
+        h = hi[i]
+        na = max(h, a[r], off - pos[r])
+        if na > b[r]:
+            continue
+        if h == lo[i]:
+            base[i] = pos[r]
+        else:
+            e = st[1]
+            ext_o[e], ext_b[e], ext_next[e] = na, pos[r], -1
+            if head[i] < 0:
+                head[i], cut[i] = e, na
+            else:
+                ext_next[tail[i]] = e
+            tail[i] = e
+            st[1] += 1
+        hi[i] = b[r] + 1
+        st[2] += b[r] - na + 1
+    return 0
+
+
+_BASE = np.uint64(0x9E3779B97F4A7C15 | 1)       # engine.rolling.BASE
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+@njit(types.void(types.Array(types.int32, 1, "C", readonly=True), _I64, _I64, _U64, _I64, _I64, _I64, _I64,
+                 types.int64, types.uint64, types.uint64, types.uint64[::1]), **_OPTS)
+def window_hashes_at(buf, lo, hi, keys, lengths, bounds, ha, hb, m, mask, bm, out):
+    """``out``: the hashes (:func:`engine.rolling.window_hashes`) of the ``m``-token windows at positions ``ha[r]
+    .. hb[r]`` of a prompt, ranges ascending, concatenated; the prompt given as its pieces
+    (:meth:`traces.content.Segments.pieces`, piece ``p`` at ``bounds[p]``) as ``segment_prefix_hashes`` reads
+    them, hashing only the ranges' tokens (``bm``: ``B^m``). A window's hash does not depend on where hashing
+    starts: the same values as the prompt's prefix hashes give."""
+    size = 0
+    for r in range(ha.shape[0]):
+        size = max(size, hb[r] - ha[r] + m + 1)
+    h = np.empty(size, np.uint64)
+    k, q = 0, 0
+    for r in range(ha.shape[0]):
+        s, e = ha[r], hb[r] + m
+        while bounds[q] > s:              # (a range's tokens may start before the last one's end)
+            q -= 1
+        acc = np.uint64(0)
+        h[0] = acc
+        for t in range(s, e):
+            while bounds[q + 1] <= t:
+                q += 1
+            j = t - bounds[q]
+            if hi[q] > lo[q]:
+                tok = buf[lo[q] + j]
+            else:
+                tok = np.int32(_mix(_mix(keys[q]) + np.uint64(j) * _GOLD) & mask)
+            acc = acc * _BASE + _mix(np.uint64(np.int64(tok)) + _GOLD)
+            h[t - s + 1] = acc
+        for i in range(hb[r] - s + 1):
+            out[k] = h[i + m] - h[i] * bm
+            k += 1

@@ -3,25 +3,28 @@ is named by where its content lies, so that a request costs O(pieces), not one h
 
 Opaque tokens (:mod:`traces.content`): token ``j`` of a segment with seed ``b = mix(key ^ salt)`` is
 ``mix(b + j * golden) mod 2^17``, i.e. ``mix(golden * (x + j))`` with ``x = b * golden^-1 (mod 2^64)``: every
-opaque segment is the stretch ``[x, x + L)`` of one line, and two windows hold the same tokens when they cover
-the same line positions (otherwise only by chance: 64 pseudo-random tokens of a 2^17 vocabulary alike,
-~2^-1088, as the segment-structure trace oracle assumes, :mod:`engine.coverage`). Per store
-(:class:`Lines`), rows whose stretches overlap or touch are grouped; a group whose rows all start at one ``x``
-(one stream; shorter rows are prefixes of longer ones) is **simple**. A window is named
+opaque segment is the stretch ``[x, x + L)`` of one line, and a token at one line position equals a token at
+another only by chance (1 in 2^17). Per store (:class:`Lines`), rows whose stretches overlap or touch are
+grouped; a group whose rows all start at one ``x`` (one stream; shorter rows are prefixes of longer ones) is
+**simple**. A window is named
 
 * inside one piece of a simple stream ``s``: ``(s, offset)``;
 * over exactly two pieces, both of simple streams (the left one, a row ``(s, L)``, ending; the right one,
-  stream ``s'``, starting): ``((s, L, s'), o)`` with ``o = m - 1 - (tokens on the left)`` -- the same
-  tokens occur nowhere else: the left tokens pin the left piece's end, the right ones the right stream;
+  stream ``s'``, starting): ``((s, L, s'), o)`` with ``o = m - 1 - (tokens on the left)``;
 
-and every other window (over three or more pieces, or touching a group of several streams) is hashed
-(:func:`engine.rolling.window_hashes`) into a :class:`~engine.oracle.WindowIndex`, as the token-level index
-does: named and hashed windows never hold the same tokens. A name's windows seen form one range
-``[lo, hi)`` of offsets growing at ``hi`` (every piece of a name holds its offsets from ``lo`` on; the ones
-before the prompt's shared prefix ends were seen with the prompt that shared it), each with the position it was
-first committed at: ``base + offset``, one ``base`` per range added (:class:`LineIndex`). Same answers as the
-hashed index of every window (``engine.oracle.WindowIndex``), tested against it; only stores whose every
-non-empty row is opaque are named (stored tokens might repeat an opaque line's).
+where a window with another name (or none) holds at least :data:`SURE` of its tokens at other line positions
+(so equals it with probability <= 2^-68): a piece's first part alone can sit at the same positions, so
+windows running < ``SURE`` tokens past the end of a shorter row of their stream are not named, nor pair windows
+with < ``SURE`` tokens on either side, past the right stream's shortest row, or whose left row has a shorter
+sibling ending < ``SURE`` tokens before it (:func:`layout_ranges`). Every other window (those, windows over
+three or more pieces, windows touching a group of several streams) is hashed (:func:`engine.rolling.window_hashes`)
+into a :class:`~engine.oracle.WindowIndex`, as the token-level index does. A name's offsets seen form one range
+``[lo, hi)`` growing at ``hi`` (less the offsets a stream's shorter rows cut out; every piece of a name holds
+its offsets from ``lo`` on, the ones before the prompt's shared prefix ends seen with the prompt that shared
+it), each with the position it was first committed at: ``base + offset``, one ``base`` per range added
+(:class:`LineIndex`). Same answers as the hashed index of every window (``engine.oracle.WindowIndex``), tested
+against it, chance-equal tokens where pieces meet included; only stores whose every non-empty row is opaque are
+named (stored tokens might repeat an opaque line's), and ``min_match >= 8``.
 """
 
 from __future__ import annotations
@@ -31,10 +34,15 @@ import numpy as np
 from pic import accel
 from pic.engine.oracle import WindowIndex
 from pic.engine.rolling import ramp, window_hashes
-from pic.traces.content import opaque_bases, opaque_run
+from pic.traces.content import opaque_bases, opaque_run, splitmix64
 
 _GINV = np.uint64(pow(0x9E3779B97F4A7C15, -1, 1 << 64))
 _NONE = np.iinfo(np.int64).max      # no second range (``cut``)
+_EMPTY = np.zeros(0, np.int64)
+#: tokens a named window must hold at line positions no other window holds (other tokens may match by
+#: chance, 1 in 2^17 each: 2^-68 for four, ~10^-5 for 10^16 pairs of windows, below the 64-bit hashed index's
+#: own collision odds); closer cases are hashed
+SURE = 4
 
 
 class Lines:
@@ -44,12 +52,13 @@ class Lines:
 
     def __init__(self, store) -> None:
         n = len(store)
+        self.len_ptr = self.crow_len = self.crow_ok = np.zeros(1, np.int64)
         L = np.diff(store.offsets)
         t = store.token_offsets
         self.store, self.S = store, 0
         self.ok = bool(t is not None and store.keys is not None and ((np.diff(t) == 0) | (L == 0)).all())
-        self.sid = np.full(n, -1, np.int64)
-        self.crow = np.full(n, -1, np.int64)
+        self.names = np.full((2, n), -1, np.int64)            # rows: sid, crow
+        self.sid, self.crow = self.names[0], self.names[1]
         if not self.ok:
             return
         live = np.flatnonzero(L > 0)
@@ -78,136 +87,191 @@ class Lines:
         u, inv = np.unique(key, return_inverse=True)
         self.crow[rows[ok]] = inv.reshape(-1)
         self.crow_sid, self.crow_len = u // (int(L.max()) + 1), u % (int(L.max()) + 1)
+        # a stream's row lengths, ascending (crows are numbered by stream, then length): lens[ptr[s]:ptr[s + 1]]
+        self.len_ptr = np.searchsorted(self.crow_sid, np.arange(self.S + 1)).astype(np.int64)
+        # a row is a pair's left side only when no shorter row of its stream ends within SURE - 1 tokens of it
+        near = np.zeros(u.shape[0], bool)
+        near[1:] = (self.crow_sid[1:] == self.crow_sid[:-1]) & (self.crow_len[:-1] > self.crow_len[1:] - SURE)
+        self.crow_ok = (~near).astype(np.int64)
 
 
 class Layout:
     """One prompt's named window ranges: the first ``ins`` inside pieces, then the pairs, each in position order:
     ``key`` (stream id, or the pair's packed key), offsets ``a..b`` (inclusive) at positions ``pos + a .. pos +
-    b``, ``a`` the name's lowest offset; the hashed windows' position ranges ``ha..hb`` (inclusive); ``n``: the
-    prompt's windows."""
+    b``, ``a`` the name's lowest offset (rows 0-3 of ``z``, its first ``nr`` columns); the hashed windows'
+    position ranges ``ha..hb`` (inclusive; the last one ends at ``hmax``, -1: none); ``n``: the prompt's
+    windows."""
 
-    __slots__ = ("key", "a", "b", "pos", "ins", "ha", "hb", "n")
+    __slots__ = ("z", "nr", "nh", "ins", "hmax", "n")
 
     def __init__(self, lines: Lines, rows: np.ndarray, bounds: np.ndarray, m: int) -> None:
         K = rows.shape[0]
-        fast = accel.kernels(int(bounds[-1]), "oracle") if K < 1 << 20 else None
-        if fast is not None:
-            # NOTE (speed): one compiled pass (~2 us) for the ~25 numpy calls below (~40 us a Mooncake prompt)
-            z = np.empty((6, 2 * K + 1), np.int64)
-            c = fast.line_layout(np.ascontiguousarray(rows, np.int64), np.ascontiguousarray(bounds, np.int64),
-                                 lines.sid, lines.crow, lines.S, m, *z)
-            nr, npair, nh = c >> 42, (c >> 21) & 0x1FFFFF, c & 0x1FFFFF
-            self.key, self.a, self.b, self.pos = z[0, :nr], z[1, :nr], z[2, :nr], z[3, :nr]
-            self.ha, self.hb, self.ins, self.n = z[4, :nh], z[5, :nh], nr - npair, max(0, int(bounds[-1]) - m + 1)
-            return
-        L = bounds[1:] - bounds[:-1]
-        if not L.all():
-            keep = L > 0
-            rows, L = rows[keep], L[keep]
-            bounds = np.zeros(L.shape[0] + 1, np.int64)
-            L.cumsum(out=bounds[1:])
-            K = rows.shape[0]
-        self.n = max(0, int(bounds[-1]) - m + 1)
-        sid = lines.sid[rows]
-        i = ((sid >= 0) & (L >= m)).nonzero()[0]
-        self.ins = i.shape[0]
-        if K > 1 and m > 1:
-            # (over exactly two pieces: a window holds >= 1 token of each, <= m - 1 of either)
-            j = ((sid[:-1] >= 0) & (sid[1:] >= 0) & (L[:-1] + L[1:] >= m)).nonzero()[0]
-            self.key = np.concatenate((sid[i], lines.crow[rows[j]] * lines.S + sid[j + 1]))
-            self.a = np.concatenate((np.zeros(i.shape[0], np.int64), np.maximum(0, m - 1 - L[j])))
-            self.b = np.concatenate((L[i] - m, np.minimum(m - 2, L[j + 1] - 1)))
-            self.pos = np.concatenate((bounds[i], bounds[j + 1] - (m - 1)))
-        else:
-            self.key, self.a, self.b, self.pos = sid[i], np.zeros(i.shape[0], np.int64), L[i] - m, bounds[i]
-        # hashed: the window positions no name covers (the named ranges are disjoint)
-        p0 = self.pos + self.a
-        order = p0.argsort()
-        p0, p1 = p0[order], (self.pos + self.b)[order]
-        gs = np.empty(p0.shape[0] + 1, np.int64)
-        ge = np.empty(p0.shape[0] + 1, np.int64)
-        gs[0], gs[1:] = 0, p1 + 1
-        ge[:-1], ge[-1] = p0 - 1, self.n - 1
-        g = (ge >= gs).nonzero()[0]
-        self.ha, self.hb = gs[g], ge[g]
+        N = int(bounds[-1])
+        self.n = max(0, N - m + 1)
+        fast = accel.kernels(N, "oracle")
+        make = fast.line_layout if fast is not None else layout_ranges
+        rows, bounds = np.ascontiguousarray(rows, np.int64), np.ascontiguousarray(bounds, np.int64)
+        cap = 2 * K + 8
+        while True:
+            # NOTE (speed): compiled, one pass for the ~25 numpy calls of a vectorized form (~40 us a Mooncake
+            # prompt); room for the ranges grows where a piece is cut by its stream's shorter rows
+            z = np.empty((6, cap), np.int64)
+            c = make(rows, bounds, lines.names, lines.S, m, lines.len_ptr, lines.crow_len, lines.crow_ok, z)
+            if c >= 0:
+                break
+            cap *= 4
+        nr, nh = c >> 42, c & 0x1FFFFF
+        self.z, self.nr, self.nh, self.ins = z, nr, nh, nr - ((c >> 21) & 0x1FFFFF)
+        self.hmax = int(z[5, nh - 1]) if nh else -1
+
+    @property
+    def key(self) -> np.ndarray:
+        return self.z[0, :self.nr]
+
+    @property
+    def a(self) -> np.ndarray:
+        return self.z[1, :self.nr]
+
+    @property
+    def b(self) -> np.ndarray:
+        return self.z[2, :self.nr]
+
+    @property
+    def pos(self) -> np.ndarray:
+        return self.z[3, :self.nr]
+
+    @property
+    def ha(self) -> np.ndarray:
+        return self.z[4, :self.nh]
+
+    @property
+    def hb(self) -> np.ndarray:
+        return self.z[5, :self.nh]
+
+
+def layout_ranges(rows, bounds, names, S, m, len_ptr, lens, crow_ok, z):
+    """The ranges of :class:`Layout` (this plain-Python form is the reference; ``accel``'s ``line_layout`` is it
+    compiled): named ranges in rows 0-3 of ``z`` (key, a, b, pos: inside pieces first, then the pairs, each in
+    position order) and the hashed windows' ranges in rows 4-5; returns ``ranges * 2^42 + pairs * 2^21 + hashed
+    ranges``, or -1 when ``z`` has too few columns. A piece's windows that run ``1 .. SURE - 1`` tokens past the
+    end of a shorter row of its stream, and a pair's windows holding fewer than ``SURE`` tokens of either
+    piece (or reaching past the shortest row of the right stream; all of them where the left row's stream has
+    a row ending within ``SURE - 1`` tokens of it), are hashed: only ``< SURE`` tokens would tell them apart
+    from another window."""
+    sid, crow = names[0], names[1]
+    key, a, b, pos, ha, hb = z[0], z[1], z[2], z[3], z[4], z[5]
+    K, cap = rows.shape[0], z.shape[1]
+    half = cap // 2
+    n = bounds[K] - m + 1
+    ni, np_, nh = 0, 0, 0
+    nxt = 0                          # the first window position no range covers yet
+    prev = -1                        # the last non-empty piece
+    s, e, sk = 0, 0, -1
+    for k in range(K + 1):
+        if k < K:
+            s, e = bounds[k], bounds[k + 1]
+            if e == s:
+                continue
+            sk = sid[rows[k]]
+        if prev >= 0 and m > 1 and k < K:
+            # the pair (prev, k): over exactly these two pieces, >= SURE tokens of each
+            La, Lb = bounds[prev + 1] - bounds[prev], e - s
+            sa = sid[rows[prev]]
+            if sa >= 0 and sk >= 0 and crow_ok[crow[rows[prev]]] != 0:
+                lo = max(SURE - 1, m - 1 - La)
+                hi = min(m - 1 - SURE, Lb - 1, lens[len_ptr[sk]] - 1)
+                if lo <= hi:
+                    if np_ >= half or nh + 2 > cap:
+                        return -1
+                    p = s - (m - 1)
+                    j = half + np_
+                    key[j], a[j], b[j], pos[j] = crow[rows[prev]] * S + sk, lo, hi, p
+                    np_ += 1
+                    if p + lo > nxt:
+                        ha[nh], hb[nh] = nxt, p + lo - 1
+                        nh += 1
+                    nxt = p + hi + 1
+        if k == K:
+            break
+        if sk >= 0 and e - s >= m:
+            last = e - s - m
+            cur = 0
+            for q in range(len_ptr[sk], len_ptr[sk + 1] + 1):
+                g0 = lens[q] - m + 1 if q < len_ptr[sk + 1] else last + 1
+                g1 = min(lens[q] - m + SURE - 1, last) if q < len_ptr[sk + 1] else last
+                if g0 > last + 1:
+                    g0, g1 = last + 1, last
+                if g0 > cur:
+                    if ni >= half or nh + 2 > cap:
+                        return -1
+                    key[ni], a[ni], b[ni], pos[ni] = sk, cur, g0 - 1, s
+                    ni += 1
+                    if s + cur > nxt:
+                        ha[nh], hb[nh] = nxt, s + cur - 1
+                        nh += 1
+                    nxt = s + g0
+                cur = max(cur, g1 + 1)
+                if cur > last:
+                    break
+        prev = k
+    if n - 1 >= nxt:
+        if nh >= cap:
+            return -1
+        ha[nh], hb[nh] = nxt, n - 1
+        nh += 1
+    for j in range(np_):
+        key[ni + j], a[ni + j], b[ni + j], pos[ni + j] = key[half + j], a[half + j], b[half + j], pos[half + j]
+    return ((ni + np_) << 42) + (np_ << 21) + nh
 
 
 class LineIndex:
-    """Named windows (:class:`Layout`) with, per name id (streams ``0 .. S-1``, then pairs in the order met),
-    ``lo``/``hi`` (offsets seen) and the positions first committed: ``base + o`` below ``cut``, above it the
-    ranges of ``ext[id]`` (their starts and bases); the hashed windows in ``hashed``."""
+    """Named windows (:class:`Layout`): per name id (streams ``0 .. S-1``, then pairs in the order met: their
+    packed key in ``pack``, ``splitmix64(pack) -> id`` in ``pairs``) the offsets seen ``lo .. hi - 1`` and the
+    position each was first committed at: ``base + o`` below ``cut``, from there the extension list (``head``
+    .. ``tail`` through ``ext_next``: ranges from ``ext_o`` on at ``ext_b + o``). The hashed windows in
+    ``hashed``. One state for the compiled kernels (``line_lookup``, ``line_commit``) and the numpy form."""
+
+    _COLS = (("lo", 0), ("hi", 0), ("base", 0), ("cut", _NONE), ("head", -1), ("tail", -1), ("pack", 0))
 
     def __init__(self, lines: Lines, m: int) -> None:
         self.lines, self.m = lines, m
-        cap = lines.S + 1024
-        self._lo, self._hi, self._base = (np.zeros(cap, np.int64) for _ in range(3))
-        self._cut = np.full(cap, _NONE, np.int64)
-        self._ids = lines.S
-        # NOTE (speed): pair key -> id in a dict: a prompt meets ~20 pairs, a lookup of each costs ~50 ns here
-        # (a WindowIndex call ~30 us)
-        self._pairs: dict[int, int] = {}
-        self._pair_pack: list[int] = []
-        self._ext: dict[int, tuple[list[int], list[int]]] = {}
+        self.state = np.zeros((len(self._COLS), 0), np.int64)      # rows: _COLS, per name id
+        self.ext = np.zeros((3, 0), np.int64)                      # rows: ext_o, ext_b, ext_next
+        self.ids, self.n_ext = lines.S, 0
+        self._grow(lines.S + 1024, 1024)
+        self._out = np.zeros((2, 0), np.int64)                     # the lookup kernel's answers (reused)
+        self.pairs = WindowIndex()
         self.hashed = WindowIndex()
         self.count = 0                           # named windows held
+        self.commits = 0
+        self._memo: tuple | None = None          # the last lookup's hashed windows: lay, off, commits, p, w, found
 
     def __len__(self) -> int:
         return self.count + len(self.hashed)
 
-    def ids(self, lay: Layout, v: np.ndarray, add: bool) -> np.ndarray:
-        """int64 name id per range ``v`` (ascending) of ``lay`` (-1: a pair never committed; with ``add``, new
-        ids for them)."""
-        ids = lay.key[v]
-        t = int(np.count_nonzero(v < lay.ins))
-        if t == v.shape[0]:
-            return ids
-        packs = ids[t:].tolist()
-        get = self._pairs.get
-        got = [get(pk, -1) for pk in packs]
-        if add and -1 in got:
-            d, nxt, new = self._pairs, self._ids, []
-            for j, pk in enumerate(packs):
-                if got[j] < 0:
-                    i = got[j] = d.setdefault(pk, nxt)
-                    if i == nxt:
-                        nxt += 1
-                        new.append(j)
-            self._pair_pack.extend(packs[j] for j in new)
-            self._grow(nxt)
-            self._lo[self._ids:nxt] = self._hi[self._ids:nxt] = lay.a[v[t:]][new]
-            self._ids = nxt
-        ids[t:] = got
-        return ids
-
     def lookup(self, lay: Layout, off: int, hashes) -> tuple[np.ndarray, np.ndarray]:
         """``(j, src)``: the prompt's windows from position ``off`` on that are held (``j``: position - ``off``,
-        ascending) and their values (as ``WindowIndex.lookup`` of their hashes, where found); ``hashes(p)``: the
+        ascending) and their values (as ``WindowIndex.lookup`` of their hashes, where found); ``hashes(a, b)``: the
         hashes of the windows at positions ``p``."""
         js, vs = [], []
-        v = (lay.pos + lay.b >= off).nonzero()[0]          # (the ranges reaching past the shared prefix)
-        ids = self.ids(lay, v, False)
-        pos, qa = lay.pos[v], np.maximum(lay.a[v], off - lay.pos[v])
-        ok = ids >= 0
-        cb = np.where(ok, np.minimum(lay.b[v], self._hi[np.maximum(ids, 0)] - 1), -1)
-        k = (ok & (qa <= cb)).nonzero()[0]
-        if k.shape[0]:
-            cnt = cb[k] - qa[k] + 1
-            o = np.repeat(qa[k], cnt) + ramp(cnt)
-            js.append(np.repeat(pos[k] - off, cnt) + o)
-            src = np.repeat(self._base[ids[k]], cnt) + o
-            late = np.flatnonzero(cb[k] >= self._cut[ids[k]])
-            if late.shape[0]:
-                at = np.cumsum(cnt) - cnt
-                for i in late.tolist():
-                    starts, bases = self._ext[int(ids[k[i]])]
-                    sl = slice(int(at[i]), int(at[i] + cnt[i]))
-                    oo = o[sl]
-                    r = np.searchsorted(np.asarray(starts), oo, side="right") - 1
-                    src[sl] = np.where(r >= 0, np.asarray(bases)[np.maximum(r, 0)] + oo, src[sl])
-            vs.append(src)
-        p = _positions(lay, off)
-        if p.shape[0]:
-            f, val = self.hashed.lookup(hashes(p))
+        fast = self._fast(lay)
+        if fast is not None:
+            nw = lay.n - off
+            if self._out.shape[1] < nw:
+                self._out = np.empty((2, max(nw, 2 * self._out.shape[1])), np.int64)
+            k = fast.line_lookup(lay.z, lay.nr, lay.ins, off, self.pairs._table, self.pairs._shift, self.state,
+                                 self.ext, self._out)
+            if k:
+                js.append(self._out[0, :k])
+                vs.append(self._out[1, :k])
+        else:
+            self._lookup_np(lay, off, js, vs)
+        a, b = _ranges(lay, off)
+        if a.shape[0]:
+            p = _positions(a, b)
+            w = hashes(a, b)
+            f, val = self.hashed.lookup(w)
+            self._memo = (lay, off, self.commits, p, w, f)      # (what a commit with nothing added since needs)
             f = f.nonzero()[0]
             js.append(p[f] - off)
             vs.append(val[f])
@@ -222,83 +286,165 @@ class LineIndex:
     def commit(self, lay: Layout, off: int, hashes) -> None:
         """Add the prompt's windows from position ``off`` on (those not held yet, the first position of each)."""
         if lay.n - off <= 0:
+            self.commits += 1
             return
-        v = (lay.pos + lay.b >= off).nonzero()[0]
-        ids = self.ids(lay, v, True)
-        b, pos = lay.b[v], lay.pos[v]
-        qa = np.maximum(lay.a[v], off - pos)
-        hi = self._hi[ids]
-        na = np.maximum(hi, qa)
-        v = (na <= b).nonzero()[0]
-        ids, qa, b, pos, hi, na = ids[v], qa[v], b[v], pos[v], hi[v], na[v]
-        srt = np.sort(ids)
-        if (hi == self._lo[ids]).all() and (srt[1:] != srt[:-1]).all():
-            self._base[ids], self._hi[ids] = pos, b + 1
-            self.count += int((b - na + 1).sum())
+        R = lay.nr
+        self._grow(self.ids + R - lay.ins, self.n_ext + R)
+        fast = self._fast(lay)
+        if fast is not None:
+            self.pairs._reserve(self.pairs._n + R - lay.ins)
+            st = np.array([self.ids, self.n_ext, 0, 0], np.int64)
+            fast.line_commit(lay.z, R, lay.ins, off, self.pairs._table, self.pairs._shift, self.state, self.ext, st)
+            self.ids, self.n_ext = int(st[0]), int(st[1])
+            self.count += int(st[2])
+            self.pairs._n += int(st[3])
         else:
-            for i, a_, b_, p_ in zip(ids.tolist(), qa.tolist(), b.tolist(), pos.tolist(), strict=True):
-                h = int(self._hi[i])
-                a_ = max(h, a_)
-                if a_ > b_:
-                    continue
-                if h == self._lo[i]:
-                    self._base[i] = p_
-                else:
-                    starts, bases = self._ext.setdefault(i, ([], []))
-                    if not starts:
-                        self._cut[i] = a_
-                    starts.append(a_)
-                    bases.append(p_)
-                self._hi[i] = b_ + 1
-                self.count += b_ - a_ + 1
-        p = _positions(lay, off)
+            self._commit_np(lay, off)
+        memo, self._memo = self._memo, None
+        if memo is not None and memo[0] is lay and memo[1] == off and memo[2] == self.commits:
+            p, w, f = memo[3], memo[4], memo[5]
+        else:
+            a, b = _ranges(lay, off)
+            p = _positions(a, b)
+            w = hashes(a, b) if a.shape[0] else _EMPTY
+            f = self.hashed.lookup(w)[0]
+        self.commits += 1
         if p.shape[0]:
-            w = hashes(p)
-            new = np.flatnonzero(~self.hashed.lookup(w)[0])
+            new = (~f).nonzero()[0]
             self.hashed.add(w[new], p[new])
 
     def to_hashed(self) -> WindowIndex:
         """Every window held, in one hashed index (the named ones' hashes from their line tokens)."""
         m, lines, out = self.m, self.lines, self.hashed
-        packs = self._pair_pack
-        for i in np.flatnonzero(self._hi[:self._ids] > self._lo[:self._ids]).tolist():
-            lo, hi = int(self._lo[i]), int(self._hi[i])
+        for i in np.flatnonzero(self.hi[:self.ids] > self.lo[:self.ids]).tolist():
+            lo, hi = int(self.lo[i]), int(self.hi[i])
             if i < lines.S:
                 toks = opaque_run(lines.base[i:i + 1], np.zeros(1, np.int64), np.array([hi + m - 1]))
             else:
-                pack = packs[i - lines.S]
-                c, sb = pack // lines.S, pack % lines.S
+                c, sb = divmod(int(self.pack[i]), lines.S)
                 sa, La = int(lines.crow_sid[c]), int(lines.crow_len[c])
                 left = La - (m - 1) + lo
                 toks = np.r_[opaque_run(lines.base[sa:sa + 1], np.array([left]), np.array([La - left])),
                              opaque_run(lines.base[sb:sb + 1], np.zeros(1, np.int64), np.array([hi]))]
             o = np.arange(lo, hi)
-            val = self._base[i] + o
-            if i in self._ext:
-                starts, bases = (np.asarray(x) for x in self._ext[i])
-                r = np.searchsorted(starts, o, side="right") - 1
-                val = np.where(r >= 0, bases[np.maximum(r, 0)] + o, val)
             w = window_hashes(toks, m)[:hi - lo]
+            val = self._values(i, o)
             new = np.flatnonzero(~out.lookup(w)[0])
             out.add(w[new], val[new])
         return out
 
-    def _grow(self, n: int) -> None:
-        if n <= self._lo.shape[0]:
+    # ---- Internal helpers -------------------------------------------------------------------------
+    def _fast(self, lay: Layout):
+        """The compiled kernels, with the pair index in its table form (None: the numpy form)."""
+        fast = accel.kernels(lay.n, "oracle")
+        if fast is not None and self.pairs._table is None:
+            self.pairs._to_table()
+        return fast
+
+    def _values(self, i: int, o: np.ndarray) -> np.ndarray:
+        """The values of name ``i``'s offsets ``o`` (held; ascending)."""
+        val = self.base[i] + o
+        e = int(self.head[i])
+        while e >= 0:
+            val = np.where(o >= self.ext_o[e], self.ext_b[e] + o, val)
+            e = int(self.ext_next[e])
+        return val
+
+    def _ids(self, lay: Layout, v: np.ndarray, add: bool) -> np.ndarray:
+        """int64 name id per range ``v`` (ascending) of ``lay`` (-1: a pair never committed; with ``add``, new
+        ids for them, in order)."""
+        ids = lay.key[v]
+        t = int(np.count_nonzero(v < lay.ins))
+        if t == v.shape[0]:
+            return ids
+        keys = splitmix64(ids[t:].astype(np.uint64))
+        found, got = self.pairs.lookup(keys)
+        if add and not found.all():
+            miss = np.flatnonzero(~found)
+            u, first, inv = np.unique(keys[miss], return_index=True, return_inverse=True)
+            order = np.argsort(first, kind="stable")          # new ids in order of first use
+            rank = np.empty(u.shape[0], np.int64)
+            rank[order] = np.arange(u.shape[0])
+            new = self.ids + np.arange(u.shape[0])
+            self.pairs.add(u[order], new)
+            got[miss] = self.ids + rank[inv.reshape(-1)]
+            at = v[t:][miss[first[order]]]
+            self.lo[new] = self.hi[new] = lay.a[at]
+            self.pack[new] = lay.key[at]
+            self.ids += u.shape[0]
+        ids[t:] = got
+        return ids
+
+    def _lookup_np(self, lay: Layout, off: int, js: list, vs: list) -> None:
+        v = (lay.pos + lay.b >= off).nonzero()[0]          # (the ranges reaching past the shared prefix)
+        ids = self._ids(lay, v, False)
+        pos, qa = lay.pos[v], np.maximum(lay.a[v], off - lay.pos[v])
+        ok = ids >= 0
+        cb = np.where(ok, np.minimum(lay.b[v], self.hi[np.maximum(ids, 0)] - 1), -1)
+        k = (ok & (qa <= cb)).nonzero()[0]
+        if not k.shape[0]:
             return
-        cap = max(n, 2 * self._lo.shape[0])
-        for name, fill in (("_lo", 0), ("_hi", 0), ("_base", 0), ("_cut", _NONE)):
-            old = getattr(self, name)
-            new = np.full(cap, fill, np.int64)
-            new[:old.shape[0]] = old
-            setattr(self, name, new)
+        cnt = cb[k] - qa[k] + 1
+        o = np.repeat(qa[k], cnt) + ramp(cnt)
+        js.append(np.repeat(pos[k] - off, cnt) + o)
+        src = np.repeat(self.base[ids[k]], cnt) + o
+        at = np.cumsum(cnt) - cnt
+        for i in np.flatnonzero(cb[k] >= self.cut[ids[k]]).tolist():
+            sl = slice(int(at[i]), int(at[i] + cnt[i]))
+            src[sl] = self._values(int(ids[k[i]]), o[sl])
+        vs.append(src)
+
+    def _commit_np(self, lay: Layout, off: int) -> None:
+        v = (lay.pos + lay.b >= off).nonzero()[0]
+        ids = self._ids(lay, v, True)
+        for i, a_, b_, p_ in zip(ids.tolist(), lay.a[v].tolist(), lay.b[v].tolist(), lay.pos[v].tolist(),
+                                 strict=True):
+            h = int(self.hi[i])
+            na = max(h, a_, off - p_)
+            if na > b_:
+                continue
+            if h == self.lo[i]:
+                self.base[i] = p_
+            else:
+                e = self.n_ext
+                self.ext_o[e], self.ext_b[e], self.ext_next[e] = na, p_, -1
+                if self.head[i] < 0:
+                    self.head[i], self.cut[i] = e, na
+                else:
+                    self.ext_next[self.tail[i]] = e
+                self.tail[i] = e
+                self.n_ext += 1
+            self.hi[i] = b_ + 1
+            self.count += b_ - na + 1
+
+    def _grow(self, ids: int, ext: int) -> None:
+        """Room for ``ids`` name ids and ``ext`` extension entries (the row views renamed)."""
+        if ids > self.state.shape[1]:
+            old = self.state
+            self.state = np.empty((old.shape[0], max(ids, 2 * old.shape[1])), np.int64)
+            for r, (name, fill) in enumerate(self._COLS):
+                self.state[r, old.shape[1]:] = fill
+                self.state[r, :old.shape[1]] = old[r]
+                setattr(self, name, self.state[r])
+        if ext > self.ext.shape[1]:
+            old = self.ext
+            self.ext = np.zeros((3, max(ext, 2 * old.shape[1])), np.int64)
+            self.ext[:, :old.shape[1]] = old
+            self.ext_o, self.ext_b, self.ext_next = self.ext
 
 
-def _positions(lay: Layout, off: int) -> np.ndarray:
-    """int64: the hashed windows' positions from ``off`` on."""
+def _ranges(lay: Layout, off: int) -> tuple[np.ndarray, np.ndarray]:
+    """The hashed windows' position ranges ``a..b`` (inclusive, ascending) from ``off`` on."""
+    if lay.hmax < off:
+        return _EMPTY, _EMPTY
     a = np.maximum(lay.ha, off)
     k = (a <= lay.hb).nonzero()[0]
-    if not k.shape[0]:
-        return np.zeros(0, np.int64)
-    cnt = lay.hb[k] - a[k] + 1
-    return np.repeat(a[k], cnt) + ramp(cnt)
+    return a[k], lay.hb[k]
+
+
+def _positions(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """int64: the positions of the ranges ``a..b``."""
+    if not a.shape[0]:
+        return _EMPTY
+    cnt = b - a + 1
+    return np.repeat(a, cnt) + ramp(cnt)

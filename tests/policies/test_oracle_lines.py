@@ -12,6 +12,7 @@ import pytest
 
 from pic import accel
 from pic.engine import policies
+from pic.engine.plan import Action
 from pic.engine.policies import RequestView
 from pic.engine.policies import oracle as oracle_policy
 from pic.engine.replay import workload_from_trace
@@ -70,8 +71,10 @@ def _opaque_trace(seed: int, n: int = 70) -> Trace:
     return Trace(table.build(), requests_frame(rows), source="<opaque>")
 
 
-def _run(trace: Trace, named: bool, m: int, tokens_from: int | None = None) -> tuple[list, list]:
-    """Plans (spans) and index sizes, requests looked up in pairs and committed in reverse order."""
+def _run(trace: Trace, named: bool, m: int, tokens_from: int | None = None, compiled_from: int | None = None
+         ) -> tuple[list, list]:
+    """Plans (spans) and index sizes, requests looked up in pairs and committed in reverse order (from request
+    ``compiled_from`` on with the compiled kernels: one state for both forms)."""
     oracle_policy._NAMED = named
     try:
         pol = policies.build("oracle", make_ctx(math.inf), {"min_match": str(m)})
@@ -81,6 +84,9 @@ def _run(trace: Trace, named: bool, m: int, tokens_from: int | None = None) -> t
             views[tokens_from:] = [RequestView.from_tokens(v.request_id, v.tokens) for v in views[tokens_from:]]
         plans, sizes = [], []
         for i in range(0, len(views), 2):
+            if i == compiled_from:
+                accel.set_mode("1")
+                assert accel.kernels(1, "oracle") is not None
             pair = views[i:i + 2]
             for v in pair:
                 plans.append([(s.start, s.end, s.action, s.source_pos) for s in pol.lookup(v, i).spans])
@@ -101,10 +107,13 @@ def test_named_windows_equal_hashed_windows(mode: str, seed: int, m: int) -> Non
         pytest.skip("numba not installed")
     accel.set_mode(mode)
     try:
+        assert (accel.kernels(1, "oracle") is not None) == (mode == "1")
         t = _opaque_trace(seed)
         want = _run(t, False, m)
         assert _run(t, True, m) == want
         assert _run(t, True, m, tokens_from=40) == want      # named, then moved into the hashed index
+        if mode == "0" and accel.available():
+            assert _run(t, True, m, compiled_from=30) == want  # numpy form, then the kernels on its state
         assert sum(len(p) for p in want[0]) > 0
     finally:
         accel.set_mode(None)
@@ -135,6 +144,11 @@ def test_layout_kernel_equals_numpy() -> None:
 
     if not accel.available():
         pytest.skip("numba not installed")
+    accel.set_mode("1")
+    try:
+        assert accel.kernels(1, "oracle") is not None
+    finally:
+        accel.set_mode(None)
     rng = np.random.default_rng(5)
     lines = Lines(_opaque_trace(1).segments)
     for _ in range(300):
@@ -152,3 +166,78 @@ def test_layout_kernel_equals_numpy() -> None:
                     accel.set_mode(None)
                 got.append([lay.n, lay.ins, *(x.tolist() for x in (lay.key, lay.a, lay.b, lay.pos, lay.ha, lay.hb))])
             assert got[0] == got[1]
+
+
+def _key_with_first(token: int, skip: int = 0) -> int:
+    """A key (salt 0) whose opaque stream starts with ``token`` (searched: 1 in 2^17 keys)."""
+    from pic.traces.content import opaque_run
+
+    keys = np.arange(1 << 40, (1 << 40) + (1 << 22), dtype=np.uint64)
+    first = opaque_run(opaque_bases(keys, np.zeros(keys.shape[0], np.uint64)), np.zeros(keys.shape[0], np.int64),
+                       np.ones(keys.shape[0], np.int64))
+    return int(keys[np.flatnonzero(first == token)[skip]])
+
+
+@pytest.mark.parametrize("mode", ["0", "1"])
+def test_windows_equal_by_a_few_tokens_are_found(mode: str) -> None:
+    """Windows that hold one chance-equal token where two pieces meet (a stream's shorter row followed by a
+    stream starting with the token that follows in the longer row; two right streams starting alike) are
+    hashed, so the oracle finds them as the hashed index does."""
+    from pic.traces.content import opaque_run
+
+    if mode == "1" and not accel.available():
+        pytest.skip("numba not installed")
+    b21 = opaque_bases(np.array([21], np.uint64), np.array([0], np.uint64))
+    s200 = int(opaque_run(b21, np.array([200]), np.array([1]))[0])
+    kx = _key_with_first(s200)
+    ky = _key_with_first(s200, 1)
+    table = SegmentTable()
+    S, Sh = table.add_opaque(21, 0, 300, "block"), table.add_opaque(21, 0, 200, "block")
+    X, Y = table.add_opaque(kx, 0, 100, "block"), table.add_opaque(ky, 0, 100, "block")
+    Z, P, Q, D = (table.add_opaque(k, 0, 90, "block") for k in (31, 32, 33, 34))
+    prompts = [[D], [S], [Z, Sh, X], [P, X], [Q, P, Y], [D]]     # (looked up in pairs: 2 after 1, 4 after 3)
+    rows = {c: [] for c in ("request_id", "session_id", "agent_id", "arrival_us", "output_tokens", "segment_ids")}
+    for i, sids in enumerate(prompts):
+        for c, v in zip(rows, (i, f"s{i}", "a", i, 1, sids), strict=True):
+            rows[c].append(v)
+    t = Trace(table.build(), requests_frame(rows), source="<chance>")
+    accel.set_mode(mode)
+    try:
+        want = _run(t, False, 64)
+        assert _run(t, True, 64) == want
+    finally:
+        accel.set_mode(None)
+    assert (90, 90 + 201, Action.REUSE_ROTATED, 0) in want[0][2]        # S[137:201) = S[137:200) + X[0]
+    assert any(s[2] == Action.REUSE_ROTATED for s in want[0][4])               # P's tail + Y[0] = P's tail + X[0]
+
+
+def test_window_hashes_at_equal_prefix_hashes() -> None:
+    """The compiled hashes of chosen window ranges (overlapping tokens, ranges across pieces, stored and
+    opaque) equal those from the prompt's prefix hashes."""
+    from pic.engine.rolling import _powers, prefix_hashes
+    from pic.traces.content import _MASK
+
+    if not accel.available():
+        pytest.skip("numba not installed")
+    accel.set_mode("1")
+    try:
+        fast = accel.kernels(1, "oracle")
+    finally:
+        accel.set_mode(None)
+    work = workload_from_trace(_opaque_trace(0))
+    rng, m, checked = np.random.default_rng(0), 16, 0
+    for i in range(70):
+        v = work.view(i)
+        n = v.num_tokens - m + 1
+        if n <= 3:
+            continue
+        cuts = np.sort(rng.choice(n, size=min(n, 6) // 2 * 2, replace=False)).astype(np.int64)
+        a, b = cuts[0::2].copy(), cuts[1::2].copy()
+        out = np.empty(int((b - a).sum()) + a.shape[0], np.uint64)
+        fast.window_hashes_at(v.source.tokens, *v.source.pieces(v.segment_rows),
+                              np.ascontiguousarray(v.segment_bounds, np.int64), a, b, m, _MASK, _powers(m)[0][m], out)
+        h = prefix_hashes(v.tokens)
+        p = np.concatenate([np.arange(x, y + 1) for x, y in zip(a.tolist(), b.tolist(), strict=True)])
+        assert out.tolist() == (h[p + m] - h[p] * _powers(m)[0][m]).tolist()
+        checked += 1
+    assert checked > 30

@@ -33,7 +33,7 @@ from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
 from pic.engine.radix import RadixTree
-from pic.engine.rolling import _powers, prefix_hashes, prefix_windows, window_hashes
+from pic.engine.rolling import _powers, prefix_hashes, prefix_windows, ramp, window_hashes
 from pic.traces.content import _MASK as _OPAQUE_MASK
 
 
@@ -66,6 +66,7 @@ class OracleCache(CachePolicy):
         self._lines: LineIndex | None = None       # the named windows (engine.oracle_lines), else all hashed
         self._mode = None                          # "lines" / "hashed", on the first request
         self._lay: tuple[RequestView, int, int, object] | None = None   # req, commits, off, its Layout
+        self._hash_memo: tuple | None = None       # req, its window hasher (_hasher)
         self.stats.extra.update(indexed_windows=0)
 
     # ---- Public API -------------------------------------------------------------------------------
@@ -80,7 +81,7 @@ class OracleCache(CachePolicy):
         lay = self._layout(req)
         if lay is not None:
             self._lay = (req, self._commits, off, lay)
-            if lay.n > off and len(self._lines):
+            if lay.n > off:                        # (an empty index answers nothing)
                 j, src = self._lines.lookup(lay, off, self._hasher(req))
                 for a, b, delta, _, _ in _cover_at(j, src, m, pfx, off):
                     spans.append(Span(a, b, Action.REUSE if delta == 0 else Action.REUSE_ROTATED, a - delta))
@@ -177,15 +178,28 @@ class OracleCache(CachePolicy):
         return Layout(self._lines.lines, rows, req.segment_bounds, self._m)
 
     def _hasher(self, req: RequestView):
-        """``f(p)``: the hashes of the windows of ``req`` at positions ``p`` (its prefix hashes made once)."""
-        h, m = None, self._m
+        """``f(a, b)``: the hashes of the windows of ``req`` at positions ``a[r] .. b[r]`` (ranges ascending), one
+        per request: with the compiled kernels from those windows' tokens only (``window_hashes_at``), else from
+        the prompt's prefix hashes (made once)."""
+        memo = self._hash_memo
+        if memo is not None and memo[0] is req:
+            return memo[1]
+        h, m, src, rows = None, self._m, req.source, req.segment_rows
+        fast = accel.kernels(req.num_tokens, "oracle")
 
-        def f(p: np.ndarray) -> np.ndarray:
+        def f(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             nonlocal h
+            if fast is not None:
+                out = np.empty(int((b - a).sum()) + a.shape[0], np.uint64)
+                fast.window_hashes_at(src.tokens, *src.pieces(rows), np.ascontiguousarray(req.segment_bounds, np.int64),
+                                      a, b, m, _OPAQUE_MASK, _powers(m)[0][m], out)
+                return out
             if h is None:
-                h = self._prefix_hashes(req)
+                h = prefix_hashes(req.tokens)
+            p = np.repeat(a, b - a + 1) + ramp(b - a + 1)
             return h[p + m] - h[p] * _powers(m)[0][m]
 
+        self._hash_memo = (req, f)
         return f
 
     def _prefix_hashes(self, req: RequestView) -> np.ndarray:
