@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pic.engine.cost_fns import one_chunk_terms_fn, prefill_step_fn
 from pic.engine.hybrid_cost import HybridShape, prefill_hybrid
 from pic.engine.plan import DISK, HOST, RECOMPUTE, REUSE_ROTATED, Plan
 from pic.engine.specs import GpuSpec, ModelSpec
@@ -188,7 +189,14 @@ class CostModel:
         zeros there), as a tuple; None where it takes :meth:`prefill` (hybrid models, calibration profiles).
         NOTE (speed): for the serving model, which prices one or two such plans per request (a frozen
         dataclass of 12 fields costs ~1.5 us to build)."""
-        return None if self._hybrid is not None or self.profile is not None else self._one_chunk_terms
+        if self._hybrid is not None or self.profile is not None:
+            return None
+        return one_chunk_terms_fn(self)     # (_one_chunk_terms as a closure: the same values)
+
+    def prefill_step_fn(self) -> Any:
+        """:meth:`prefill_step` as a closure over this model's constants (:mod:`engine.cost_fns`: the same
+        values; NOTE (speed): for the serving model's replicas, which price every prefill chunk twice)."""
+        return prefill_step_fn(self)
 
     def _one_chunk_terms(self, num_tokens: int, num_new: int, start: int) -> tuple:
         kvb, peak, bw = self._kvb, self._peak, self._bw

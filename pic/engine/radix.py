@@ -153,7 +153,7 @@ class RadixTree:
         ``q[lo:lo + pos]``."""
         p = self.page_size
         while pos < n:
-            ck = self._child_key(q, lo + pos)
+            ck = q.token(lo + pos) if p == 1 else self._child_key(q, lo + pos)    # (_child_key, inlined)
             child = node.children.get(ck)
             if child is None:
                 self._miss = (q, lo + pos, ck)

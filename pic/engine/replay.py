@@ -29,12 +29,13 @@ from pic.engine.memory import COLLECT_LAST_MIN, free_cycles, release_freed
 from pic.engine.memory import no_cyclic_gc as _no_cyclic_gc
 from pic.engine.metrics import SUMMARY_VERSION, request_frame, summarize
 from pic.engine.oracle import cached_oracle, duplicate_tokens, join_runs
-from pic.engine.policies.base import PolicyContext, RequestView
+from pic.engine.policies.base import PolicyContext
 from pic.engine.request import Labels
 from pic.engine.runconfig import provenance
 from pic.engine.sanity import below_prefix_warning, fit_warnings, resident_warnings, saturation_warning
 from pic.engine.serving import ServingModel, Workload
 from pic.engine.specs import gpu_from_name, model_from_name
+from pic.engine.views import make_view
 from pic.traces.io import atomic_dir
 from pic.traces.schema import Trace
 from pic.traces.suggest import did_you_mean
@@ -110,28 +111,13 @@ def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Worklo
     # ids and kinds), made when the simulation asks for it; nothing per segment occurrence is copied
     # for the whole trace (chat 10^6: ~10 M occurrences, ~300 MB of copies and Python int lists).
     # Its tokens are made only if a policy reads them (RequestView.tokens; opaque segments derived).
-    seg_len = np.diff(seg.offsets)
-    seg_off, seg_ids, seg_kinds = seg.offsets, seg.ids, seg.kinds
     # NOTE (speed): a request whose segment rows are consecutive (every single-segment request: all of
-    # Azure's) takes its ids, kinds and bounds as slices of the trace's arrays (the same values as the
-    # gathers and the cumsum, ~3 us less per request); a one-segment prompt's bounds are made when a policy
-    # reads them (RequestView.segment_bounds: the same values; its Seq needs only its length)
+    # Azure's) takes its ids, kinds and bounds as slices of the trace's arrays, a one-segment prompt's bounds
+    # made when a policy reads them; the Seqs of longer prompts are made a block of requests at a time
+    # (engine.views: the same values)
     runs = _consecutive_rows(offs, seg_idx)
     num_tok = trace.prompt_lengths[order].astype(np.int64)
-
-    def view(i: int) -> RequestView:
-        row = order.item(i)
-        s0, s1 = offs.item(row), offs.item(row + 1)
-        rows = seg_idx[s0:s1]
-        if runs.item(row):
-            a = seg_idx.item(s0)
-            b = a + s1 - s0
-            return RequestView(rid.item(i), sess[i], None, None if b == a + 1 else seg_off[a:b + 1] - seg_off.item(a),
-                               seg_ids[a:b], seg_kinds[a:b], rows, seg, num_tok.item(i))
-        bounds = np.zeros(s1 - s0 + 1, np.int64)
-        np.cumsum(seg_len[rows], out=bounds[1:])
-        return RequestView(rid.item(i), sess[i], None, bounds, seg_ids[rows], seg_kinds[rows], rows, seg)
-
+    view = make_view(order, offs, seg_idx, runs, seg, rid, sess, num_tok)
     return Workload(rid, sess, num_tok,
                     req["output_tokens"].to_numpy().astype(np.int64)[order], arrival[order], view)
 

@@ -113,7 +113,9 @@ class Seq:
         if r < 0:
             return _first(self, i, pos - b[i])
         if pos == b[i]:
-            return first_tokens(self.store)[r]
+            store = self.store
+            last = _LAST_FIRST
+            return (last[1] if last[0] is store else first_tokens(store))[r]
         return token_at(self.store, r, pos - b[i])
 
 
@@ -126,10 +128,12 @@ def first_tokens(store) -> array:
         got = _FIRST[id(store)] = (store, array("q", first.tobytes()))   # (8 B per row, not a list of ints)
         if len(_FIRST) > 8:
             del _FIRST[next(iter(_FIRST))]
+    _LAST_FIRST[0], _LAST_FIRST[1] = got     # NOTE (speed): Seq.token's child keys read the last store's first
     return got[1]
 
 
 _FIRST: dict[int, tuple[object, array]] = {}
+_LAST_FIRST: list = [None, None]     # the (store, first tokens) first_tokens last gave (a walk's store)
 
 
 def token_at(store, row: int, j: int) -> int:
@@ -177,6 +181,27 @@ def lcp(A: Seq, a: int, B: Seq, b: int, m: int) -> int:
     i = bisect_right(ba, a) - 1
     j = bisect_right(bb, b) - 1
     done = 0
+    if a == b and ba[i] == bb[j] and A.arr is None and B.arr is None:
+        # NOTE (speed): pieces of equal rows and equal bounds (the same segment at the same offset, both
+        # prompts in the same coordinates: a radix tree's edges and queries) are equal without a look; the
+        # leading run of such pieces is found with slice comparisons (C loops), not piece by piece. An edge
+        # its query continues (most of an exact-prefix walk: a conversation's earlier turns) is one check.
+        k = bisect_left(ba, a + m, i) - i          # pieces i .. i+k-1 of A hold [a, a+m)
+        if ra[i:i + k] == rb[j:j + k] and ba[i:i + k + 1] == bb[j:j + k + 1]:
+            return m
+        lo, hi = 0, k          # the run's length t: the first lo pieces are such pieces, not all hi are
+        while hi - lo > 1:
+            t = (lo + hi) >> 1
+            if ra[i:i + t] == rb[j:j + t] and ba[i:i + t + 1] == bb[j:j + t + 1]:
+                lo = t
+            else:
+                hi = t
+        if lo:
+            done = ba[i + lo] - a
+            a += done
+            b += done
+            i += lo
+            j += lo
     while done < m:
         ea, eb = ba[i + 1], bb[j + 1]
         x = ra[i]

@@ -49,3 +49,36 @@ def test_lcp_equals_the_token_common_prefix() -> None:
             assert lcp(A, a, B, b, m) == want, (a, b, m)
             checked += want > 1
     assert checked > 25        # long common stretches were compared, not only first-token mismatches
+
+
+def test_lcp_of_prompts_sharing_leading_segments() -> None:
+    """Prompts in the same coordinates (a == b: a radix tree's edges and queries) that share a leading run of
+    segments, then diverge (another segment, one of the same first tokens, or the same segment shifted): the
+    run found by slice comparison, then the pieces after it compared token by token."""
+    rng = np.random.default_rng(3)
+    checked = {"full": 0, "part": 0}
+    for _ in range(20):
+        segs = _segments(rng)
+        base = rng.integers(0, len(segs), 40)
+        seqs = []
+        for _ in range(8):
+            k = int(rng.integers(0, 41))
+            tail = rng.integers(0, len(segs), int(rng.integers(0, 8)))
+            rows = np.r_[base[:k], tail].astype(np.int64)
+            if not rows.size:
+                rows = base[:1]
+            bounds = np.r_[0, np.cumsum(segs.lengths[rows])]
+            seqs.append((Seq.of_segments(segs, rows, bounds), segs.gather(rows)))
+        for _ in range(150):
+            (A, ta), (B, tb) = seqs[rng.integers(0, 8)], seqs[rng.integers(0, 8)]
+            top = min(ta.size, tb.size)
+            a = int(rng.integers(0, top))
+            if rng.random() < 0.5:       # from a piece boundary of A
+                ba = np.asarray(A.bounds)
+                a = int(ba[(ba < top)][rng.integers(0, int((ba < top).sum()))])
+            m = int(rng.integers(0, top - a + 1)) if rng.random() < 0.3 else top - a
+            neq = np.flatnonzero(ta[a:a + m] != tb[a:a + m])
+            want = int(neq[0]) if neq.size else m
+            assert lcp(A, a, B, a, m) == want, (a, m)
+            checked["full" if want == m else "part"] += want > 0
+    assert checked["full"] > 100 and checked["part"] > 100

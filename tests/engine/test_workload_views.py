@@ -95,3 +95,32 @@ def test_view_without_bounds_makes_them_from_its_segments():
         assert (q.rows, q.bounds, q.end) == (ref.rows, ref.bounds, ref.end)
     with pytest.raises(ValueError, match="num_tokens"):
         RequestView(1, "s", None, None, seg.ids[:1], seg.kinds[:1], np.array([0]), seg)
+
+
+def test_views_from_small_blocks_in_any_order(monkeypatch):
+    """Blocks of 8 requests, at most 2 open: views asked out of order (a closed loop), twice each (two
+    simulations), and a block dropped while some of its requests wait, equal the gathers."""
+    from pic.engine import views
+
+    monkeypatch.setattr(views, "_SHIFT", 3)
+    monkeypatch.setattr(views, "_BLOCK", 8)
+    monkeypatch.setattr(views, "_MASK", 7)
+    monkeypatch.setattr(views, "_OPEN", 2)
+    trace = _mixed_trace()
+    work = workload_from_trace(trace)
+    seg = trace.segments
+    offs, seg_idx = trace._csr
+    req = trace.requests
+    order = np.lexsort((req["request_id"].to_numpy(), req["arrival_us"].to_numpy()))
+    perm = np.random.default_rng(5).permutation(np.r_[np.arange(work.num_requests), np.arange(work.num_requests)])
+    for i in perm.tolist():
+        row = int(order[i])
+        rows = seg_idx[offs[row]:offs[row + 1]]
+        bounds = np.concatenate([[0], np.cumsum(np.diff(seg.offsets)[rows])]).astype(np.int64)
+        v = work.view(i)
+        assert v.request_id == int(req["request_id"][row]) and v.session_id == req["session_id"][row]
+        assert v.num_tokens == int(bounds[-1]) and np.array_equal(v.segment_rows, rows)
+        ref = Seq.of_segments(seg, rows, bounds)
+        q = v.seq
+        assert (q.rows, q.bounds, q.end, q.store) == (ref.rows, ref.bounds, ref.end, ref.store)
+        assert np.array_equal(v.segment_bounds, bounds) and np.array_equal(v.segment_ids, seg.ids[rows])

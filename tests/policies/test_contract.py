@@ -27,6 +27,7 @@ def _check(policy: CachePolicy, who: str) -> None:
     u = policy.usage()
     u.check(who)
     assert u.capacity == policy.ctx.capacity_bytes
+    assert policy.resident_bytes() == u.total, f"{who}: resident_bytes() != usage().total"
 
 
 def _check_plan(req: RequestView, plan: Plan) -> None:

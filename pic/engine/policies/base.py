@@ -37,20 +37,25 @@ class RequestView:
     ``seq`` describes the prompt by its segments (:mod:`engine.seq`) for token-free prefix matching.
     Such a view may be given ``segment_bounds=None`` with ``num_tokens``: the bounds are then made from
     the segments' lengths when first read (NOTE (speed): the replay does so for a one-segment prompt, ~0.5 us
-    less per request and simulation, ~1 us where a policy reads only its ``seq``, which needs just its length)."""
+    less per request and simulation, ~1 us where a policy reads only its ``seq``, which needs just its length).
+    Likewise ``segment_ids`` / ``segment_kinds`` may be None (gathered from ``source`` when first read) and
+    ``seq`` given ready-made (the replay makes the Seqs of many prompts at once: :mod:`engine.views`)."""
 
-    __slots__ = ("request_id", "session_id", "_bounds", "segment_ids", "segment_kinds", "segment_rows",
+    __slots__ = ("request_id", "session_id", "_bounds", "_ids", "_kinds", "segment_rows",
                  "source", "num_tokens", "_tokens", "_seq")
 
     def __init__(self, request_id: int, session_id: str, tokens: np.ndarray | None,
-                 segment_bounds: np.ndarray | None, segment_ids: np.ndarray, segment_kinds: np.ndarray,
-                 segment_rows: np.ndarray | None = None, source: Any = None, num_tokens: int | None = None) -> None:
+                 segment_bounds: np.ndarray | None, segment_ids: np.ndarray | None, segment_kinds: np.ndarray | None,
+                 segment_rows: np.ndarray | None = None, source: Any = None, num_tokens: int | None = None,
+                 seq: Seq | None = None) -> None:
         self.request_id, self.session_id = request_id, session_id
-        self._bounds, self.segment_ids, self.segment_kinds = segment_bounds, segment_ids, segment_kinds
+        self._bounds, self._ids, self._kinds = segment_bounds, segment_ids, segment_kinds
         self.segment_rows, self.source = segment_rows, source
-        self._tokens, self._seq = tokens, None
+        self._tokens, self._seq = tokens, seq
         if tokens is None and (segment_rows is None or source is None):
             raise ValueError("RequestView needs tokens, or segment_rows with their source")
+        if (segment_ids is None or segment_kinds is None) and (segment_rows is None or source is None):
+            raise ValueError("RequestView without segment_ids / segment_kinds needs segment_rows and their source")
         if segment_bounds is None and (segment_rows is None or source is None or num_tokens is None):
             raise ValueError("RequestView without segment_bounds needs segment_rows, their source and num_tokens")
         if num_tokens is None:
@@ -69,6 +74,20 @@ class RequestView:
                 b = self._bounds = np.zeros(rows.shape[0] + 1, np.int64)
                 np.cumsum(offsets[rows + 1] - offsets[rows], out=b[1:])
         return b
+
+    @property
+    def segment_ids(self) -> np.ndarray:
+        ids = self._ids
+        if ids is None:
+            ids = self._ids = self.source.ids[self.segment_rows]
+        return ids
+
+    @property
+    def segment_kinds(self) -> np.ndarray:
+        kinds = self._kinds
+        if kinds is None:
+            kinds = self._kinds = self.source.kinds[self.segment_rows]
+        return kinds
 
     @property
     def tokens(self) -> np.ndarray:
@@ -210,6 +229,11 @@ class CachePolicy(ABC):
 
     @abstractmethod
     def usage(self) -> Usage: ...
+
+    def resident_bytes(self) -> int | float:
+        """``usage().total`` (what the serving model asks after each admission and commit for its peak; a
+        policy may answer without building a Usage)."""
+        return self.usage().total
 
     def holds(self, req: RequestView) -> bool | None:
         """Whether every KV span admitted request ``req``'s plan reuses is still resident (locked KV is

@@ -217,6 +217,11 @@ class BlockHashCache(CachePolicy):
                                else (r.num_resident, r.num_locked, r.reserved))
         return Usage((n - locked) * per, (locked + reserved) * per, (n + reserved) * per, self.ctx.capacity_bytes)
 
+    def resident_bytes(self) -> int:
+        r = self._radix
+        n, reserved = (self._num_resident, self._reserved) if r is None else (r.num_resident, r.reserved)
+        return (n + reserved) * (self._bs * self.ctx.bytes_per_token)      # usage().total
+
     def footprint(self) -> Footprint:
         """Registry entries = resident blocks; runs (only under --verify, the one mode that keeps block
         tokens): each block after up to 3 ancestor blocks of context."""

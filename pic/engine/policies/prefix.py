@@ -112,6 +112,9 @@ class PrefixCache(CachePolicy):
         return Usage(t.evictable_tokens * b, (t.protected_tokens + self._reserved) * b,
                      (t.total_tokens + self._reserved) * b, self.ctx.capacity_bytes)
 
+    def resident_bytes(self) -> int:
+        return (self.tree.total_tokens + self._reserved) * self._bpt     # usage().total
+
     def footprint(self) -> Footprint:
         """Registry entries = radix nodes; runs = every node's edge (with its parent path as context)."""
         return Footprint(self.tree.num_nodes, self.tree.run_refs())

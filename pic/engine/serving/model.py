@@ -26,7 +26,7 @@ from pic.engine.serving.router import Router
 
 FINISH, PREFILL_DONE, ARRIVAL, SCHEDULE = (EventKind.FINISH, EventKind.PREFILL_DONE, EventKind.ARRIVAL,
                                            EventKind.SCHEDULE)
-ROTATED, RECOMPUTE = Action.REUSE_ROTATED, Action.RECOMPUTE
+REUSE, ROTATED, RECOMPUTE = Action.REUSE, Action.REUSE_ROTATED, Action.RECOMPUTE
 _MEMO_MAX = 1 << 16         # prefill costs remembered by plan shape (cleared when full)
 
 
@@ -74,6 +74,8 @@ class ServingModel:
         self._views: dict[int, Any] = {}     # request index -> RequestView while in flight
         self._chain, self._next_turn, self._gap = self._arrival_order(closed_loop)
         self.resident = [0] * len(self.policies)
+        # (each policy's usage().total: CachePolicy.resident_bytes, or through usage() for another object)
+        self._resident_of = [getattr(p, "resident_bytes", None) or (lambda p=p: p.usage().total) for p in self.policies]
         self.peak_resident = 0
         self.num_finished = 0
         self._tick = max(1, n // 200)
@@ -245,6 +247,31 @@ class ServingModel:
             c_nc_attn[i] = attn_s
             num_new = n if n > 1 else 1      # max(1, min(n, n))
             extra, full = 0.0, None
+        elif (len(spans) == 2 and a.action == REUSE and spans[1].action == RECOMPUTE and not a.tier
+              and not spans[1].tier and plan.correction is NO_CORRECTION and self._terms is not None):
+            # NOTE (speed): an exact-prefix plan (Plan.from_prefix: reuse [0, r) in place, recompute [r, n)), the
+            # general path below specialised: _plan_stats gives (r, 0, False), the leading reuse is all the reuse
+            # (no hybrid extra), the plan is plain but not a full recompute, its one chunk ``(n - r, r)``
+            reused = a.end
+            num_new = n - reused
+            c_reused[i] = reused
+            c_recomputed[i] = num_new
+            if num_new < 1:
+                num_new = 1
+            key = (plan.num_tokens, reused, REUSE, 2)
+            t = self._tmemo.get(key)
+            if t is None:
+                b = spans[1]
+                t = self._plain_terms(key, plan.num_tokens, b.end - b.start, b.start)
+            flops, hbm, _, read, attn_s, _ = t
+            nc = self._full.get(n)
+            c_flops[i] = flops
+            c_hbm[i] = hbm
+            c_read[i] = read
+            c_attn[i] = attn_s
+            c_nc_attn[i] = (nc if nc is not None else self._full_terms(n))[4]
+            extra = 0.0
+            full = rep.prefill_share(n, n)       # before this prefill changes the batch
         else:
             reused, rotated, needs_extra = _plan_stats(plan)
             # NOTE: hybrid models: reuse after a non-prefix point still runs the recurrent layers (engine.hybrid_cost)
@@ -332,7 +359,7 @@ class ServingModel:
         return [(max(now, self._arrival[i] + self._gap[i]), (ARRIVAL, -1, j, 0))]
 
     def _note_resident(self, k: int) -> None:
-        total = self.policies[k].usage().total
+        total = self._resident_of[k]()
         res = self.resident
         res[k] = total
         s = total if self._one else sum(res)     # (sum of one: 0 + total, the same value)

@@ -60,7 +60,8 @@ class Replica:
         self._itl_pos = -1          # the running decode phase's segment in ``itl`` (a cut shortens it)
         self._itl_a = self.itl._a   # (its float64 array: run_decode appends to it in place)
         # NOTE (speed): bound once; the decode coefficients per batch size are the cost model's, remembered
-        self._prefill_step = cost.prefill_step
+        fn = getattr(cost, "prefill_step_fn", None)
+        self._prefill_step = cost.prefill_step if fn is None else fn()
         self._coeffs: dict[int, tuple[float, float]] = {}
 
     # ---- Public API -------------------------------------------------------------------------------

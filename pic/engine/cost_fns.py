@@ -1,0 +1,113 @@
+"""The cost model's per-step pricing as closures over its constants (engine.cost), for the serving model's hot path.
+
+:func:`prefill_step_fn` gives ``CostModel.prefill_step`` and :func:`one_chunk_terms_fn` ``CostModel._one_chunk_terms``:
+the same operations in the same order on the same values (so the same floats), with the model's constants, its
+memo dicts and the helpers they call bound as closure variables instead of read as attributes of the cost model
+on each call, and ``_weights``' answer for a batch that touches every expert (every step of a prompt's chunks of
+more than a few hundred tokens) taken without calling it. NOTE (speed): the serving model prices ~4 prefill steps
+and two one-chunk plans per request (Mooncake conversation: ~2 us each as methods, ~45 attribute loads a step).
+tests/engine/test_cost_fns.py compares them with the methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def prefill_step_fn(cost: Any) -> Callable[[int, int, int, int], tuple[float, float]]:
+    """``cost.prefill_step`` (the bound method itself under a calibration profile)."""
+    if cost.profile is not None:
+        return cost.prefill_step
+    method = cost.prefill_step
+    kvb, peak, bw, kv_read, dec_attn = cost._kvb, cost._peak, cost._bw, cost._kv_read, cost._dec_attn
+    step_nd, w_memo, attn_memo = cost._step_nd, cost._w_memo, cost._attn_memo
+    weights, attn_remember = cost._weights, cost._attn_remember
+    lm_flops, state, lin_per_token = cost._lm_flops, cost._state, cost._lin_per_token
+    w_all0, w_all1 = cost._w_all
+    overhead = cost.config.step_overhead_s
+
+    def prefill_step(num_new: int, num_cached: int, num_decode: int,
+                     decode_context_tokens: int) -> tuple[float, float]:
+        if num_new <= 0:
+            return method(num_new, num_cached, num_decode, decode_context_tokens)
+        dctx = decode_context_tokens
+        n, c = int(num_new), int(num_cached)
+        num_tokens = n + num_decode
+        nd_terms = step_nd.get(num_decode)
+        if nd_terms is None:
+            nd_terms = step_nd[num_decode] = (lm_flops * (1 + num_decode),
+                                              max(0.0 / peak, 2.0 * (1 + num_decode) * state / bw))
+        lm_f, t_rec = nd_terms
+        lin_f = lin_per_token * num_tokens + lm_f
+        if num_tokens >= w_all0:      # (_weights' value there; n0 >= 2, so never the one-token weights)
+            w = w_all1
+        else:
+            w = w_memo.get(num_tokens)
+            if w is None:
+                w = weights(num_tokens)
+        lin_b = w + num_tokens * kvb
+        pre_f = attn_memo.get((n, c))
+        if pre_f is None:
+            pre_f = attn_remember(n, c)
+        x, y = lin_f / peak, lin_b / bw
+        t_lin = y if y > x else x
+        dec_f = dctx * dec_attn
+        x, y = (pre_f + dec_f) / peak, ((n + c) * kvb + dctx * kv_read) / bw
+        step = t_lin + (y if y > x else x) + t_rec + overhead
+        tok = num_new / (num_new + num_decode)
+        if not num_decode:
+            return step, step * tok
+        pre_b = (num_new + num_cached) * kvb
+        dec_b = dctx * kvb
+        x, y = (pre_f + dec_f) / peak, (pre_b + dec_b) / bw
+        t_att = y if y > x else x
+        x, y = pre_f / peak, pre_b / bw
+        a_pre = y if y > x else x
+        x, y = dec_f / peak, dec_b / bw
+        a_dec = y if y > x else x
+        att_share = a_pre / (a_pre + a_dec) if a_pre + a_dec > 0 else tok
+        share = ((t_lin + overhead) * tok + t_att * att_share + t_rec / (1 + num_decode))
+        return step, share
+
+    return prefill_step
+
+
+def one_chunk_terms_fn(cost: Any) -> Callable[[int, int, int], tuple]:
+    """``cost._one_chunk_terms``."""
+    kvb, peak, bw = cost._kvb, cost._peak, cost._bw
+    w_memo, attn_memo = cost._w_memo, cost._attn_memo
+    weights, attn_remember = cost._weights, cost._attn_remember
+    lm_flops, lm_bytes, state, lin_per_token = cost._lm_flops, cost._lm_bytes, cost._state, cost._lin_per_token
+    w_all0, w_all1 = cost._w_all
+    overhead = cost.config.step_overhead_s
+    rec_b = 2.0 * 1 * state
+    extra_s = max(0.0 / peak, rec_b / bw)
+
+    def one_chunk_terms(num_tokens: int, num_new: int, start: int) -> tuple:
+        cache_read = (num_tokens - num_new) * kvb
+        if not num_new:   # full hit: the last prompt token still runs through the model for its logits
+            num_new, start = 1, num_tokens - 1
+        lin_f = lin_per_token * num_new + lm_flops
+        if num_new >= w_all0:
+            w = w_all1
+        else:
+            w = w_memo.get(num_new)
+            if w is None:
+                w = weights(num_new)
+        lin_b = w + num_new * kvb
+        att_f = attn_memo.get((num_new, start))
+        if att_f is None:
+            att_f = attn_remember(num_new, start)
+        att_b = (num_new + start) * kvb
+        x, y = lin_f / peak, lin_b / bw
+        t_lin = y if y > x else x
+        x2, y2 = att_f / peak, att_b / bw
+        t_att = y2 if y2 > x2 else x2
+        roof = t_lin + t_att + overhead
+        time_s = roof + extra_s
+        lm = (lm_flops / lin_f) if x >= y else (lm_bytes / lin_b)
+        attn_s = (t_lin * (1.0 - lm) + t_att) * (roof / roof)
+        return lin_f + att_f, lin_b + att_b + rec_b, time_s, cache_read, attn_s, num_new
+
+    return one_chunk_terms
