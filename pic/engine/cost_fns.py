@@ -3,8 +3,10 @@
 :func:`prefill_step_fn` gives ``CostModel.prefill_step`` and :func:`one_chunk_terms_fn` ``CostModel._one_chunk_terms``:
 the same operations in the same order on the same values (so the same floats), with the model's constants, its
 memo dicts and the helpers they call bound as closure variables instead of read as attributes of the cost model
-on each call, and ``_weights``' answer for a batch that touches every expert (every step of a prompt's chunks of
-more than a few hundred tokens) taken without calling it. NOTE (speed): the serving model prices ~4 prefill steps
+on each call, ``_weights``' answer for a batch that touches every expert (every step of a prompt's chunks of
+more than a few hundred tokens) taken without calling it, and a chunk's attention FLOPs computed (``_attn``, the
+function ``_attn_memo`` remembers) instead of looked up by a tuple key (Mooncake conversation: half the pairs are
+new, and a lookup cost about what the computation does; Azure: no slower). NOTE (speed): the serving model prices ~4 prefill steps
 and two one-chunk plans per request (Mooncake conversation: ~2 us each as methods, ~45 attribute loads a step).
 tests/engine/test_cost_fns.py compares them with the methods.
 """
@@ -21,8 +23,8 @@ def prefill_step_fn(cost: Any) -> Callable[[int, int, int, int], tuple[float, fl
         return cost.prefill_step
     method = cost.prefill_step
     kvb, peak, bw, kv_read, dec_attn = cost._kvb, cost._peak, cost._bw, cost._kv_read, cost._dec_attn
-    step_nd, w_memo, attn_memo = cost._step_nd, cost._w_memo, cost._attn_memo
-    weights, attn_remember = cost._weights, cost._attn_remember
+    step_nd, w_memo, attn = cost._step_nd, cost._w_memo, cost._attn
+    weights = cost._weights
     lm_flops, state, lin_per_token = cost._lm_flops, cost._state, cost._lin_per_token
     w_all0, w_all1 = cost._w_all
     overhead = cost.config.step_overhead_s
@@ -47,9 +49,7 @@ def prefill_step_fn(cost: Any) -> Callable[[int, int, int, int], tuple[float, fl
             if w is None:
                 w = weights(num_tokens)
         lin_b = w + num_tokens * kvb
-        pre_f = attn_memo.get((n, c))
-        if pre_f is None:
-            pre_f = attn_remember(n, c)
+        pre_f = attn(n, c)
         x, y = lin_f / peak, lin_b / bw
         t_lin = y if y > x else x
         dec_f = dctx * dec_attn
@@ -76,8 +76,8 @@ def prefill_step_fn(cost: Any) -> Callable[[int, int, int, int], tuple[float, fl
 def one_chunk_terms_fn(cost: Any) -> Callable[[int, int, int], tuple]:
     """``cost._one_chunk_terms``."""
     kvb, peak, bw = cost._kvb, cost._peak, cost._bw
-    w_memo, attn_memo = cost._w_memo, cost._attn_memo
-    weights, attn_remember = cost._weights, cost._attn_remember
+    w_memo, attn = cost._w_memo, cost._attn
+    weights = cost._weights
     lm_flops, lm_bytes, state, lin_per_token = cost._lm_flops, cost._lm_bytes, cost._state, cost._lin_per_token
     w_all0, w_all1 = cost._w_all
     overhead = cost.config.step_overhead_s
@@ -96,9 +96,7 @@ def one_chunk_terms_fn(cost: Any) -> Callable[[int, int, int], tuple]:
             if w is None:
                 w = weights(num_new)
         lin_b = w + num_new * kvb
-        att_f = attn_memo.get((num_new, start))
-        if att_f is None:
-            att_f = attn_remember(num_new, start)
+        att_f = attn(num_new, start)
         att_b = (num_new + start) * kvb
         x, y = lin_f / peak, lin_b / bw
         t_lin = y if y > x else x

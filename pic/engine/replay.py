@@ -111,10 +111,8 @@ def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Worklo
     # ids and kinds), made when the simulation asks for it; nothing per segment occurrence is copied
     # for the whole trace (chat 10^6: ~10 M occurrences, ~300 MB of copies and Python int lists).
     # Its tokens are made only if a policy reads them (RequestView.tokens; opaque segments derived).
-    # NOTE (speed): a request whose segment rows are consecutive (every single-segment request: all of
-    # Azure's) takes its ids, kinds and bounds as slices of the trace's arrays, a one-segment prompt's bounds
-    # made when a policy reads them; the Seqs of longer prompts are made a block of requests at a time
-    # (engine.views: the same values)
+    # NOTE (speed): the views' Seqs and per-request values are made a block of requests at a time, their
+    # bounds, ids and kinds when a policy reads them (engine.views: the same values)
     runs = _consecutive_rows(offs, seg_idx)
     num_tok = trace.prompt_lengths[order].astype(np.int64)
     view = make_view(order, offs, seg_idx, runs, seg, rid, sess, num_tok)

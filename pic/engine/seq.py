@@ -190,6 +190,11 @@ def lcp(A: Seq, a: int, B: Seq, b: int, m: int) -> int:
         if ra[i:i + k] == rb[j:j + k] and ba[i:i + k + 1] == bb[j:j + k + 1]:
             return m
         lo, hi = 0, k          # the run's length t: the first lo pieces are such pieces, not all hi are
+        if k > 2:              # (most often all but the last: the query goes on with another segment)
+            if ra[i:i + k - 1] == rb[j:j + k - 1] and ba[i:i + k] == bb[j:j + k]:
+                lo = k - 1
+            else:
+                hi = k - 1
         while hi - lo > 1:
             t = (lo + hi) >> 1
             if ra[i:i + t] == rb[j:j + t] and ba[i:i + t + 1] == bb[j:j + t + 1]:

@@ -5,11 +5,12 @@ makes nothing per segment until a policy reads it (its bounds, ids, kinds, token
 a prompt's :class:`~engine.seq.Seq` (what every exact-prefix walk reads: the ``prefix`` baseline of every
 replay, ``block-hash``, ``irminsul``'s prompt index). The views are made from *blocks* of ``_BLOCK`` consecutive
 requests, each made with a few numpy calls for all of them: their ids, sessions, token counts and segment
-ranges as lists, and for prompts of several segments their segment rows and prompt offsets (the bounds) as
-one flat ``array.array`` each, of which a Seq takes two slices (C copies). NOTE (speed): made one request at a
-time (a gather, a cumsum into a new array, two ``tolist`` and two arrays of them, the ids and kinds gathered)
-a view cost ~9 us on Mooncake conversation (24 segments per prompt), ~15% of a ``prefix`` simulation. The same
-values: ``Seq.of_segments`` of the rows and bounds (int32 where they fit, as it chooses).
+ranges as lists, and their prompts' segment rows and offsets (the bounds) as one flat ``array.array`` each, of
+which a Seq takes two slices (C copies). NOTE (speed): made one request at a time (a gather, a cumsum into a new
+array, two ``tolist`` and two arrays of them, the ids and kinds gathered) a view cost ~9 us on Mooncake
+conversation (24 segments per prompt), ~15% of a ``prefix`` simulation; a one-segment prompt's Seq (Azure) two
+arrays made from tuples, ~1 us. The same values: ``Seq.of_segments`` / ``Seq.of_segment`` of the rows and bounds
+(int32 where they fit, as they choose).
 
 NOTE (memory): a block's arrays live while some of its requests have not been viewed yet (each simulation
 views every request once, roughly in order), at most ``_OPEN`` blocks at once (the oldest is dropped and made
@@ -50,7 +51,7 @@ def make_view(order: np.ndarray, offs: np.ndarray, seg_idx: np.ndarray, runs: np
     def block(k: int) -> list:
         """``[left, rids, sessions, num_tokens, s0, s1, rows, bounds, starts]`` of the requests ``[k·B, (k+1)·B)``,
         ``left`` of them not viewed yet. Request ``t`` of the block has segment rows ``seg_idx[s0[t]:s1[t]]``;
-        several: their Seq's rows ``rows[starts[t]:starts[t+1]]`` and bounds ``bounds[starts[t]+t:starts[t+1]+t+1]``
+        its Seq's rows ``rows[starts[t]:starts[t+1]]`` and bounds ``bounds[starts[t]+t:starts[t+1]+t+1]``
         (rows None: the block's prompts are too long for int32; they take ``Seq.of_segments``)."""
         lo = k << _SHIFT
         hi = min(lo + _BLOCK, n)
@@ -94,10 +95,10 @@ def make_view(order: np.ndarray, offs: np.ndarray, seg_idx: np.ndarray, runs: np
         t = i & _MASK
         s0, s1 = got[4][t], got[5][t]
         rows = seg_idx[s0:s1]
-        if s1 - s0 == 1:     # (its ids, kinds and bounds made when read: RequestView)
-            return RequestView(got[1][t], got[2][t], None, None, None, None, rows, seg, got[3][t])
         ra = got[6]
         if ra is None or s1 == s0:
+            if s1 - s0 == 1:     # (its ids, kinds and bounds made when read: RequestView)
+                return RequestView(got[1][t], got[2][t], None, None, None, None, rows, seg, got[3][t])
             row = order.item(i)
             if runs.item(row):
                 a = seg_idx.item(s0)

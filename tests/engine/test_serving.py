@@ -356,7 +356,8 @@ def test_prefill_cost_memo_tells_one_recompute_span_from_two():
 
 def test_plain_plans_priced_as_tuples_give_the_columns_prefill_cost_gives():
     """The serving model prices plain plans with CostModel.one_chunk_terms (tuples, remembered per plan shape;
-    a full recompute by its token count, on _start_prefill's specialised path); the request columns equal those
+    a full recompute by its token count and an exact-prefix plan, on _start_prefill's specialised paths); the
+    request columns equal those
     of the PrefillCost path (prefill_cost) on the same workload, with reuse, full recomputes and plans of two
     RECOMPUTE spans (priced by CostModel.prefill)."""
     from polars.testing import assert_frame_equal
@@ -381,7 +382,10 @@ def test_plain_plans_priced_as_tuples_give_the_columns_prefill_cost_gives():
     slow._terms = None
     a, b = request_frame("p", fast.run()), request_frame("p", slow.run())
     assert_frame_equal(a, b)
-    assert fast._tmemo and not slow._tmemo and (a["reused_tokens"] > 0).sum() > 10
+    # exact-prefix plans took _start_prefill's specialised path (priced as tuples, neither remembered in _tmemo
+    # nor as PrefillCosts); the slow model priced them as PrefillCosts
+    prefix_keys = [[k for k in m._memo if len(k) == 4 and k[2] == Action.REUSE] for m in (fast, slow)]
+    assert not prefix_keys[0] and not fast._tmemo and prefix_keys[1] and (a["reused_tokens"] > 0).sum() > 10
     # full recomputes (misses) took _start_prefill's specialised path: priced by token count (_full)
     assert len(fast._full) > 10 and not slow._full and (a["reused_tokens"] == 0).sum() > 10
     assert a["nocache_attn_layer_s"].min() > 0 and (a["attn_layer_s"] < a["nocache_attn_layer_s"]).any()

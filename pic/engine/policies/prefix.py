@@ -54,6 +54,7 @@ class PrefixCache(CachePolicy):
                               evicts=not math.isinf(ctx.capacity_tokens))
         self._bpt = ctx.bytes_per_token
         self._cap_tokens = ctx.capacity_tokens
+        self._unbounded = math.isinf(ctx.capacity_tokens)
         self._reserved = 0                                  # tokens reserved by admitted, uncommitted
         self._live: dict[int, tuple[RadixNode, int, int]] = {}  # request_id -> (locked node, reserved, its depth)
 
@@ -79,7 +80,8 @@ class PrefixCache(CachePolicy):
         self.tree.inc_lock(node)
         p = self.tree.page_size
         need = max(0, req.num_tokens // p * p - num)
-        over = self.tree.total_tokens + self._reserved + need - self._cap_tokens
+        # (unbounded: ``over`` is -inf; not computed)
+        over = 0 if self._unbounded else self.tree.total_tokens + self._reserved + need - self._cap_tokens
         if over > 0:
             self._evict_tokens(int(over))
             if self.tree.total_tokens + self._reserved + need > self._cap_tokens:

@@ -258,12 +258,10 @@ class ServingModel:
             c_recomputed[i] = num_new
             if num_new < 1:
                 num_new = 1
-            key = (plan.num_tokens, reused, REUSE, 2)
-            t = self._tmemo.get(key)
-            if t is None:
-                b = spans[1]
-                t = self._plain_terms(key, plan.num_tokens, b.end - b.start, b.start)
-            flops, hbm, _, read, attn_s, _ = t
+            # (priced as one chunk, not looked up in _tmemo: a prefix plan's (tokens, reused) pair is seldom seen
+            # twice; Mooncake conversation: never)
+            b = spans[1]
+            flops, hbm, _, read, attn_s, _ = self._terms(plan.num_tokens, b.end - b.start, b.start)
             nc = self._full.get(n)
             c_flops[i] = flops
             c_hbm[i] = hbm

@@ -133,7 +133,9 @@ class Replica:
         fins: list[tuple[int, int, int, int]] | None = None
         done, share, num_cached = 0, 0.0, num_tokens - num_new
         while done < num_new:
-            chunk = min(num_new - done, max(1, budget - nd))
+            chunk, cap = num_new - done, budget - nd        # min(num_new - done, max(1, budget - nd))
+            if cap < chunk:
+                chunk = cap if cap > 1 else 1
             share += step(chunk, num_cached + done, nd, base + nd * s if nd else 0)[1]
             done += chunk
             s += 1
