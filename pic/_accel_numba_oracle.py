@@ -138,35 +138,95 @@ _BASE = np.uint64(0x9E3779B97F4A7C15 | 1)       # engine.rolling.BASE
 _GOLD = np.uint64(0x9E3779B97F4A7C15)
 
 
-@njit(types.void(types.Array(types.int32, 1, "C", readonly=True), _I64, _I64, _U64, _I64, _I64, _I64, _I64,
-                 types.int64, types.uint64, types.uint64, types.uint64[::1]), **_OPTS)
-def window_hashes_at(buf, lo, hi, keys, lengths, bounds, ha, hb, m, mask, bm, out):
-    """``out``: the hashes (:func:`engine.rolling.window_hashes`) of the ``m``-token windows at positions ``ha[r]
-    .. hb[r]`` of a prompt, ranges ascending, concatenated; the prompt given as its pieces
-    (:meth:`traces.content.Segments.pieces`, piece ``p`` at ``bounds[p]``) as ``segment_prefix_hashes`` reads
-    them, hashing only the ranges' tokens (``bm``: ``B^m``). A window's hash does not depend on where hashing
-    starts: the same values as the prompt's prefix hashes give."""
-    size = 0
-    for r in range(ha.shape[0]):
-        size = max(size, hb[r] - ha[r] + m + 1)
-    h = np.empty(size, np.uint64)
+@njit(inline="always", **_OPTS)
+def _hash_ranges(keyx, rows, bounds, z, nh, off, m, mask, bm, h, hs, ps):
+    """The hashes ``hs`` (:func:`engine.rolling.window_hashes`) and positions ``ps`` of the hashed windows (``z``
+    rows 4-5, ``nh`` ranges, ascending) from ``off`` on, hashing only their tokens: the prompt's pieces are opaque
+    segments ``rows`` at ``bounds``, their tokens derived from ``keyx[row]`` (``key ^ salt``) as
+    ``segment_prefix_hashes`` derives them (a window's hash does not depend on where hashing starts; ``bm``:
+    ``B^m``, ``h``: scratch); returns how many."""
     k, q = 0, 0
-    for r in range(ha.shape[0]):
-        s, e = ha[r], hb[r] + m
-        while bounds[q] > s:              # (a range's tokens may start before the last one's end)
+    for r in range(nh):
+        s, last = max(z[4, r], off), z[5, r]
+        if s > last:
+            continue
+        e = last + m
+        while bounds[q] > s:
             q -= 1
         acc = np.uint64(0)
         h[0] = acc
+        b = _mix(keyx[rows[q]])
         for t in range(s, e):
             while bounds[q + 1] <= t:
                 q += 1
-            j = t - bounds[q]
-            if hi[q] > lo[q]:
-                tok = buf[lo[q] + j]
-            else:
-                tok = np.int32(_mix(_mix(keys[q]) + np.uint64(j) * _GOLD) & mask)
+                b = _mix(keyx[rows[q]])
+            tok = np.int32(_mix(b + np.uint64(t - bounds[q]) * _GOLD) & mask)
             acc = acc * _BASE + _mix(np.uint64(np.int64(tok)) + _GOLD)
             h[t - s + 1] = acc
-        for i in range(hb[r] - s + 1):
-            out[k] = h[i + m] - h[i] * bm
+        for i in range(last - s + 1):
+            hs[k] = h[i + m] - h[i] * bm
+            ps[k] = s + i
             k += 1
+    return k
+
+
+_HSIG = (_U64, _I64, _I64, _M, types.int64, types.int64, types.int64, types.uint64, types.uint64,
+         types.uint64[::1], types.uint64)
+
+
+@njit(types.int64(*_HSIG, _M, types.int64, types.uint64[::1], types.int64[::1]), **_OPTS)
+def hashed_lookup(keyx, rows, bounds, z, nh, off, m, mask, bm, tab, shift, out, k0, hs, ps):
+    """The hashed windows of a prompt (:func:`line_layout`'s ranges in ``z``) from ``off`` on, looked up in the
+    window table: the held ones appended to ``out`` from column ``k0`` (row 0: position - ``off``, row 1: value);
+    their hashes and positions left in ``hs``/``ps`` (room for every window from ``off`` on) for
+    :func:`hashed_insert`. Returns ``new end * 2^32 + hashed windows``. The prompt: opaque segments ``rows``
+    at ``bounds`` (:func:`_hash_ranges`)."""
+    size = 0
+    for r in range(nh):
+        size = max(size, z[5, r] - z[4, r] + m + 1)
+    n = _hash_ranges(keyx, rows, bounds, z, nh, off, m, mask, bm, np.empty(size, np.uint64), hs, ps)
+    k = k0
+    for i in range(n):
+        _ahead(tab, shift, hs, i)
+        j = _find(tab, shift, hs[i])
+        if tab[2 * j + 1] != EMPTY:
+            out[0, k] = ps[i] - off
+            out[1, k] = np.int64(tab[2 * j + 1]) - 1
+            k += 1
+    return (k << 32) + n
+
+
+@njit(types.int64(types.uint64[::1], types.uint64, _U64, _I64), **_OPTS)
+def hashed_insert(tab, shift, hs, ps):
+    """Insert each hash of ``hs`` not in the table yet with its position (the first of duplicates wins); returns
+    how many (the caller keeps the table below its load limit)."""
+    added = 0
+    for i in range(hs.shape[0]):
+        _ahead(tab, shift, hs, i)
+        j = _find(tab, shift, hs[i])
+        if tab[2 * j + 1] == EMPTY:
+            tab[2 * j] = hs[i]
+            tab[2 * j + 1] = np.uint64(ps[i] + 1)
+            added += 1
+    return added
+
+
+@njit(types.int64(*_HSIG), **_OPTS)
+def hashed_add(keyx, rows, bounds, z, nh, off, m, mask, bm, tab, shift):
+    """Insert the hashed windows of a prompt from ``off`` on not in the table yet (the first of duplicates wins)
+    with their positions; returns how many (the caller keeps the table below its load limit)."""
+    size, n = 0, 0
+    for r in range(nh):
+        size = max(size, z[5, r] - z[4, r] + m + 1)
+        n += max(0, z[5, r] - max(z[4, r], off) + 1)
+    hs, ps = np.empty(n, np.uint64), np.empty(n, np.int64)
+    n = _hash_ranges(keyx, rows, bounds, z, nh, off, m, mask, bm, np.empty(size, np.uint64), hs, ps)
+    added = 0
+    for i in range(n):
+        _ahead(tab, shift, hs, i)
+        j = _find(tab, shift, hs[i])
+        if tab[2 * j + 1] == EMPTY:
+            tab[2 * j] = hs[i]
+            tab[2 * j + 1] = np.uint64(ps[i] + 1)
+            added += 1
+    return added

@@ -33,8 +33,8 @@ import numpy as np
 
 from pic import accel
 from pic.engine.oracle import WindowIndex
-from pic.engine.rolling import ramp, window_hashes
-from pic.traces.content import opaque_bases, opaque_run, splitmix64
+from pic.engine.rolling import _powers, prefix_hashes, ramp, window_hashes
+from pic.traces.content import _MASK, opaque_bases, opaque_run, splitmix64
 
 _GINV = np.uint64(pow(0x9E3779B97F4A7C15, -1, 1 << 64))
 _NONE = np.iinfo(np.int64).max      # no second range (``cut``)
@@ -62,6 +62,7 @@ class Lines:
         if not self.ok:
             return
         live = np.flatnonzero(L > 0)
+        self.keyx = store.keys ^ store.salts                # (the kernels' token seeds, per row)
         base = opaque_bases(store.keys[live], store.salts[live])
         with np.errstate(over="ignore"):
             x = base * _GINV
@@ -243,75 +244,57 @@ class LineIndex:
         self.pairs = WindowIndex()
         self.hashed = WindowIndex()
         self.count = 0                           # named windows held
-        self.commits = 0
-        self._memo: tuple | None = None          # the last lookup's hashed windows: lay, off, commits, p, w, found
 
     def __len__(self) -> int:
         return self.count + len(self.hashed)
 
-    def lookup(self, lay: Layout, off: int, hashes) -> tuple[np.ndarray, np.ndarray]:
+    def lookup(self, lay: Layout, off: int, prompt: PromptHashes) -> tuple[np.ndarray, np.ndarray]:
         """``(j, src)``: the prompt's windows from position ``off`` on that are held (``j``: position - ``off``,
-        ascending) and their values (as ``WindowIndex.lookup`` of their hashes, where found); ``hashes(a, b)``: the
-        hashes of the windows at positions ``p``."""
-        js, vs = [], []
+        ascending) and their values (as ``WindowIndex.lookup`` of their hashes, where found)."""
         fast = self._fast(lay)
-        if fast is not None:
-            nw = lay.n - off
-            if self._out.shape[1] < nw:
-                self._out = np.empty((2, max(nw, 2 * self._out.shape[1])), np.int64)
-            k = fast.line_lookup(lay.z, lay.nr, lay.ins, off, self.pairs._table, self.pairs._shift, self.state,
-                                 self.ext, self._out)
-            if k:
-                js.append(self._out[0, :k])
-                vs.append(self._out[1, :k])
-        else:
-            self._lookup_np(lay, off, js, vs)
-        a, b = _ranges(lay, off)
-        if a.shape[0]:
-            p = _positions(a, b)
-            w = hashes(a, b)
-            f, val = self.hashed.lookup(w)
-            self._memo = (lay, off, self.commits, p, w, f)      # (what a commit with nothing added since needs)
-            f = f.nonzero()[0]
-            js.append(p[f] - off)
-            vs.append(val[f])
-        if not js:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        j, src = (js[0], vs[0]) if len(js) == 1 else (np.concatenate(js), np.concatenate(vs))
-        if j.shape[0] > 1 and (j[1:] < j[:-1]).any():
+        if fast is None:
+            return self._lookup_np(lay, off, prompt)
+        nw = lay.n - off
+        if self._out.shape[1] < nw:
+            self._out = np.empty((2, max(nw, 2 * self._out.shape[1])), np.int64)
+        out = self._out
+        k = fast.line_lookup(lay.z, lay.nr, lay.ins, off, self.pairs._table, self.pairs._shift, self.state, self.ext,
+                             out)
+        if lay.hmax >= off:
+            hs, ps = prompt.buffers(nw)
+            c = fast.hashed_lookup(*prompt.pieces(self.lines), lay.z, lay.nh, off, self.m, _MASK, _bm(self.m),
+                                   self.hashed._table, self.hashed._shift, out, k, hs, ps)
+            k, prompt.done = c >> 32, (off, c & 0xFFFFFFFF)
+        j, src = out[0, :k], out[1, :k]
+        if k > 1 and (j[1:] < j[:-1]).any():
             order = j.argsort()
             j, src = j[order], src[order]
         return j, src
 
-    def commit(self, lay: Layout, off: int, hashes) -> None:
+    def commit(self, lay: Layout, off: int, prompt: PromptHashes) -> None:
         """Add the prompt's windows from position ``off`` on (those not held yet, the first position of each)."""
         if lay.n - off <= 0:
-            self.commits += 1
             return
         R = lay.nr
         self._grow(self.ids + R - lay.ins, self.n_ext + R)
         fast = self._fast(lay)
-        if fast is not None:
-            self.pairs._reserve(self.pairs._n + R - lay.ins)
-            st = np.array([self.ids, self.n_ext, 0, 0], np.int64)
-            fast.line_commit(lay.z, R, lay.ins, off, self.pairs._table, self.pairs._shift, self.state, self.ext, st)
-            self.ids, self.n_ext = int(st[0]), int(st[1])
-            self.count += int(st[2])
-            self.pairs._n += int(st[3])
-        else:
-            self._commit_np(lay, off)
-        memo, self._memo = self._memo, None
-        if memo is not None and memo[0] is lay and memo[1] == off and memo[2] == self.commits:
-            p, w, f = memo[3], memo[4], memo[5]
-        else:
-            a, b = _ranges(lay, off)
-            p = _positions(a, b)
-            w = hashes(a, b) if a.shape[0] else _EMPTY
-            f = self.hashed.lookup(w)[0]
-        self.commits += 1
-        if p.shape[0]:
-            new = (~f).nonzero()[0]
-            self.hashed.add(w[new], p[new])
+        if fast is None:
+            return self._commit_np(lay, off, prompt)
+        self.pairs._reserve(self.pairs._n + R - lay.ins)
+        st = np.array([self.ids, self.n_ext, 0, 0], np.int64)
+        fast.line_commit(lay.z, R, lay.ins, off, self.pairs._table, self.pairs._shift, self.state, self.ext, st)
+        self.ids, self.n_ext = int(st[0]), int(st[1])
+        self.count += int(st[2])
+        self.pairs._n += int(st[3])
+        if lay.hmax >= off:
+            self.hashed._reserve(self.hashed._n + lay.n - off)
+            if prompt.done is not None and prompt.done[0] == off:          # (hashed by the lookup)
+                n = prompt.done[1]
+                self.hashed._n += fast.hashed_insert(self.hashed._table, self.hashed._shift, prompt.hs[:n],
+                                                     prompt.ps[:n])
+            else:
+                self.hashed._n += fast.hashed_add(*prompt.pieces(self.lines), lay.z, lay.nh, off, self.m, _MASK, _bm(self.m),
+                                                  self.hashed._table, self.hashed._shift)
 
     def to_hashed(self) -> WindowIndex:
         """Every window held, in one hashed index (the named ones' hashes from their line tokens)."""
@@ -339,6 +322,8 @@ class LineIndex:
         fast = accel.kernels(lay.n, "oracle")
         if fast is not None and self.pairs._table is None:
             self.pairs._to_table()
+        if fast is not None and self.hashed._table is None:
+            self.hashed._to_table()
         return fast
 
     def _values(self, i: int, o: np.ndarray) -> np.ndarray:
@@ -375,26 +360,37 @@ class LineIndex:
         ids[t:] = got
         return ids
 
-    def _lookup_np(self, lay: Layout, off: int, js: list, vs: list) -> None:
+    def _lookup_np(self, lay: Layout, off: int, prompt: PromptHashes) -> tuple[np.ndarray, np.ndarray]:
+        js, vs = [], []
         v = (lay.pos + lay.b >= off).nonzero()[0]          # (the ranges reaching past the shared prefix)
         ids = self._ids(lay, v, False)
         pos, qa = lay.pos[v], np.maximum(lay.a[v], off - lay.pos[v])
         ok = ids >= 0
         cb = np.where(ok, np.minimum(lay.b[v], self.hi[np.maximum(ids, 0)] - 1), -1)
         k = (ok & (qa <= cb)).nonzero()[0]
-        if not k.shape[0]:
-            return
-        cnt = cb[k] - qa[k] + 1
-        o = np.repeat(qa[k], cnt) + ramp(cnt)
-        js.append(np.repeat(pos[k] - off, cnt) + o)
-        src = np.repeat(self.base[ids[k]], cnt) + o
-        at = np.cumsum(cnt) - cnt
-        for i in np.flatnonzero(cb[k] >= self.cut[ids[k]]).tolist():
-            sl = slice(int(at[i]), int(at[i] + cnt[i]))
-            src[sl] = self._values(int(ids[k[i]]), o[sl])
-        vs.append(src)
+        if k.shape[0]:
+            cnt = cb[k] - qa[k] + 1
+            o = np.repeat(qa[k], cnt) + ramp(cnt)
+            js.append(np.repeat(pos[k] - off, cnt) + o)
+            src = np.repeat(self.base[ids[k]], cnt) + o
+            at = np.cumsum(cnt) - cnt
+            for i in np.flatnonzero(cb[k] >= self.cut[ids[k]]).tolist():
+                sl = slice(int(at[i]), int(at[i] + cnt[i]))
+                src[sl] = self._values(int(ids[k[i]]), o[sl])
+            vs.append(src)
+        p, w = prompt.hashed(lay, off)
+        if p.shape[0]:
+            f, val = self.hashed.lookup(w)
+            f = f.nonzero()[0]
+            js.append(p[f] - off)
+            vs.append(val[f])
+        if not js:
+            return _EMPTY, _EMPTY
+        j, src = np.concatenate(js), np.concatenate(vs)
+        order = j.argsort(kind="stable")
+        return j[order], src[order]
 
-    def _commit_np(self, lay: Layout, off: int) -> None:
+    def _commit_np(self, lay: Layout, off: int, prompt: PromptHashes) -> None:
         v = (lay.pos + lay.b >= off).nonzero()[0]
         ids = self._ids(lay, v, True)
         for i, a_, b_, p_ in zip(ids.tolist(), lay.a[v].tolist(), lay.b[v].tolist(), lay.pos[v].tolist(),
@@ -416,6 +412,10 @@ class LineIndex:
                 self.n_ext += 1
             self.hi[i] = b_ + 1
             self.count += b_ - na + 1
+        p, w = prompt.hashed(lay, off)
+        if p.shape[0]:
+            new = (~self.hashed.lookup(w)[0]).nonzero()[0]
+            self.hashed.add(w[new], p[new])
 
     def _grow(self, ids: int, ext: int) -> None:
         """Room for ``ids`` name ids and ``ext`` extension entries (the row views renamed)."""
@@ -433,18 +433,44 @@ class LineIndex:
             self.ext_o, self.ext_b, self.ext_next = self.ext
 
 
-def _ranges(lay: Layout, off: int) -> tuple[np.ndarray, np.ndarray]:
-    """The hashed windows' position ranges ``a..b`` (inclusive, ascending) from ``off`` on."""
-    if lay.hmax < off:
-        return _EMPTY, _EMPTY
-    a = np.maximum(lay.ha, off)
-    k = (a <= lay.hb).nonzero()[0]
-    return a[k], lay.hb[k]
+class PromptHashes:
+    """One request's prompt as the hashed windows need it: its pieces for the kernels (``pieces()``), or the
+    hashes of its hashed windows from a position on from its prefix hashes, made once (``hashed()``)."""
+
+    __slots__ = ("req", "m", "_h", "_pieces", "hs", "ps", "done")
+
+    def __init__(self, req, m: int) -> None:
+        self.req, self.m, self._h, self._pieces = req, m, None, None
+        self.hs = self.ps = self.done = None     # the kernels' hashed windows: hashes, positions, (from, count)
+
+    def buffers(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Room for ``n`` hashed windows' hashes and positions."""
+        if self.hs is None or self.hs.shape[0] < n:
+            self.hs, self.ps = np.empty(n, np.uint64), np.empty(n, np.int64)
+        return self.hs, self.ps
+
+    def pieces(self, lines: Lines) -> tuple:
+        """``(key ^ salt per row, rows, bounds)``: the prompt's opaque pieces as the kernels derive their tokens."""
+        if self._pieces is None:
+            req = self.req
+            self._pieces = (lines.keyx, np.ascontiguousarray(req.segment_rows, np.int64),
+                            np.ascontiguousarray(req.segment_bounds, np.int64))
+        return self._pieces
+
+    def hashed(self, lay: Layout, off: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(positions, hashes)`` of the hashed windows of ``lay`` from ``off`` on."""
+        if lay.hmax < off:
+            return _EMPTY, np.zeros(0, np.uint64)
+        a = np.maximum(lay.ha, off)
+        k = (a <= lay.hb).nonzero()[0]
+        a, b = a[k], lay.hb[k]
+        cnt = b - a + 1
+        p = np.repeat(a, cnt) + ramp(cnt)
+        if self._h is None:
+            self._h = prefix_hashes(self.req.tokens)
+        return p, self._h[p + self.m] - self._h[p] * _bm(self.m)
 
 
-def _positions(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """int64: the positions of the ranges ``a..b``."""
-    if not a.shape[0]:
-        return _EMPTY
-    cnt = b - a + 1
-    return np.repeat(a, cnt) + ramp(cnt)
+def _bm(m: int) -> np.uint64:
+    """``B^m`` (:mod:`engine.rolling`)."""
+    return _powers(m)[0][m]

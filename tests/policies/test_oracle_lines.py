@@ -211,9 +211,11 @@ def test_windows_equal_by_a_few_tokens_are_found(mode: str) -> None:
     assert any(s[2] == Action.REUSE_ROTATED for s in want[0][4])               # P's tail + Y[0] = P's tail + X[0]
 
 
-def test_window_hashes_at_equal_prefix_hashes() -> None:
-    """The compiled hashes of chosen window ranges (overlapping tokens, ranges across pieces, stored and
-    opaque) equal those from the prompt's prefix hashes."""
+def test_hashed_windows_kernels_equal_prefix_hashes() -> None:
+    """The compiled hashed windows (hashed_add, hashed_lookup: ranges whose tokens overlap, across pieces, from an
+    offset on) hold the hashes the prompt's prefix hashes give, each with its first position."""
+    from pic.engine.oracle import WindowIndex
+    from pic.engine.oracle_lines import Lines
     from pic.engine.rolling import _powers, prefix_hashes
     from pic.traces.content import _MASK
 
@@ -224,20 +226,36 @@ def test_window_hashes_at_equal_prefix_hashes() -> None:
         fast = accel.kernels(1, "oracle")
     finally:
         accel.set_mode(None)
-    work = workload_from_trace(_opaque_trace(0))
+    t = _opaque_trace(0)
+    work, lines = workload_from_trace(t), Lines(t.segments)
     rng, m, checked = np.random.default_rng(0), 16, 0
+    bm = _powers(m)[0][m]
     for i in range(70):
         v = work.view(i)
         n = v.num_tokens - m + 1
         if n <= 3:
             continue
         cuts = np.sort(rng.choice(n, size=min(n, 6) // 2 * 2, replace=False)).astype(np.int64)
-        a, b = cuts[0::2].copy(), cuts[1::2].copy()
-        out = np.empty(int((b - a).sum()) + a.shape[0], np.uint64)
-        fast.window_hashes_at(v.source.tokens, *v.source.pieces(v.segment_rows),
-                              np.ascontiguousarray(v.segment_bounds, np.int64), a, b, m, _MASK, _powers(m)[0][m], out)
+        z = np.zeros((6, cuts.shape[0] // 2), np.int64)
+        z[4], z[5] = cuts[0::2], cuts[1::2]
+        off = int(rng.integers(0, n))
+        pieces = (lines.keyx, v.segment_rows, np.ascontiguousarray(v.segment_bounds))
+        idx = WindowIndex()
+        idx._to_table()
+        idx._reserve(n)
+        idx._n += fast.hashed_add(*pieces, z, z.shape[1], off, m, _MASK, bm, idx._table, idx._shift)
         h = prefix_hashes(v.tokens)
-        p = np.concatenate([np.arange(x, y + 1) for x, y in zip(a.tolist(), b.tolist(), strict=True)])
-        assert out.tolist() == (h[p + m] - h[p] * _powers(m)[0][m]).tolist()
+        p = np.concatenate([np.arange(max(x, off), y + 1) for x, y in zip(z[4].tolist(), z[5].tolist(), strict=True)])
+        w = h[p + m] - h[p] * bm
+        first: dict[int, int] = {}
+        for key, pos in zip(w.tolist(), p.tolist(), strict=True):
+            first.setdefault(key, pos)
+        assert len(idx) == len(first)
+        found, val = idx.lookup(np.array(list(first), np.uint64))
+        assert found.all() and val.tolist() == list(first.values())
+        out = np.zeros((2, n + 1), np.int64)
+        hs, ps = np.empty(n, np.uint64), np.empty(n, np.int64)
+        k = fast.hashed_lookup(*pieces, z, z.shape[1], off, m, _MASK, bm, idx._table, idx._shift, out, 0, hs, ps) >> 32
+        assert out[0, :k].tolist() == (p - off).tolist() and out[1, :k].tolist() == [first[x] for x in w.tolist()]
         checked += 1
     assert checked > 30

@@ -28,12 +28,12 @@ import numpy as np
 
 from pic import accel
 from pic.engine.oracle import DEFAULT_MIN_MATCH, WindowIndex
-from pic.engine.oracle_lines import Layout, LineIndex, Lines
+from pic.engine.oracle_lines import Layout, LineIndex, Lines, PromptHashes
 from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
 from pic.engine.radix import RadixTree
-from pic.engine.rolling import _powers, prefix_hashes, prefix_windows, ramp, window_hashes
+from pic.engine.rolling import prefix_hashes, prefix_windows, window_hashes
 from pic.traces.content import _MASK as _OPAQUE_MASK
 
 
@@ -66,7 +66,7 @@ class OracleCache(CachePolicy):
         self._lines: LineIndex | None = None       # the named windows (engine.oracle_lines), else all hashed
         self._mode = None                          # "lines" / "hashed", on the first request
         self._lay: tuple[RequestView, int, int, object] | None = None   # req, commits, off, its Layout
-        self._hash_memo: tuple | None = None       # req, its window hasher (_hasher)
+        self._hash_memo: PromptHashes | None = None   # the last request's (_hasher)
         self.stats.extra.update(indexed_windows=0)
 
     # ---- Public API -------------------------------------------------------------------------------
@@ -168,6 +168,9 @@ class OracleCache(CachePolicy):
             self._mode = "lines" if lines is not None else "hashed"
             if lines is None:
                 return None
+            # NOTE (speed): the content to index announced up front (its distinct tokens, as a chunking policy
+            # does): a large trace loads the kernels now, not after AUTO_TOKENS tokens of the numpy form
+            accel.kernels(int(src.offsets[-1]), "oracle")
             self._lines = LineIndex(lines, self._m)
         if src is not self._lines.lines.store or rows is None:
             self._index, self._lines, self._mode, self._memo = self._lines.to_hashed(), None, "hashed", None
@@ -177,30 +180,12 @@ class OracleCache(CachePolicy):
             return memo[3]
         return Layout(self._lines.lines, rows, req.segment_bounds, self._m)
 
-    def _hasher(self, req: RequestView):
-        """``f(a, b)``: the hashes of the windows of ``req`` at positions ``a[r] .. b[r]`` (ranges ascending), one
-        per request: with the compiled kernels from those windows' tokens only (``window_hashes_at``), else from
-        the prompt's prefix hashes (made once)."""
+    def _hasher(self, req: RequestView) -> PromptHashes:
+        """The request's :class:`engine.oracle_lines.PromptHashes` (one per request: lookup and commit share it)."""
         memo = self._hash_memo
-        if memo is not None and memo[0] is req:
-            return memo[1]
-        h, m, src, rows = None, self._m, req.source, req.segment_rows
-        fast = accel.kernels(req.num_tokens, "oracle")
-
-        def f(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-            nonlocal h
-            if fast is not None:
-                out = np.empty(int((b - a).sum()) + a.shape[0], np.uint64)
-                fast.window_hashes_at(src.tokens, *src.pieces(rows), np.ascontiguousarray(req.segment_bounds, np.int64),
-                                      a, b, m, _OPAQUE_MASK, _powers(m)[0][m], out)
-                return out
-            if h is None:
-                h = prefix_hashes(req.tokens)
-            p = np.repeat(a, b - a + 1) + ramp(b - a + 1)
-            return h[p + m] - h[p] * _powers(m)[0][m]
-
-        self._hash_memo = (req, f)
-        return f
+        if memo is None or memo.req is not req:
+            memo = self._hash_memo = PromptHashes(req, self._m)
+        return memo
 
     def _prefix_hashes(self, req: RequestView) -> np.ndarray:
         """uint64 [N + 1]: :func:`engine.rolling.prefix_hashes` of the prompt (see :meth:`_windows`)."""
