@@ -28,6 +28,7 @@ def prefill_step_fn(cost: Any) -> Callable[[int, int, int, int], tuple[float, fl
     lm_flops, state, lin_per_token = cost._lm_flops, cost._state, cost._lin_per_token
     w_all0, w_all1 = cost._w_all
     overhead = cost.config.step_overhead_s
+    dense = kv_read == kvb and type(kv_read) is type(kvb)   # decode attention reads the KV as written
 
     def prefill_step(num_new: int, num_cached: int, num_decode: int,
                      decode_context_tokens: int) -> tuple[float, float]:
@@ -53,15 +54,19 @@ def prefill_step_fn(cost: Any) -> Callable[[int, int, int, int], tuple[float, fl
         x, y = lin_f / peak, lin_b / bw
         t_lin = y if y > x else x
         dec_f = dctx * dec_attn
-        x, y = (pre_f + dec_f) / peak, ((n + c) * kvb + dctx * kv_read) / bw
-        step = t_lin + (y if y > x else x) + t_rec + overhead
+        xa, ya = (pre_f + dec_f) / peak, ((n + c) * kvb + dctx * kv_read) / bw
+        t_a = ya if ya > xa else xa
+        step = t_lin + t_a + t_rec + overhead
         tok = num_new / (num_new + num_decode)
         if not num_decode:
             return step, step * tok
         pre_b = (num_new + num_cached) * kvb
         dec_b = dctx * kvb
-        x, y = (pre_f + dec_f) / peak, (pre_b + dec_b) / bw
-        t_att = y if y > x else x
+        if dense and n == num_new and c == num_cached:
+            t_att = t_a         # (the same expressions: kv_read is kvb, pre_b is (n + c) * kvb)
+        else:
+            x, y = (pre_f + dec_f) / peak, (pre_b + dec_b) / bw
+            t_att = y if y > x else x
         x, y = pre_f / peak, pre_b / bw
         a_pre = y if y > x else x
         x, y = dec_f / peak, dec_b / bw

@@ -141,10 +141,12 @@ class Plan:
         if num_cached >= num_tokens:
             if num_tokens <= 0:
                 raise ValueError(f"bad span [0, {num_tokens})")
-            return _trusted_plan(num_tokens, (_trusted_span(0, num_tokens, REUSE, 0),))
+            return _trusted_plan(num_tokens, (_reuse_head(num_tokens),))
         # NOTE (speed): 0 < num_cached < num_tokens makes both spans and their cover valid by construction,
-        # so they are built without the checks (~2 us of the ~4.6 us a prefix plan cost per request)
-        return _trusted_plan(num_tokens, (_trusted_span(0, num_cached, REUSE, 0),
+        # so they are built without the checks (~2 us of the ~4.6 us a prefix plan cost per request); the
+        # reused head is shared by the plans of equal reuse (Spans are immutable; a match ends at a page or
+        # segment boundary, so few lengths recur: Mooncake's 512-token blocks)
+        return _trusted_plan(num_tokens, (_reuse_head(num_cached),
                                           _trusted_span(num_cached, num_tokens, RECOMPUTE, -1)))
 
     def tokens_by(self, action: Action) -> int:
@@ -231,6 +233,21 @@ def _trusted_span(start: int, end: int, action: Action, source_pos: int) -> Span
     _SPAN_SOURCE(s, source_pos)
     _SPAN_TIER(s, HBM)
     return s
+
+
+def _reuse_head(num_tokens: int) -> Span:
+    """``_trusted_span(0, num_tokens, REUSE, 0)`` (``num_tokens`` > 0), one per length (remembered, bounded)."""
+    s = _REUSE_HEAD.get(num_tokens) if type(num_tokens) is int else None
+    if s is None:
+        s = _trusted_span(0, num_tokens, REUSE, 0)
+        if type(num_tokens) is int:     # (a numpy integer is kept as given, not remembered)
+            if len(_REUSE_HEAD) >= _MEMO_MAX:    # NOTE (memory): bounded
+                _REUSE_HEAD.clear()
+            _REUSE_HEAD[num_tokens] = s
+    return s
+
+
+_REUSE_HEAD: dict[int, Span] = {}
 
 
 def _trusted_plan(num_tokens: int, spans: tuple[Span, ...]) -> Plan:

@@ -41,13 +41,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from pic.engine.eviction import lru
-from pic.engine.seq import Seq, lcp
+from pic.engine.seq import Seq, first_tokens, lcp
 
 _EMPTY = np.zeros(0, np.int32)
 _EMPTY_SEQ = Seq.of_array(_EMPTY)
@@ -152,14 +153,41 @@ class RadixTree:
         """:meth:`match_prefix` of ``q[lo:lo + n]`` (``n`` whole pages) from ``node``, whose root path is
         ``q[lo:lo + pos]``."""
         p = self.page_size
+        # NOTE (speed): a prompt of segments, pages of one token (every exact-prefix tree): its piece at each
+        # step found once, for the child key (_child_key: the piece's first token, most often) and for lcp's
+        # first check, inlined (an edge at the query's own position whose pieces, rows and bounds, are the
+        # query's: all equal; what lcp answers first there); lcp itself only where that check fails
+        pieces = p == 1 and q.arr is None
+        if pieces:
+            qr, qb, store = q.rows, q.bounds, q.store
+            first = first_tokens(store)
         while pos < n:
-            ck = q.token(lo + pos) if p == 1 else self._child_key(q, lo + pos)    # (_child_key, inlined)
+            x = lo + pos
+            if pieces:
+                j = bisect_right(qb, x) - 1
+                r = qr[j]
+                ck = first[r] if r >= 0 and x == qb[j] else q.token(x)
+            else:
+                ck = self._child_key(q, x)
             child = node.children.get(ck)
             if child is None:
-                self._miss = (q, lo + pos, ck)
+                self._miss = (q, x, ck)
                 break
-            m = min(child.n, n - pos)
-            same = lcp(child.src, child.lo, q, lo + pos, m)
+            m = child.n
+            if n - pos < m:
+                m = n - pos
+            A = child.src
+            if pieces and child.lo == x and A.arr is None and A.store is store:
+                ba = A.bounds
+                i = bisect_right(ba, x) - 1
+                if ba[i] == qb[j]:
+                    k = bisect_left(ba, x + m, i) - i
+                    same = m if A.rows[i:i + k] == qr[j:j + k] and ba[i:i + k + 1] == qb[j:j + k + 1] else \
+                        lcp(A, x, q, x, m)
+                else:
+                    same = lcp(A, x, q, x, m)
+            else:
+                same = lcp(A, child.lo, q, x, m)
             if same < m:
                 same = same // p * p
             if same == 0:

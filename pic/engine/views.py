@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from pic.engine.policies.base import RequestView
+from pic.engine.policies.base import RequestView, segment_view
 from pic.engine.request import Labels
 from pic.engine.seq import Seq
 
@@ -94,9 +94,9 @@ def make_view(order: np.ndarray, offs: np.ndarray, seg_idx: np.ndarray, runs: np
             del blocks[k]
         t = i & _MASK
         s0, s1 = got[4][t], got[5][t]
-        rows = seg_idx[s0:s1]
         ra = got[6]
         if ra is None or s1 == s0:
+            rows = seg_idx[s0:s1]
             if s1 - s0 == 1:     # (its ids, kinds and bounds made when read: RequestView)
                 return RequestView(got[1][t], got[2][t], None, None, None, None, rows, seg, got[3][t])
             row = order.item(i)
@@ -112,7 +112,7 @@ def make_view(order: np.ndarray, offs: np.ndarray, seg_idx: np.ndarray, runs: np
         a, b = st[t], st[t + 1]
         ba = got[7]
         end = ba[b + t]
-        return RequestView(got[1][t], got[2][t], None, None, None, None, rows, seg, end,
-                           Seq(ra[a:b], ba[a + t:b + t + 1], seg, None, end))
+        return segment_view(got[1][t], got[2][t], (seg_idx, s0, s1), seg, end,
+                            Seq(ra[a:b], ba[a + t:b + t + 1], seg, None, end))
 
     return view

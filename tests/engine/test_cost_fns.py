@@ -16,18 +16,20 @@ from pic.engine.specs import gpu_from_name, model_from_name
 PROFILES = Path(__file__).resolve().parents[2] / "pic" / "engine" / "profiles"
 
 
+@pytest.mark.parametrize("kv_read", [None, 77.5])     # (compressed KV read by decode attention: rdr)
 @pytest.mark.parametrize("name", ["deepseek-v2-lite", "llama-3.1-8b", "deepseek-v3", "qwen2.5-7b"])
-def test_closures_equal_the_methods(name):
+def test_closures_equal_the_methods(name, kv_read):
     rng = np.random.default_rng(7)
     gpu = gpu_from_name("h200")
-    ref = CostModel(model_from_name(name), gpu, CostConfig(step_overhead_s=7e-4))
-    fast = CostModel(model_from_name(name), gpu, CostConfig(step_overhead_s=7e-4))
+    ref = CostModel(model_from_name(name), gpu, CostConfig(step_overhead_s=7e-4), kv_read_bytes=kv_read)
+    fast = CostModel(model_from_name(name), gpu, CostConfig(step_overhead_s=7e-4), kv_read_bytes=kv_read)
     step, terms = fast.prefill_step_fn(), fast.one_chunk_terms
     assert step is not fast.prefill_step and terms is not None
     args = [(int(a), int(b), int(c), int(d)) for a, b, c, d in zip(
         rng.integers(0, 9000, 3000), rng.integers(0, 40000, 3000), rng.integers(0, 300, 3000),
         rng.integers(0, 10**7, 3000), strict=True)]
     args += [(1, 0, 0, 0), (1, 5, 1, 7), (2, 0, 0, 0), (0, 3, 2, 9), (-1, 0, 4, 4), (400, 0, 0, 0)]
+    args += [(np.int64(a), np.int64(b), c, d) for a, b, c, d in args[:50]]      # numpy ints given
     for rep in range(2):                      # second pass: the memos answer
         for a in args:
             assert step(*a) == ref.prefill_step(*a), a

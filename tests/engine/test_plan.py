@@ -19,8 +19,9 @@ def _checked_prefix(n: int, c: int) -> Plan:
 
 @pytest.mark.parametrize("n", [1, 2, 3, 17, 4096])
 def test_from_prefix_is_the_checked_plan(n):
-    """Every split of the prompt gives the Plan (fields, types, repr, hash) checked construction gives."""
-    for c in sorted({-3, 0, 1, n // 2, n - 1, n, n + 5}):
+    """Every split of the prompt gives the Plan (fields, types, repr, hash) checked construction gives; again
+    with its reused head remembered (a second call), and with numpy integers."""
+    for c in sorted({-3, 0, 1, n // 2, n - 1, n, n + 5}) * 2 + [np.int64(n // 2 + 1)]:
         got, want = Plan.from_prefix(n, c), _checked_prefix(n, c)
         assert got == want and repr(got) == repr(want) and hash(got) == hash(want)
         for a, b in zip(got.spans, want.spans, strict=True):

@@ -79,7 +79,9 @@ class PrefixCache(CachePolicy):
             return False
         self.tree.inc_lock(node)
         p = self.tree.page_size
-        need = max(0, req.num_tokens // p * p - num)
+        need = req.num_tokens // p * p - num       # max(0, ...)
+        if need < 0:
+            need = 0
         # (unbounded: ``over`` is -inf; not computed)
         over = 0 if self._unbounded else self.tree.total_tokens + self._reserved + need - self._cap_tokens
         if over > 0:
