@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from pic.engine.rolling import prefix_hashes, prefix_windows
 from pic.engine.window_parts import range_tokens
 
 _BATCH_TOKENS = 1 << 19       # tokens read per batch of ranges
@@ -50,13 +49,13 @@ def runs(store, rows, p_lo, offs, cum, ha, hb, hi, width: int) -> tuple[np.ndarr
     for lo, hi_ in zip(bounds[:-1], bounds[1:], strict=True):
         a, b, it = ha[lo:hi_], hb[lo:hi_], hi[lo:hi_]
         toks, starts = range_tokens(store, rows, p_lo, offs, cum, it, a, b + W)
-        m = sliding_min(prefix_windows(prefix_hashes(toks), k), W - k + 1)   # the anchor from each position
+        m = sliding_min(kgram_hashes(toks, k), W - k + 1)        # the anchor from each position
         del toks
         head = np.ones(m.shape[0], bool)
         np.not_equal(m[1:], m[:-1], out=head[1:])
         head[starts] = True
         s = np.flatnonzero(head)
-        fps.append(m[s].astype(np.uint32))             # (the low 32 bits: uniform, unlike the top ones)
+        fps.append(m[s])
         lens.append(np.diff(np.r_[s, m.shape[0]]).astype(np.uint32))
     return np.concatenate(fps), np.concatenate(lens)
 
@@ -115,6 +114,37 @@ def _layout(ha, hb, W: int) -> tuple[list[int], np.ndarray, np.ndarray]:
     bounds = np.unique(np.r_[0, cut, n.shape[0]].clip(0, n.shape[0]))
     batch = np.repeat(np.arange(bounds.shape[0] - 1), np.diff(bounds))
     return bounds.tolist(), tok[:-1] - batch * (W - 1), n
+
+
+def kgram_hashes(tokens: np.ndarray, k: int) -> np.ndarray:
+    """uint32 [N - k + 1]: a hash of each ``k``-token substring of the int32 ``tokens`` (a polynomial over the
+    multiplied tokens, built by doubling along the bits of ``k``, then the murmur3 finalizer). Any function of
+    the substring would do: the filter only needs equal substrings to get equal values.
+
+    NOTE (speed): ~2 log2(k) + 7 passes over 32-bit values; the 64-bit prefix hashes and their windows
+    (:func:`engine.rolling.prefix_hashes`) took ~10x longer (chat 10^5 oracle: ~0.25 of its ~2.2 CPU s)."""
+    x = np.ascontiguousarray(tokens, np.int32).view(np.uint32) * np.uint32(0x9E3779B1)
+    L = x.shape[0] - k + 1
+    if L <= 0:
+        return np.zeros(0, np.uint32)
+    res, off, cur, span = None, 0, x, 1
+    while True:                                   # cur: the hash of the span-token substrings
+        if k & span:
+            part = cur[off:off + L]
+            res = part.copy() if res is None else res * np.uint32(pow(_P, span, 1 << 32)) + part
+            off += span
+        if span * 2 > k:
+            break
+        cur = cur[:-span] * np.uint32(pow(_P, span, 1 << 32)) + cur[span:]
+        span *= 2
+    for sh, mul in ((16, 0x85EBCA6B), (13, 0xC2B2AE35), (16, None)):
+        res ^= res >> np.uint32(sh)
+        if mul is not None:
+            res *= np.uint32(mul)
+    return res
+
+
+_P = 0x01000193           # (the 32-bit FNV prime: odd)
 
 
 def sliding_min(x: np.ndarray, w: int) -> np.ndarray:

@@ -169,23 +169,34 @@ def _held_windows(h: np.ndarray, g: np.ndarray, wcum: np.ndarray, hi: np.ndarray
     ``hi`` of the range holding each index, ranges starting at ``wcum``; among equal hashes ``g``
     increases).
 
-    NOTE (speed): one ``np.sort`` (2x cheaper than an argsort) finds the repeated hashes; only windows
-    with such a hash (nearly none: content met for the first time is nearly all unique) are ordered."""
-    sh = np.sort(h)
+    NOTE (speed): one stable sort (timsort: ~2x cheaper than the default sort here, the windows of a
+    batch come by the hash's top bits) finds the repeated hashes; only windows with such a hash are looked
+    at (a bitmap of the repeated hashes' low bits first, then a bisection): each one's hash numbered among
+    them, and the first item of each hash is the one its first window (smallest ``g``: the first in this
+    order) has, written last in reverse (no argsort of them). Chat 10^5 oracle (6.7 M windows, 2.2 M with
+    a repeated hash): 1.12 -> ~0.45 CPU s. The indices come unordered."""
+    sh = np.sort(h, kind="stable")
     rep = sh[1:] == sh[:-1]
     if not rep.any():
         return np.zeros(0, np.int64)
-    dup = np.unique(sh[1:][rep])
+    dup = sh[1:][rep]
     del sh, rep
-    pos = np.minimum(np.searchsorted(dup, h), dup.shape[0] - 1)
-    k = np.flatnonzero(dup[pos] == h)
-    ch, cg = h[k], g[k]
-    order = np.argsort(ch, kind="stable")                    # equal hashes keep their window order
-    ch, cg = ch[order], cg[order]
+    keep = np.ones(dup.shape[0], bool)
+    keep[1:] = dup[1:] != dup[:-1]
+    dup = dup[keep]
+    low = np.uint64((1 << min(max(int(dup.shape[0] * 32).bit_length(), 10), 26)) - 1)
+    bits = np.zeros(int(low) + 1, bool)
+    bits[(dup & low).astype(np.intp)] = True
+    k = np.flatnonzero(bits[(h & low).astype(np.intp)])
+    del bits
+    pk = np.minimum(np.searchsorted(dup, h[k]), dup.shape[0] - 1)
+    ok = dup[pk] == h[k]
+    k, pk = k[ok], pk[ok]
+    cg = g[k]
     ci = hi[np.searchsorted(wcum, cg, side="right") - 1]
-    head = np.ones(ch.shape[0], bool)
-    head[1:] = ch[1:] != ch[:-1]
-    return cg[ci > ci[head][np.cumsum(head) - 1]]
+    first = np.empty(dup.shape[0], ci.dtype)
+    first[pk[::-1]] = ci[::-1]                               # (the last write per hash: its first window's)
+    return cg[ci > first[pk]]
 
 
 def range_tokens(store, rows, pl0, offs, cum, it, a, b) -> tuple[np.ndarray, np.ndarray]:
@@ -212,6 +223,14 @@ def range_tokens(store, rows, pl0, offs, cum, it, a, b) -> tuple[np.ndarray, np.
     np.cumsum(plen[:-1], out=dst0[1:])
     t = store.offsets if store.token_offsets is None else store.token_offsets
     stored = t[r + 1] > t[r]
+    if stored.all():       # NOTE (speed): a token's source index is its own plus its piece's shift (4 passes, not 10)
+        src = np.repeat(t[r] + p_lo - dst0, plen)
+        src += np.arange(out.shape[0], dtype=np.int64)
+        if store.tokens.dtype == out.dtype:
+            np.take(store.tokens, src, out=out)
+        else:
+            out[:] = store.tokens[src]
+        return out, starts
     if stored.any():
         s = np.flatnonzero(stored)
         step = ramp(plen[s])
