@@ -11,6 +11,7 @@ import pytest
 from pic.engine import policies
 from pic.engine.plan import Action, Plan
 from pic.engine.policies import PolicyContext, RequestView
+from pic.engine.policies.irminsul_records import Chunk
 from pic.engine.seq import Seq
 from pic.traces.markers import BOUNDARY_MARKER
 
@@ -445,8 +446,8 @@ def _stored_runs_reference(st):
 
     seqs, where, src, lo, hi, num = [], {}, [], array("q"), array("q"), []
     for rec in st.made:
-        if type(rec) is tuple:
-            x, bounds, k = rec
+        if type(rec) is not Chunk:
+            x, bounds, k = rec if type(rec) is tuple else (rec.x, rec.bounds, rec.k)
             edges = bounds[k:bisect_left(bounds, x.base_pos + x.size, k) + 1]
             if x.parts is not None:
                 edges = sorted({*edges, *(y.base_pos for y in st.parts_of(x))})
@@ -493,5 +494,5 @@ def test_lean_stored_runs_equal_the_record_by_record_loop(seed: int):
             for a, b in ((got.src, src), (got.lo, lo), (got.hi, hi)):
                 assert a.dtype == b.dtype and np.array_equal(a, b)
             checked += len(got)
-            parts += sum(type(r) is tuple and r[0].parts is not None for r in st.made)
+            parts += sum((r[0] if type(r) is tuple else r.x).parts is not None for r in st.made if type(r) is not Chunk)
     assert checked > 100 and parts > 0

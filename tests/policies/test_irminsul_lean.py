@@ -50,6 +50,15 @@ def _layout(pol) -> list:
     return [chunks, st.evictable, st.protected, st.num_extents]
 
 
+def _path(node) -> bytes:
+    """The tokens of a trie node's path from the root."""
+    out = []
+    while node.parent is not None:
+        out.append(node.key.tobytes())
+        node = node.parent
+    return b"".join(reversed(out))
+
+
 def _drive(pols, reqs, lag: int = 2, uncommitted: frozenset = frozenset()) -> list:
     """Serve ``reqs`` on both policies alike, each request committed ``lag`` arrivals after its admission and
     released one arrival later (so up to ``lag + 1`` hold locks at once); the plans."""
@@ -267,12 +276,23 @@ def test_runs_give_the_same_plans_whether_or_not_their_chunks_are_made(seed, lag
 
     pols[0].release, pols[1].release = release, release1
     _drive(pols, reqs, lag)
-    assert max(seen) > 10                 # (a trie walk makes every chunk indexed so far)
+    assert max(seen) > 10
     assert all(type(e) is not Run for e in pols[0]._store.entries.values())
     assert _runs(pols[0]) == _runs(pols[1])
+    # a trie walk puts the runs' chunks in the tries without making them: the runs keep their end nodes
+    for p in pols:
+        p._store._flush()
+    kept = [e for e in pols[1]._store.entries.values() if type(e) is Run and e.nodes is not None]
+    assert kept and any(r.cs is None for r in kept)
     for p in pols:
         p._store._exact()
     assert _layout(pols[0]) == _layout(pols[1])
+    # and the chunks made of them later have the end nodes of the same paths
+    for fp, c in pols[1]._store.entries.items():
+        d = pols[0]._store.entries[fp]
+        assert (c.node is None) == (d.node is None) and (c.rnode is None) == (d.rnode is None)
+        for a, b in ((c.node, d.node), (c.rnode, d.rnode)):
+            assert a is None or _path(a) == _path(b)
 
     # a conversation: each turn continues the last; its rows of new chunks are runs, no chunk is made of them
     pol = _build(True, verify=False)

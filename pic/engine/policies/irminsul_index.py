@@ -27,7 +27,7 @@ from pic.engine.policies.irminsul_records import Chunk, Run
 from pic.engine.radix import RadixNode, RadixTree
 from pic.engine.seq import Seq
 
-_KEYS, _SIZE = attrgetter("keys"), attrgetter("size")
+_KEYS, _SIZE, _NODE, _RNODE = attrgetter("keys"), attrgetter("size"), attrgetter("node"), attrgetter("rnode")
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
@@ -39,6 +39,7 @@ class ChunkIndexes:
     s1_window: int
     chunk_of: Callable[[Chunk | Run, int], Chunk]
     chunks_of: Callable[[Run], list[Chunk]]
+    run_paths: Callable[[list], tuple[list, list]]
 
     def _init_indexes(self, tails: bool, min_match: int, keep_keys: bool = False) -> None:
         self.windows: dict[int, tuple[int, int]] = {}       # window fp -> (chunk fp, offset)
@@ -284,11 +285,9 @@ class ChunkIndexes:
     def _flush(self) -> None:
         """Replay the logged index operations into the tries, in order."""
         log, self._log = self._log, []
-        if Run in map(type, log[1::3]):       # a run's chunks, made (a trie names chunks)
-            log = [*chain.from_iterable(
-                ((True, d, d.size) for d in self.chunks_of(c)) if type(c) is Run else ((add, c, n),)
-                for add, c, n in zip(log[::3], log[1::3], log[2::3], strict=True))]
-            log = [*chain.from_iterable(log)]
+        runs = None
+        if Run in map(type, log[1::3]):       # a run: each of its chunks (RunChunks.run_paths)
+            log, runs = self.run_paths(log)
         rsrc, rlo, rhi, rseq = None, 0, 0, None
         for i in range(0, len(log), 3):
             add, c, n = log[i], log[i + 1], log[i + 2]
@@ -318,7 +317,10 @@ class ChunkIndexes:
             if node is not None:
                 _release(self.rtrie, node, c.fp)
                 c.rnode = None
-
+        if runs:                              # (a lean store's runs keep their chunks' end nodes)
+            tails = self.rtrie is not None
+            for r, items in runs:
+                r.nodes = [*map(_NODE, items), *map(_RNODE, items)] if tails else [*map(_NODE, items)]
 
     def _add_windows(self, c: Chunk) -> None:
         w, n, toks = self.s1_window, c.size, c.tokens

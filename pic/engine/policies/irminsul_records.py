@@ -135,10 +135,13 @@ class Run:
     walk, the store turning exact), then kept in ``cs`` and in the registry.
 
     ``heads``/``tails``: the keys of each chunk's first and last ``min_match`` tokens (None for a shorter chunk), until
-    ready (a store that keeps keys: kept); ``own``: ``[x]`` while its producer holds it. NOTE (speed): ~30 new chunks
+    ready (a store that keeps keys: kept); ``own``: ``[x]`` while its producer holds it; ``nodes``: once its chunks'
+    paths are in the tries (a lean store's :meth:`~engine.policies.irminsul_index.ChunkIndexes._flush`), each chunk's
+    end node in the chunk trie, then (with a tail trie) each one's in the tail trie (the :attr:`Chunk.node` and
+    :attr:`Chunk.rnode` of a chunk made of it later). NOTE (speed): ~30 new chunks
     per Mooncake conversation request were ~30 :class:`Chunk` objects, pieces tuples and readiness stores."""
 
-    __slots__ = ("x", "src", "bounds", "fps", "k", "n", "heads", "tails", "owner", "own", "ready", "cs", "short")
+    __slots__ = ("x", "src", "bounds", "fps", "k", "n", "heads", "tails", "owner", "own", "ready", "cs", "short", "nodes")
     size = sys.maxsize      # (a run's chunks are whole: PromptIndex._served's cut-chunk check passes)
 
     def __init__(self, x: Extent, src: Seq, bounds: list[int], fps: list[int], k: int, n: int, heads: list,
@@ -148,6 +151,7 @@ class Run:
         self.own: list[Extent] = [x]
         self.ready = False
         self.cs: list[Chunk | None] | None = None     # the chunks made of it (chunk_at), by index
+        self.nodes: list[RadixNode | None] | None = None     # its chunks' trie end nodes, once indexed
 
     @classmethod
     def new(cls, x: Extent, src: Seq, bounds: list[int], fps: list[int], k: int, n: int, heads: list, tails: list,
@@ -168,6 +172,7 @@ class Run:
         r.own = [x]
         r.ready = False
         r.cs = None
+        r.nodes = None
         return r
 
     def index(self, fp: int) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import is_, sub
 
 import numpy as np
@@ -45,6 +45,10 @@ class RunChunks:
         n = r.bounds[j + 1] - a
         keys = (r.heads[i], r.tails[i]) if n >= m and r.heads is not None else None
         c = new_chunk(r.fps[j], r.src, a, n, ((x, a - x.base_pos, n),), r.owner, r.own if i == 0 else RELEASED, keys)
+        if r.nodes is not None:               # (its paths are in the tries: _flush)
+            c.node = r.nodes[i]
+            if len(r.nodes) > r.n:
+                c.rnode = r.nodes[r.n + i]
         if r.ready:
             c.ready = True
             c.indexed = n
@@ -76,6 +80,31 @@ class RunChunks:
         if Run not in map(type, chunks):
             return chunks
         return [c for e in chunks for c in (self.chunks_of(e) if type(e) is Run else (e,))]
+
+    def run_paths(self, log: list) -> tuple[list, list]:
+        """The trie log ``log`` (flat ``add, chunk, n`` triples, :meth:`~engine.policies.irminsul_index.ChunkIndexes._flush`)
+        with each run's entry replaced by one per chunk of it, in order; and ``(run, items)`` for each run so replaced in
+        a lean store. NOTE (memory): there a chunk not made yet is indexed through a :class:`_Path` (what the log's replay
+        reads and sets of a chunk), not made: the run keeps the end nodes (:attr:`Run.nodes`; ~0.4 KB less per chunk
+        than a :class:`Chunk` with its pieces); once exact (a chunk may be cut) every chunk is made and indexed at its
+        size, as before."""
+        out: list = []
+        runs: list = []
+        lean = self.lean
+        for add, c, n in zip(log[::3], log[1::3], log[2::3], strict=True):
+            if type(c) is not Run:
+                out += (add, c, n)
+            elif not lean:
+                for d in self.chunks_of(c):
+                    out += (True, d, d.size)
+            else:
+                k, k2, b, src = c.k, c.k + c.n, c.bounds, c.src
+                items = [_Path(src, fp, a) for fp, a in zip(c.fps[k:k2], b[k:k2], strict=True)]
+                if c.cs is not None:          # (chunks made of it so far: indexed themselves)
+                    items = [p if d is None else d for d, p in zip(c.cs, items, strict=True)]
+                out += chain.from_iterable(zip(repeat(True), items, map(sub, b[k + 1:k2 + 1], b[k:k2])))
+                runs.append((c, items))
+        return out, runs
 
     def make_all(self) -> None:
         """Every run's chunks made (the registry names chunks only): the store turns exact."""
@@ -117,8 +146,9 @@ class RunChunks:
             glen: list[int] = []
             qs: list[Seq] = []
             for rec in self.made:
-                if type(rec) is tuple:
-                    x, bounds, k = rec
+                t = type(rec)
+                if t is not Chunk:            # a run: (x, bounds, k), or the Run (add_runs)
+                    x, bounds, k = rec if t is tuple else (rec.x, rec.bounds, rec.k)
                     j = bisect_left(bounds, x.base_pos + x.size, k) + 1        # (ends at the extent's end: an edge)
                     if x.parts is None:
                         ed.extend(bounds[k:j])
@@ -191,7 +221,6 @@ class RunChunks:
             a, b = bounds[k1], bounds[k2]
             x = new_extent(src, a, b - a, (b - a) * bpt, now_us, 1, LEAN, tag)
             self.num_extents += 1
-            made.append((x, bounds, k1))      # (its chunks' edges, for stored_runs)
             whole += b - a
             heads, tails = hk[k1 - k0:k2 - k0], tk[k1 - k0:k2 - k0]
             # (a chunk under min_match tokens has no keys; its tail key is 0 (cdc.edge_keys): NOTE (speed): no
@@ -202,12 +231,23 @@ class RunChunks:
                 heads = [h if y else None for h, y in zip(heads, keep, strict=True)]
                 tails = [t if y else None for t, y in zip(tails, keep, strict=True)]
             r = run(x, src, bounds, fps, k1, k2 - k1, heads, tails, tag, short)
+            made.append(r)                    # (its chunks' edges, for stored_runs: NOTE (memory): no tuple)
             entries.update(zip(fps[k1:k2], repeat(r)))
             chunks.append(r)
             if cs is not None:
                 cs[k1:k2] = [r] * (k2 - k1)
             i = i2
         return whole
+
+
+class _Path:
+    """A lean run's chunk while its paths go into the tries (:meth:`RunChunks.run_paths`): what the replay of the trie
+    log reads (``src``, ``fp``, ``pos``) and sets (``node``, ``rnode``) of a chunk."""
+
+    __slots__ = ("src", "fp", "pos", "node", "rnode")
+
+    def __init__(self, src: Seq, fp: int, pos: int) -> None:
+        self.src, self.fp, self.pos, self.node, self.rnode = src, fp, pos, None, None
 
 
 def _ref_runs(ed: list[int], glen: list[int], qs: list) -> RefRuns:

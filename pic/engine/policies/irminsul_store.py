@@ -76,9 +76,10 @@ class ChunkStore(RunChunks, ChunkIndexes):
         self._unheaped: list[Extent] | None = None if bounded else []
         self.lean = (not bounded) if lean is None else lean     # see the module's NOTE (speed, memory)
         self.prompts.lean = self.lean
-        # NOTE (speed): while lean, what made the registry's chunks, in registry order: ``(run, bounds, k)`` for a
-        # run of chunks recomputed whole (``bounds[k]`` = its start: its chunk edges are ``bounds`` from ``k``
-        # up to its end), a Chunk for every other; :meth:`stored_runs` reads the runs' stored runs from it as
+        # NOTE (speed): while lean, what made the registry's chunks, in registry order: ``(run, bounds, k)`` (or the
+        # :class:`~engine.policies.irminsul_records.Run`, whose ``x``, ``bounds``, ``k`` they are) for a run of chunks
+        # recomputed whole (``bounds[k]`` = its start: its chunk edges are ``bounds`` from ``k`` up to its end), a
+        # Chunk for every other; :meth:`stored_runs` reads the runs' stored runs from it as
         # columns (no tuple, no Python step per chunk)
         self.made: list = []
         self._admissions = 0
