@@ -317,10 +317,10 @@ class ChunkIndexes:
             if node is not None:
                 _release(self.rtrie, node, c.fp)
                 c.rnode = None
-        if runs:                              # (a lean store's runs keep their chunks' end nodes)
-            tails = self.rtrie is not None
+        if runs:                              # (a lean store's runs keep their chunks' end nodes: NOTE (memory): a tuple,
+            tails = self.rtrie is not None    # at its exact size)
             for r, items in runs:
-                r.nodes = [*map(_NODE, items), *map(_RNODE, items)] if tails else [*map(_NODE, items)]
+                r.nodes = (*map(_NODE, items), *map(_RNODE, items)) if tails else (*map(_NODE, items),)
 
     def _add_windows(self, c: Chunk) -> None:
         w, n, toks = self.s1_window, c.size, c.tokens

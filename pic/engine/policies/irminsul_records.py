@@ -151,7 +151,7 @@ class Run:
         self.own: list[Extent] = [x]
         self.ready = False
         self.cs: list[Chunk | None] | None = None     # the chunks made of it (chunk_at), by index
-        self.nodes: list[RadixNode | None] | None = None     # its chunks' trie end nodes, once indexed
+        self.nodes: tuple[RadixNode | None, ...] | None = None     # its chunks' trie end nodes, once indexed
 
     @classmethod
     def new(cls, x: Extent, src: Seq, bounds: list[int], fps: list[int], k: int, n: int, heads: list, tails: list,
