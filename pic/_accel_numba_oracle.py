@@ -221,12 +221,4 @@ def hashed_add(keyx, rows, bounds, z, nh, off, m, mask, bm, tab, shift):
         n += max(0, z[5, r] - max(z[4, r], off) + 1)
     hs, ps = np.empty(n, np.uint64), np.empty(n, np.int64)
     n = _hash_ranges(keyx, rows, bounds, z, nh, off, m, mask, bm, np.empty(size, np.uint64), hs, ps)
-    added = 0
-    for i in range(n):
-        _ahead(tab, shift, hs, i)
-        j = _find(tab, shift, hs[i])
-        if tab[2 * j + 1] == EMPTY:
-            tab[2 * j] = hs[i]
-            tab[2 * j + 1] = np.uint64(ps[i] + 1)
-            added += 1
-    return added
+    return hashed_insert(tab, shift, hs[:n], ps[:n])

@@ -280,9 +280,8 @@ def is_pic_report(path: str | os.PathLike) -> bool:
 
 
 def derived_outputs(run_dir: str | os.PathLike) -> list[Path]:
-    """What ``pic report`` wrote inside run dir ``run_dir`` (``--html``/``--md`` files, ``--plots``
-    folders), sorted: they describe the run as it was when they were made, so a replay that replaces the
-    run leaves them stale (it never removes them: ``pic report`` wrote them on the user's request)."""
+    """What ``pic report`` wrote inside run dir ``run_dir`` (``--html``/``--md`` files, ``--plots`` folders),
+    sorted: made from the run then, kept (never removed) by a replay that replaces it."""
     d = Path(run_dir)
     own = set(pic_files(d, "run-dir") or ())
     out = []
