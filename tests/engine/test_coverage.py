@@ -128,15 +128,17 @@ def test_duplicate_tokens_batched_equals_per_run(monkeypatch, batch: int) -> Non
         assert want > 0 or m == 64
 
 
-@pytest.mark.parametrize(("seed", "anchors"), [(0, True), (1, True), (2, True), (4, True), (0, False), (2, False)])
-def test_duplicate_tokens_by_reference_equals_tokens(monkeypatch, seed: int, anchors: bool) -> None:
+@pytest.mark.parametrize(("seed", "anchors", "block"), [(0, True, 1 << 13), (1, True, 7), (2, True, 1), (4, True, 1 << 13),
+                                                       (0, False, 7), (2, False, 1 << 13)])
+def test_duplicate_tokens_by_reference_equals_tokens(monkeypatch, seed: int, anchors: bool, block: int) -> None:
     """Runs given as references into a trace's segments (radix edges, random sub-ranges of prompts with a
-    context, opaque streams cut anywhere) count what their tokens count, with the anchor filter and
-    without it (above ``_ANCHOR_TOKENS``)."""
+    context, opaque streams cut anywhere) count what their tokens count, with the anchor filter (its second
+    pass from the kept run columns) and without it (above ``_ANCHOR_TOKENS``), in blocks down to one run."""
     from pic.engine import oracle
     from pic.engine.radix import RadixTree
     from pic.engine.replay import workload_from_trace
 
+    monkeypatch.setattr(oracle, "_REF_BLOCK", block)
     if not anchors:
         monkeypatch.setattr(oracle, "_ANCHOR_TOKENS", 0)
 
