@@ -313,24 +313,6 @@ def _layout_fps(toks: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig,
     return b, anc, fingerprints(toks, b - base)
 
 
-def opaque_layout_fps(fast, kx: np.ndarray, lens: np.ndarray, mask: np.uint64, rows: np.ndarray, sb: np.ndarray,
-                      lo: int, base: int, start: int, n: int, cfg: CDCConfig, m: int) -> tuple | None:
-    """``(toks, bounds, anchor, fps, heads, tails)`` of a prompt of ``n`` tokens made of opaque segments (no hard
-    boundary), from one compiled call (``fast``: the ``"cdc"`` kernels, :func:`pic._accel_numba_cdc.prompt_layout`):
-    its tokens ``[lo, n)`` (:func:`traces.content.opaque_run` of segments ``rows`` of a store with ``key ^ salt``
-    ``kx``, lengths ``lens`` and token mask ``mask``; ``sb``: the prompt's segment bounds), :func:`layout_from_fps` of tokens
-    ``[base, n)`` from ``start`` (:func:`layout_fps` with ``base = start = 0``), and the :func:`edge_keys` of its
-    chunks in ``toks`` with ``m`` tokens. None where the kernel does not decide alone (a short prompt, an over-long
-    gap that may hold a periodic run): the caller takes the general path then."""
-    if not (0 <= lo <= base <= max(0, start - (WINDOW - 1)) and start < n and n - 1 > max(start, WINDOW - 1)
-            and n > WINDOW):
-        return None
-    table, key = _kernel_gear(cfg.seed, cfg.gear)
-    got = fast.prompt_layout(kx, lens, rows, sb, lo, mask, table, key, cfg.threshold, base, cfg.min_chunk,
-                             start, n, cfg.max_chunk, m)
-    return got[:6] if got[6] else None
-
-
 def _layout(toks: np.ndarray, base: int, n: int, start: int, cfg: CDCConfig, hard: np.ndarray
             ) -> tuple[np.ndarray, np.ndarray]:
     """Bounds ``>= start`` (anchor mask with them) of a prompt of ``n`` tokens, ``toks`` = ``[base, n)``."""

@@ -14,7 +14,7 @@ from pic import accel
 from pic.engine import cdc, policies
 from pic.engine.policies import PolicyContext, RequestView
 from pic.engine.policies import irminsul_lookup as lookup_mod
-from pic.engine.policies.irminsul_layout import opaque_layout, tokens_from
+from pic.engine.policies.irminsul_layout import edge_arrays, opaque_layout, tokens_from
 from pic.traces.content import Segments
 from tests.policies.conftest import plans_of
 
@@ -87,16 +87,28 @@ def test_opaque_layout_is_tokens_layout_and_edge_keys(seed: int, gear: str) -> N
                 continue
             assert got is not None
             checked += 1
-            assert [a.dtype for a in got] == [np.int32, np.int64, np.bool_, np.uint64, np.uint64, np.uint64]
-            for g, w in zip(got, want, strict=True):
-                assert np.array_equal(g, w), (rows, lo, base, start, m)
+            _same(got, want, (rows, lo, base, start, m))
     assert checked > 30
+
+
+def _same(got: tuple, want: tuple, where) -> None:
+    """``opaque_layout``'s answer (tokens an array; bounds, fingerprints and keys lists; anchors bytes; the kernel's
+    array) is the reference's arrays."""
+    toks, bounds, anchors, fps, heads, tails, meta = got
+    assert toks.dtype == np.int32 and np.array_equal(toks, want[0]), where
+    assert bounds == want[1].tolist() and fps == want[3].tolist(), where
+    assert anchors == want[2].astype(np.bool_).tobytes(), where
+    assert heads == want[4].tolist() and tails == want[5].tolist(), where
+    for d in (0, 1, len(heads) // 2):
+        ha, ta = edge_arrays(meta, d)
+        assert ha.dtype == ta.dtype == np.uint64, where
+        assert np.array_equal(ha, want[4][d:]) and np.array_equal(ta, want[5][d:]), where
 
 
 def test_opaque_layout_alternating_stores_and_configs() -> None:
     """The kernel arguments kept for the last store and config asked (``_LAST_OPAQUE``) are those of the store and
     config of each call: two stores and two configs in turn give the numpy reference's layouts; views made without
-    segment bounds (from 0, one segment: the kernel needs none; otherwise made) too."""
+    segment bounds too (the kernel finds the segment holding ``lo`` from the lengths: none made)."""
     stores = [_store(3), _store(4)]
     cfgs = [cdc.CDCConfig(), cdc.CDCConfig(128, 32, 256, 5, "table")]
     rng = np.random.default_rng(11)
@@ -123,11 +135,44 @@ def test_opaque_layout_alternating_stores_and_configs() -> None:
         finally:
             accel.set_mode(None)
         assert got is not None
-        assert (bare._bounds is None) == (lo == 0 or len(rows) == 1)
-        for g, w in zip(got, want, strict=True):
-            assert np.array_equal(g, w), (i, rows, lo, base, start)
+        assert bare._bounds is None
+        _same(got, want, (i, rows, lo, base, start))
         checked += 1
     assert checked > 15
+
+
+@pytest.mark.parametrize("rows", [[3, 5, 7], [5, 3, 7], [5, 7, 3, 9], [3, 3, 5, 7]])
+def test_opaque_layout_from_each_segment_edge(rows: list[int]) -> None:
+    """``lo`` at each segment's start and one token either side (the empty segment 3 first, between two others, or
+    last), on a view without segment bounds: the reference's tokens and layout (a segment found one off derives
+    other tokens)."""
+    store = _store(5)
+    lens = (store.offsets[np.array(rows) + 1] - store.offsets[np.array(rows)]).tolist()
+    n = sum(lens)
+    edges = np.cumsum([0, *lens]).tolist()
+    cfg = cdc.CDCConfig(128, 32, 256)
+    checked = 0
+    for e in edges:
+        for lo in (e - 1, e, e + 1):
+            start = lo + 63
+            if lo < 0 or n <= start + 80:
+                continue
+            accel.set_mode("0")
+            try:
+                want = _reference(_view(store, rows), lo, lo, start, cfg, 16)
+            finally:
+                accel.set_mode(None)
+            r = np.array(rows, np.int64)
+            bare = RequestView(0, "s", None, None, store.ids[r], store.kinds[r], r, store, num_tokens=n)
+            accel.set_mode("1")
+            try:
+                got = opaque_layout(bare, lo, lo, start, cfg, 16)
+            finally:
+                accel.set_mode(None)
+            assert got is not None
+            _same(got, want, (rows, lo))
+            checked += 1
+    assert checked >= 4
 
 
 def test_opaque_layout_declines_what_it_cannot_make() -> None:

@@ -53,14 +53,16 @@ def tokens_from(req: RequestView, lo: int) -> np.ndarray:
 
 
 def opaque_layout(req: RequestView, lo: int, base: int, start: int, cfg, m: int) -> tuple | None:
-    """``(toks, bounds, anchor, fps, heads, tails)`` of the prompt (no hard boundary) from one compiled call
-    (:func:`engine.cdc.opaque_layout_fps`): its tokens ``[lo, N)`` as :func:`tokens_from` makes them, its CDC
-    layout (``cfg``) of tokens ``[base, N)`` from ``start`` with the chunks' fingerprints, and their edge keys of
-    ``m`` tokens (:func:`engine.cdc.edge_keys` in ``toks``). None unless the prompt is made of a store's opaque
-    segments only and the kernels are loaded (and the kernel decides alone): the caller takes the general path.
+    """``(toks, bounds, anchors, fps, heads, tails, meta)`` of the prompt (no hard boundary) from one compiled call
+    (:func:`pic._accel_numba_cdc.prompt_layout`): its tokens ``[lo, N)`` as :func:`tokens_from` makes them (an
+    array), its CDC layout (``cfg``) of tokens ``[base, N)`` from ``start`` (bounds a list, anchors as bytes: 1 or 0
+    per bound) with the chunks' fingerprints, and their edge keys of ``m`` tokens (:func:`engine.cdc.edge_keys` in
+    ``toks``) (lists); ``meta``: the kernel's array of them all (:func:`edge_arrays` gives the keys as arrays). None
+    unless the prompt is made of a store's opaque segments only and the kernels are loaded (and the kernel decides
+    alone): the caller takes the general path.
 
     NOTE (speed): one call per prompt instead of three (:func:`tokens_from`, the layout, the edge keys), with no
-    numpy set-up between them: ~20 us less per prompt."""
+    numpy set-up between them: ~20 us less per prompt; its answers in one array, made lists by one ``tolist``."""
     src, rows = req.source, req.segment_rows
     if src is None or rows is None or req._tokens is not None:
         return None
@@ -82,15 +84,23 @@ def opaque_layout(req: RequestView, lo: int, base: int, start: int, cfg, m: int)
     if not (0 <= lo <= base <= max(0, start - (cdc.WINDOW - 1)) and start < n and n - 1 > max(start, cdc.WINDOW - 1)
             and n > cdc.WINDOW):
         return None
-    # (the kernel reads the segment bounds to find the one holding ``lo`` only: from 0, or one segment, none)
-    sb = _NO_BOUNDS if lo == 0 or rows.shape[0] == 1 else req.segment_bounds
     kx, lens, table, key, thr, mn, mx = args
-    got = fast.prompt_layout(kx, lens, rows, sb, lo, _MASK, table, key, thr, base, mn, start, n, mx, m)
-    return got[:6] if got[6] else None
+    toks, meta, ok = fast.prompt_layout(kx, lens, rows, lo, _MASK, table, key, thr, base, mn, start, n, mx, m)
+    if not ok:
+        return None
+    v = meta.tolist()
+    nb = (len(v) + 3) // 5
+    h, t, a = 2 * nb - 1, 3 * nb - 2, 4 * nb - 3
+    return toks, v[:nb], bytes(v[a:]), v[nb:h], v[h:t], v[t:a], meta
+
+
+def edge_arrays(meta: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """The heads and tails of :func:`opaque_layout`'s ``meta`` from chunk ``d`` on, as ``uint64`` arrays (views)."""
+    nb = (meta.shape[0] + 3) // 5
+    return meta[2 * nb - 1 + d:3 * nb - 2], meta[3 * nb - 2 + d:4 * nb - 3]
 
 
 _LAST_OPAQUE: tuple = (None, None, None)    # (store, CDC config, kernel arguments or None) of opaque_layout
-_NO_BOUNDS = np.zeros(1, np.int64)
 
 
 def _columns(store) -> tuple | None:

@@ -20,6 +20,7 @@ from pic.engine.policies.irminsul_layout import (
     Analysis,
     Use,
     _may_mark,
+    edge_arrays,
     marker_cuts,
     opaque_layout,
     tokens_from,
@@ -53,8 +54,8 @@ class ChunkWalk:
     _cdc: cdc.CDCConfig
     _marker: np.ndarray
     _used_x: list[Extent]
-    _tail_bounds: tuple[int, np.ndarray]      # (k, bounds[k:] as an int64 array) of the last layout made
-    _tail_keys: tuple[np.ndarray, np.ndarray] | None     # its chunks' edge keys, when the layout's call made them
+    _tail_bounds: tuple[int, np.ndarray | None]     # (k, bounds[k:] as an int64 array) of the last layout made
+    _tail_keys: tuple[list, list, np.ndarray] | None     # its chunks' edge keys, when the layout's call made them
 
     def _analyze(self, req: RequestView) -> Analysis:
         """The prompt's CDC layout and, for each reused target range, ``(start, end, extent, offset in the
@@ -86,17 +87,24 @@ class ChunkWalk:
             k0 = kc + (bl[kc] < pos)
             kc = kc if bl[kc] >= off else k0          # (its tokens are made unless a --verify collision cut pos)
             kb, tb = self._tail_bounds        # bl[kb:] as the layout's array: no list -> array conversion
-            if self._tail_keys is not None and kc >= kb:      # (made with the layout: opaque_layout)
-                ha, ta = self._tail_keys if kc == kb else (self._tail_keys[0][kc - kb:], self._tail_keys[1][kc - kb:])
+            meta = None
+            if self._tail_keys is not None and kc >= kb:      # (made with the layout: opaque_layout, as lists)
+                heads_at, tails_at, meta = self._tail_keys
+                if kc > kb:
+                    heads_at, tails_at = heads_at[kc - kb:], tails_at[kc - kb:]
             else:
                 eb = tb[kc - kb:] if kc >= kb else np.array(bl[kc:], np.int64)
                 ha, ta = cdc.edge_keys(toks, eb - off if off else eb, m)
-            heads_at, tails_at = ha.tolist(), ta.tolist()
+                heads_at, tails_at = ha.tolist(), ta.tolist()
             ks = range(k0, len(fl))
             hot = [*compress(ks, map(entries.__contains__, fl[k0:]))]
             if type(heads) is KeyTable:
                 # NOTE (speed): the prefilters as compiled key tables (long walks: Irminsul._use_tables) in one call
-                more = st.hot(ha[k0 - kc:], ta[k0 - kc:], k0)
+                if meta is not None:
+                    ha, ta = edge_arrays(meta, k0 - kb)
+                else:
+                    ha, ta = ha[k0 - kc:], ta[k0 - kc:]
+                more = st.hot(ha, ta, k0)
             else:
                 # NOTE (speed): C-level passes (map + compress), no Python bytecode per chunk
                 more = [*compress(ks, map(heads.__contains__, heads_at[k0 - kc:]))]
@@ -157,10 +165,10 @@ class ChunkWalk:
         if not self.config.s2 or (req.source is not None and not _may_mark(req.source, self._marker)):
             got = opaque_layout(req, 0, 0, 0, self._cdc, self.config.min_match)    # (no hard boundary)
             if got is not None:
-                # (the kernel's anchors are booleans already: their bytes are _flags's)
-                toks, bounds, anchors, fps, heads, tails = got
-                self._tail_bounds, self._tail_keys = (0, bounds), (heads, tails)
-                return Analysis(bounds.tolist(), fps.tolist(), anchors.tobytes(), NO_CUTS, False, toks, 0, [])
+                # (the kernel's anchors as bytes of 0/1: _flags's)
+                toks, bounds, anchors, fps, heads, tails, meta = got
+                self._tail_bounds, self._tail_keys = (0, None), (heads, tails, meta)
+                return Analysis(bounds, fps, anchors, NO_CUTS, False, toks, 0, [])
         self._tail_keys = None
         toks, n = tokens_from(req, 0), req.num_tokens
         hard, marked = marker_cuts(req, toks, 0, self._marker) if self.config.s2 else (NO_CUTS, False)
@@ -198,10 +206,10 @@ class ChunkWalk:
             # no hard boundary here nor in ``other``: tokens, layout and edge keys from one call
             got = opaque_layout(req, lo, base, c, self._cdc, self.config.min_match)
             if got is not None:
-                toks, tb, tanc, fps, heads, tails = got
-                self._tail_bounds, self._tail_keys = (k, tb), (heads, tails)
-                return Analysis(pb[:k] + tb.tolist(), pf[:k] + fps.tolist(), bytes(panc[:k]) + tanc.tobytes(), NO_CUTS,
-                                False, toks, lo, [], chunks=known)
+                toks, tb, tanc, fps, heads, tails, meta = got
+                self._tail_bounds, self._tail_keys = (k, None), (heads, tails, meta)
+                return Analysis(pb[:k] + tb, pf[:k] + fps, bytes(panc[:k]) + tanc, NO_CUTS, False, toks, lo, [],
+                                chunks=known)
         self._tail_keys = None
         toks = tokens_from(req, lo)
         hard, marked = NO_CUTS, False
