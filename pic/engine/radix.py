@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from pic.engine.eviction import lru
-from pic.engine.seq import Seq, first_tokens, lcp
+from pic.engine.seq import Seq, first_tokens, lcp, lcp_aligned
 
 _EMPTY = np.zeros(0, np.int32)
 _EMPTY_SEQ = Seq.of_array(_EMPTY)
@@ -133,8 +133,12 @@ class RadixTree:
         self._heap: list[tuple[tuple[int, ...], int, RadixNode]] = []
         self._seq = itertools.count()
         self._version = 0          # bumped on every change of shape (insert, split, removal)
-        self._memo: tuple | None = None   # last split=False walk: (seq, now, version, pos, node, child, same)
+        # the last split=False walk from the root: (seq, now, version, pos, node, child, same, its n): it matched
+        # seq[:pos], down to node, then `same` (< child.n) tokens of child's edge (child None: a walk on from node
+        # stops at once). Kept true across lock_point's splits (_memo_split)
+        self._memo: tuple | None = None
         self._miss: tuple = (None, -1, None)   # last walk that found no child: (seq, position, child key)
+        self._first: tuple = (None, None)   # (store, first_tokens(store)) of the last walk's store
 
     # ---- Public API -------------------------------------------------------------------------------
     @property
@@ -155,12 +159,16 @@ class RadixTree:
         p = self.page_size
         # NOTE (speed): a prompt of segments, pages of one token (every exact-prefix tree): its piece at each
         # step found once, for the child key (_child_key: the piece's first token, most often) and for lcp's
-        # first check, inlined (an edge at the query's own position whose pieces, rows and bounds, are the
-        # query's: all equal; what lcp answers first there); lcp itself only where that check fails
+        # first check, inlined (an edge at the query's own position whose pieces' rows are the query's from the
+        # same start: all equal; their bounds too, a piece's bounds span its segment); lcp_aligned only where
+        # that check fails. The store's first tokens kept per tree (first_tokens' look-up: ~1 us a walk)
         pieces = p == 1 and q.arr is None
         if pieces:
             qr, qb, store = q.rows, q.bounds, q.store
-            first = first_tokens(store)
+            ff = self._first
+            if ff[0] is not store:
+                ff = self._first = (store, first_tokens(store))
+            first = ff[1]
         while pos < n:
             x = lo + pos
             if pieces:
@@ -182,8 +190,7 @@ class RadixTree:
                 i = bisect_right(ba, x) - 1
                 if ba[i] == qb[j]:
                     k = bisect_left(ba, x + m, i) - i
-                    same = m if A.rows[i:i + k] == qr[j:j + k] and ba[i:i + k + 1] == qb[j:j + k + 1] else \
-                        lcp(A, x, q, x, m)
+                    same = m if A.rows[i:i + k] == qr[j:j + k] else lcp_aligned(A, i, q, j, x, m, k)
                 else:
                     same = lcp(A, x, q, x, m)
             else:
@@ -200,12 +207,12 @@ class RadixTree:
                 if split:
                     node = self._split(child, same)
                 else:
-                    self._memo = (q, now_us, self._version, pos, node, child, same) if not lo else None
+                    self._memo = (q, now_us, self._version, pos, node, child, same, n) if not lo else None
                     return pos, node
                 break
             node = child
         if not split:
-            self._memo = (q, now_us, self._version, pos, node, None, 0) if not lo else None
+            self._memo = (q, now_us, self._version, pos, node, None, 0, n) if not lo else None
         return pos, node
 
     def lock_point(self, tokens: Any, num: int, now_us: int | None = None) -> tuple[int, RadixNode]:
@@ -216,7 +223,7 @@ class RadixTree:
         q = as_seq(tokens)
         m = self._memo
         if m is not None and m[0] is q and m[1] == now_us and m[2] == self._version and m[3] == num:
-            return num, (m[4] if m[5] is None else self._split(m[5], m[6]))
+            return num, (m[4] if m[5] is None else self._memo_split(m[5], m[6]))
         return self.match_prefix(q.prefix(num), now_us, split=True, count_hit=False)
 
     def insert(self, tokens: Any, now_us: int, lo: int = 0, hi: int | None = None) -> tuple[int, RadixNode]:
@@ -236,8 +243,18 @@ class RadixTree:
         above it is touched, as the walk would). NOTE (speed): a policy's commit after its admit's lock
         (``prefix``: the resident prefix of a continued conversation is most of its prompt)."""
         q = as_seq(tokens)
-        self._touch_path(node, now_us)
         n = (q.end if hi is None else hi) // self.page_size * self.page_size
+        m = self._memo
+        if m is not None and m[0] is q and m[2] == self._version and m[7] == n and num <= m[3] - m[6]:
+            # NOTE (speed): the tree is unchanged since a walk of ``tokens`` found where this one stops (a commit
+            # after its lookup and admit; ``node`` is on its path): the same touches, split and leaf, no compare
+            child = m[5]
+            if child is None:
+                self._touch_path(m[4], now_us)
+                return self._leaf_after(q, 0, n, m[3], m[4], now_us)
+            self._touch_path(child, now_us)
+            return self._leaf_after(q, 0, n, m[3], self._split(child, m[6]), now_us)
+        self._touch_path(node, now_us)
         pos, node = self._walk(q, 0, n, node, num, now_us, True, False)
         return self._leaf_after(q, 0, n, pos, node, now_us)
 
@@ -305,6 +322,20 @@ class RadixTree:
                 self.protected_tokens += k
             node.lock_ref += 1
             node = node.parent
+
+    def move_lock(self, node: RadixNode, above: RadixNode) -> None:
+        """``inc_lock(node); dec_lock(above)`` where ``above`` (locked) is ``node`` or an ancestor (a commit's lock
+        moving to its leaf). NOTE (speed): one walk up to ``above``, not two up to the root."""
+        if above.lock_ref <= 0:
+            raise ValueError("move_lock from an unlocked node")
+        k = 0
+        while node is not above:
+            if node.lock_ref == 0:
+                k += node.n
+            node.lock_ref += 1
+            node = node.parent
+        self.evictable_tokens -= k
+        self.protected_tokens += k
 
     def dec_lock(self, node: RadixNode) -> None:
         """Undo one :meth:`inc_lock` of ``node``."""
@@ -411,6 +442,16 @@ class RadixTree:
         child.parent = upper
         upper.children = {child.ckey: child}
         self.num_nodes += 1
+        return upper
+
+    def _memo_split(self, node: RadixNode, at: int) -> RadixNode:
+        """:meth:`_split` of an edge on the path of the last split=False walk, or of its child at ``at <= same``:
+        the memo stays true of the tree."""
+        upper = self._split(node, at)
+        m = self._memo
+        if m is not None and m[2] == self._version - 1:      # (the child split: its upper part is the walk's node)
+            self._memo = (*m[:2], self._version, *m[3:]) if node is not m[5] else \
+                (*m[:2], self._version, m[3], upper, node if at < m[6] else None, m[6] - at, m[7])
         return upper
 
     def _push(self, node: RadixNode) -> None:

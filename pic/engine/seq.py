@@ -177,36 +177,49 @@ def lcp(A: Seq, a: int, B: Seq, b: int, m: int) -> int:
     """Length of the common prefix of ``A[a:a+m]`` and ``B[b:b+m]`` (at most ``m``)."""
     if A is B and a == b:
         return m
-    ra, ba, rb, bb = A.rows, A.bounds, B.rows, B.bounds
+    ba, bb = A.bounds, B.bounds
     i = bisect_right(ba, a) - 1
     j = bisect_right(bb, b) - 1
-    done = 0
     if a == b and ba[i] == bb[j] and A.arr is None and B.arr is None:
         # NOTE (speed): pieces of equal rows and equal bounds (the same segment at the same offset, both
         # prompts in the same coordinates: a radix tree's edges and queries) are equal without a look; the
         # leading run of such pieces is found with slice comparisons (C loops), not piece by piece. An edge
         # its query continues (most of an exact-prefix walk: a conversation's earlier turns) is one check.
         k = bisect_left(ba, a + m, i) - i          # pieces i .. i+k-1 of A hold [a, a+m)
-        if ra[i:i + k] == rb[j:j + k] and ba[i:i + k + 1] == bb[j:j + k + 1]:
+        if A.rows[i:i + k] == B.rows[j:j + k] and ba[i:i + k + 1] == bb[j:j + k + 1]:
             return m
-        lo, hi = 0, k          # the run's length t: the first lo pieces are such pieces, not all hi are
-        if k > 2:              # (most often all but the last: the query goes on with another segment)
-            if ra[i:i + k - 1] == rb[j:j + k - 1] and ba[i:i + k] == bb[j:j + k]:
-                lo = k - 1
-            else:
-                hi = k - 1
-        while hi - lo > 1:
-            t = (lo + hi) >> 1
-            if ra[i:i + t] == rb[j:j + t] and ba[i:i + t + 1] == bb[j:j + t + 1]:
-                lo = t
-            else:
-                hi = t
-        if lo:
-            done = ba[i + lo] - a
-            a += done
-            b += done
-            i += lo
-            j += lo
+        return lcp_aligned(A, i, B, j, a, m, k)
+    return _lcp_pieces(A, i, a, B, j, b, m, 0)
+
+
+def lcp_aligned(A: Seq, i: int, B: Seq, j: int, a: int, m: int, k: int) -> int:
+    """:func:`lcp` ``(A, a, B, a, m)`` where piece ``i`` of A and piece ``j`` of B (both of segments) hold
+    ``a`` and start at the same offset, the ``k`` pieces of A from ``i`` hold ``[a, a + m)``, and they are
+    not all equal to B's (rows and bounds): the first check :func:`lcp` makes, made by its caller (a radix
+    walk)."""
+    ra, ba, rb, bb = A.rows, A.bounds, B.rows, B.bounds
+    lo, hi = 0, k          # the run's length t: the first lo pieces are such pieces, not all hi are
+    if k > 2:              # (most often all but the last: the query goes on with another segment)
+        if ra[i:i + k - 1] == rb[j:j + k - 1] and ba[i:i + k] == bb[j:j + k]:
+            lo = k - 1
+        else:
+            hi = k - 1
+    while hi - lo > 1:
+        t = (lo + hi) >> 1
+        if ra[i:i + t] == rb[j:j + t] and ba[i:i + t + 1] == bb[j:j + t + 1]:
+            lo = t
+        else:
+            hi = t
+    if not lo:
+        return _lcp_pieces(A, i, a, B, j, a, m, 0)
+    done = ba[i + lo] - a
+    return _lcp_pieces(A, i + lo, a + done, B, j + lo, a + done, m, done)
+
+
+def _lcp_pieces(A: Seq, i: int, a: int, B: Seq, j: int, b: int, m: int, done: int) -> int:
+    """:func:`lcp` piece by piece from piece ``i`` of A (holding ``a``) and ``j`` of B (holding ``b``),
+    ``done`` of ``m`` tokens already equal."""
+    ra, ba, rb, bb = A.rows, A.bounds, B.rows, B.bounds
     while done < m:
         ea, eb = ba[i + 1], bb[j + 1]
         x = ra[i]
@@ -262,7 +275,9 @@ def _first(S: Seq, i: int, o: int) -> int:
     if r < 0:                                 # reversed segment
         r, o = -2 - r, S.bounds[i + 1] - S.bounds[i] - 1 - o
     if o == 0:
-        return first_tokens(S.store)[r]
+        store = S.store
+        last = _LAST_FIRST
+        return (last[1] if last[0] is store else first_tokens(store))[r]
     return token_at(S.store, r, o)
 
 

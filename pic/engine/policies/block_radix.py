@@ -52,11 +52,25 @@ class _Tree(RadixTree):
             node = node.parent
         if node is self.root or num == node.lo + node.n:
             return num, node
-        return num, self._split(node, num - node.lo)
+        return num, self._memo_split(node, num - node.lo)
 
     def inc_lock(self, node: RadixNode) -> None:
         root, bs, k, b = self.root, self.block, 0, 0
         while node is not root:
+            if node.lock_ref == 0:
+                k += node.n
+                b += (node.lo + node.n) // bs - node.lo // bs
+            node.lock_ref += 1
+            node = node.parent
+        self.evictable_tokens -= k
+        self.protected_tokens += k
+        self.locked_blocks += b
+
+    def move_lock(self, node: RadixNode, above: RadixNode) -> None:
+        if above.lock_ref <= 0:
+            raise ValueError("move_lock from an unlocked node")
+        bs, k, b = self.block, 0, 0
+        while node is not above:
             if node.lock_ref == 0:
                 k += node.n
                 b += (node.lo + node.n) // bs - node.lo // bs
@@ -132,8 +146,7 @@ class RadixBlocks:
         full = req.num_tokens // bs * bs
         num_new, leaf = self.tree.insert_below(req.seq, now_us, num, node, full)    # (node: locked since admit)
         self.num_resident += full // bs - (full - num_new) // bs
-        self.tree.inc_lock(leaf)
-        self.tree.dec_lock(node)
+        self.tree.move_lock(leaf, node)                     # (inc_lock(leaf), dec_lock(node))
         self.live[req.request_id] = (leaf, 0, k, full)
         self.ops.extend((COMMIT, k, now_us, 0))
 

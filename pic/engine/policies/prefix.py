@@ -98,8 +98,7 @@ class PrefixCache(CachePolicy):
         node, need, num = self._live[req.request_id]
         self._reserved -= need
         _, leaf = self.tree.insert_below(req.seq, now_us, num, node)    # (node: locked since admit)
-        self.tree.inc_lock(leaf)
-        self.tree.dec_lock(node)
+        self.tree.move_lock(leaf, node)                                   # (inc_lock(leaf), dec_lock(node))
         self._live[req.request_id] = (leaf, 0, req.num_tokens // self.tree.page_size * self.tree.page_size)
 
     def release(self, req: RequestView, now_us: int) -> None:
