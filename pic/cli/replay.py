@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import gc
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from pic.cli.choices import Gpu, GpuOption, Router, RouterOption
 from pic.cli.errors import (
@@ -37,17 +37,13 @@ from pic.cli.settings import (
     summary_table,
     warning_lines,
 )
-from pic.engine import policies as registry
-from pic.engine.memory import free_cycles
-from pic.engine.replay import (
-    RunResult,
-    check_config,
-    read_trace_file,
-    replay,
-    write_run,
-)
-from pic.engine.runconfig import replay_config, trace_sha256
 from pic.traces.outputs import check_output, derived_outputs
+
+if TYPE_CHECKING:
+    from pic.engine.replay import RunResult
+
+# NOTE (speed): the engine (numpy, polars, pyarrow) and rich's progress bar and tables are imported in the
+# command's body: `pic replay --help` and `--list-policies` need none of them (~0.25 CPU s)
 
 
 def _list_policies(value: bool) -> None:
@@ -125,6 +121,10 @@ def command(
     """
     gc.freeze()   # NOTE (speed): what the imports built lives to the end: no GC pass need walk it again
     with user_errors():
+        from pic.engine.memory import free_cycles
+        from pic.engine.replay import check_config, read_trace_file, replay, write_run
+        from pic.engine.runconfig import replay_config, trace_sha256
+
         file_values, cli_values, extras = load_settings(config, ctx)
         cfg = replay_config(file_values, cli_values)
         trace_path = trace if trace is not None else (Path(extras["trace"]) if extras["trace"] else None)
@@ -142,12 +142,8 @@ def command(
             raise ValueError(f"{trace_path}: the trace changed since {config} was written (content sha256 "
                              f"{trace_sha256(loaded)[:12]}…, recorded {str(extras['trace_sha256'])[:12]}…); "
                              "give TRACE to replay it anyway")
-        with Progress(TextColumn("[bold]replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err_console, transient=True) as bar:
-            task = bar.add_task("replay", total=None)
-            result = replay(loaded, cfg, progress=lambda done, total: bar.update(task, completed=done,
-                                                                                 total=total),
-                            command=command_line(ctx))
+        with _progress_bar() as tick:
+            result = replay(loaded, cfg, progress=tick, command=command_line(ctx))
         if gpu_ctx is None:
             del loaded     # NOTE (memory): the trace (2.2 GB at chat 10^6) is not held through the writes
             free_cycles(result.resolved["num_requests"])
@@ -166,7 +162,26 @@ def command(
             _note_stale(output, stale)
 
 
+@contextmanager
+def _progress_bar() -> Iterator[Callable[[int, int], None] | None]:
+    """The replay's progress callback: a transient bar on stderr where one is shown (an interactive terminal);
+    elsewhere none (rich drew only a blank line there, and ran its refresh thread through the replay)."""
+    if not err_console.is_interactive:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True) as bar:
+        task = bar.add_task("replay", total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
 def _print_policies() -> None:
+    from rich.table import Table
+
+    from pic.engine import policies as registry
+
     table = Table(title="policies (pic replay --policy NAME --set NAME.OPTION=VALUE)")
     table.add_column("policy", style="bold")
     table.add_column("option")

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import polars as pl
 import typer
-from rich.table import Table
 
 from pic.cli.invocation import typed
-from pic.engine.report.data import fmt_pct
-from pic.engine.report.headline import headline, signed_pct
-from pic.engine.report.tables import fmt_ms, fmt_speedup
-from pic.engine.runconfig import file_settings, normalize, read_config_file
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+# NOTE (speed): the engine (runconfig: numpy), polars, rich's tables and the report's formatting are imported
+# where they are used: `--help` needs none of them, and a `--json` replay prints no table (~10 ms CPU)
 
 ConfigOption = Annotated[Path | None, typer.Option(
     "--config", "-c", help="Settings file (TOML or YAML; or a run's config.json to replay it again). Options "
@@ -56,6 +56,8 @@ def given_options(ctx: typer.Context, keys: dict[str, str] = CLI_KEYS) -> dict[s
 def load_settings(config: Path | None, ctx: typer.Context, keys: dict[str, str] = CLI_KEYS
                   ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """``(file settings, command-line settings, file extras)`` — both settings :func:`normalize`\\ d."""
+    from pic.engine.runconfig import file_settings, normalize, read_config_file
+
     file_values: dict[str, Any] = {}
     extras: dict[str, Any] = {"trace": None, "trace_sha256": None}
     if config is not None:
@@ -67,6 +69,12 @@ def load_settings(config: Path | None, ctx: typer.Context, keys: dict[str, str] 
 
 def summary_table(s: dict[str, Any], out: Path) -> Table:
     """The per-policy table printed after a replay (times in ms; capacity per replica; peak over replicas)."""
+    from rich.table import Table
+
+    from pic.engine.report.data import fmt_pct
+    from pic.engine.report.headline import signed_pct
+    from pic.engine.report.tables import fmt_ms, fmt_speedup
+
     cap = "unbounded" if s["capacity_bytes"] is None else f"{s['capacity_bytes'] / 2**30:,.2f} GiB"
     r = s["replicas"]
     table = Table(title=f"{s['trace']} · {s['model']} on {s['gpu']} · capacity {cap}"
@@ -88,6 +96,10 @@ def summary_table(s: dict[str, Any], out: Path) -> Table:
 
 def summary_headline(s: dict[str, Any]) -> str | None:
     """The report's headline sentence for one run's summary.json."""
+    import polars as pl
+
+    from pic.engine.report.headline import headline
+
     cols = ("token_hit_rate", "prefix_hit_rate", "ttft_p50_s", "prefill_joules", "energy_saved_vs_prefix",
             "oracle_share")
     rows = pl.DataFrame([{"policy": n, **{c: float(p[c]) if p.get(c) is not None else float("nan") for c in cols},

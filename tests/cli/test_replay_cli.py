@@ -8,7 +8,7 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-import pic.cli.replay as cli
+import pic.engine.replay as engine
 from pic.cli.app import app
 from pic.engine.replay import replay as real_replay
 from pic.traces.io import write_trace
@@ -30,7 +30,7 @@ def test_passes_config_and_writes_run_dir(trace_file, tmp_path, monkeypatch):
         seen["config"] = config
         return real_replay(trace, config, progress, **kw)
 
-    monkeypatch.setattr(cli, "replay", spy)
+    monkeypatch.setattr(engine, "replay", spy)   # (pic.cli.replay imports it per command)
     out = tmp_path / "run"
     res = runner.invoke(app, ["replay", str(trace_file), "--policy", "prefix,none", "--capacity", "2GiB",
                               "--replicas", "2", "--router", "least-loaded", "--set", "prefix.page_size=16",
@@ -65,7 +65,7 @@ def test_json_prints_summary(trace_file, tmp_path):
 ])
 def test_bad_options_fail_before_any_work(trace_file, tmp_path, monkeypatch, args, message):
     """Impossible settings exit 1 with one clear line and never start a replay."""
-    monkeypatch.setattr(cli, "replay", lambda *a, **k: pytest.fail("replay started"))
+    monkeypatch.setattr(engine, "replay", lambda *a, **k: pytest.fail("replay started"))
     res = runner.invoke(app, ["replay", str(trace_file), *args, "-o", str(tmp_path / "r")])
     assert res.exit_code == 1 and message in res.output and not (tmp_path / "r").exists()
 
