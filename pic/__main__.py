@@ -1,10 +1,5 @@
-import gc
+from pic.cli.startup import imports_without_gc
 
-# NOTE (speed): no cyclic-GC pass over what the CLI's imports build (it all lives to the end); frozen once
-# built, so no later pass walks it either (pic.cli.app.main does the same around the command's imports)
-gc.disable()
-from pic.cli.app import run  # noqa: E402
-
-gc.freeze()
-gc.enable()
+with imports_without_gc():
+    from pic.cli.app import run
 run()

@@ -171,25 +171,16 @@ def _invoked(argv: list[str]) -> str | None:
 
 
 def main() -> None:
-    import gc
-
     from pic.cli import invocation
+    from pic.cli.startup import imports_without_gc
 
     # NOTE (speed): numpy's OpenBLAS starts a thread per core at import (pic multiplies no matrices):
     # 0.05 CPU s of every command on a 2-core VM; a value the user set is kept
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     invocation.ARGV = sys.argv[1:]   # what config.json records as the command
     cmd = _invoked(sys.argv[1:])
-    # NOTE (speed): no cyclic-GC pass over what the imports build (~90 k objects that live to the end; the
-    # passes cost ~35 ms CPU of a `pic replay`'s imports); frozen once built, so no later pass walks them
-    was = gc.isenabled()
-    gc.disable()
-    try:
+    with imports_without_gc():
         app = _register(COMMANDS if cmd is None else (cmd,))
-    finally:
-        gc.freeze()
-        if was:
-            gc.enable()
     app()
 
 

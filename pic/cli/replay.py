@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,6 +36,7 @@ from pic.cli.settings import (
     summary_table,
     warning_lines,
 )
+from pic.cli.startup import imports_without_gc
 from pic.traces.outputs import check_output, derived_outputs
 
 if TYPE_CHECKING:
@@ -119,12 +119,11 @@ def command(
 
       pic replay --config runs/x/config.json -o runs/x-again
     """
-    gc.freeze()   # NOTE (speed): what the imports built lives to the end: no GC pass need walk it again
-    with user_errors():
+    with imports_without_gc():
         from pic.engine.memory import free_cycles
         from pic.engine.replay import check_config, read_trace_file, replay, write_run
         from pic.engine.runconfig import replay_config, trace_sha256
-
+    with user_errors():
         file_values, cli_values, extras = load_settings(config, ctx)
         cfg = replay_config(file_values, cli_values)
         trace_path = trace if trace is not None else (Path(extras["trace"]) if extras["trace"] else None)
