@@ -148,23 +148,26 @@ class Trace:
     def _csr(self) -> tuple[np.ndarray, np.ndarray]:
         """(req_offsets [R+1], seg_index [sum segs]) mapping requests to segment row indices."""
         seg_lists = self.requests["segment_ids"]
-        flat = seg_lists.explode().to_numpy().astype(np.uint64)
-        counts = seg_lists.list.len().to_numpy().astype(np.int64)
+        flat = seg_lists.explode().to_numpy().astype(np.uint64, copy=False)
+        counts = seg_lists.list.len().to_numpy().astype(np.int64, copy=False)
         offs = np.zeros(counts.size + 1, dtype=np.int64)
         np.cumsum(counts, out=offs[1:])
         order, sorted_ids = self._sorted_ids
-        # NOTE (speed): the references are looked up in sorted order (numpy's binary search starts from the
-        # previous key's answer when the keys ascend): Mooncake conversation's 288,500 references 38 -> 16 ms
+        # NOTE (speed): the references are looked up in sorted order: numpy's binary search starts from the
+        # previous key's answer when the keys ascend, and the gathers after it walk forward (Mooncake
+        # conversation's 288,500 references: 46 -> 22 ms CPU, both in one process)
         by_id = np.argsort(flat)
-        pos = np.empty(flat.size, np.intp)
-        pos[by_id] = np.searchsorted(sorted_ids, flat[by_id])
-        pos = np.minimum(pos, max(sorted_ids.size - 1, 0))
-        if flat.size and (sorted_ids.size == 0 or not np.array_equal(sorted_ids[pos], flat)):
-            bad = int(np.nonzero(sorted_ids[pos] != flat)[0][0]) if sorted_ids.size else 0
+        keys = flat[by_id]
+        pos = np.searchsorted(sorted_ids, keys)
+        np.minimum(pos, max(sorted_ids.size - 1, 0), out=pos)
+        if flat.size and (sorted_ids.size == 0 or not np.array_equal(sorted_ids[pos], keys)):
+            bad = int(by_id[sorted_ids[pos] != keys].min()) if sorted_ids.size else 0   # first in row order
             req = int(np.searchsorted(offs, bad, side="right") - 1)
             raise TraceError(self.source, None, "segment_ids",
                              f"request row {req} references unknown segment {int(flat[bad])}")
-        return offs, order[pos].astype(np.int64)
+        seg_index = np.empty(flat.size, np.int64)
+        seg_index[by_id] = order[pos]
+        return offs, seg_index
 
     def request_segments(self, i: int) -> np.ndarray:
         """Row indices into ``segments`` of request ``i``'s segments, in prompt order."""
