@@ -17,16 +17,21 @@ from typing import Any
 
 import numpy as np
 
+from pic.engine.cost import CostModel
+from pic.engine.cost_fns import one_chunk_terms_np, prefill_shares_fn
 from pic.engine.events import Event, EventKind
 from pic.engine.loop import VOID, Simulator
 from pic.engine.plan import NO_CORRECTION, Action, Plan
 from pic.engine.request import Labels, RequestTable
+from pic.engine.serving.plans import _one_chunk, _plan_stats
 from pic.engine.serving.replica import Phase, Replica
 from pic.engine.serving.router import Router
+from pic.engine.serving.shares import ShareBook, TermsBook
 
+INF = float("inf")
 FINISH, PREFILL_DONE, ARRIVAL, SCHEDULE = (EventKind.FINISH, EventKind.PREFILL_DONE, EventKind.ARRIVAL,
                                            EventKind.SCHEDULE)
-REUSE, ROTATED, RECOMPUTE = Action.REUSE, Action.REUSE_ROTATED, Action.RECOMPUTE
+REUSE, RECOMPUTE = Action.REUSE, Action.RECOMPUTE
 _MEMO_MAX = 1 << 16         # prefill costs remembered by plan shape (cleared when full)
 
 
@@ -76,6 +81,7 @@ class ServingModel:
         self.resident = [0] * len(self.policies)
         # (each policy's usage().total: CachePolicy.resident_bytes, or through usage() for another object)
         self._resident_of = [getattr(p, "resident_bytes", None) or (lambda p=p: p.usage().total) for p in self.policies]
+        self._res0 = self._resident_of[0] if self._resident_of else None
         self.peak_resident = 0
         self.num_finished = 0
         self._tick = max(1, n // 200)
@@ -87,12 +93,25 @@ class ServingModel:
         self._full: dict[int, tuple] = {}     # one_chunk_terms of a full recompute, by token count (an int key)
         self._view = workload.view
         self._watts = cost.busy_watts
+        # the counterfactual full prefills, priced in batches (None: one at a time, Replica.prefill_share)
+        shares = prefill_shares_fn(cost) if isinstance(cost, CostModel) else None
+        self._book = None if shares is None else ShareBook(shares, cost.busy_watts, self._prefill_cols[15:17])
+        # ... and an exact-prefix plan's priced columns (None: as it starts)
+        terms = one_chunk_terms_np(cost) if shares is not None and self._terms is not None else None
+        self._tbook = None if terms is None else TermsBook(terms, tuple(self._prefill_cols[k] for k in (6, 7, 8, 10, 12)))
         # NOTE (speed): with one replica, its phase end is the Simulator's timer (one pending event, replaced
         # by a newer one): a prefill's PREFILL_DONE, whose handler then sets the SCHEDULE at the same instant
         # (the order the heap gave: FINISH, PREFILL_DONE, ARRIVAL, SCHEDULE at one time), or a decode phase's
         # SCHEDULE, which a cut replaces (its version was then old): no heap entry per phase, no stale one
         # dispatched. Several replicas: heap events (their SCHEDULEs' ties go by push order).
         self._one = len(self.replicas) == 1
+        # NOTE (speed): one replica, no observer (_fold): an event of the replica's own that nothing else can
+        # precede (no arrival nor heap event due at or before it) is run by the handler that would queue it,
+        # counted as the loop counts one: the SCHEDULE at an arrival's wake (open loop), a prefill's PREFILL_DONE
+        # and the SCHEDULE at its end, a decode phase's end. The same events in the same order, fewer loop turns.
+        self._fold = self._fold_in = False    # (run: with one replica and no observer; _fold_in: open loop too)
+        self._open = self._next_turn is None
+        self._next_at: float = INF      # open loop: the next arrival's time (closed loop: in the heap)
         self.sim = Simulator({FINISH: self._on_finish, PREFILL_DONE: self._on_prefill_done,
                               ARRIVAL: self._on_arrival, SCHEDULE: self._on_schedule},
                              timer_kinds=(PREFILL_DONE, SCHEDULE) if self._one else ())
@@ -101,12 +120,21 @@ class ServingModel:
     def run(self) -> RequestTable:
         """Replay every request to completion; returns the requests (index = workload row; iterating gives
         Request copies, ``request_frame`` reads the columns)."""
+        self._fold = self._one and not self.sim.observers
+        self._fold_in = self._fold and self._open
+        self._heap = self.sim._heap
         if self._next_turn is None:        # open loop: every arrival known in advance, fed in order
+            if self._n:
+                self._next_at = self._arrival[0]
             self.sim.feed(self.w.arrival_us, ARRIVAL, self._arrive)
         elif self._chain.size:
             first = int(self._chain[0])
             self.sim.schedule(Event(ARRIVAL, -1, first), int(self.w.arrival_us[first]))
         self.sim.run()
+        if self._book is not None:
+            self._book.flush()
+        if self._tbook is not None:
+            self._tbook.flush()
         if self.num_finished != len(self.requests):
             raise RuntimeError(f"simulation ended with {len(self.requests) - self.num_finished} unfinished")
         return self.requests
@@ -156,6 +184,8 @@ class ServingModel:
     def _arrive(self, i: int, now: int) -> list[tuple[int, Event]] | None:
         """Request ``i`` arrives at ``now``: routed and queued; a replica that must re-plan is woken."""
         self._arrival[i] = now
+        if self._open:
+            self._next_at = self._arrival[i + 1] if i + 1 < self._n else INF
         view = self._views[i] = self._view(i)
         replicas = self.replicas
         k = 0 if self._one else self.router.pick(view, now)
@@ -164,50 +194,89 @@ class ServingModel:
         rep.queue.append(i)
         rep.num_outstanding += 1
         wake = rep.cut(now)
-        return None if wake is None else [(wake, (SCHEDULE, k, -1, rep.version))]
+        if wake is None:
+            return None
+        if self._fold_in and wake < self._next_at and (not self._heap or self._heap[0][0] > wake):
+            # (open loop: the feed gives every arrival, the next at _next_at; run here: _fold, _quiet)
+            self.sim.num_events += 1
+            self.sim.now = wake
+            return self._on_schedule((SCHEDULE, k, -1, rep.version), wake)
+        return [(wake, (SCHEDULE, k, -1, rep.version))]
 
     def _on_schedule(self, ev: Event, now: int) -> Any:
         rep = self.replicas[ev[1]]
         if ev[3] != rep.version:     # superseded (a cut re-planned the phase): not an event (loop.VOID)
             return VOID
-        dec = rep.decoding
-        out = None
-        if dec and dec[0][0] <= rep.steps:
-            for j in rep.pop_finished():
-                follow = self._finish(j, now)
-                if follow:
-                    if out is None:
-                        out = follow
-                    else:
-                        out.extend(follow)
-        if rep.queue:
-            started = self._start_prefill(rep, rep.queue.popleft(), now)
-            if out is None:
-                return started
-            out.extend(started)
-        elif rep.num_decode:
-            item = (rep.run_decode(now), (SCHEDULE, rep.index, -1, rep.version))
-            if out is None:
-                return [item]
-            out.append(item)
-        else:
-            rep.go_idle(now)
-        return out
+        while True:
+            dec = rep.decoding
+            out = None
+            if dec and dec[0][0] <= rep.steps:
+                for j in rep.pop_finished():
+                    follow = self._finish(j, now)
+                    if follow:
+                        if out is None:
+                            out = follow
+                        else:
+                            out.extend(follow)
+            heap = self._heap
+            if rep.queue:
+                started = self._start_prefill(rep, rep.queue.popleft(), now)
+                if out is None and self._fold and len(started) == 1:     # (its PREFILL_DONE alone)
+                    end = started[0][0]
+                    if end < self._next_at and (not heap or heap[0][0] > end):   # run here (_fold), with the
+                        sim = self.sim                                           # SCHEDULE after it
+                        sim.num_events += 1
+                        sim.now = now = end
+                        out = self._prefill_done(started[0][1][2], end)
+                        if out is None:
+                            sim.num_events += 1
+                            continue
+                        out.append((end, (SCHEDULE, rep.index, -1, rep.version)))
+                        return out
+                if out is None:
+                    return started
+                out.extend(started)
+            elif rep.num_decode:
+                end = rep.run_decode(now)
+                if out is None and self._fold and end < self._next_at and (not heap or heap[0][0] > end):
+                    sim = self.sim      # its SCHEDULE, run here (_fold: the next turn)
+                    sim.num_events += 1
+                    sim.now = now = end
+                    continue
+                item = (end, (SCHEDULE, rep.index, -1, rep.version))
+                if out is None:
+                    return [item]
+                out.append(item)
+            else:
+                rep.go_idle(now)
+            return out
 
     def _on_prefill_done(self, ev: Event, now: int) -> list[tuple[int, Event]] | None:
-        i = ev[2]
-        self._first_token[i] = now
-        if self._admitted[i]:
-            k = self._replica[i]
-            self.policies[k].commit(self._views[i], now)
-            self._note_resident(k)
-        out = self._finish(i, now) if self._num_output[i] <= 1 else None
+        out = self._prefill_done(ev[2], now)
         if self._one:      # the replica's SCHEDULE at the prefill's end (its timer's next event)
+            if out is None and self._fold and now < self._next_at and (not self._heap or self._heap[0][0] > now):
+                self.sim.num_events += 1        # (run here: _fold)
+                return self._on_schedule((SCHEDULE, 0, -1, self.replicas[0].version), now)
             item = (now, (SCHEDULE, 0, -1, self.replicas[0].version))
             if out is None:
                 return [item]
             out.append(item)
         return out
+
+    def _prefill_done(self, i: int, now: int) -> list[tuple[int, Event]] | None:
+        """Request ``i``'s first token at ``now``: its KV committed, finished if it wanted one token."""
+        self._first_token[i] = now
+        if self._admitted[i]:
+            k = self._replica[i]
+            self.policies[k].commit(self._views[i], now)
+            if self._one:       # (_note_resident, inlined)
+                r = self._res0()
+                self.resident[0] = r
+                if r > self.peak_resident:
+                    self.peak_resident = r
+            else:
+                self._note_resident(k)
+        return self._finish(i, now) if self._num_output[i] <= 1 else None
 
     def _on_finish(self, ev: Event, now: int) -> list[tuple[int, Event]] | None:
         return self._finish(ev[2], now)
@@ -223,7 +292,13 @@ class ServingModel:
         plan = pol.lookup(view, now)
         if pol.admit(view, plan, now):
             self._admitted[i] = True
-            self._note_resident(k)
+            if self._one:       # (_note_resident, inlined)
+                r = self._res0()
+                self.resident[0] = r
+                if r > self.peak_resident:
+                    self.peak_resident = r
+            else:
+                self._note_resident(k)
         else:
             plan = Plan.recompute_all(n)
             c_uncached[i] = True
@@ -261,15 +336,18 @@ class ServingModel:
             # (priced as one chunk, not looked up in _tmemo: a prefix plan's (tokens, reused) pair is seldom seen
             # twice; Mooncake conversation: never)
             b = spans[1]
-            flops, hbm, _, read, attn_s, _ = self._terms(plan.num_tokens, b.end - b.start, b.start)
-            nc = self._full.get(n)
-            c_flops[i] = flops
-            c_hbm[i] = hbm
-            c_read[i] = read
-            c_attn[i] = attn_s
-            c_nc_attn[i] = (nc if nc is not None else self._full_terms(n))[4]
+            if self._tbook is not None:
+                self._tbook.add(i, plan.num_tokens, b.end - b.start, b.start, n)
+            else:
+                flops, hbm, _, read, attn_s, _ = self._terms(plan.num_tokens, b.end - b.start, b.start)
+                nc = self._full.get(n)
+                c_flops[i] = flops
+                c_hbm[i] = hbm
+                c_read[i] = read
+                c_attn[i] = attn_s
+                c_nc_attn[i] = (nc if nc is not None else self._full_terms(n))[4]
             extra = 0.0
-            full = rep.prefill_share(n, n)       # before this prefill changes the batch
+            full = self._full_share(rep, i, n)       # before this prefill changes the batch
         else:
             reused, rotated, needs_extra = _plan_stats(plan)
             # NOTE: hybrid models: reuse after a non-prefix point still runs the recurrent layers (engine.hybrid_cost)
@@ -319,14 +397,15 @@ class ServingModel:
             if needs_extra:
                 # rotation / correction / tier-transfer time beyond a plain chunked prefill of num_new tokens
                 extra = max(0.0, pc.time_s - self.cost.step_time(((num_new, n - num_new),), 0, 0))
-            full = None if plain else rep.prefill_share(n, n)       # before this prefill changes the batch
+            full = None if plain else self._full_share(rep, i, n)       # before this prefill changes the batch
         end, finishes, share = rep.run_prefill(now, n, num_new, extra, i, self._num_output[i])
         watts = self._watts
         joules = watts * share
         c_joules[i] = joules
-        nocache = joules if full is None else watts * full
-        c_nc_joules[i] = nocache
-        c_prefix_joules[i] = nocache      # replay fills in the baseline's own
+        if full is None or full >= 0.0:      # (-1.0: the ShareBook writes them)
+            nocache = joules if full is None else watts * full
+            c_nc_joules[i] = nocache
+            c_prefix_joules[i] = nocache      # replay fills in the baseline's own
         # (events as plain (kind, target, req, version) tuples: engine.events)
         if finishes:
             out = [(t, (FINISH, k, j, 0)) for t, j in finishes]
@@ -337,6 +416,12 @@ class ServingModel:
         if self._one:      # (the SCHEDULE at ``end`` follows the PREFILL_DONE: _on_prefill_done)
             return [(end, (PREFILL_DONE, k, i, 0))]
         return [(end, (PREFILL_DONE, k, i, 0)), (end, (SCHEDULE, k, -1, rep.version))]
+
+    def _full_share(self, rep: Replica, i: int, n: int) -> float:
+        """``rep.prefill_share(n, n)``, or -1.0 where the ShareBook prices it later (and writes its joules)."""
+        if self._book is None:
+            return rep.prefill_share(n, n)
+        return self._book.add(rep, i, n)
 
     def _finish(self, i: int, now: int) -> list[tuple[int, Event]] | None:
         k = self._replica[i]
@@ -393,35 +478,6 @@ class ServingModel:
             after[chain[:-1]] = chain[1:]
         self._chain_after = after.tolist()
         return chain, next_turn.tolist(), gap.tolist()
-
-
-def _one_chunk(spans: tuple) -> tuple[int, int] | None:
-    """(tokens, start) of the only RECOMPUTE span of a plain plan's one or two spans, (0, 0) when none is;
-    None when both are RECOMPUTE (two prefill chunks: CostModel.prefill prices them)."""
-    a = spans[0]
-    b = spans[1] if len(spans) > 1 else None
-    if a.action == RECOMPUTE:
-        return None if b is not None and b.action == RECOMPUTE else (a.end - a.start, a.start)
-    if b is not None and b.action == RECOMPUTE:
-        return b.end - b.start, b.start
-    return 0, 0
-
-
-def _plan_stats(plan: Plan) -> tuple[int, int, bool]:
-    """(reused tokens, rotated tokens, needs extra time: rotation / correction / non-HBM tier)."""
-    reused = rotated = 0
-    corr = plan.correction
-    extra = corr is not NO_CORRECTION and corr != NO_CORRECTION   # (identity first: no dataclass __eq__)
-    for s in plan.spans:
-        a = s.action
-        if a != RECOMPUTE:
-            reused += s.end - s.start
-            if a == ROTATED:
-                rotated += s.end - s.start
-                extra = True
-        if s.tier:
-            extra = True
-    return reused, rotated, extra
 
 
 __all__ = ["ServingModel", "Workload", "Phase"]

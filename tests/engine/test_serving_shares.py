@@ -1,0 +1,108 @@
+"""The serving model's batched pricing and folded SCHEDULEs (engine.serving.shares, ServingModel._quiet): the same
+outputs as one step at a time and one event per loop turn, with a real CostModel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pic.engine.cost import CostModel
+from pic.engine.cost_fns import one_chunk_terms_fn, one_chunk_terms_np, prefill_shares_fn, prefill_step_fn
+from pic.engine.policies.base import PolicyContext, RequestView
+from pic.engine.serving import ServingModel, Workload
+from pic.engine.serving import model as serving_model
+from pic.engine.serving import shares as shares_mod
+from pic.engine.specs import gpu_from_name, model_from_name
+from tests.engine.test_serving import BrutePrefix
+
+
+def _cost(name="deepseek-v2-lite"):
+    return CostModel(model_from_name(name), gpu_from_name("h200"))
+
+
+def _workload(num, seed, span_us, max_out=200, long=20000):
+    rng = np.random.default_rng(seed)
+    shared = rng.integers(0, 5000, 4000).astype(np.int32)
+    toks = [np.concatenate([shared[:rng.integers(0, 4000)], rng.integers(6000, 9000, rng.integers(1, long))])
+            .astype(np.int32) for _ in range(num)]
+    return Workload(np.arange(num, dtype=np.int64), [f"s{i % 4}" for i in range(num)],
+                    np.array([t.size for t in toks], np.int64), rng.integers(1, max_out, num),
+                    np.sort(rng.integers(0, span_us, num)).astype(np.int64),
+                    lambda i: RequestView.from_tokens(i, toks[i], f"s{i % 4}"))
+
+
+def _run(w, budget, closed_loop=False, observe=False):
+    m = ServingModel(w, [BrutePrefix(PolicyContext(float("inf"), 1))], _cost(), token_budget=budget,
+                     closed_loop=closed_loop)
+    seen = []
+    if observe:      # the loop's step() path: every event dispatched by the loop (nothing folded)
+        m.sim.observers.append(lambda ev, now: seen.append(now))
+    reqs = m.run()
+    cols = {f: np.asarray(reqs.cols[f]).tolist() for f in reqs.cols}
+    return cols, m.replicas[0].itl.array().tolist(), m.replicas[0].busy_us, m.sim.num_events, len(seen), m
+
+
+@pytest.mark.parametrize("name", ["deepseek-v2-lite", "llama-3.1-8b", "olmo-hybrid-7b"])
+def test_batched_shares_equal_the_step_by_step_ones(name):
+    """prefill_shares_fn gives prefill_step's share for every step, exactly (arrays of many step shapes)."""
+    rng = np.random.default_rng(5)
+    for kv in (None, 77.5):
+        cost = CostModel(model_from_name(name), gpu_from_name("h200"), kv_read_bytes=kv)
+        step, shares = prefill_step_fn(cost), prefill_shares_fn(cost)
+        n = np.concatenate([rng.integers(1, 9000, 3000), np.arange(1, 40)])
+        c = rng.integers(0, 40000, n.size)
+        nd = np.concatenate([rng.integers(0, 300, 3000), np.zeros(39, np.int64)])
+        ctx = np.where(nd > 0, rng.integers(0, 10**7, n.size), 0)
+        want = [step(*a)[1] for a in zip(n.tolist(), c.tolist(), nd.tolist(), ctx.tolist(), strict=True)]
+        assert shares(n, c, nd, ctx).tolist() == want
+
+
+@pytest.mark.parametrize("name", ["deepseek-v2-lite", "llama-3.1-8b", "deepseek-v3"])
+def test_batched_one_chunk_terms_equal_the_closure(name):
+    """one_chunk_terms_np gives one_chunk_terms' values (but the last) exactly, full hits included; None for a
+    hybrid model (its plans priced by CostModel.prefill)."""
+    rng = np.random.default_rng(9)
+    cost = CostModel(model_from_name(name), gpu_from_name("h200"), kv_read_bytes=60.0)
+    one, many = one_chunk_terms_fn(cost), one_chunk_terms_np(cost)
+    tok = rng.integers(1, 40000, 3000)
+    new = np.minimum(rng.integers(0, 9000, tok.size), tok)
+    new[:40], new[40:80] = 0, rng.integers(1, 4, 40)
+    got = many(tok, new, tok - new)
+    want = [one(*a) for a in zip(tok.tolist(), new.tolist(), (tok - new).tolist(), strict=True)]
+    for k in range(5):
+        assert got[k].tolist() == [w[k] for w in want]
+    assert one_chunk_terms_np(_cost("olmo-hybrid-7b")) is None
+
+
+@pytest.mark.parametrize("budget, span_us", [(8192, 3_000_000), (512, 20_000_000), (64, 2_000_000)])
+def test_share_book_gives_the_columns_prefill_share_gives(monkeypatch, budget, span_us):
+    """Every output with the counterfactual full prefills priced in batches (one step, several, a decoder
+    finishing between them: priced at once) and the exact-prefix plans' columns (TermsBook) equals pricing each
+    as the request starts (Replica.prefill_share, one_chunk_terms); several flushes."""
+    w = _workload(120, seed=budget, span_us=span_us)
+    monkeypatch.setattr(shares_mod, "_FLUSH", 16)
+    calls = []
+    share = serving_model.Replica.prefill_share
+    monkeypatch.setattr(serving_model.Replica, "prefill_share", lambda self, a, b: calls.append(a) or share(self, a, b))
+    a = _run(w, budget)
+    assert a[-1]._book is not None and a[-1]._tbook is not None
+    fallback = len(calls)
+    monkeypatch.setattr(serving_model, "prefill_shares_fn", lambda cost: None)
+    b = _run(w, budget)
+    assert b[-1]._book is None and b[-1]._tbook is None
+    assert a[:4] == b[:4]
+    assert min(a[0]["nocache_prefill_joules"]) > 0 and a[0]["nocache_prefill_joules"] == a[0]["prefix_prefill_joules"]
+    if budget == 64:
+        assert 0 < fallback < len(calls)       # (some priced at once: decoders finishing inside)
+
+
+@pytest.mark.parametrize("closed_loop", [False, True])
+@pytest.mark.parametrize("span_us, budget", [(2_000_000, 8192), (200_000_000, 8192), (1_000, 256)])
+def test_folded_schedules_count_as_the_loop_would(closed_loop, span_us, budget):
+    """A SCHEDULE run by the handler that would set it (_fold) changes no output and counts as one event: the
+    same columns, ITL, busy time and event count as the run whose loop dispatches every event (an observer)."""
+    w = _workload(80, seed=span_us % 97, span_us=span_us, long=6000)
+    a, b = _run(w, budget, closed_loop), _run(w, budget, closed_loop, observe=True)
+    assert a[:4] == b[:4]
+    assert b[4] == b[3]              # the observer saw every counted event
+    assert a[-1]._fold and not b[-1]._fold
