@@ -12,13 +12,12 @@ from pic._accel_numba import _GOLDEN, _I32, _I64, _OPTS, _U64, _mix
 _BITS = types.Array(types.uint8, 1, "C", readonly=True)
 
 
-@njit(types.Tuple((types.int64[::1], types.uint64[::1]))(_U64, types.int64, types.uint64, types.int64, _BITS, _BITS,
-                                                         types.uint64, types.uint64), **_OPTS)
-def window_candidates(h, width, bw, start, bits1, bits2, shift, mask):
+@njit(**_OPTS)
+def _window_candidates(h, width, bw, start, bits1, bits2, shift, mask):
     """``(offsets, keys)``: offsets ``i >= start`` whose window hash ``x = h[i + width] - h[i] * bw``
     (:func:`engine.rolling.window_hashes` from the prefix hashes ``h``, ``bw = B^width``) has bit ``x >> shift``
     set in ``bits1`` and bit ``x & mask`` set in ``bits2`` (little-endian bit order), ascending, and those
-    hashes (``fixed-chunk``'s two filters: :meth:`engine.policies.fixed_chunk._Filters.candidates`). One pass,
+    hashes (``fixed-chunk``'s two filters: :meth:`engine.policies.fixed_chunk_filters._Filters.candidates`). One pass,
     no temporaries: the window hashes are never stored; the bitsets (512 KB each) stay in cache where the
     counting filters (8 MB each) do not."""
     n = h.shape[0] - width
@@ -39,12 +38,19 @@ def window_candidates(h, width, bw, start, bits1, bits2, shift, mask):
     return pos[:k], keys[:k]
 
 
+@njit(types.Tuple((types.int64[::1], types.uint64[::1]))(_U64, types.int64, types.uint64, types.int64, _BITS, _BITS,
+                                                         types.uint64, types.uint64), **_OPTS)
+def window_candidates(h, width, bw, start, bits1, bits2, shift, mask):
+    """:func:`_window_candidates`."""
+    return _window_candidates(h, width, bw, start, bits1, bits2, shift, mask)
+
+
 @njit(types.void(_U64, types.uint16[::1], types.uint16[::1], types.uint8[::1], types.uint8[::1], types.uint64,
                  types.uint64), **_OPTS)
 def filter_add(keys, counts1, counts2, bits1, bits2, shift, mask):
     """Count each key in both counting filters (bucket ``key >> shift`` of the first, ``key & mask`` of the
     second; uint16 counts, wrapping as ``np.add.at`` does) and set its bit in each bitset
-    (:meth:`engine.policies.fixed_chunk._Filters.add`): one pass instead of four ``ufunc.at`` calls."""
+    (:meth:`engine.policies.fixed_chunk_filters._Filters.add`): one pass instead of four ``ufunc.at`` calls."""
     one, seven, three = np.uint8(1), np.uint64(7), np.uint64(3)
     for x in keys:
         a = x >> shift
@@ -78,8 +84,8 @@ def prefix_hashes(toks):
     return h
 
 
-@njit(types.uint64[::1](_I32, _I64, _I64, _U64, _I64, types.uint64), **_OPTS)
-def segment_prefix_hashes(buf, lo, hi, keys, lengths, mask):
+@njit(**_OPTS)
+def _segment_prefix_hashes(buf, lo, hi, keys, lengths, mask):
     """:func:`prefix_hashes` of a prompt given as its segments' pieces (:meth:`traces.content.Segments.pieces`):
     piece ``p`` is ``buf[lo[p]:hi[p]]`` when ``hi[p] > lo[p]``, else ``lengths[p]`` opaque tokens derived
     from ``keys[p]`` as :func:`pic._accel_numba.opaque_fill` derives them (keys given as ``key ^ salt``). The
@@ -104,3 +110,35 @@ def segment_prefix_hashes(buf, lo, hi, keys, lengths, mask):
                 h[k] = acc
                 k += 1
     return h
+
+
+@njit(types.uint64[::1](_I32, _I64, _I64, _U64, _I64, types.uint64), **_OPTS)
+def segment_prefix_hashes(buf, lo, hi, keys, lengths, mask):
+    """:func:`_segment_prefix_hashes`."""
+    return _segment_prefix_hashes(buf, lo, hi, keys, lengths, mask)
+
+
+@njit(types.Tuple((types.uint64[::1], types.int64[::1], types.uint64[::1], types.uint64[::1]))(
+    _I32, _I64, _I64, _U64, _U64, _I64, types.uint64, types.int64, types.uint64, types.int64, _BITS, _BITS,
+    types.uint64, types.uint64), **_OPTS)
+def prompt_scan(buf, tok_offs, offs, keys, salts, rows, mask, width, bw, start, bits1, bits2, shift, fmask):
+    """``fixed-chunk``'s lookup work on a prompt in one call: its prefix hashes ``h`` (:func:`segment_prefix_hashes`
+    of segment rows ``rows`` of a :class:`traces.content.Segments` given as ``tokens``, ``token_offsets`` (or
+    ``offsets`` where it has none), ``offsets``, ``keys``, ``salts`` (both empty: no opaque segments), as
+    :meth:`~traces.content.Segments.pieces` reads them), the filters' candidate windows from ``start``
+    (:func:`window_candidates`) and the keys of its grid chunks (window ``j * width`` of each whole chunk)."""
+    m = rows.shape[0]
+    lo, hi = np.empty(m, np.int64), np.empty(m, np.int64)
+    ks, lengths = np.zeros(m, np.uint64), np.empty(m, np.int64)
+    for p in range(m):
+        r = rows[p]
+        lo[p], hi[p], lengths[p] = tok_offs[r], tok_offs[r + 1], offs[r + 1] - offs[r]
+        if keys.shape[0]:
+            ks[p] = keys[r] ^ salts[r]
+    h = _segment_prefix_hashes(buf, lo, hi, ks, lengths, mask)
+    pos, cand = _window_candidates(h, width, bw, start, bits1, bits2, shift, fmask)
+    k = (h.shape[0] - 1) // width
+    grid = np.empty(k, np.uint64)
+    for j in range(k):
+        grid[j] = h[(j + 1) * width] - h[j * width] * bw
+    return h, pos, cand, grid

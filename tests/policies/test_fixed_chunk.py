@@ -371,3 +371,85 @@ def test_prompt_hashed_from_its_segments() -> None:
             rows = rng.integers(0, n, int(rng.integers(1, 12)))
             got = k.segment_prefix_hashes(seg.tokens, *seg.pieces(rows), _MASK)
             assert np.array_equal(got, prefix_hashes(seg.gather(rows)))
+
+
+def test_compiled_prompt_scan_equals_its_parts() -> None:
+    """prompt_scan (one call per lookup) gives the prefix hashes of the prompt's segments, the filters'
+    candidates from ``start`` and the grid keys that the separate kernels and numpy give (stored and opaque
+    segments, a store without opaque ones, starts past the last window, prompts shorter than a chunk)."""
+    from pic import accel
+    from pic.engine.policies.fixed_chunk import _FILTER_MASK, _FILTER_SHIFT, _Filters
+    from pic.engine.rolling import BASE, prefix_hashes
+    from pic.traces.content import _MASK, Segments
+
+    if not accel.available():
+        pytest.skip("numba not installed")
+    from pic import _accel_numba_fixed as k
+
+    rng = np.random.default_rng()
+    n = 30
+    lens = rng.integers(0, 400, n)
+    offs = np.r_[0, np.cumsum(lens)].astype(np.int64)
+    tlen = np.where(rng.random(n) < 0.5, lens, 0)
+    toffs = np.r_[0, np.cumsum(tlen)].astype(np.int64)
+    buf = rng.integers(0, 50, int(tlen.sum()), dtype=np.int32)
+    keys, salts = rng.integers(0, 2**63, n, dtype=np.uint64), rng.integers(0, 2**63, n, dtype=np.uint64)
+    mixed = Segments(np.arange(n, dtype=np.uint64), np.zeros(n, np.uint8), offs, buf, toffs, keys, salts)
+    plain = Segments(np.arange(n, dtype=np.uint64), np.zeros(n, np.uint8), offs,
+                     rng.integers(0, 50, int(offs[-1]), dtype=np.int32))
+    for seg in (mixed, plain):
+        for width in (1, 16, 64, 300):
+            bw = np.uint64(pow(BASE, width, 1 << 64))
+            f = _Filters()
+            f.add(np.concatenate([rng.integers(0, 2**63, 20_000, dtype=np.uint64),
+                                  prefix_hashes(seg.gather(np.arange(5)))[width::width]]))
+            for _ in range(6):
+                rows = rng.integers(0, n, int(rng.integers(1, 8)))
+                h = prefix_hashes(seg.gather(rows))
+                start = int(rng.integers(0, h.shape[0] + 3))
+                t = seg.offsets if seg.token_offsets is None else seg.token_offsets
+                none = np.zeros(0, np.uint64)
+                got = k.prompt_scan(seg.tokens, t, seg.offsets, none if seg.keys is None else seg.keys,
+                                    none if seg.keys is None else seg.salts, rows, _MASK, width, bw, start, *f.bits,
+                                    np.uint64(_FILTER_SHIFT), np.uint64(_FILTER_MASK))
+                q = (h.shape[0] - 1) // width
+                grid = h[width:q * width + 1:width] - h[0:(q - 1) * width + 1:width] * bw if q else h[:0]
+                accel.set_mode("0")
+                try:
+                    want = (h, *f.candidates(h, width, start), grid)
+                finally:
+                    accel.set_mode(None)
+                for a, b in zip(want, got, strict=True):
+                    assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("opts", [{}, {"save_unfull_chunk": "true"}, {"prefix_stage": "false"}])
+def test_compiled_lookup_equals_numpy_on_a_trace(opts: dict) -> None:
+    """Requests of a trace (views into its segments, stored and opaque, content shared at shifted offsets):
+    the plans, counters and stored chunks are the same with the compiled kernels (one prompt_scan per
+    lookup) and with the numpy paths, chunk hits in place and rotated among them."""
+    from pic import accel
+    from pic.engine.replay import workload_from_trace
+    from tests.engine.test_coverage import _tricky_trace
+
+    if not accel.available():
+        pytest.skip("numba not installed")
+    work = workload_from_trace(_tricky_trace(5, n=80))
+    out = []
+    for mode in ("0", "1"):
+        accel.set_mode(mode)
+        try:
+            p = policies.build("fixed-chunk", make_ctx(float("inf"), verify=True), {"chunk_size": "16", **opts})
+            plans = []
+            for rid in range(work.num_requests):
+                req = work.view(rid)
+                plan = p.lookup(req, rid)
+                assert p.admit(req, plan, rid)
+                p.commit(req, rid)
+                p.release(req, rid)
+                plans.append(plan)
+            out.append((plans, p.stats.as_dict(), sorted((ch.key, ch.pos, ch.size) for ch in p._store.values())))
+        finally:
+            accel.set_mode(None)
+    assert out[0] == out[1]
+    assert sum(pl.num_rotated for pl in out[0][0]) > 0 and out[0][1]["collisions"] == 0

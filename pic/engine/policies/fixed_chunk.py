@@ -37,18 +37,18 @@ import numpy as np
 
 from pic import accel
 from pic.engine import eviction
+from pic.engine.oracle import HeldRuns
 from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
+from pic.engine.policies.fixed_chunk_filters import _FILTER_BITS, _FILTER_MASK, _FILTER_SHIFT, _Filters  # noqa: F401
 from pic.engine.radix import RadixNode, RadixTree
-from pic.engine.rolling import BASE, prefix_hashes, prefix_windows, span_hashes
+from pic.engine.rolling import BASE, prefix_hashes, span_hashes
 from pic.engine.seq import Seq
 from pic.traces.content import _MASK as _OPAQUE_MASK
 
-_FILTER_BITS = 22
-_FILTER_SHIFT = 64 - _FILTER_BITS
-_FILTER_MASK = (1 << _FILTER_BITS) - 1
-_M64 = (1 << 64) - 1
+_SHIFT_U, _MASK_U = np.uint64(_FILTER_SHIFT), np.uint64(_FILTER_MASK)
+_NO_KEYS = np.zeros(0, np.uint64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +102,12 @@ class FixedChunkCache(CachePolicy):
         self._chunk_tokens = 0                    # tokens in the chunk store
         self._locked_tokens = 0                   # chunk-store tokens with ref > 0
         self._reserved = 0                        # tokens reserved by admitted, uncommitted requests
-        self._live: dict[int, tuple[list[_Chunk], int, RadixNode | None]] = {}   # held, reserved, node
+        # request -> (held, reserved, its node, the node's depth, grid chunks missing at admit)
+        self._live: dict[int, tuple[list[_Chunk], int, RadixNode | None, int, list | None]] = {}
         self._pending: dict[int, tuple[int, list[tuple[int, int, _Chunk]]]] = {}  # rid -> lookup's scan
-        self._memo: tuple[RequestView, np.ndarray] | None = None   # request, its prefix hashes
+        self._memo: tuple | None = None     # request, its prefix hashes, its grid keys (or None)
         self._bw = pow(BASE, self._c, 1 << 64)   # B^chunk_size: window i's hash is h[i + C] - h[i] * B^C
+        self._bw_u = np.uint64(self._bw)
         self._heap: list[tuple[tuple[int, ...], int, _Chunk]] = []
         self._seq = itertools.count()
         self._cap = ctx.capacity_tokens
@@ -144,7 +146,7 @@ class FixedChunkCache(CachePolicy):
         if pfx + sum(size for _, size, _ in uses) != plan.num_reused:
             return self._stale(held, node)       # not the plan this cache answered
         if pfx:
-            num, node = self._tree.match_prefix(req.seq.prefix(pfx), now_us, split=True, count_hit=False)
+            num, node = self._tree.lock_point(req.seq, pfx, now_us)
             if num < pfx:                        # the prefix was evicted since lookup
                 return self._stale(held, None)
             self._tree.inc_lock(node)
@@ -159,12 +161,16 @@ class FixedChunkCache(CachePolicy):
             p = self._tree.page_size
             need = max(0, n // p * p - pfx)
         seen, new = {id(ch) for ch in held}, set()
-        for _, h, size in self._grid(req):
-            ch = self._store.get(h)
-            if ch is None or ch.size != size:
-                if h not in new:
-                    need += size
-                    new.add(h)
+        # NOTE (speed): the grid chunks stored now stay (locked) until commit, which looks at the others only
+        missing: list[tuple[int, int, int]] = []
+        store = self._store
+        for g in self._grid(req):
+            ch = store.get(g[1])
+            if ch is None or ch.size != g[2]:
+                missing.append(g)
+                if g[1] not in new:
+                    need += g[2]
+                    new.add(g[1])
             elif id(ch) not in seen:
                 self._ref(ch)
                 held.append(ch)
@@ -177,14 +183,15 @@ class FixedChunkCache(CachePolicy):
                 self.stats.rejected += 1
                 return False
         self._reserved += need
-        self._live[req.request_id] = (held, need, node)
+        self._live[req.request_id] = (held, need, node, pfx, missing)
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:
-        held, need, node = self._live[req.request_id]
+        held, need, node, pfx, missing = self._live[req.request_id]
         self._reserved -= need
-        if self._tree is not None:
-            _, leaf = self._tree.insert(req.seq, now_us)
+        if self._tree is not None:     # (node: the prefix's, locked since admit)
+            tree = self._tree
+            _, leaf = tree.insert(req.seq, now_us) if node is None else tree.insert_below(req.seq, now_us, pfx, node)
             self._tree.inc_lock(leaf)
             if node is not None:
                 self._tree.dec_lock(node)
@@ -193,7 +200,7 @@ class FixedChunkCache(CachePolicy):
         seen = {id(ch) for ch in held}
         new: list[int] = []
         num_locked = 0
-        for i, h, size in self._grid(req):
+        for i, h, size in missing:
             ch = store.get(h)
             if ch is None:
                 ch = store[h] = _Chunk(h, i, size, req.seq, now_us)
@@ -211,10 +218,10 @@ class FixedChunkCache(CachePolicy):
         self._locked_tokens += num_locked
         if new:
             self._filters.add(np.array(new, np.uint64))
-        self._live[req.request_id] = (held, 0, node)
+        self._live[req.request_id] = (held, 0, node, 0, None)
 
     def release(self, req: RequestView, now_us: int) -> None:
-        held, need, node = self._live.pop(req.request_id)
+        held, need, node, _, _ = self._live.pop(req.request_id)
         self._reserved -= need
         self._unlock(held, node)
 
@@ -230,10 +237,26 @@ class FixedChunkCache(CachePolicy):
         return Usage(ev * b, pr * b, (ev + pr) * b, self.ctx.capacity_bytes)
 
     def footprint(self) -> Footprint:
-        """Registry entries = stored chunks (LMCache's index); runs = the chunks and the prefix stage's
-        radix edges (the engine's copy of the same content)."""
-        runs = [(ch.src, ch.pos, ch.pos + ch.size, 0) for ch in self._store.values()]
-        return Footprint(len(self._store), (self._tree.run_refs() if self._tree is not None else []) + runs)
+        """Registry entries = stored chunks (LMCache's index); runs = the prefix stage's radix edges, then
+        the chunks (the same content twice). A chunk's prompt was inserted whole (its whole pages) into the
+        tree by the commit that stored the chunk: while the tree never evicted, each chunk inside those pages
+        is held by the edges' runs (every window of up to 64 tokens: their context is 63), and is counted as
+        such (:class:`engine.oracle.HeldRuns`)."""
+        store, tree = self._store, self._tree
+        every = list(store.values())
+        if tree is None or tree.num_evicted:
+            return Footprint(len(store), (tree.run_refs() if tree is not None else []) + _runs(every))
+        edges, p = tree.run_refs(63), tree.page_size
+        rest = [] if p == 1 else [ch for ch in every if ch.pos + ch.size > ch.src.end // p * p]
+        out = {id(ch) for ch in rest}
+        held = [ch for ch in every if id(ch) not in out] if out else every
+        sizes: dict[int, int] = {}
+        for ch in held if p > 1 or self._tails else ():
+            sizes[ch.size] = sizes.get(ch.size, 0) + 1
+        if p == 1 and not self._tails and held:
+            sizes[self._c] = len(held)
+        return Footprint(len(store), HeldRuns(edges + _runs(rest), lambda: _runs(held), sizes, 64,
+                                              (lambda: edges + _runs(every)) if rest else None))
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _scan(self, req: RequestView, now_us: int | None) -> tuple[int, list[tuple[int, int, _Chunk]]]:
@@ -241,24 +264,11 @@ class FixedChunkCache(CachePolicy):
         rolling lookup takes from its end (greedy, left to right, no overlap). ``now_us`` None: no
         recency bookkeeping (a re-scan in ``admit``)."""
         c = self._c
-        h = self._hashes(req)
         pfx = self._tree.match_prefix(req.seq, now_us, split=False)[0] if self._tree is not None else 0
+        # greedy from the prefix end: the first candidate at or after the cursor that is a stored chunk
+        cand, keys = self._candidates(req, pfx)
         uses: list[tuple[int, int, _Chunk]] = []
-        # Leading run from the prefix end: while the window at the cursor is a hit it is the first
-        # candidate at or after the cursor, hence the greedy pick, so no filter pass is needed for it.
-        cursor, n_win, store, bw = pfx, h.shape[0] - c, self._store, self._bw
-        while cursor < n_win:
-            ch = store.get((h.item(cursor + c) - h.item(cursor) * bw) & _M64)
-            if ch is None or ch.size != c:
-                break
-            if not self._same(ch, req, cursor, cursor + c):
-                cursor += 1                # counted once; the scan goes on from the next window
-                break
-            uses.append((cursor, c, ch))
-            cursor += c
-        start, cursor = cursor, (uses[-1][0] + c if uses else pfx)
-        cand, keys = self._filters.candidates(h, c, start)
-        k = 0
+        cursor, store, k = pfx, self._store, 0
         while k < cand.shape[0]:
             i = int(cand[k])
             if i < cursor:
@@ -300,6 +310,23 @@ class FixedChunkCache(CachePolicy):
             lo = a + size
         return out
 
+    def _candidates(self, req: RequestView, start: int) -> tuple[np.ndarray, np.ndarray]:
+        """The filters' candidate windows of the request from ``start`` (:meth:`_Filters.candidates`): ``(offsets,
+        hashes)``. NOTE (speed): with the compiled kernels, a request not hashed yet is hashed from its segments,
+        scanned and its grid keys taken in one call (:func:`pic._accel_numba_fixed.prompt_scan`; was ~10 numpy
+        and numba calls: ~25 -> ~10 us a request on Azure conversation, ~1,150 tokens)."""
+        m, src, rows = self._memo, req.source, req.segment_rows
+        fast = accel.kernels(req.num_tokens, "fixed") if m is None or m[0] is not req else None
+        if fast is None or src is None or rows is None:
+            return self._filters.candidates(self._hashes(req), self._c, start)
+        b = self._filters.bits
+        t = src.offsets if src.token_offsets is None else src.token_offsets
+        h, cand, keys, grid = fast.prompt_scan(src.tokens, t, src.offsets, _NO_KEYS if src.keys is None else src.keys,
+                                               _NO_KEYS if src.keys is None else src.salts, rows, _OPAQUE_MASK,
+                                               self._c, self._bw_u, start, b[0], b[1], _SHIFT_U, _MASK_U)
+        self._memo = (req, h, grid)
+        return cand, keys
+
     def _hashes(self, req: RequestView) -> np.ndarray:
         """uint64 [N + 1]: prefix hashes of the request's tokens (:func:`engine.rolling.prefix_hashes`),
         memoized on the request. Window ``i``'s hash is ``h[i + C] - h[i] * B^C`` (``window_hashes``):
@@ -315,7 +342,7 @@ class FixedChunkCache(CachePolicy):
                 h = fast.prefix_hashes(np.ascontiguousarray(req.tokens, np.int32))
             else:
                 h = prefix_hashes(req.tokens)
-            self._memo = (req, h)
+            self._memo = (req, h, None)
         return self._memo[1]
 
     def _grid(self, req: RequestView) -> list[tuple[int, int, int]]:
@@ -324,7 +351,9 @@ class FixedChunkCache(CachePolicy):
         c, n = self._c, req.num_tokens
         h = self._hashes(req)
         k = n // c
-        keys = h[c:k * c + 1:c] - h[0:(k - 1) * c + 1:c] * np.uint64(self._bw) if k else h[:0]
+        keys = self._memo[2]
+        if keys is None:
+            keys = h[c:k * c + 1:c] - h[0:(k - 1) * c + 1:c] * self._bw_u if k else h[:0]
         out = list(zip(range(0, k * c, c), keys.tolist(), itertools.repeat(c)))
         m = n % c
         if m and self.config.save_unfull_chunk:
@@ -440,52 +469,9 @@ class FixedChunkCache(CachePolicy):
         return freed
 
 
-class _Filters:
-    """Counting filters over the top and the low ``_FILTER_BITS`` bits of the stored full-chunk keys: one
-    gather per lookup rejects almost every window, a second one on the survivors nearly all false
-    positives; only what passes both is checked against the dict. Filters only prune non-members, so plans
-    do not depend on them.
-
-    NOTE (speed): beside each 8 MB counting filter, a 512 KB bitset of its non-zero buckets: the compiled
-    scan (:func:`pic._accel_numba_fixed.window_candidates`, one pass) reads the bitsets, which stay in cache
-    (Mooncake conversation: ~130 -> ~20 us per lookup of ~7,500 windows); the numpy path reads the counts."""
-
-    def __init__(self) -> None:
-        self.counts = (np.zeros(1 << _FILTER_BITS, np.uint16), np.zeros(1 << _FILTER_BITS, np.uint16))
-        self.bits = (np.zeros(1 << (_FILTER_BITS - 3), np.uint8), np.zeros(1 << (_FILTER_BITS - 3), np.uint8))
-
-    def add(self, keys: np.ndarray) -> None:
-        fast = accel.kernels(0, "fixed")
-        if fast is not None:     # NOTE (speed): one compiled pass (four ufunc.at calls cost ~25 us per commit)
-            fast.filter_add(keys, *self.counts, *self.bits, np.uint64(_FILTER_SHIFT), np.uint64(_FILTER_MASK))
-            return
-        for count, bits, idx in zip(self.counts, self.bits, _buckets(keys), strict=True):
-            np.add.at(count, idx, 1)           # buckets of distinct keys may repeat: np.add.at
-            np.bitwise_or.at(bits, idx >> 3, (1 << (idx & 7)).astype(np.uint8))
-
-    def remove(self, keys: np.ndarray) -> None:
-        for count, bits, idx in zip(self.counts, self.bits, _buckets(keys), strict=True):
-            np.subtract.at(count, idx, 1)
-            empty = idx[count[idx] == 0]
-            np.bitwise_and.at(bits, empty >> 3, ~(1 << (empty & 7)).astype(np.uint8))
-
-    def candidates(self, h: np.ndarray, width: int, start: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(offsets, keys)``: the offsets ``>= start`` (ascending) whose ``width``-token window hash passes
-        both filters, and those hashes; ``h``: the prompt's prefix hashes (window ``i``: ``h[i + width] -
-        h[i] * B^width``)."""
-        fast = accel.kernels(max(h.shape[0] - width - start, 0), "fixed")
-        if fast is not None:
-            return fast.window_candidates(h, width, np.uint64(pow(BASE, width, 1 << 64)), start, self.bits[0],
-                                          self.bits[1], np.uint64(_FILTER_SHIFT), np.uint64(_FILTER_MASK))
-        ws = prefix_windows(h, width, start)
-        idx = np.flatnonzero(self.counts[0][ws >> np.uint64(_FILTER_SHIFT)])
-        idx = idx[self.counts[1][(ws[idx] & np.uint64(_FILTER_MASK)).astype(np.int64)] > 0]
-        return idx + start, ws[idx]
-
-
-def _buckets(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """int64 bucket of each uint64 key in the first (top bits) and the second (low bits) filter."""
-    return (keys >> np.uint64(_FILTER_SHIFT)).astype(np.int64), (keys & np.uint64(_FILTER_MASK)).astype(np.int64)
+def _runs(chunks: list[_Chunk]) -> list[tuple]:
+    """The chunks' stored runs ``(src, lo, hi, 0)``."""
+    return [(ch.src, ch.pos, ch.pos + ch.size, 0) for ch in chunks]
 
 
 def _add_hit(hits: list[list[int]], a: int, b: int, src: int) -> None:
