@@ -453,3 +453,28 @@ def test_compiled_lookup_equals_numpy_on_a_trace(opts: dict) -> None:
             accel.set_mode(None)
     assert out[0] == out[1]
     assert sum(pl.num_rotated for pl in out[0][0]) > 0 and out[0][1]["collisions"] == 0
+
+
+def test_chunks_stored_between_admit_and_commit_are_held() -> None:
+    """Two requests admitted before either commits (their grid chunks missing at both admits): the second
+    commit holds the chunks the first stored, so they stay protected until both are released; a chunk
+    repeated inside one prompt is reserved, stored and held once."""
+    p = _grid_only()
+    a, b = view(0, np.arange(64)), view(1, np.arange(64))
+    for req in (a, b):
+        assert p.admit(req, p.lookup(req, 1), 1)
+    assert p.usage().protected == 128 * BYTES_PER_TOKEN           # both reserve the two chunks
+    p.commit(a, 2)
+    p.commit(b, 3)
+    assert (p.usage().protected, p.usage().evictable) == (64 * BYTES_PER_TOKEN, 0)
+    p.release(a, 4)
+    assert (p.usage().protected, p.usage().evictable) == (64 * BYTES_PER_TOKEN, 0)
+    p.release(b, 5)
+    assert (p.usage().protected, p.usage().evictable) == (0, 64 * BYTES_PER_TOKEN)
+    c = view(2, np.r_[np.arange(500, 532), np.arange(500, 532)])
+    assert p.admit(c, p.lookup(c, 6), 6)
+    assert p.usage().protected == 32 * BYTES_PER_TOKEN
+    p.commit(c, 7)
+    assert (p.usage().protected, p.usage().total) == (32 * BYTES_PER_TOKEN, 96 * BYTES_PER_TOKEN)
+    p.release(c, 8)
+    assert p.usage().protected == 0 and len(p._store) == 3

@@ -133,6 +133,8 @@ class FixedChunkCache(CachePolicy):
         self._pending[req.request_id] = (pfx, uses)
         if len(self._pending) > 4096:       # lookups never followed by admit (probes) must not pile up
             del self._pending[next(iter(self._pending))]
+        if not uses:                        # (the same plan, its spans built without checks)
+            return Plan.from_prefix(req.num_tokens, pfx)
         return Plan.from_spans(req.num_tokens, [Span(a, b, Action.REUSE if a == src else Action.REUSE_ROTATED, src)
                                                 for a, b, src in hits])
 
@@ -160,21 +162,31 @@ class FixedChunkCache(CachePolicy):
         if self._tree is not None:
             p = self._tree.page_size
             need = max(0, n // p * p - pfx)
-        seen, new = {id(ch) for ch in held}, set()
         # NOTE (speed): the grid chunks stored now stay (locked) until commit, which looks at the others only
-        missing: list[tuple[int, int, int]] = []
-        store = self._store
-        for g in self._grid(req):
-            ch = store.get(g[1])
-            if ch is None or ch.size != g[2]:
-                missing.append(g)
-                if g[1] not in new:
-                    need += g[2]
-                    new.add(g[1])
-            elif id(ch) not in seen:
+        seen, new, missing = set(held), set(), []      # (chunks hash by identity)
+        store, c, num_locked = self._store, self._c, 0
+        keys, tail = self._grid(req)
+        for j, ch in enumerate(map(store.get, keys)):
+            if ch is None or ch.size != c:
+                missing.append((j * c, keys[j], c))
+                if keys[j] not in new:
+                    need += c
+                    new.add(keys[j])
+            elif ch not in seen:
+                num_locked += c if ch.ref == 0 else 0
+                ch.ref += 1
+                held.append(ch)
+                seen.add(ch)
+        self._locked_tokens += num_locked
+        if tail is not None:
+            ch = store.get(tail[1])
+            if ch is None or ch.size != tail[2]:
+                missing.append(tail)
+                if tail[1] not in new:
+                    need += tail[2]
+            elif ch not in seen:
                 self._ref(ch)
                 held.append(ch)
-                seen.add(id(ch))
         over = self._used() + need - self._cap
         if over > 0:
             self._evict_tokens(int(over))
@@ -196,25 +208,28 @@ class FixedChunkCache(CachePolicy):
             if node is not None:
                 self._tree.dec_lock(node)
             node = leaf
-        store = self._store
-        seen = {id(ch) for ch in held}
+        store, seq, seen = self._store, req.seq, None
         new: list[int] = []
         num_locked = 0
         for i, h, size in missing:
             ch = store.get(h)
             if ch is None:
-                ch = store[h] = _Chunk(h, i, size, req.seq, now_us)
+                ch = store[h] = _Chunk(h, i, size, seq, now_us)
                 self._chunk_tokens += size
                 if size == self._c:
                     new.append(h)
                 else:
                     self._tails[size] = self._tails.get(size, 0) + 1
-            elif id(ch) in seen or ch.size != size or not self._same(ch, req, i, i + size):
-                continue
+            else:
+                if seen is None:
+                    seen = set(held)
+                if ch in seen or ch.size != size or not self._same(ch, req, i, i + size):
+                    continue
             num_locked += size if ch.ref == 0 else 0
             ch.ref += 1
             held.append(ch)
-            seen.add(id(ch))
+            if seen is not None:
+                seen.add(ch)
         self._locked_tokens += num_locked
         if new:
             self._filters.add(np.array(new, np.uint64))
@@ -345,20 +360,18 @@ class FixedChunkCache(CachePolicy):
             self._memo = (req, h, None)
         return self._memo[1]
 
-    def _grid(self, req: RequestView) -> list[tuple[int, int, int]]:
-        """``[(start, key, size)]`` of the request's grid chunks in order (the partial tail too with
-        ``save_unfull_chunk``)."""
+    def _grid(self, req: RequestView) -> tuple[list[int], tuple[int, int, int] | None]:
+        """The keys of the request's whole grid chunks in order (chunk ``j`` at ``j * C``), and with
+        ``save_unfull_chunk`` its partial tail chunk ``(start, key, size)`` (None: none)."""
         c, n = self._c, req.num_tokens
         h = self._hashes(req)
         k = n // c
         keys = self._memo[2]
         if keys is None:
             keys = h[c:k * c + 1:c] - h[0:(k - 1) * c + 1:c] * self._bw_u if k else h[:0]
-        out = list(zip(range(0, k * c, c), keys.tolist(), itertools.repeat(c)))
         m = n % c
-        if m and self.config.save_unfull_chunk:
-            out.append((n - m, int(span_hashes(h, [n - m], [m])[0]), m))
-        return out
+        tail = (n - m, int(span_hashes(h, [n - m], [m])[0]), m) if m and self.config.save_unfull_chunk else None
+        return keys.tolist(), tail
 
     def _same(self, ch: _Chunk, req: RequestView, lo: int, hi: int) -> bool:
         """Whether chunk ``ch`` holds tokens ``[lo, hi)`` of ``req`` (compared only under ``--verify``: the
