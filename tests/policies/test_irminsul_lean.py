@@ -309,3 +309,47 @@ def test_runs_give_the_same_plans_whether_or_not_their_chunks_are_made(seed, lag
     runs = {id(e): e for e in pol._store.entries.values() if type(e) is Run}
     assert len(runs) >= 6 and all(r.cs is None for r in runs.values())
     assert sum(r.n for r in runs.values()) > 0.8 * len(pol._store.entries)
+
+
+def test_a_prompt_found_nothing_of_is_admitted_as_the_general_path_does(monkeypatch):
+    """A lean store admits a prompt its lookup found nothing of as one run directly (``RunChunks.admit_new``): the
+    same plans, usage, registry (order included), run records, owners and stored runs as with that path declined,
+    on fresh prompts, prompts repeating a chunk (declined: undone whole, the admission count too) and continued
+    ones (not taken)."""
+    from pic.engine.policies import irminsul_runs
+
+    rng = np.random.default_rng(7)
+    doc = rng.integers(0, 5000, 700, dtype=np.int32)
+    fresh = [rng.integers(0, 5000, int(rng.integers(200, 1500)), dtype=np.int32) for _ in range(12)]
+    prompts = []
+    for i, f in enumerate(fresh):
+        prompts.append(f)
+        if i % 3 == 1:          # nothing found, a chunk twice in it
+            prompts.append(np.concatenate([rng.integers(0, 5000, 40, dtype=np.int32), doc, doc + (i + 1)]))
+            prompts.append(np.concatenate([rng.integers(0, 5000, 60, dtype=np.int32), doc + 7 * i, doc + 7 * i]))
+        if i % 4 == 3:          # continues an earlier prompt
+            prompts.append(np.concatenate([fresh[i - 2], rng.integers(0, 5000, 400, dtype=np.int32)]))
+    reqs = [RequestView.from_tokens(i, t) for i, t in enumerate(prompts)]
+    orig, taken, declined = irminsul_runs.RunChunks.admit_new, [], []
+
+    def counted(self, *a):
+        got = orig(self, *a)
+        (taken if got is not None else declined).append(1)
+        return got
+
+    pols = _pair(verify=False)
+    pols[0]._store.lean = True
+    monkeypatch.setattr(irminsul_runs.RunChunks, "admit_new", counted)
+    monkeypatch.setattr(pols[0]._store, "admit_new", lambda *a: None)      # the general path
+    _drive(pols, reqs, lag=1)
+    assert len(taken) >= 12 and declined
+    a, b = pols[0]._store, pols[1]._store
+    assert list(a.entries) == list(b.entries) and a._admissions == b._admissions
+    assert [(type(e).__name__, e.owner) for e in a.entries.values()] == \
+        [(type(e).__name__, e.owner) for e in b.entries.values()]
+    assert [(r.x.base_pos, r.x.size, r.x.owner, r.k, r.n) for r in a.made if type(r) is Run] == \
+        [(r.x.base_pos, r.x.size, r.x.owner, r.k, r.n) for r in b.made if type(r) is Run]
+    assert _runs(pols[0]) == _runs(pols[1])
+    for p in pols:
+        p._store._exact()
+    assert _layout(pols[0]) == _layout(pols[1])

@@ -56,7 +56,7 @@ from pic.engine import cdc, eviction
 from pic.engine.plan import Plan
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
-from pic.engine.policies.irminsul_layout import Analysis, marker_boundaries, plan_of_uses
+from pic.engine.policies.irminsul_layout import Analysis, first_of, marker_boundaries, plan_of_uses
 from pic.engine.policies.irminsul_layout import gaps as layout_gaps
 from pic.engine.policies.irminsul_layout import pieces as layout_pieces
 from pic.engine.policies.irminsul_layout import tail_pieces as _tail_pieces
@@ -184,6 +184,12 @@ class Irminsul(ChunkWalk, CachePolicy):
             got = self._analyze(req)
         bounds, fps, uses = got.bounds, got.fps, got.uses
         st = self._store
+        if answered and not uses and st.lean and not got.chunks and got.heads:
+            new = st.admit_new(got, req.seq, now_us, self.ctx.capacity_bytes)     # (nothing found: one run)
+            if new is not None:
+                self._live[rid] = ([], new[0])
+                self._pending[rid] = (bounds, fps, got.anchors, got.hard, got.marked, new[1])
+                return True
         if not answered and sum([b - a for a, b, _, _ in uses]) != plan.num_reused:
             return self._stale([])            # not the plan this cache answered
         locked: list[Extent] = []
@@ -270,7 +276,7 @@ class Irminsul(ChunkWalk, CachePolicy):
         dups = not post and len(ks) > 1 and len(set(fps[ks[0]:ks[-1] + 1] if ks[-1] - ks[0] == len(ks) - 1
                                                      else map(fps.__getitem__, ks))) < len(ks)
         if dups:
-            ks = _first(ks, fps)
+            ks = first_of(ks, fps)
         # NOTE (speed): a chunk after the last reused range is recomputed whole (most new chunks); only the
         # others get their gaps listed. ks ascends, so the chunks starting before ``last`` are its first ones (a
         # bisect); views are disjoint, in target order
@@ -365,7 +371,7 @@ class Irminsul(ChunkWalk, CachePolicy):
                 chunks = []
                 del st.made[m0:]
                 st.num_extents, st.protected = x0, p0
-                ks, dups = _first(ks, fps), True
+                ks, dups = first_of(ks, fps), True
                 j = bisect_left(ks, last, key=bounds.__getitem__) if last else 0
                 kept = set(ks[:j])
                 gaps = {k: g for k, g in gaps.items() if k in kept}
@@ -487,11 +493,3 @@ class Irminsul(ChunkWalk, CachePolicy):
         self.stats.rejected += 1
         self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
         return False
-
-
-def _first(ks: Sequence[int], fps: list[int]) -> list[int]:
-    """Those of chunk indices ``ks`` (ascending) whose fingerprint no earlier one of them has."""
-    first: dict[int, int] = {}
-    for k in ks:
-        first.setdefault(fps[k], k)
-    return list(first.values())

@@ -5,6 +5,7 @@ policy state."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -203,6 +204,14 @@ class Analysis(NamedTuple):
     # a fast walk's ``(k0, hot, admissions)``: the chunks from ``k0`` on that some stage may serve, ascending (every
     # one whose fingerprint is registered among them; ends with len(fps)), and the store's admissions then; else None
     hot: tuple | None = None
+
+
+def first_of(ks: Sequence[int], fps: list[int]) -> list[int]:
+    """Those of chunk indices ``ks`` (ascending) whose fingerprint no earlier one of them has."""
+    first: dict[int, int] = {}
+    for k in ks:
+        first.setdefault(fps[k], k)
+    return list(first.values())
 
 
 def gaps(views: list[tuple[int, int, list[Extent]]], i: int, a: int, b: int) -> list[tuple[int, int]]:

@@ -5,6 +5,7 @@ stored runs (:meth:`RunChunks.stored_runs`: read from the runs as columns)."""
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from itertools import chain, compress, repeat
@@ -30,6 +31,10 @@ class RunChunks:
     num_extents: int
     parts_of: Callable[[Extent], list[Extent]]
     live: Callable[[Extent, int, int], list | None]
+    admission: Callable[[], int]
+    _admissions: int
+    evictable: int
+    protected: int
 
     def chunk_at(self, r: Run, i: int) -> Chunk:
         """Run ``r``'s chunk ``i`` as a :class:`Chunk` (made once, then the registry's entry of its fingerprint):
@@ -238,6 +243,36 @@ class RunChunks:
                 cs[k1:k2] = [r] * (k2 - k1)
             i = i2
         return whole
+
+
+    def admit_new(self, got, src: Seq, now_us: int, capacity: float) -> tuple[list, list] | None:
+        """Irminsul's admit of a prompt its lookup found nothing of (``got``, the lookup's analysis: no use, no
+        registered fingerprint, no key in the prefilters, ``got.hot`` holding only its end; no kept chunks) in a lean
+        store with room for all (``capacity`` bytes): its chunks one run, as the general path makes it; ``(chunks,
+        the layout's chunk list)``. None (nothing changed) where that does not hold or a fingerprint repeats in the
+        prompt (the general path then).
+
+        NOTE (speed): the general path's ~50 steps of gaps, locks, registry and placement for nothing (most Azure
+        conversation requests: no reuse)."""
+        hot, fps = got.hot, got.fps
+        if hot is None or hot[0] or len(hot[1]) != 1 or hot[2] != self._admissions or got.k0 or not fps or \
+                capacity - self.evictable - self.protected != math.inf:
+            return None
+        nf, entries, made = len(fps), self.entries, self.made
+        cs: list = [None] * nf
+        chunks: list = []
+        n0, m0, x0 = len(entries), len(made), self.num_extents
+        tag = self.admission()
+        whole = self.add_runs(range(nf), got.bounds, fps, got.heads, got.tails, 0, src, now_us, tag, chunks, cs)
+        if len(entries) - n0 != nf:           # a fingerprint repeats: undone (the registry held none of them)
+            for fp in fps:
+                entries.pop(fp, None)
+            del made[m0:]
+            self.num_extents = x0
+            self._admissions -= 1
+            return None
+        self.protected += whole * self.bpt
+        return chunks, cs
 
 
 class _Path:
