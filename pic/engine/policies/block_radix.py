@@ -55,20 +55,15 @@ class _Tree(RadixTree):
         return num, self._memo_split(node, num - node.lo)
 
     def inc_lock(self, node: RadixNode) -> None:
-        root, bs, k, b = self.root, self.block, 0, 0
-        while node is not root:
-            if node.lock_ref == 0:
-                k += node.n
-                b += (node.lo + node.n) // bs - node.lo // bs
-            node.lock_ref += 1
-            node = node.parent
-        self.evictable_tokens -= k
-        self.protected_tokens += k
-        self.locked_blocks += b
+        self._lock_up(node, self.root)
 
     def move_lock(self, node: RadixNode, above: RadixNode) -> None:
         if above.lock_ref <= 0:
             raise ValueError("move_lock from an unlocked node")
+        self._lock_up(node, above)
+
+    def _lock_up(self, node: RadixNode, above: RadixNode) -> None:
+        """One more lock on ``node`` and its ancestors below ``above``, counting tokens and blocks."""
         bs, k, b = self.block, 0, 0
         while node is not above:
             if node.lock_ref == 0:
