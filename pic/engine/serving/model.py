@@ -81,7 +81,6 @@ class ServingModel:
         self.resident = [0] * len(self.policies)
         # (each policy's usage().total: CachePolicy.resident_bytes, or through usage() for another object)
         self._resident_of = [getattr(p, "resident_bytes", None) or (lambda p=p: p.usage().total) for p in self.policies]
-        self._res0 = self._resident_of[0] if self._resident_of else None
         self.peak_resident = 0
         self.num_finished = 0
         self._tick = max(1, n // 200)
@@ -269,13 +268,7 @@ class ServingModel:
         if self._admitted[i]:
             k = self._replica[i]
             self.policies[k].commit(self._views[i], now)
-            if self._one:       # (_note_resident, inlined)
-                r = self._res0()
-                self.resident[0] = r
-                if r > self.peak_resident:
-                    self.peak_resident = r
-            else:
-                self._note_resident(k)
+            self._note_resident(k)
         return self._finish(i, now) if self._num_output[i] <= 1 else None
 
     def _on_finish(self, ev: Event, now: int) -> list[tuple[int, Event]] | None:
@@ -292,13 +285,7 @@ class ServingModel:
         plan = pol.lookup(view, now)
         if pol.admit(view, plan, now):
             self._admitted[i] = True
-            if self._one:       # (_note_resident, inlined)
-                r = self._res0()
-                self.resident[0] = r
-                if r > self.peak_resident:
-                    self.peak_resident = r
-            else:
-                self._note_resident(k)
+            self._note_resident(k)
         else:
             plan = Plan.recompute_all(n)
             c_uncached[i] = True
