@@ -55,12 +55,13 @@ def view(rid: int, toks) -> RequestView:
     return RequestView.from_tokens(rid, np.asarray(toks, np.int32))
 
 
-def serve(policy, req: RequestView, now: int) -> None:
-    """One full lifecycle at time ``now``: lookup, admit (must succeed), commit, release."""
+def serve(policy, req: RequestView, now: int):
+    """One full lifecycle at time ``now``: lookup, admit (must succeed), commit, release. Returns the plan."""
     plan = policy.lookup(req, now)
     assert policy.admit(req, plan, now)
     policy.commit(req, now)
     policy.release(req, now)
+    return plan
 
 
 def plans_of(policy, reqs) -> list[list[tuple]]:

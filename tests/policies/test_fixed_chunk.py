@@ -440,14 +440,7 @@ def test_compiled_lookup_equals_numpy_on_a_trace(opts: dict) -> None:
         accel.set_mode(mode)
         try:
             p = policies.build("fixed-chunk", make_ctx(float("inf"), verify=True), {"chunk_size": "16", **opts})
-            plans = []
-            for rid in range(work.num_requests):
-                req = work.view(rid)
-                plan = p.lookup(req, rid)
-                assert p.admit(req, plan, rid)
-                p.commit(req, rid)
-                p.release(req, rid)
-                plans.append(plan)
+            plans = [serve(p, work.view(rid), rid) for rid in range(work.num_requests)]
             out.append((plans, p.stats.as_dict(), sorted((ch.key, ch.pos, ch.size) for ch in p._store.values())))
         finally:
             accel.set_mode(None)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pic.engine import oracle, policies
-from tests.policies.conftest import make_ctx, request_stream
+from tests.policies.conftest import make_ctx, request_stream, serve
 
 
 def _plain(p) -> list[tuple]:
@@ -61,11 +61,7 @@ def test_held_runs_of_a_trace_count_as_their_tuples() -> None:
     work = workload_from_trace(_tricky_trace(3, n=60))
     p = policies.build("fixed-chunk", make_ctx(math.inf), {"chunk_size": "16"})
     for rid in range(work.num_requests):
-        req = work.view(rid)
-        plan = p.lookup(req, rid)
-        assert p.admit(req, plan, rid)
-        p.commit(req, rid)
-        p.release(req, rid)
+        serve(p, work.view(rid), rid)
     runs = p.footprint().runs
     assert isinstance(runs, oracle.HeldRuns) and sum(runs.sizes.values()) == len(p._store) > 0
     plain = _plain(p)
@@ -84,11 +80,7 @@ def test_windows_wider_than_the_edges_context_are_counted_from_the_runs() -> Non
     p = policies.build("fixed-chunk", make_ctx(math.inf), {"chunk_size": "128"})
     a = np.arange(1000, 1100)
     for rid, toks in enumerate([a, np.r_[a, np.arange(5000, 5100)]]):
-        req = view(rid, toks)
-        plan = p.lookup(req, rid)
-        assert p.admit(req, plan, rid)
-        p.commit(req, rid)
-        p.release(req, rid)
+        serve(p, view(rid, toks), rid)
     runs, plain = p.footprint().runs, _plain(p)
     assert isinstance(runs, oracle.HeldRuns) and runs.sizes == {128: 1}
     assert oracle.duplicate_tokens(plain, 64) - oracle.duplicate_tokens(p._tree.run_refs(), 64) == 128
