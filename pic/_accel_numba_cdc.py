@@ -438,15 +438,11 @@ def prompt_layout(kx, lens, rows, lo, mask, table, key, thr, base, m, start, n, 
     holding ``lo``, ``kx`` / ``lens`` the store's ``key ^ salt`` and lengths per segment); ``meta``: for the ``nb``
     bounds of :func:`gear_layout` of ``toks[base - lo:]`` (tokens ``[base, n)``, bounds ``>= start``, fingerprints
     made), in one ``uint64`` array of ``5 * nb - 3``: the bounds, the ``nb - 1`` fingerprints, heads and tails
-    (:func:`pic._accel_numba_xxh.edge_keys` of those bounds in ``toks`` with ``mm`` tokens), then the anchors (0/1)
-    (empty when not ``ok``).
+    (:func:`pic._accel_numba_xxh.edge_keys` of those bounds in ``toks``, ``mm`` tokens), the anchors (0/1); empty if not ``ok``.
 
-    NOTE (speed): one call per prompt where ``irminsul`` made three (tokens, layout, edge keys), each with its
-    own numpy set-up (fancy-indexed segment columns, offsets, bounds shifted to ``toks``) and returned arrays
-    boxed: ~20 us per prompt. Its five answers in one array: numba boxes each array it returns (~0.6 us each).
-    The segment holding ``lo`` is found here from the lengths (the last segment that starts at or before it), not
-    from the prompt's segment bounds: numpy's set-up of those was ~12 us per prompt of ~24 segments (Mooncake
-    conversation), the scan ~20 ns."""
+    NOTE (speed): one call per prompt where ``irminsul`` made three (tokens, layout, edge keys; ~20 us of numpy
+    set-up per prompt), its answers in one array (numba boxes each returned array, ~0.6 us), the segment holding
+    ``lo`` found from the lengths (the prompt's segment bounds cost ~12 us per Mooncake prompt; the scan ~20 ns)."""
     out = np.empty(n - lo, np.int32)
     i, s0, last = 0, 0, rows.shape[0] - 1
     while i < last and s0 + lens[rows[i]] <= lo:
