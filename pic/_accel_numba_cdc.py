@@ -432,17 +432,17 @@ def gear_layout(toks, table, key, thr, first, last, base, m, start, n, mx, fps):
 _PROMPT = types.Tuple((types.int32[::1], types.uint64[::1], types.boolean))
 
 
-def prompt_layout(kx, lens, rows, lo, mask, table, key, thr, base, m, start, n, mx, mm):
+def prompt_layout(kx, lens, rows, lo, mask, table, key, thr, base, m, start, n, mx, mm, q):
     """A prompt of opaque segments from ``lo`` on, chunked from ``start``, in one call: ``(toks, meta, ok)``.
     ``toks``: its tokens ``[lo, n)`` (:func:`pic._accel_numba.opaque_fill` of its segments ``rows`` from the one
     holding ``lo``, ``kx`` / ``lens`` the store's ``key ^ salt`` and lengths per segment); ``meta``: for the ``nb``
     bounds of :func:`gear_layout` of ``toks[base - lo:]`` (tokens ``[base, n)``, bounds ``>= start``, fingerprints
-    made), in one ``uint64`` array of ``5 * nb - 3``: the bounds, the ``nb - 1`` fingerprints, heads and tails
-    (:func:`pic._accel_numba_xxh.edge_keys` of those bounds in ``toks``, ``mm`` tokens), the anchors (0/1); empty if not ``ok``.
+    made), in one ``uint64`` array of ``5 * nb - 2``: the bounds, the ``nb - 1`` fingerprints, heads and tails
+    (:func:`pic._accel_numba_xxh.edge_keys` of those bounds in ``toks``, ``mm`` tokens), the anchors (0/1), the key of
+    the ``mm`` tokens from ``q`` (0 unless ``lo <= q <= n - mm``: where the exact prefix ends); empty if not ``ok``.
 
-    NOTE (speed): one call per prompt where ``irminsul`` made three (tokens, layout, edge keys; ~20 us of numpy
-    set-up per prompt), its answers in one array (numba boxes each returned array, ~0.6 us), the segment holding
-    ``lo`` found from the lengths (the prompt's segment bounds cost ~12 us per Mooncake prompt; the scan ~20 ns)."""
+    NOTE (speed): one call per prompt, not three (tokens, layout, edge keys: ~20 us of numpy set-up), its answers in
+    one array (~0.6 us to box each), the segment holding ``lo`` found from the lengths (its bounds: ~12 us)."""
     out = np.empty(n - lo, np.int32)
     i, s0, last = 0, 0, rows.shape[0] - 1
     while i < last and s0 + lens[rows[i]] <= lo:
@@ -450,22 +450,20 @@ def prompt_layout(kx, lens, rows, lo, mask, table, key, thr, base, m, start, n, 
         i += 1
     k = 0
     s = lo - s0
-    for p in range(i, rows.shape[0]):
+    for p in range(i, rows.shape[0]):     # (NOTE (speed): a piece's tokens from its own base, a view: vectorized)
         r = rows[p]
-        b = _mix(kx[r])
-        ln = min(lens[r] - s, n - lo - k)
+        x, ln = _mix(kx[r]) + np.uint64(s) * _GOLDEN, max(0, min(lens[r] - s, n - lo - k))
+        o = out[k:k + ln]
         for j in range(ln):
-            out[k] = np.int32(_mix(b + np.uint64(s + j) * _GOLDEN) & mask)
-            k += 1
-        s = 0
+            o[j] = np.int32(_mix(x + np.uint64(j) * _GOLDEN) & mask)
+        k, s = k + ln, 0
     toks = out[base - lo:]
     first = max(start, 63) - base
     bounds, anchor, fps, ok = _gear_layout(toks, table, key, thr, first, n - 1 - base, base, m, start, n, mx, True)
     if not ok:
         return out, np.empty(0, np.uint64), False
     nb = bounds.shape[0]
-    meta = np.zeros(5 * nb - 3, np.uint64)
-    h0, t0, a0 = 2 * nb - 1, 3 * nb - 2, 4 * nb - 3
+    meta, h0, t0, a0 = np.zeros(5 * nb - 2, np.uint64), 2 * nb - 1, 3 * nb - 2, 4 * nb - 3
     for c in range(nb):
         meta[c] = np.uint64(bounds[c])
         meta[a0 + c] = np.uint64(1) if anchor[c] else np.uint64(0)
@@ -477,6 +475,8 @@ def prompt_layout(kx, lens, rows, lo, mask, table, key, thr, base, m, start, n, 
             meta[h0 + c] = _xxh(out, a, a + mm)
         if e - a >= mm:
             meta[t0 + c] = _xxh(out, e - mm, e)
+    if lo <= q <= n - mm:
+        meta[5 * nb - 3] = _xxh(out, q - lo, q - lo + mm)
     return out, meta, True
 
 
@@ -496,5 +496,5 @@ __getattr__ = accel.lazy(globals(), {
     "gear_layout": _LAYOUT(_I32, _U64, types.uint64, types.uint64, types.int64, types.int64, types.int64, types.int64,
                            types.int64, types.int64, types.int64, types.boolean),
     "prompt_layout": _PROMPT(_U64, _I64, _I64, types.int64, types.uint64, _U64, types.uint64, types.uint64,
-                             types.int64, types.int64, types.int64, types.int64, types.int64, types.int64),
+                             types.int64, types.int64, types.int64, types.int64, types.int64, types.int64, types.int64),
 }, _OPTS, {"fingerprints": _accel_numba_xxh, "edge_keys": _accel_numba_xxh})

@@ -14,7 +14,7 @@ from pic import accel
 from pic.engine import cdc, policies
 from pic.engine.policies import PolicyContext, RequestView
 from pic.engine.policies import irminsul_lookup as lookup_mod
-from pic.engine.policies.irminsul_layout import edge_arrays, opaque_layout, tokens_from
+from pic.engine.policies.irminsul_layout import edge_arrays, opaque_layout, query_key, tokens_from
 from pic.traces.content import Segments
 from tests.policies.conftest import plans_of
 
@@ -77,9 +77,10 @@ def test_opaque_layout_is_tokens_layout_and_edge_keys(seed: int, gear: str) -> N
                 want = _reference(req, lo, base, start, cfg, m)
             finally:
                 accel.set_mode(None)
+            q = int(rng.integers(lo - 2, n + 2))     # (the query key's position: made where lo <= q <= n - m)
             accel.set_mode("1")
             try:
-                got = opaque_layout(_view(store, rows), lo, base, start, cfg, m)
+                got = opaque_layout(_view(store, rows), lo, base, start, cfg, m, q)
             finally:
                 accel.set_mode(None)
             if n <= max(start, 63) + 1:
@@ -88,6 +89,8 @@ def test_opaque_layout_is_tokens_layout_and_edge_keys(seed: int, gear: str) -> N
             assert got is not None
             checked += 1
             _same(got, want, (rows, lo, base, start, m))
+            key = cdc.fingerprint(want[0][q - lo:q - lo + m]) if lo <= q <= n - m else 0
+            assert query_key(got[-1]) == key, (rows, lo, q, m)
     assert checked > 30
 
 

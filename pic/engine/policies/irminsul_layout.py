@@ -53,12 +53,13 @@ def tokens_from(req: RequestView, lo: int) -> np.ndarray:
     return src.gather(rows[i:])[lo - s0:]
 
 
-def opaque_layout(req: RequestView, lo: int, base: int, start: int, cfg, m: int) -> tuple | None:
+def opaque_layout(req: RequestView, lo: int, base: int, start: int, cfg, m: int, q: int = -1) -> tuple | None:
     """``(toks, bounds, anchors, fps, heads, tails, meta)`` of the prompt (no hard boundary) from one compiled call
     (:func:`pic._accel_numba_cdc.prompt_layout`): its tokens ``[lo, N)`` as :func:`tokens_from` makes them (an
     array), its CDC layout (``cfg``) of tokens ``[base, N)`` from ``start`` (bounds a list, anchors as bytes: 1 or 0
     per bound) with the chunks' fingerprints, and their edge keys of ``m`` tokens (:func:`engine.cdc.edge_keys` in
-    ``toks``) (lists); ``meta``: the kernel's array of them all (:func:`edge_arrays` gives the keys as arrays). None
+    ``toks``) (lists); ``meta``: the kernel's array of them all (:func:`edge_arrays` gives the keys as arrays; its last
+    item is the key of the ``m`` tokens from ``q``, where ``lo <= q <= N - m``, :func:`query_key`). None
     unless the prompt is made of a store's opaque segments only and the kernels are loaded (and the kernel decides
     alone): the caller takes the general path.
 
@@ -86,19 +87,24 @@ def opaque_layout(req: RequestView, lo: int, base: int, start: int, cfg, m: int)
             and n > cdc.WINDOW):
         return None
     kx, lens, table, key, thr, mn, mx = args
-    toks, meta, ok = fast.prompt_layout(kx, lens, rows, lo, _MASK, table, key, thr, base, mn, start, n, mx, m)
+    toks, meta, ok = fast.prompt_layout(kx, lens, rows, lo, _MASK, table, key, thr, base, mn, start, n, mx, m, q)
     if not ok:
         return None
     v = meta.tolist()
-    nb = (len(v) + 3) // 5
+    nb = (len(v) + 2) // 5
     h, t, a = 2 * nb - 1, 3 * nb - 2, 4 * nb - 3
-    return toks, v[:nb], bytes(v[a:]), v[nb:h], v[h:t], v[t:a], meta
+    return toks, v[:nb], bytes(v[a:-1]), v[nb:h], v[h:t], v[t:a], meta
 
 
 def edge_arrays(meta: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
     """The heads and tails of :func:`opaque_layout`'s ``meta`` from chunk ``d`` on, as ``uint64`` arrays (views)."""
-    nb = (meta.shape[0] + 3) // 5
+    nb = (meta.shape[0] + 2) // 5
     return meta[2 * nb - 1 + d:3 * nb - 2], meta[3 * nb - 2 + d:4 * nb - 3]
+
+
+def query_key(meta: np.ndarray) -> int:
+    """The key of the ``m`` tokens from ``q`` that :func:`opaque_layout` made (0 where it made none)."""
+    return int(meta[-1])
 
 
 _LAST_OPAQUE: tuple = (None, None, None)    # (store, CDC config, kernel arguments or None) of opaque_layout

@@ -23,6 +23,7 @@ from pic.engine.policies.irminsul_layout import (
     edge_arrays,
     marker_cuts,
     opaque_layout,
+    query_key,
     tokens_from,
 )
 from pic.engine.policies.irminsul_records import Chunk, Extent, Run
@@ -55,7 +56,8 @@ class ChunkWalk:
     _marker: np.ndarray
     _used_x: list[Extent]
     _tail_bounds: tuple[int, np.ndarray | None]     # (k, bounds[k:] as an int64 array) of the last layout made
-    _tail_keys: tuple[list, list, np.ndarray] | None     # its chunks' edge keys, when the layout's call made them
+    # its chunks' edge keys, when the layout's call made them: (heads, tails, meta, q: where its query key is of)
+    _tail_keys: tuple[list, list, np.ndarray, int] | None
 
     def _analyze(self, req: RequestView) -> Analysis:
         """The prompt's CDC layout and, for each reused target range, ``(start, end, extent, offset in the
@@ -77,6 +79,7 @@ class ChunkWalk:
         # array slice or call per chunk (most new content of a trace)
         fast = not self.config.s1
         heads_at: list[int] = []
+        skip = -1                             # the straddling chunk, when it misses every stage (below)
         if fast:
             # the chunks starting at or after ``pos`` that some stage may serve ("hot"), in one pass; the walk
             # below jumps from a missed chunk to the next hot one
@@ -89,7 +92,7 @@ class ChunkWalk:
             kb, tb = self._tail_bounds        # bl[kb:] as the layout's array: no list -> array conversion
             meta = None
             if self._tail_keys is not None and kc >= kb:      # (made with the layout: opaque_layout, as lists)
-                heads_at, tails_at, meta = self._tail_keys
+                heads_at, tails_at, meta, q = self._tail_keys
                 if kc > kb:
                     heads_at, tails_at = heads_at[kc - kb:], tails_at[kc - kb:]
             else:
@@ -98,17 +101,34 @@ class ChunkWalk:
                 heads_at, tails_at = ha.tolist(), ta.tolist()
             ks = range(k0, len(fl))
             hot = [*compress(ks, map(entries.__contains__, fl[k0:]))]
+            # NOTE (speed): the chunk straddling the exact prefix's end (kc < k0; most lookups of a continued
+            # conversation) misses every stage when its fingerprint is not registered, the key of its tokens from
+            # ``pos`` (the layout's query key, :func:`query_key`) begins no indexed chunk and its tail key ends none:
+            # asked with the others (its chunk trie and tail trie steps skipped: ``skip``)
+            skip = kc if meta is not None and kc < k0 and q == pos else -1
             if type(heads) is KeyTable:
                 # NOTE (speed): the prefilters as compiled key tables (long walks: Irminsul._use_tables) in one call
-                if meta is not None:
+                if skip >= 0:
+                    ha, ta = edge_arrays(meta, kc - kb)
+                    ha[0] = meta[-1]          # (the straddling chunk's head: its list keeps it)
+                    more = st.hot(ha, ta, kc)
+                    if more and more[0] == kc:
+                        skip = -1
+                        del more[0]
+                elif meta is not None:
                     ha, ta = edge_arrays(meta, k0 - kb)
+                    more = st.hot(ha, ta, k0)
                 else:
                     ha, ta = ha[k0 - kc:], ta[k0 - kc:]
-                more = st.hot(ha, ta, k0)
+                    more = st.hot(ha, ta, k0)
             else:
                 # NOTE (speed): C-level passes (map + compress), no Python bytecode per chunk
                 more = [*compress(ks, map(heads.__contains__, heads_at[k0 - kc:]))]
                 more += compress(ks, map(tails.__contains__, tails_at[k0 - kc:]))
+                if skip >= 0 and (query_key(meta) in heads or tails_at[0] in tails):
+                    skip = -1
+            if skip >= 0 and fl[kc] in entries:
+                skip = -1
             if more:
                 hot = sorted({*hot, *more})
             hot.append(len(fl))
@@ -123,6 +143,9 @@ class ChunkWalk:
                     misses += h - k
                     pos, k = bl[h], h
                     continue
+            elif k == skip:                   # (the straddling chunk: so does the rest of it)
+                pos = b
+                continue
             if pos == a:
                 ex["chunk_lookups"] += 1
             e = self._get(fl[k], toks, a - off, b - off)
@@ -167,7 +190,7 @@ class ChunkWalk:
             if got is not None:
                 # (the kernel's anchors as bytes of 0/1: _flags's)
                 toks, bounds, anchors, fps, heads, tails, meta = got
-                self._tail_bounds, self._tail_keys = (0, None), (heads, tails, meta)
+                self._tail_bounds, self._tail_keys = (0, None), (heads, tails, meta, -1)
                 return Analysis(bounds, fps, anchors, NO_CUTS, False, toks, 0, [])
         self._tail_keys = None
         toks, n = tokens_from(req, 0), req.num_tokens
@@ -204,10 +227,10 @@ class ChunkWalk:
         known = other[5][:k] if len(other) > 5 and other[5] is not None and self._store.lean else None
         if not phard.size and (not self.config.s2 or (req.source is not None and not _may_mark(req.source, self._marker))):
             # no hard boundary here nor in ``other``: tokens, layout and edge keys from one call
-            got = opaque_layout(req, lo, base, c, self._cdc, self.config.min_match)
+            got = opaque_layout(req, lo, base, c, self._cdc, self.config.min_match, best_len)
             if got is not None:
                 toks, tb, tanc, fps, heads, tails, meta = got
-                self._tail_bounds, self._tail_keys = (k, None), (heads, tails, meta)
+                self._tail_bounds, self._tail_keys = (k, None), (heads, tails, meta, best_len)
                 return Analysis(pb[:k] + tb, pf[:k] + fps, bytes(panc[:k]) + tanc, NO_CUTS, False, toks, lo, [],
                                 chunks=known)
         self._tail_keys = None
