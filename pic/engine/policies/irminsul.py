@@ -188,7 +188,7 @@ class Irminsul(ChunkWalk, CachePolicy):
             new = st.admit_new(got, req.seq, now_us, self.ctx.capacity_bytes)     # (nothing found: one run)
             if new is not None:
                 self._live[rid] = ([], new[0])
-                self._pending[rid] = (bounds, fps, got.anchors, got.hard, got.marked, new[1])
+                self._pending[rid] = (bounds, fps, got.anchors, got.hard, got.marked, new[1], True)
                 return True
         if not answered and sum([b - a for a, b, _, _ in uses]) != plan.num_reused:
             return self._stale([])            # not the plan this cache answered
@@ -223,8 +223,7 @@ class Irminsul(ChunkWalk, CachePolicy):
         if st.num_extents != n_x and any(map(_PARTS, locked)):
             views = [(a, b, xs if all(x.parts is None for x in xs) else [y for x in xs for y in st.parts_of(x)])
                      for a, b, xs in views]
-        entries = self._entries
-        nf = len(fps)
+        entries, nf, kw = self._entries, len(fps), -1
         # NOTE (speed): the chunks not in the registry in C-level passes (map, compress), no bytecode per chunk. A
         # lean store also lists the registry's chunk of each fingerprint (``cs``, filled as new chunks are made;
         # those of the first ones as the lookup read them): its registry only grows (no chunk is dropped or cut
@@ -238,6 +237,7 @@ class Irminsul(ChunkWalk, CachePolicy):
                 # NOTE (speed): no admission since the lookup (a lean registry changes only there): the chunks
                 # from h0 on that it did not find hot are not registered; only the hot ones are asked
                 h0, hj = hot[0], hot[1][:-1]
+                kw = h0 if not hj and (not nk or got.whole) else -1     # (cs[kw:]: this admission's chunks)
                 if h0 > nk:
                     cs = known + [*map(entries.get, fps[nk:h0])]
                     cs += [None] * (nf - h0)
@@ -407,8 +407,11 @@ class Irminsul(ChunkWalk, CachePolicy):
                 cs = None
             else:
                 st.place(cs, js, bounds, fps)
-        # the layout as the prompt index keeps it, for commit (NOTE (speed): a plain tuple, made once)
-        self._pending[rid] = (got.bounds, got.fps, got.anchors, got.hard, got.marked, cs)
+        # the layout as the prompt index keeps it, for commit (NOTE (speed): a plain tuple, made once), and whether its
+        # chunks are all ready and whole once this request commits (its own, after kept ones found so: PromptIndex.add)
+        whole = kw >= 0 and not dups and cs is not None and all(
+            c.owner == tag or c.ready and c.size >= bounds[j + 1] - bounds[j] for j, c in enumerate(cs[nk:kw], nk))
+        self._pending[rid] = (got.bounds, got.fps, got.anchors, got.hard, got.marked, cs, whole)
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:

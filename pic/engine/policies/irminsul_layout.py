@@ -210,6 +210,8 @@ class Analysis(NamedTuple):
     # a fast walk's ``(k0, hot, admissions)``: the chunks from ``k0`` on that some stage may serve, ascending (every
     # one whose fingerprint is registered among them; ends with len(fps)), and the store's admissions then; else None
     hot: tuple | None = None
+    # ``chunks`` are the first ones of a kept list found all ready and whole (PromptIndex._whole), or there are none
+    whole: bool = False
 
 
 def first_of(ks: Sequence[int], fps: list[int]) -> list[int]:

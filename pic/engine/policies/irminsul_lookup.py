@@ -180,7 +180,7 @@ class ChunkWalk:
             uses.sort(key=_START)             # S1 adds end-aligned windows after start-aligned ones
         if fast:        # (positionally: NamedTuple._replace is a Python-level rebuild)
             return Analysis(got.bounds, got.fps, got.anchors, got.hard, got.marked, toks, off, uses, kc, heads_at, tails_at,
-                            got.chunks, (k0, hot, st._admissions))
+                            got.chunks, (k0, hot, st._admissions), got.whole)
         return got._replace(uses=uses)
 
     def _full_layout(self, req: RequestView) -> Analysis:
@@ -223,8 +223,10 @@ class ChunkWalk:
         if best_len < c:
             lo = min(lo, pb[bisect_right(pb, best_len) - 1])
         base = max(0, c - (cdc.WINDOW - 1))
-        # (a lean store: the chunks of the first k fingerprints as the prompt index keeps them, for admit)
+        # (a lean store: the chunks of the first k fingerprints as the prompt index keeps them, for admit; whether
+        # that list was found all ready and whole)
         known = other[5][:k] if len(other) > 5 and other[5] is not None and self._store.lean else None
+        whole = known is not None and id(other[5]) in self._store.prompts._whole
         if not phard.size and (not self.config.s2 or (req.source is not None and not _may_mark(req.source, self._marker))):
             # no hard boundary here nor in ``other``: tokens, layout and edge keys from one call
             got = opaque_layout(req, lo, base, c, self._cdc, self.config.min_match, best_len)
@@ -232,7 +234,7 @@ class ChunkWalk:
                 toks, tb, tanc, fps, heads, tails, meta = got
                 self._tail_bounds, self._tail_keys = (k, None), (heads, tails, meta, best_len)
                 return Analysis(pb[:k] + tb, pf[:k] + fps, bytes(panc[:k]) + tanc, NO_CUTS, False, toks, lo, [],
-                                chunks=known)
+                                chunks=known, whole=whole)
         self._tail_keys = None
         toks = tokens_from(req, lo)
         hard, marked = NO_CUTS, False
@@ -248,7 +250,7 @@ class ChunkWalk:
         tb, tanc, fps = cdc.layout_from_fps(toks[base - lo:], base, n, c, self._cdc, hard)
         self._tail_bounds = (k, tb)
         return Analysis(pb[:k] + tb.tolist(), pf[:k] + fps.tolist(), bytes(panc[:k]) + _flags(tanc), hard, marked, toks,
-                        lo, [], chunks=known)
+                        lo, [], chunks=known, whole=whole)
 
     def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Chunk | None:
         e = self._entries.get(fp)
@@ -388,6 +390,15 @@ class ChunkWalk:
                     t0, b0, x0, lo0, have = a, b, x, xo, True
                 joint = b if b == bounds[j2] else -1
                 j = j2
+                continue
+            if j and j2 == j + 1 and len(e.pieces) > 1:
+                # (one chunk of several pieces: the one that straddled a former prompt's end, most other chunks of a
+                # continued conversation's kept list; _chunk_uses's step of it, without the call)
+                if have:
+                    uses.append((t0, b0, x0, lo0))
+                    have = False
+                self._span(uses, e, bounds[j], ends[j], 0)
+                joint, j = -1, j2
                 continue
             have, t0, b0, x0, lo0, joint = self._chunk_uses(
                 zip(bounds[j:j2], ends[j:j2], repeat(e), strict=False), True, uses, (have, t0, b0, x0, lo0, joint))

@@ -34,7 +34,12 @@ class PromptIndex:
     def add(self, tokens: Seq | np.ndarray, layout: tuple, now_us: int, cap_tokens: float) -> None:
         """Index a committed prompt (its :class:`~engine.seq.Seq`: edges are references) with its chunk
         layout (``(bounds, fps, anchors, hard, marked, chunks)``: what the policy keeps of it; ``chunks``: those
-        of ``fps`` in a lean store, else None); keep the index under ``cap_tokens``."""
+        of ``fps`` in a lean store, else None; a 7th item, dropped: whether those are all ready and whole, which a
+        lean store keeps so: :meth:`_served` then asks nothing of them); keep the index under ``cap_tokens``."""
+        if len(layout) > 6:
+            if layout[6] and self.lean and layout[5] is not None:
+                self._whole[id(layout[5])] = layout[5]
+            layout = layout[:6]
         w = self._walk
         if w is not None and w[0] is tokens and w[1] == self.tree.version:
             # NOTE (speed): the tree is as best_layout's walk of this prompt left it (its lookup, then admit and

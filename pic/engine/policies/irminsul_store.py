@@ -313,9 +313,16 @@ class ChunkStore(RunChunks, ChunkIndexes):
 
     def touch_extents(self, xs: Sequence[Extent], now_us: int) -> None:
         """Extents ``xs`` (repeats allowed) are accessed now, each once (a split one: each of its parts)."""
-        for x in {id(x): x for x in xs}.values():
+        # NOTE (speed): repeats dropped by a C-level pass (an extent hashes by identity); a split extent's parts found
+        # with a stack, not parts_of's lists (~60 % of the extents a Mooncake conversation lookup reads are split)
+        for x in dict.fromkeys(xs):
             if x.parts is not None:
-                for y in self.parts_of(x):
+                stack = [x]
+                while stack:
+                    y = stack.pop()
+                    if y.parts is not None:
+                        stack += y.parts[:2]
+                        continue
                     y.last_access_us = now_us
                     y.hits += 1
                 continue
