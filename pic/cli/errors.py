@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
 from pic.traces.outputs import os_error_message
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 #: characters escaped wherever pic prints user-supplied text (besides the Cc/Cs/Zl/Zp categories):
 #: bidi embeddings, overrides, isolates and marks, which reorder what a terminal shows
@@ -47,31 +49,77 @@ def shown(text: Any) -> str:
     return "".join(out)
 
 
-class SafeConsole(Console):
-    """A rich Console for text that may hold user input: no markup, no emoji codes, no highlighting,
-    and every plain string (table cells and titles included) passed through :func:`shown`."""
+def _rich() -> dict[str, Any]:
+    """Make :class:`SafeConsole` and the two consoles (``console``, ``err_console``) on first use, as module
+    attributes. NOTE (speed): importing rich and making them cost ~22 ms CPU, which a command whose output
+    goes to files and pipes does not need (``pic replay --json``: :func:`print_line`)."""
+    g = globals()
+    if "SafeConsole" not in g:
+        from rich.console import Console
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(markup=False, emoji=False, highlight=False, **kwargs)
+        class SafeConsole(Console):
+            """A rich Console for text that may hold user input: no markup, no emoji codes, no highlighting,
+            and every plain string (table cells and titles included) passed through :func:`shown`."""
 
-    def render_str(self, text: str, **kwargs: Any) -> Text:
-        kwargs["markup"] = False
-        kwargs["emoji"] = False
-        return super().render_str(shown(text), **kwargs)
+            def __init__(self, **kwargs: Any) -> None:
+                super().__init__(markup=False, emoji=False, highlight=False, **kwargs)
+
+            def render_str(self, text: str, **kwargs: Any) -> Text:
+                kwargs["markup"] = False
+                kwargs["emoji"] = False
+                return super().render_str(shown(text), **kwargs)
+
+        SafeConsole.__qualname__ = "SafeConsole"
+        g.update(SafeConsole=SafeConsole, console=SafeConsole(), err_console=SafeConsole(stderr=True))
+    return g
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("SafeConsole", "console", "err_console"):
+        return _rich()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def styled(*parts: str | tuple[str, str]) -> Text:
     """``styled(("error:", "bold red"), " ", message)``: a Text of plain parts (each :func:`shown`)."""
+    from rich.text import Text
+
     return Text.assemble(*[(shown(p[0]), p[1]) if isinstance(p, tuple) else shown(p) for p in parts])
 
 
-console = SafeConsole()
-err_console = SafeConsole(stderr=True)
+#: environment variables under which rich may treat a stream that is not a terminal as one (or, in Jupyter,
+#: not write to it): rich then decides how a line is printed
+_RICH_ENV = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "JUPYTER_COLUMNS", "JUPYTER_LINES")
+
+
+def plain_stderr() -> bool:
+    """stderr is not a terminal and nothing makes rich treat it as one: rich would print a line of styled
+    parts there as their plain text (no escape codes, never wrapped)."""
+    stream = sys.stderr
+    if stream is None or "ipykernel" in sys.modules or any(v in os.environ for v in _RICH_ENV):
+        return False
+    try:
+        return not stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def print_line(*parts: str | tuple[str, str]) -> None:
+    """One line of :func:`styled` parts on stderr (escaped, never wrapped). NOTE (speed): where stderr is
+    not a terminal (:func:`plain_stderr`), written as the plain text rich would print, without rich."""
+    if plain_stderr():
+        sys.stderr.write("".join(shown(p[0]) if isinstance(p, tuple) else shown(p) for p in parts) + "\n")
+        sys.stderr.flush()
+    else:
+        _rich()["err_console"].print(styled(*parts), soft_wrap=True)
 
 
 def print_error(message: str, label: str | None = "error:") -> None:
     """One line on stderr: ``error: <message>`` (escaped, never wrapped)."""
-    err_console.print(styled((label, "bold red"), " ", message) if label else styled(message), soft_wrap=True)
+    if label:
+        print_line((label, "bold red"), " ", message)
+    else:
+        print_line(message)
 
 
 def fail(exc: BaseException) -> None:
@@ -83,7 +131,7 @@ def fail(exc: BaseException) -> None:
 
 def print_warning(message: str) -> None:
     """One line on stderr: ``warning: <message>``."""
-    err_console.print(styled(("warning:", "yellow"), " ", message), soft_wrap=True)
+    print_line(("warning:", "yellow"), " ", message)
 
 
 class Terminated(BaseException):

@@ -10,16 +10,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from pic.cli import errors
 from pic.cli.choices import Gpu, GpuOption, Router, RouterOption
 from pic.cli.errors import (
     ClosedLoopOption,
     LimitOption,
     ReplicasOption,
-    SafeConsole,
     SeedOption,
     TokenBudgetOption,
-    console,
-    err_console,
+    print_line,
     print_warning,
     styled,
     user_errors,
@@ -43,7 +42,8 @@ if TYPE_CHECKING:
     from pic.engine.replay import RunResult
 
 # NOTE (speed): the engine (numpy, polars, pyarrow) and rich's progress bar and tables are imported in the
-# command's body: `pic replay --help` and `--list-policies` need none of them (~0.25 CPU s)
+# command's body: `pic replay --help` and `--list-policies` need none of them (~0.25 CPU s); rich's consoles
+# (errors.console, errors.err_console) on first use: `--json` into a file or pipe uses none (~22 ms)
 
 
 def _list_policies(value: bool) -> None:
@@ -165,13 +165,13 @@ def command(
 def _progress_bar() -> Iterator[Callable[[int, int], None] | None]:
     """The replay's progress callback: a transient bar on stderr where one is shown (an interactive terminal);
     elsewhere none (rich drew only a blank line there, and ran its refresh thread through the replay)."""
-    if not err_console.is_interactive:
+    if errors.plain_stderr() or not errors.err_console.is_interactive:
         yield None
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("[bold]replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, transient=True) as bar:
+                  console=errors.err_console, transient=True) as bar:
         task = bar.add_task("replay", total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
@@ -195,12 +195,13 @@ def _print_policies() -> None:
             table.add_row(name, "", "", doc[0] if doc else "")
         for i, (opt, text) in enumerate(opts.items()):
             table.add_row(name if i == 0 else "", opt, repr(defaults.get(opt, "")), text)
-    console.print(table)
+    errors.console.print(table)
 
 
 def _print_table(result: RunResult, out: Path) -> None:
     s = result.summary
-    SafeConsole(width=max(console.width, 190)).print(summary_table(s, out))
+    console = errors.console
+    errors.SafeConsole(width=max(console.width, 190)).print(summary_table(s, out))
     line = summary_headline(s)
     if line:
         console.print(styled((line, "bold")), soft_wrap=True)
@@ -222,6 +223,6 @@ def _note_stale(out: Path, stale: list[Path]) -> None:
             seen.add(opt)
             args += [opt, str(out / p.name)]
     names = ", ".join(str(out / p.name) + ("/" if p.is_dir() else "") for p in stale)
-    err_console.print(styled(("note:", "cyan"), f" {names} {'was' if len(stale) == 1 else 'were'} made by "
-                             "`pic report` from the run this replay replaced (kept); to refresh: ",
-                             (" ".join(["pic report", str(out), *args]), "bold")), soft_wrap=True)
+    print_line(("note:", "cyan"), f" {names} {'was' if len(stale) == 1 else 'were'} made by "
+               "`pic report` from the run this replay replaced (kept); to refresh: ",
+               (" ".join(["pic report", str(out), *args]), "bold"))
