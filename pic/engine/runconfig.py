@@ -151,7 +151,11 @@ def trace_sha256(trace: Any) -> str:
     feed(lists.list.len().to_numpy(), "<i8")
     feed(lists.explode().to_numpy(), "<u8")
     for col in ("session_id", "agent_id"):
-        h.update("\x00".join(req[col].to_list()).encode("utf-8", "surrogateescape"))
+        ids = req[col]
+        if ids.null_count():    # a null id (allowed: no session / no agent) hashed apart from any string
+            h.update(b"nulls:" + ids.is_null().to_numpy().tobytes())
+            ids = ids.fill_null("")
+        h.update("\x00".join(ids.to_list()).encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
 

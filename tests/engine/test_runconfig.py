@@ -164,3 +164,19 @@ def test_the_run_toml_in_docs_is_valid(tmp_path):
     cfg, extras = _from(tmp_path / "run.toml")
     check_config(cfg)
     assert extras["trace"] == "rag.parquet" and cfg.replicas == 2 and cfg.slo == {"ttft": 0.2, "tpot": 0.04}
+
+
+def test_trace_digest_of_null_sessions_and_agents(tmp_path):
+    """A trace whose requests have no session or agent (null ids pass validation) is hashed, and a null id
+    hashes apart from the empty string; a replay of it writes its config.json."""
+    import dataclasses
+
+    import polars as pl
+
+    t = read_trace_file(SAMPLE)
+    for col in ("session_id", "agent_id"):
+        nulled = dataclasses.replace(t, requests=t.requests.with_columns(pl.lit(None, pl.String).alias(col)))
+        empty = dataclasses.replace(t, requests=t.requests.with_columns(pl.lit("", pl.String).alias(col)))
+        assert trace_sha256(nulled) != trace_sha256(empty) != trace_sha256(t)
+        run = write_run(replay(nulled, ReplayConfig(max_requests=5)), tmp_path / col)
+        assert json.loads((run / "config.json").read_text())["trace_sha256"] == trace_sha256(nulled)
