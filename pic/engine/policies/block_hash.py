@@ -3,9 +3,8 @@
 Keeps: one entry per distinct full block of ``block_size`` tokens, keyed by its chained hash (the
 hash of the block's tokens *and* everything before it; here the polynomial hash of the whole prefix
 up to the block's end, :class:`engine.rolling.BlockHasher`: from per-segment partial sums, so a prompt
-is never rehashed token by token). Each entry has a reference count (the
-running requests holding it); blocks with ``ref == 0`` sit in an LRU free queue. A partial last block
-is never cached.
+is never rehashed token by token). Each entry has a reference count (the running requests holding it);
+blocks with ``ref == 0`` sit in an LRU free queue. A partial last block is never cached.
 
 Lookup: the leading run of blocks whose chained hash is present (``Plan.from_prefix``), so matches
 are always whole blocks. Under ``--verify`` every hit block's tokens and parent hash are compared.
@@ -13,23 +12,22 @@ are always whole blocks. Under ``--verify`` every hit block's tokens and parent 
 Eviction: the free queue in LRU order; a finished request frees its blocks tail first (vLLM
 ``free_blocks(reversed(...))``), so the end of a prompt goes before its shared beginning.
 
-NOTE (speed): residency is prefix-closed along every chain: a block's parent is resident whenever
-the block is. Whoever holds a block holds its whole chain (admit locks a leading run, commit the
-rest), so ``ref(parent) >= ref(block)``; a release frees tail first, so a free parent always sits
-behind its free children in the LRU queue, and eviction (strictly in queue order) never takes a
-parent before its children. Hence the resident blocks form a tree of chains, kept as a radix tree of
-block-hash runs (:class:`~engine.policies.block_chains.BlockChains`): a request's resident blocks are
-the run its walk matches, and commit adds everything after it as one edge. Until #12 they were a dict
-from hash to slot, one entry per block: on Mooncake conversation (5.6 M resident blocks) its cache
-misses were ~430 of ~690 us per request (~290 inserting, ~140 looking up); numpy open-addressing
-tables were tried twice in its place and lost to the dict at the 70-470 keys a request brings.
-A chained-hash collision (2^-64 per pair) used to merge two chains in the dict; in the tree, blocks
-match only along their whole path. A request's held blocks are the walk's slot pieces (a slice per run
-of consecutive slots, an array only for recycled ones), so ref counts and the free order are updated
-through views: per request the cost is numpy calls per piece, not per block (docs/bench-bh8.md).
+NOTE (speed): residency is prefix-closed along every chain: a block's parent is resident whenever the block is.
+Whoever holds a block holds its whole chain (admit locks a leading run, commit the rest), so ``ref(parent) >=
+ref(block)``; a release frees tail first, so a free parent always sits behind its free children in the LRU queue,
+and eviction (strictly in queue order) never takes a parent before its children. Hence the resident blocks form a
+tree of chains, kept as a radix tree of block-hash runs (:class:`~engine.policies.block_chains.BlockChains`): a
+request's resident blocks are the run its walk matches, and commit adds everything after it as one edge. Until #12
+they were a dict from hash to slot, one entry per block: on Mooncake conversation (5.6 M resident blocks) its cache
+misses were ~430 of ~690 us per request (~290 inserting, ~140 looking up); numpy open-addressing tables were tried
+twice in its place and lost to the dict at the 70-470 keys a request brings. A chained-hash collision (2^-64 per
+pair) used to merge two chains in the dict; in the tree, blocks match only along their whole path. A request's held
+blocks are the walk's slot pieces (a slice per run of consecutive slots, an array only for recycled ones), so ref
+counts and the free order are updated through views: per request the cost is numpy calls per piece, not per block
+(docs/bench-bh8.md).
 
-Unbounded and without --verify (every replay's baseline at the default capacity) the cache never evicts, and
-none of the above is kept: it is a token radix tree over the committed prompts' full blocks
+Unbounded and without --verify (every replay's baseline at the default capacity) the cache never evicts, and none
+of the above is kept: it is a token radix tree over the committed prompts' full blocks
 (:mod:`engine.policies.block_radix`) until the policy API first asks it to evict.
 """
 
@@ -120,12 +118,9 @@ class BlockHashCache(CachePolicy):
 
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
-        self.stats.lookups += 1
         if self._radix is not None:
-            num = self._radix.lookup(req)
-            if num:
-                self.stats.hits += 1
-            return Plan.from_prefix(req.num_tokens, num)
+            return Plan.from_prefix(req.num_tokens, self._radix_lookup(req))
+        self.stats.lookups += 1
         hashes = self._hashes(req)
         if self.ctx.verify:
             num = self._match(req, hashes).shape[0] * self._bs
@@ -135,16 +130,21 @@ class BlockHashCache(CachePolicy):
             self.stats.hits += 1
         return Plan.from_prefix(req.num_tokens, num)
 
+    def start_prefix(self, req: RequestView, now_us: int) -> int:
+        """``lookup`` and ``admit`` of its plan ``Plan.from_prefix(req.num_tokens, r)``: ``r``, or -1 if refused (the same
+        state and stats; NOTE (speed): the serving model's, no Plan made per request while it is a radix tree)."""
+        if self._radix is None:
+            plan = self.lookup(req, now_us)
+            return plan.leading_reuse if self.admit(req, plan, now_us) else -1
+        num = self._radix_lookup(req)      # (whole blocks of the prompt: no more than num_tokens)
+        return num if self._radix_admit(req, num // self._bs, now_us) else -1
+
     def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
-        if req.request_id in (self._live if self._radix is None else self._radix.live):
+        if self._radix is not None:
+            return self._radix_admit(req, plan.leading_reuse // self._bs, now_us)
+        if req.request_id in self._live:
             raise ValueError(f"request {req.request_id} admitted twice")
         want = plan.leading_reuse // self._bs
-        if self._radix is not None:
-            if self._radix.admit(req, want, now_us) < want:
-                self.stats.rejected += 1
-                self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
-                return False
-            return True
         hashes = self._hashes(req)
         if self.ctx.verify:
             run = self._match(req, hashes, want)
@@ -250,6 +250,23 @@ class BlockHashCache(CachePolicy):
         stats = self.stats
         vars(self).update(vars(exact))
         self.stats = stats
+
+    def _radix_lookup(self, req: RequestView) -> int:
+        """:meth:`lookup`'s reuse while the cache is a radix tree, in tokens."""
+        self.stats.lookups += 1
+        num = self._radix.lookup(req)
+        self.stats.hits += num > 0
+        return num
+
+    def _radix_admit(self, req: RequestView, want: int, now_us: int) -> bool:
+        """:meth:`admit` of ``want`` leading blocks while the cache is a radix tree."""
+        if req.request_id in self._radix.live:
+            raise ValueError(f"request {req.request_id} admitted twice")
+        if self._radix.admit(req, want, now_us) < want:
+            self.stats.rejected += 1
+            self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
+            return False
+        return True
 
     def _hashes(self, req: RequestView) -> np.ndarray:
         """Chained hashes of the full blocks: uint64 [N // block_size] (memoized for lookup -> commit;

@@ -60,18 +60,33 @@ class PrefixCache(CachePolicy):
 
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
+        return Plan.from_prefix(req.num_tokens, self._lookup(req, now_us))
+
+    def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
+        return self._admit(req, plan.leading_reuse, now_us)
+
+    def start_prefix(self, req: RequestView, now_us: int) -> int:
+        """``lookup`` then ``admit`` of its plan, ``Plan.from_prefix(req.num_tokens, r)``: returns ``r``, or -1
+        when the plan is refused (the same state and stats). NOTE (speed): the serving model's exact-prefix
+        path (engine.serving.model): no Plan built nor read per request."""
+        num = self._lookup(req, now_us)
+        n = req.num_tokens
+        return num if self._admit(req, num if num < n else n, now_us) else -1
+
+    def _lookup(self, req: RequestView, now_us: int) -> int:
+        """:meth:`lookup`'s reuse: the resident prefix of ``req``, in tokens."""
         self.stats.lookups += 1
         num, _ = self.tree.match_prefix(req.seq, now_us, split=False)
         if num:
             self.stats.hits += 1
             if self.ctx.verify:
                 self.stats.verified_hits += 1
-        return Plan.from_prefix(req.num_tokens, num)
+        return num
 
-    def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
+    def _admit(self, req: RequestView, want: int, now_us: int) -> bool:
+        """:meth:`admit` of a plan whose leading reuse is ``want`` tokens."""
         if req.request_id in self._live:
             raise ValueError(f"request {req.request_id} admitted twice")
-        want = plan.leading_reuse
         num, node = self.tree.lock_point(req.seq, want, now_us)
         if num < want:                       # the plan's prefix was evicted since lookup
             self.stats.rejected += 1

@@ -91,6 +91,8 @@ class ServingModel:
         self._tmemo: dict[Any, tuple] = {}
         self._full: dict[int, tuple] = {}     # one_chunk_terms of a full recompute, by token count (an int key)
         self._view = workload.view
+        # each policy's fused lookup + admit of an exact-prefix plan (PrefixCache.start_prefix), or None
+        self._starts = [getattr(p, "start_prefix", None) for p in self.policies]
         self._watts = cost.busy_watts
         # the counterfactual full prefills, priced in batches (None: one at a time, Replica.prefill_share)
         shares = prefill_shares_fn(cost) if isinstance(cost, CostModel) else None
@@ -282,60 +284,39 @@ class ServingModel:
         c_start[i] = now
         pol = self.policies[k]
         ev0 = pol.stats.evictions
-        plan = pol.lookup(view, now)
-        if pol.admit(view, plan, now):
-            self._admitted[i] = True
-            self._note_resident(k)
-        else:
-            plan = Plan.recompute_all(n)
-            c_uncached[i] = True
-        c_evictions[i] = pol.stats.evictions - ev0
-        spans = plan.spans
-        a = spans[0]
-        if (len(spans) == 1 and a.action == RECOMPUTE and not a.tier and plan.correction is NO_CORRECTION
-                and self._terms is not None):
-            # NOTE (speed): a full recompute (a miss, an unadmitted request), the general path below specialised:
-            # _plan_stats gives (0, 0, False), so reused / rotated stay at their zeros, every token is recomputed,
-            # the plan is plain (its no-cache attention its own, no counterfactual prefill) and priced as one chunk
-            t = self._full.get(plan.num_tokens)      # (the one span is [0, num_tokens): a Plan covers it)
-            if t is None:
-                t = self._full_terms(plan.num_tokens)
-            flops, hbm, _, read, attn_s, _ = t
-            c_recomputed[i] = n
-            c_flops[i] = flops
-            c_hbm[i] = hbm
-            c_read[i] = read
-            c_attn[i] = attn_s
-            c_nc_attn[i] = attn_s
-            num_new = n if n > 1 else 1      # max(1, min(n, n))
-            extra, full = 0.0, None
-        elif (len(spans) == 2 and a.action == REUSE and spans[1].action == RECOMPUTE and not a.tier
-              and not spans[1].tier and plan.correction is NO_CORRECTION and self._terms is not None):
-            # NOTE (speed): an exact-prefix plan (Plan.from_prefix: reuse [0, r) in place, recompute [r, n)), the
-            # general path below specialised: _plan_stats gives (r, 0, False), the leading reuse is all the reuse
-            # (no hybrid extra), the plan is plain but not a full recompute, its one chunk ``(n - r, r)``
-            reused = a.end
-            num_new = n - reused
-            c_reused[i] = reused
-            c_recomputed[i] = num_new
-            if num_new < 1:
-                num_new = 1
-            # (priced as one chunk, not looked up in _tmemo: a prefix plan's (tokens, reused) pair is seldom seen
-            # twice; Mooncake conversation: never)
-            b = spans[1]
-            if self._tbook is not None:
-                self._tbook.add(i, plan.num_tokens, b.end - b.start, b.start, n)
+        start, plan = self._starts[k], None
+        if start is not None:
+            # NOTE (speed): an exact-prefix policy's lookup and admit in one call, its plan Plan.from_prefix(m, r)
+            # not made (but for a full hit: one REUSE span, priced by the general path below)
+            r, m = start(view, now), view.num_tokens
+            if r >= 0:
+                self._admitted[i] = True
+                self._note_resident(k)
+                if r >= m:
+                    plan = Plan.from_prefix(m, r)
             else:
-                flops, hbm, _, read, attn_s, _ = self._terms(plan.num_tokens, b.end - b.start, b.start)
-                nc = self._full.get(n)
-                c_flops[i] = flops
-                c_hbm[i] = hbm
-                c_read[i] = read
-                c_attn[i] = attn_s
-                c_nc_attn[i] = (nc if nc is not None else self._full_terms(n))[4]
-            extra = 0.0
-            full = self._full_share(rep, i, n)       # before this prefill changes the batch
+                r, m = 0, n                       # Plan.recompute_all(n)
+                c_uncached[i] = True
         else:
+            plan = pol.lookup(view, now)
+            if pol.admit(view, plan, now):
+                self._admitted[i] = True
+                self._note_resident(k)
+            else:
+                plan = Plan.recompute_all(n)
+                c_uncached[i] = True
+            spans = plan.spans
+            a = spans[0]
+            if self._terms is not None and plan.correction is NO_CORRECTION and not a.tier:
+                if len(spans) == 1 and a.action == RECOMPUTE:       # (a full recompute: r = 0)
+                    r, m, plan = 0, plan.num_tokens, None
+                elif len(spans) == 2 and a.action == REUSE and spans[1].action == RECOMPUTE and not spans[1].tier:
+                    r, m, plan = a.end, plan.num_tokens, None         # (an exact-prefix plan: [0, r) reused)
+        c_evictions[i] = pol.stats.evictions - ev0
+        if plan is not None or self._terms is None:
+            if plan is None:
+                plan = Plan.from_prefix(m, r)
+            spans = plan.spans
             reused, rotated, needs_extra = _plan_stats(plan)
             # NOTE: hybrid models: reuse after a non-prefix point still runs the recurrent layers (engine.hybrid_cost)
             needs_extra = needs_extra or (self._hybrid and reused > plan.leading_reuse)
@@ -385,6 +366,45 @@ class ServingModel:
                 # rotation / correction / tier-transfer time beyond a plain chunked prefill of num_new tokens
                 extra = max(0.0, pc.time_s - self.cost.step_time(((num_new, n - num_new),), 0, 0))
             full = None if plain else self._full_share(rep, i, n)       # before this prefill changes the batch
+        elif not r:
+            # NOTE (speed): a full recompute (a miss, an unadmitted request), the general path below specialised:
+            # _plan_stats gives (0, 0, False), so reused / rotated stay at their zeros, every token is recomputed,
+            # the plan is plain (its no-cache attention its own, no counterfactual prefill) and priced as one chunk
+            t = self._full.get(m)      # (the one span is [0, num_tokens): a Plan covers it)
+            if t is None:
+                t = self._full_terms(m)
+            flops, hbm, _, read, attn_s, _ = t
+            c_recomputed[i] = n
+            c_flops[i] = flops
+            c_hbm[i] = hbm
+            c_read[i] = read
+            c_attn[i] = attn_s
+            c_nc_attn[i] = attn_s
+            num_new = n if n > 1 else 1      # max(1, min(n, n))
+            extra, full = 0.0, None
+        else:
+            # NOTE (speed): an exact-prefix plan (Plan.from_prefix: reuse [0, r) in place, recompute [r, m)), the
+            # general path below specialised: _plan_stats gives (r, 0, False), the leading reuse is all the reuse
+            # (no hybrid extra), the plan is plain but not a full recompute, its one chunk ``(m - r, r)``
+            num_new = n - r
+            c_reused[i] = r
+            c_recomputed[i] = num_new
+            if num_new < 1:
+                num_new = 1
+            # (priced as one chunk, not looked up in _tmemo: a prefix plan's (tokens, reused) pair is seldom seen
+            # twice; Mooncake conversation: never)
+            if self._tbook is not None:
+                self._tbook.add(i, m, m - r, r, n)
+            else:
+                flops, hbm, _, read, attn_s, _ = self._terms(m, m - r, r)
+                nc = self._full.get(n)
+                c_flops[i] = flops
+                c_hbm[i] = hbm
+                c_read[i] = read
+                c_attn[i] = attn_s
+                c_nc_attn[i] = (nc if nc is not None else self._full_terms(n))[4]
+            extra = 0.0
+            full = self._full_share(rep, i, n)       # before this prefill changes the batch
         end, finishes, share = rep.run_prefill(now, n, num_new, extra, i, self._num_output[i])
         watts = self._watts
         joules = watts * share

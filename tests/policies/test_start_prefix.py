@@ -1,0 +1,91 @@
+"""``start_prefix`` of the exact-prefix policies (``prefix``, ``block-hash``): the serving model's fused lookup + admit
+must leave the same state and stats as ``lookup`` then ``admit`` and answer the plan's reuse (engine.serving.model),
+and a simulation through it must give the same rows as one through lookup / admit."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pic.engine import policies
+from pic.engine.cost import CostModel
+from pic.engine.plan import Plan
+from pic.engine.serving import ServingModel, Workload
+from pic.engine.specs import gpu_from_name, model_from_name
+from tests.policies.conftest import make_ctx, request_stream
+
+CASES = [("prefix", math.inf, False, None), ("prefix", 4000, False, None), ("prefix", 8000, False, {"page_size": "16"}),
+         ("prefix", 6000, False, {"eviction": "lfu"}), ("block-hash", math.inf, False, None),
+         ("block-hash", 4000, False, None), ("block-hash", math.inf, True, None), ("block-hash", 6000, True, None)]
+
+
+def _state(p) -> tuple:
+    u = p.usage()
+    return (u.evictable, u.protected, u.total, p.stats.as_dict())
+
+
+@pytest.mark.parametrize("name,cap,verify,opts", CASES)
+def test_start_prefix_is_lookup_then_admit(name, cap, verify, opts) -> None:
+    """Requests admitted in overlapping groups (so that capacity refuses some): the same answers, usage and stats
+    after every request, and the same plans later (the trees alike)."""
+    reqs = request_stream(11, 90)
+    a = policies.build(name, make_ctx(cap, verify=verify), opts)
+    b = policies.build(name, make_ctx(cap, verify=verify), opts)
+    live, held = [], []
+    for k, req in enumerate(reqs):
+        now = 10 * k
+        plan = a.lookup(req, now)
+        ok = a.admit(req, plan, now)
+        r = b.start_prefix(req, now)
+        if ok:
+            assert r >= 0 and Plan.from_prefix(req.num_tokens, r) == plan
+            live.append(req)
+        else:
+            assert r == -1
+        assert _state(a) == _state(b)
+        if len(live) >= 3 or k == len(reqs) - 1:       # commit the group; release all but its newest
+            for q in live:
+                a.commit(q, now + 1)
+                b.commit(q, now + 1)
+            for q in held + live[:-1]:
+                a.release(q, now + 2)
+                b.release(q, now + 2)
+            held, live = live[-1:], []
+            assert _state(a) == _state(b)
+    for k, req in enumerate(reqs[::7]):
+        assert a.lookup(req, 5000 + k) == b.lookup(req, 5000 + k)
+
+
+class _NoStart:
+    """A policy seen without its ``start_prefix`` (the model takes lookup and admit)."""
+
+    def __init__(self, pol) -> None:
+        self._pol = pol
+
+    def __getattr__(self, name):
+        if name == "start_prefix":
+            raise AttributeError(name)
+        return getattr(self._pol, name)
+
+
+@pytest.mark.parametrize("name,cap", [("prefix", math.inf), ("prefix", 3000), ("block-hash", math.inf),
+                                      ("block-hash", 3000)])
+def test_serving_through_start_prefix_gives_the_same_rows(name, cap) -> None:
+    reqs = request_stream(3, 120)
+    rng = np.random.default_rng(3)
+    w = Workload(np.arange(len(reqs), dtype=np.int64), [r.session_id for r in reqs],
+                 np.array([r.num_tokens for r in reqs], np.int64), rng.integers(1, 200, len(reqs)),
+                 np.sort(rng.integers(0, 400_000, len(reqs))).astype(np.int64), lambda i: reqs[i])
+    cost = CostModel(model_from_name("deepseek-v2-lite"), gpu_from_name("h200"))
+    out = []
+    for wrap in (False, True):
+        pol = policies.build(name, make_ctx(cap))
+        m = ServingModel(w, [_NoStart(pol) if wrap else pol], cost, token_budget=2048)
+        assert (m._starts[0] is None) == wrap
+        rows = m.run()
+        out.append(({f: np.asarray(rows.cols[f]).tolist() for f in rows.cols}, m.peak_resident,
+                    m.replicas[0].itl.array().tolist(), _state(pol)))
+    assert out[0] == out[1]
+    assert sum(out[0][0]["uncached"]) or cap == math.inf      # (a bounded cache refuses some)
