@@ -1,13 +1,13 @@
 """Token radix tree with lock refs, evictable/protected accounting and key-ordered leaf eviction.
 
 The exact-prefix store behind the ``prefix`` policy (SGLang RadixAttention) and the first stage of
-``irminsul``/``fixed-chunk``/``oracle``. Edges are references ``(Seq, offset, length)`` into the prompt
-that inserted them (:mod:`engine.seq`), never token copies; children are keyed by their first page of
-tokens (``int`` first token when ``page_size == 1``, the page's bytes otherwise). An edge is compared
-piece by piece: pieces of the same trace segment at the same offset are equal without reading a token,
-different pieces are compared with numpy (first mismatch found vectorized), so work per call is
-O(nodes + segments on the path), not O(tokens) in Python. ``tokens`` arguments may be an int32 array, a
-:class:`~engine.seq.Seq` or anything with a ``seq`` attribute (a ``RequestView``).
+``irminsul``/``fixed-chunk``/``oracle``. Edges are references ``(Seq, offset, length)`` into the prompt that
+inserted them (:mod:`engine.seq`), never token copies; children are keyed by their first page of tokens (``int``
+first token when ``page_size == 1``, the page's bytes otherwise). An edge is compared piece by piece: pieces of
+the same trace segment at the same offset are equal without reading a token, different pieces are compared with
+numpy (first mismatch found vectorized), so work per call is O(nodes + segments on the path), not O(tokens) in
+Python. ``tokens`` arguments may be an int32 array, a :class:`~engine.seq.Seq` or anything with a ``seq``
+attribute (a ``RequestView``).
 
 API (all counts in tokens, all times integer microseconds)::
 
@@ -293,7 +293,8 @@ class RadixTree:
         self.num_nodes += 1
         num_new = n - pos
         self.evictable_tokens += num_new
-        self._push(leaf)
+        if self.evicts:
+            self._push(leaf)
         return num_new, leaf
 
     def new_leaf(self, parent: RadixNode, src: Seq, lo: int, n: int, ckey: Any, value: Any) -> RadixNode:
@@ -315,41 +316,40 @@ class RadixTree:
 
     def inc_lock(self, node: RadixNode) -> None:
         """Protect ``node`` and its ancestors from eviction (reference counted)."""
-        while node is not self.root:
-            if node.lock_ref == 0:
-                k = node.n
-                self.evictable_tokens -= k
-                self.protected_tokens += k
-            node.lock_ref += 1
-            node = node.parent
+        self._lock_up(node, self.root)
 
     def move_lock(self, node: RadixNode, above: RadixNode) -> None:
-        """``inc_lock(node); dec_lock(above)`` where ``above`` (locked) is ``node`` or an ancestor (a commit's lock
-        moving to its leaf). NOTE (speed): one walk up to ``above``, not two up to the root."""
+        """``inc_lock(node); dec_lock(above)``, ``above`` (locked) ``node`` or an ancestor: one walk up to it."""
         if above.lock_ref <= 0:
             raise ValueError("move_lock from an unlocked node")
+        self._lock_up(node, above)
+
+    def _lock_up(self, node: RadixNode, above: RadixNode) -> None:
+        """One more lock on ``node`` and its ancestors below ``above`` (the counts moved once, at the end)."""
         k = 0
         while node is not above:
-            if node.lock_ref == 0:
+            r = node.lock_ref
+            if r == 0:
                 k += node.n
-            node.lock_ref += 1
+            node.lock_ref = r + 1
             node = node.parent
         self.evictable_tokens -= k
         self.protected_tokens += k
 
     def dec_lock(self, node: RadixNode) -> None:
         """Undo one :meth:`inc_lock` of ``node``."""
-        first = node
-        while node is not self.root:
-            if node.lock_ref <= 0:
+        first, root, k = node, self.root, 0
+        while node is not root:
+            r = node.lock_ref
+            if r <= 0:      # (the tree is then broken: the counts moved so far are not applied)
                 raise ValueError("dec_lock on an unlocked node")
-            node.lock_ref -= 1
-            if node.lock_ref == 0:
-                k = node.n
-                self.evictable_tokens += k
-                self.protected_tokens -= k
+            node.lock_ref = r - 1
+            if r == 1:
+                k += node.n
             node = node.parent
-        if first is not self.root and first.lock_ref == 0 and not first.children:
+        self.evictable_tokens += k
+        self.protected_tokens -= k
+        if self.evicts and first is not root and first.lock_ref == 0 and not first.children:
             self._push(first)
 
     def evict(self, num_tokens: int) -> int:

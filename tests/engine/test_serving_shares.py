@@ -77,13 +77,13 @@ def test_batched_one_chunk_terms_equal_the_closure(name):
 @pytest.mark.parametrize("budget, span_us", [(8192, 3_000_000), (512, 20_000_000), (64, 2_000_000)])
 def test_share_book_gives_the_columns_prefill_share_gives(monkeypatch, budget, span_us):
     """Every output with the counterfactual full prefills priced in batches (one step, several, a decoder
-    finishing between them: priced at once) and the exact-prefix plans' columns (TermsBook) equals pricing each
-    as the request starts (Replica.prefill_share, one_chunk_terms); several flushes."""
+    finishing between them: noted step by step) and the exact-prefix plans' columns (TermsBook) equals pricing
+    each as the request starts (Replica.prefill_share, one_chunk_terms); several flushes."""
     w = _workload(120, seed=budget, span_us=span_us)
     monkeypatch.setattr(shares_mod, "_FLUSH", 16)
     calls = []
-    share = serving_model.Replica.prefill_share
-    monkeypatch.setattr(serving_model.Replica, "prefill_share", lambda self, a, b: calls.append(a) or share(self, a, b))
+    steps = serving_model.Replica.prefill_steps
+    monkeypatch.setattr(serving_model.Replica, "prefill_steps", lambda self, a, b: calls.append(a) or steps(self, a, b))
     a = _run(w, budget)
     assert a[-1]._book is not None and a[-1]._tbook is not None
     fallback = len(calls)

@@ -1,10 +1,10 @@
 """``block-hash`` — vLLM automatic prefix caching: chained hashes over fixed full blocks.
 
-Keeps: one entry per distinct full block of ``block_size`` tokens, keyed by its chained hash (the
-hash of the block's tokens *and* everything before it; here the polynomial hash of the whole prefix
-up to the block's end, :class:`engine.rolling.BlockHasher`: from per-segment partial sums, so a prompt
-is never rehashed token by token). Each entry has a reference count (the running requests holding it);
-blocks with ``ref == 0`` sit in an LRU free queue. A partial last block is never cached.
+Keeps: one entry per distinct full block of ``block_size`` tokens, keyed by its chained hash (the hash of the
+block's tokens *and* everything before it; here the polynomial hash of the whole prefix up to the block's end,
+:class:`engine.rolling.BlockHasher`: from per-segment partial sums, so a prompt is never rehashed token by
+token). Each entry has a reference count (the running requests holding it); blocks with ``ref == 0`` sit in an
+LRU free queue. A partial last block is never cached.
 
 Lookup: the leading run of blocks whose chained hash is present (``Plan.from_prefix``), so matches
 are always whole blocks. Under ``--verify`` every hit block's tokens and parent hash are compared.
@@ -61,6 +61,7 @@ class BlockHashConfig:
 class BlockHashCache(CachePolicy):
     name = "block-hash"
     Config = BlockHashConfig
+    commit_never_grows = True     # (commit stores at most what admit reserved: resident_bytes() never rises)
 
     def __init__(self, ctx: PolicyContext, config: BlockHashConfig | None = None, *, radix: bool = True) -> None:
         super().__init__(ctx, config)
@@ -131,8 +132,7 @@ class BlockHashCache(CachePolicy):
         return Plan.from_prefix(req.num_tokens, num)
 
     def start_prefix(self, req: RequestView, now_us: int) -> int:
-        """``lookup`` and ``admit`` of its plan ``Plan.from_prefix(req.num_tokens, r)``: ``r``, or -1 if refused (the same
-        state and stats; NOTE (speed): the serving model's, no Plan made per request while it is a radix tree)."""
+        """:meth:`PrefixCache.start_prefix <engine.policies.prefix.PrefixCache.start_prefix>`'s: lookup + admit, no Plan."""
         if self._radix is None:
             plan = self.lookup(req, now_us)
             return plan.leading_reuse if self.admit(req, plan, now_us) else -1

@@ -54,16 +54,8 @@ class _Tree(RadixTree):
             return num, node
         return num, self._memo_split(node, num - node.lo)
 
-    def inc_lock(self, node: RadixNode) -> None:
-        self._lock_up(node, self.root)
-
-    def move_lock(self, node: RadixNode, above: RadixNode) -> None:
-        if above.lock_ref <= 0:
-            raise ValueError("move_lock from an unlocked node")
-        self._lock_up(node, above)
-
     def _lock_up(self, node: RadixNode, above: RadixNode) -> None:
-        """One more lock on ``node`` and its ancestors below ``above``, counting tokens and blocks."""
+        """:meth:`RadixTree._lock_up` (behind inc_lock and move_lock), counting the blocks too."""
         bs, k, b = self.block, 0, 0
         while node is not above:
             if node.lock_ref == 0:

@@ -46,6 +46,7 @@ class PrefixConfig:
 class PrefixCache(CachePolicy):
     name = "prefix"
     Config = PrefixConfig
+    commit_never_grows = True     # (commit stores at most what admit reserved: resident_bytes() never rises)
 
     def __init__(self, ctx: PolicyContext, config: PrefixConfig | None = None) -> None:
         super().__init__(ctx, config)
@@ -131,7 +132,8 @@ class PrefixCache(CachePolicy):
                      (t.total_tokens + self._reserved) * b, self.ctx.capacity_bytes)
 
     def resident_bytes(self) -> int:
-        return (self.tree.total_tokens + self._reserved) * self._bpt     # usage().total
+        t = self.tree
+        return (t.evictable_tokens + t.protected_tokens + self._reserved) * self._bpt     # usage().total
 
     def footprint(self) -> Footprint:
         """Registry entries = radix nodes; runs = every node's edge (with its parent path as context)."""

@@ -106,6 +106,9 @@ class ServingModel:
         # SCHEDULE, which a cut replaces (its version was then old): no heap entry per phase, no stale one
         # dispatched. Several replicas: heap events (their SCHEDULEs' ties go by push order).
         self._one = len(self.replicas) == 1
+        # NOTE (speed): with one replica, a policy whose commit never raises its resident bytes (it stores at most
+        # what admit reserved: CachePolicy ``commit_never_grows``) is not asked for them after a commit (no new peak)
+        self._note_commit = [not (self._one and getattr(p, "commit_never_grows", False)) for p in self.policies]
         # NOTE (speed): one replica, no observer (_fold): an event of the replica's own that nothing else can
         # precede (no arrival nor heap event due at or before it) is run by the handler that would queue it,
         # counted as the loop counts one: the SCHEDULE at an arrival's wake (open loop), a prefill's PREFILL_DONE
@@ -270,7 +273,8 @@ class ServingModel:
         if self._admitted[i]:
             k = self._replica[i]
             self.policies[k].commit(self._views[i], now)
-            self._note_resident(k)
+            if self._note_commit[k]:
+                self._note_resident(k)
         return self._finish(i, now) if self._num_output[i] <= 1 else None
 
     def _on_finish(self, ev: Event, now: int) -> list[tuple[int, Event]] | None:

@@ -128,15 +128,23 @@ class Replica:
         """``share_s`` :meth:`run_prefill` would give a prefill of ``num_new`` of ``num_tokens`` tokens
         started now (no extra seconds), without changing anything: the counterfactual full prefill of
         a request, priced in the batch it actually met."""
-        budget, step = self.token_budget, self._prefill_step
+        step, share = self._prefill_step, 0.0
+        for chunk, cached, nd, ctx in self.prefill_steps(num_tokens, num_new):
+            share += step(chunk, cached, nd, ctx)[1]
+        return share
+
+    def prefill_steps(self, num_tokens: int, num_new: int) -> list[tuple[int, int, int, int]]:
+        """The steps :meth:`prefill_share` prices, in order: ``(chunk, cached tokens, decoders, their context)``
+        (``prefill_step``'s arguments), without changing anything."""
+        budget = self.token_budget
         s, nd, base = self.steps, self.num_decode, self.ctx_base
         fins: list[tuple[int, int, int, int]] | None = None
-        done, share, num_cached = 0, 0.0, num_tokens - num_new
+        done, num_cached, out = 0, num_tokens - num_new, []
         while done < num_new:
             chunk, cap = num_new - done, budget - nd        # min(num_new - done, max(1, budget - nd))
             if cap < chunk:
                 chunk = cap if cap > 1 else 1
-            share += step(chunk, num_cached + done, nd, base + nd * s if nd else 0)[1]
+            out.append((chunk, num_cached + done, nd, base + nd * s if nd else 0))
             done += chunk
             s += 1
             if done >= num_new:
@@ -150,7 +158,7 @@ class Replica:
                 term = heappop(fins)[3]
                 nd -= 1
                 base -= term
-        return share
+        return out
 
     def run_decode(self, now: int) -> int:
         """Start a decode-only phase that lasts until the earliest decode finish; returns its end µs."""
