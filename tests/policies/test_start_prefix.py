@@ -89,3 +89,25 @@ def test_serving_through_start_prefix_gives_the_same_rows(name, cap) -> None:
                     m.replicas[0].itl.array().tolist(), _state(pol)))
     assert out[0] == out[1]
     assert sum(out[0][0]["uncached"]) or cap == math.inf      # (a bounded cache refuses some)
+
+
+def test_a_lookup_replaced_on_the_policy_is_called() -> None:
+    """A caller that wraps ``lookup`` on the policy object (benchmarks' plan digests) sees every plan: the model then
+    takes lookup and admit, with the same rows."""
+    reqs = request_stream(5, 60)
+    w = Workload(np.arange(len(reqs), dtype=np.int64), [r.session_id for r in reqs],
+                 np.array([r.num_tokens for r in reqs], np.int64), np.full(len(reqs), 3),
+                 np.arange(len(reqs), dtype=np.int64) * 1000, lambda i: reqs[i])
+    cost = CostModel(model_from_name("deepseek-v2-lite"), gpu_from_name("h200"))
+    for name in ("prefix", "block-hash"):
+        rows, seen = [], []
+        for wrap in (False, True):
+            pol = policies.build(name, make_ctx(math.inf))
+            if wrap:
+                inner = pol.lookup
+                pol.lookup = lambda req, now, _inner=inner, _seen=seen: _seen.append(req.request_id) or _inner(req, now)
+            m = ServingModel(w, [pol], cost)
+            assert (m._starts[0] is None) == wrap
+            got = m.run()
+            rows.append({f: np.asarray(got.cols[f]).tolist() for f in got.cols})
+        assert rows[0] == rows[1] and sorted(seen) == list(range(len(reqs)))

@@ -91,8 +91,10 @@ class ServingModel:
         self._tmemo: dict[Any, tuple] = {}
         self._full: dict[int, tuple] = {}     # one_chunk_terms of a full recompute, by token count (an int key)
         self._view = workload.view
-        # each policy's fused lookup + admit of an exact-prefix plan (PrefixCache.start_prefix), or None
-        self._starts = [getattr(p, "start_prefix", None) for p in self.policies]
+        # each policy's fused lookup + admit of an exact-prefix plan (PrefixCache.start_prefix), or None (also where
+        # lookup or admit is replaced on the policy itself: by a caller watching them, e.g. benchmarks' plan digests)
+        self._starts = [None if {"lookup", "admit"} & getattr(p, "__dict__", {}).keys()
+                        else getattr(p, "start_prefix", None) for p in self.policies]
         self._watts = cost.busy_watts
         # the counterfactual full prefills, priced in batches (None: one at a time, Replica.prefill_share)
         shares = prefill_shares_fn(cost) if isinstance(cost, CostModel) else None
