@@ -43,6 +43,8 @@ unlocked chunks (KV + state together) in key order (``lru``/``lfu``/``fifo``). D
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,6 +54,7 @@ from pic.engine.plan import Action, Correction, Plan, Span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
 from pic.engine.policies.irminsul import marker_boundaries
+from pic.engine.policies.irminsul_layout import _may_mark, opaque_layout
 from pic.engine.policies.linearkv_store import Entry, Store
 from pic.engine.radix import RadixNode, RadixTree
 from pic.traces.markers import BOUNDARY_MARKER
@@ -61,6 +64,8 @@ ADMISSION = ("seen-twice", "prefix-first", "always")
 #: slots of the seen-elsewhere filter (indexed by a fingerprint's top 22 bits; each holds 8 more bits of the
 #: fingerprint and a context tag; cleared when half full)
 _SEEN_SLOTS = 1 << 22
+#: edge-key length given to ``opaque_layout``: longer than any prompt, so it makes none (linearkv reads none)
+_NO_EDGES = 1 << 62
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,12 +246,9 @@ class LinearKV(CachePolicy):
             return False
         self._reserved += need_pages
         self._nodes[rid] = (node, need_pages)
-        src, add = req.seq, st.add
-        cold = lay.cold
-        for fp, (a, b) in lay.new.items():   # new chunks: protected until release (admission: until commit)
-            e = add(fp, src, b - a, a, (b - a) * bpt + per, now_us)
-            if fp in cold:                   # first in eviction order (an access promotes it)
-                e.last_access_us = e.created_us = -1
+        # new chunks: protected until release (admission: until commit); cold ones first in eviction order (an
+        # access promotes them)
+        st.add_new(lay.new, req.seq, bpt, per, now_us, lay.cold)
         self.stats.extra["stored_chunks"] += len(lay.new)
         if self._gate:
             self.stats.extra["unstored_chunks"] += len(lay.computed) - len(lay.new)
@@ -281,13 +283,8 @@ class LinearKV(CachePolicy):
         self._unlock_chunks(req.request_id)
 
     def _unlock_chunks(self, rid: int) -> None:
-        for fp in self._locks.pop(rid, []):
-            e = self._entries.get(fp)
-            if e is None:
-                continue
-            self._store.unlock(e)
-            if e.refs == 0 and not e.ready:   # released without commit: its KV never materialized
-                self._store.drop(e)
+        """Unlock the request's chunks; one released without commit is dropped (its KV never materialized)."""
+        self._store.unlock_all(self._locks.pop(rid, []))
 
     def evict(self, num_bytes: int, now_us: int) -> int:
         """Unlocked chunks and prefix-stage leaves, smallest eviction key first across both (chunks first on
@@ -348,23 +345,29 @@ class LinearKV(CachePolicy):
     def _analyze(self, req: RequestView, prefix: int) -> _Layout:
         """Chunk ``req``; hits are resident chunks that start at or after the prefix stage's ``prefix``
         tokens (those before are served in place by the prefix stage); every chunk not resident is new."""
-        toks = req.tokens
-        hard = marker_boundaries(req, self._marker) if self.config.s2 else None
-        bounds = cdc.chunk(toks, self._cdc, hard)
-        bl, fl = bounds.tolist(), cdc.fingerprints(toks, bounds).tolist()
+        bl, fl, toks = self._chunks(req)
         hits: list[int] = []
         new: dict[int, tuple[int, int]] = {}
         # seen-twice: a chunk inside the prefix stage's prefix is neither computed nor stored again
         inside = prefix if self._gate else 0
         # NOTE (speed): _get's test inlined (Mooncake conversation: 588 k chunk lookups)
         get, verify = self._entries.get, self.ctx.verify
-        for k, fp in enumerate(fl):
-            a, b = bl[k], bl[k + 1]
+        k0 = 0
+        if not verify:
+            # NOTE (speed): a chunk that starts inside the prefix is never a hit: only a missing one matters
+            # (most are resident: the prompt that left the prefix stored them); one C-level pass over them
+            k0 = bisect_left(bl, prefix, 0, len(fl))
+            for k in [k for k, e in enumerate(map(get, fl[:k0])) if e is None]:
+                b = bl[k + 1]
+                if b > inside and fl[k] not in new:
+                    new[fl[k]] = (bl[k], b)
+        for k in range(k0, len(fl)):
+            fp, a, b = fl[k], bl[k], bl[k + 1]
             e = get(fp)
             if e is None:
                 if b > inside and fp not in new:
                     new[fp] = (a, b)
-            elif e.ready and e.size == b - a and (not verify or self._get(fp, toks, a, b) is not None):
+            elif e.ready and e.size == b - a and (not verify or self._get(fp, toks(), a, b) is not None):
                 if a >= prefix:
                     hits.append(k)
         self.stats.extra["chunk_lookups"] += len(fl)
@@ -375,6 +378,20 @@ class LinearKV(CachePolicy):
         ctx = _context_tags(bl, fl, new)
         keep, cold = self._admissible(req, prefix, used, new, ctx)
         return _Layout(bl, fl, prefix, hits, used, keep, tuple(ctx.items()), cold)
+
+    def _chunks(self, req: RequestView) -> tuple[list[int], list[int], Callable[[], np.ndarray]]:
+        """``(bounds, fingerprints, tokens)`` of the prompt's CDC chunks (lists; ``tokens()`` gives its tokens).
+        NOTE (speed): a prompt of opaque segments with no marker (Mooncake, Azure) is derived, chunked and
+        fingerprinted by one compiled call, as ``irminsul`` does (:func:`irminsul_layout.opaque_layout`; was
+        gather, chunk, fingerprints: three calls and ~20 numpy calls per prompt), its tokens never gathered."""
+        if not self.config.s2 or (req.source is not None and not _may_mark(req.source, self._marker)):
+            got = opaque_layout(req, 0, 0, 0, self._cdc, _NO_EDGES)      # (no hard boundary)
+            if got is not None:
+                return got[1], got[3], lambda: got[0]
+        toks = req.tokens
+        hard = marker_boundaries(req, self._marker) if self.config.s2 else None
+        bounds, _, fps = cdc.layout_fps(toks, self._cdc, hard)
+        return bounds.tolist(), fps.tolist(), lambda: toks
 
     def _admissible(self, req: RequestView, prefix: int, used: list[int], new: dict[int, tuple[int, int]],
                     ctx: dict[int, int]) -> tuple[dict[int, tuple[int, int]], frozenset[int]]:
