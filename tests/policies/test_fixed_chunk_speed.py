@@ -66,3 +66,21 @@ def test_greedy_takes_stored_candidates_in_order_without_overlap() -> None:
     plan = p.lookup(view(1, prompt), 2)
     got = [(s.start, s.end, s.source_pos) for s in plan.spans if s.action != Action.RECOMPUTE]
     assert got == [(5, 37, 0), (60, 92, 32)]       # [y z] at 21 overlaps [x y] at 5: skipped
+
+
+def test_chunks_stored_between_admit_and_commit_are_locked_not_made_again() -> None:
+    """Two requests with the same prompt admitted before either commits: the first commit makes the chunks (one
+    pass, locked once), the second finds them stored and locks them too; releases free them."""
+    p = _policy()
+    prompt = np.arange(4000, 4100)
+    a, b = view(0, prompt), view(1, prompt)
+    plans = [p.lookup(a, 1), p.lookup(b, 1)]
+    assert p.admit(a, plans[0], 1) and p.admit(b, plans[1], 1)
+    p.commit(a, 2)
+    made = dict(p._store)
+    assert len(made) == 3 and set(_refs(p).values()) == {1} and p._locked_tokens == 96
+    p.commit(b, 3)
+    assert p._store == made and set(_refs(p).values()) == {2} and p._locked_tokens == 96
+    p.release(a, 4)
+    p.release(b, 4)
+    assert set(_refs(p).values()) == {0} and p._locked_tokens == 0 and p._chunk_tokens == 96
