@@ -50,13 +50,9 @@ def _layout(pol) -> list:
     return [chunks, st.evictable, st.protected, st.num_extents]
 
 
-def _path(node) -> bytes:
+def _path(trie, node) -> bytes:
     """The tokens of a trie node's path from the root."""
-    out = []
-    while node.parent is not None:
-        out.append(node.key.tobytes())
-        node = node.parent
-    return b"".join(reversed(out))
+    return trie.tokens_of(node).tobytes()
 
 
 def _drive(pols, reqs, lag: int = 2, uncommitted: frozenset = frozenset()) -> list:
@@ -291,8 +287,9 @@ def test_runs_give_the_same_plans_whether_or_not_their_chunks_are_made(seed, lag
     for fp, c in pols[1]._store.entries.items():
         d = pols[0]._store.entries[fp]
         assert (c.node is None) == (d.node is None) and (c.rnode is None) == (d.rnode is None)
-        for a, b in ((c.node, d.node), (c.rnode, d.rnode)):
-            assert a is None or _path(a) == _path(b)
+        sa, sb = pols[1]._store, pols[0]._store
+        for a, b, ta, tb in ((c.node, d.node, sa.trie, sb.trie), (c.rnode, d.rnode, sa.rtrie, sb.rtrie)):
+            assert a is None or _path(ta, a) == _path(tb, b)
 
     # a conversation: each turn continues the last; its rows of new chunks are runs, no chunk is made of them
     pol = _build(True, verify=False)

@@ -71,7 +71,7 @@ def _plans(reqs: list[RequestView], capacity_tokens: float, eager: bool, monkeyp
             self._flush()
         monkeypatch.setattr(ChunkStore, "_index", index_now)
         monkeypatch.setattr(ChunkStore, "_unindex", unindex_now)
-        monkeypatch.setattr(ChunkStore, "extendable", lambda self, c: c.node is not None and bool(c.node.children))
+        monkeypatch.setattr(ChunkStore, "extendable", lambda self, c: c.node is not None and self.trie.has_children(c.node))
         monkeypatch.setattr(ChunkStore, "longest",
                             lambda self, toks, short=False, head=None, _f=ChunkStore.longest: _f(self, toks, True))
     cap = math.inf if math.isinf(capacity_tokens) else capacity_tokens * BPT

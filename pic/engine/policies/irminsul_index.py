@@ -1,6 +1,6 @@
 """Indexes of the ``irminsul`` chunk store (:mod:`engine.policies.irminsul_store`) over its ready chunks:
 
-* chunk trie: a radix tree over the ready chunks' tokens (:mod:`engine.radix`, an index only) answering
+* chunk trie: a radix tree over the ready chunks' tokens (:mod:`engine.flat_trie`, an index only) answering
   "the longest stored chunk whose beginning equals these tokens";
 * tail trie (``tails``): the same over their reversed tokens, "the longest stored chunk whose end equals
   these tokens";
@@ -22,9 +22,9 @@ from types import ModuleType
 import numpy as np
 
 from pic.engine import cdc
+from pic.engine.flat_trie import FlatTrie
 from pic.engine.policies.irminsul_records import NONE as _NONE
 from pic.engine.policies.irminsul_records import Chunk, Run
-from pic.engine.radix import RadixNode, RadixTree
 from pic.engine.seq import Seq
 
 _KEYS, _SIZE, _NODE, _RNODE = attrgetter("keys"), attrgetter("size"), attrgetter("node"), attrgetter("rnode")
@@ -47,10 +47,10 @@ class ChunkIndexes:
         # so that unindexing does not derive its last min_match tokens again (Mooncake conversation at
         # 60 GiB: ~520k unindexes); an unbounded store drops them once indexed (memory)
         self._keep_keys = keep_keys
-        # NOTE (memory): a trie only ever evicts all it holds unlocked (unindex), which any order does alike:
-        # no eviction heap before the first unindex (~80 B per node)
-        self.trie = RadixTree(evicts=False)                 # index of ready chunks' tokens
-        self.rtrie = RadixTree(evicts=False) if tails else None     # index of ready chunks' reversed tokens
+        # NOTE (memory): flat columns (engine.flat_trie: ~65 B per node, was ~1.5 KB of RadixNodes, children dicts
+        # and boxed ints per chat request for both tries); a chunk's end node is an int id
+        self.trie = FlatTrie()                              # index of ready chunks' tokens
+        self.rtrie = FlatTrie() if tails else None          # index of ready chunks' reversed tokens
         # NOTE: the tries are built lazily. Indexing a chunk appends to ``_log``; the log is replayed into the
         # tries (same operations, same order, so the same trees) only when a lookup needs them: a walk whose
         # first (last) ``min_match`` tokens begin (end) some indexed chunk (``_heads``/``_tails``: how many
@@ -202,16 +202,8 @@ class ChunkIndexes:
             if toks.shape[0] < m or (cdc.fingerprint(toks[:m]) if head is None else head) not in self._heads:
                 return 0, None
         self._flush()
-        num, node = self.trie.match_prefix(toks, None, split=True)
-        if num == 0:
-            return 0, None
-        stack = [node]
-        while stack:                      # any live chunk at or below the match shares its tokens
-            nd = stack.pop()
-            if nd.value is not None:
-                return num, self.chunk_of(self.entries[nd.value], nd.value)
-            stack.extend(reversed(list(nd.children.values())))
-        return 0, None
+        num, fp = self.trie.longest(Seq.of_array(toks))     # (any live chunk at or below the match shares its tokens)
+        return (0, None) if fp is None else (num, self.chunk_of(self.entries[fp], fp))
 
     def longest_tail(self, toks: np.ndarray, tail: int | None = None) -> tuple[int, Chunk | None]:
         """Longest trailing run of ``toks`` that equals the end of a stored chunk (tail-trie walk over the
@@ -221,16 +213,8 @@ class ChunkIndexes:
         if self.rtrie is None or toks.shape[0] < m or (cdc.fingerprint(toks[-m:]) if tail is None else tail) not in self._tails:
             return 0, None
         self._flush()
-        num, node = self.rtrie.match_prefix(np.ascontiguousarray(toks[::-1]), None, split=True)
-        if num == 0:
-            return 0, None
-        stack = [node]
-        while stack:
-            nd = stack.pop()
-            if nd.value is not None:
-                return num, self.chunk_of(self.entries[nd.value], nd.value)
-            stack.extend(reversed(list(nd.children.values())))
-        return 0, None
+        num, fp = self.rtrie.longest(Seq.of_array(np.ascontiguousarray(toks[::-1])))
+        return (0, None) if fp is None else (num, self.chunk_of(self.entries[fp], fp))
 
     def extendable(self, c: Chunk) -> bool:
         """Whether another indexed chunk may begin with all of ready chunk ``c``'s tokens (``c``'s end node
@@ -239,7 +223,7 @@ class ChunkIndexes:
         if c.size >= m and self._heads.get(c.head, 0) < 2:
             return False                      # c is the only indexed chunk beginning with its first m tokens
         self._flush()
-        return c.node is not None and bool(c.node.children)
+        return c.node is not None and self.trie.kid[c.node] >= 0
 
     def window(self, toks: np.ndarray) -> tuple[Chunk, int] | None:
         """The ready chunk and offset holding the S1 window ``toks`` (by fingerprint), if any."""
@@ -295,7 +279,7 @@ class ChunkIndexes:
                 # NOTE (memory): edges refer to the chunk's prompt (forward) and to a reversed run of it, by
                 # reference: no token copy (was ~4.5 KB per request on chat); one reversed run serves the
                 # chunks of a prompt logged in a row (a request's new chunks)
-                c.node = _claim(self.trie, c.src, c.fp, c.pos, c.pos + n)
+                c.node = self.trie.claim(c.src, c.fp, c.pos, c.pos + n)
                 if self.rtrie is not None:
                     if c.src is not rsrc or c.pos < rlo or c.pos + n > rhi:
                         rsrc, rlo, rhi, j = c.src, c.pos, c.pos + n, i + 3
@@ -303,19 +287,17 @@ class ChunkIndexes:
                             rlo, rhi = min(rlo, log[j + 1].pos), max(rhi, log[j + 1].pos + log[j + 2])
                             j += 3
                         rseq = rsrc.rev(rlo, rhi)
-                    c.rnode = _claim(self.rtrie, rseq, c.fp, rhi - c.pos - n, rhi - c.pos)
+                    c.rnode = self.rtrie.claim(rseq, c.fp, rhi - c.pos - n, rhi - c.pos)
                 continue
             # NOTE (speed): the trie keeps only locked paths, so what this release unlocked (the node and
-            # the ancestors it alone held) is all a full eviction would free: prune that path, with no
-            # eviction heap. Anything still unlocked after it (a path _claim left to a fingerprint
-            # collision) is evicted as before; the removals, in any order, leave the same trie.
+            # the ancestors it alone held) is all a full eviction would free: FlatTrie.release prunes that path
             node = c.node
             if node is not None:
-                _release(self.trie, node, c.fp)
+                self.trie.release(node, c.fp)
                 c.node = None
             node = c.rnode
             if node is not None:
-                _release(self.rtrie, node, c.fp)
+                self.rtrie.release(node, c.fp)
                 c.rnode = None
         if runs:                              # (a lean store's runs keep their chunks' end nodes: NOTE (memory): a tuple,
             tails = self.rtrie is not None    # at its exact size)
@@ -332,35 +314,6 @@ class ChunkIndexes:
             if wfp not in self.windows:
                 self.windows[wfp] = (c.fp, off)
                 c.windows.append(wfp)
-
-
-def _release(tree: RadixTree, node: RadixNode, fp: int) -> None:
-    """Undo :func:`_claim` of ``node`` by chunk ``fp``: unlock it, prune what that unlocked, evict what else
-    is unlocked."""
-    if node.value == fp:
-        node.value = None
-    tree.dec_lock(node)
-    tree.prune(node)
-    if tree.evictable_tokens:
-        tree.evict(tree.evictable_tokens)
-
-
-def _claim(tree: RadixTree, toks: Seq, fp: int, lo: int = 0, hi: int | None = None) -> RadixNode | None:
-    """Insert ``toks[lo:hi]`` and lock its end node for chunk ``fp`` (None when another chunk holds it)."""
-    if hi is not None and hi > lo:
-        # NOTE (speed): most chunks begin with a token no other indexed chunk begins with (Mooncake conversation
-        # at 60 GiB: ~90 % of ~1 M inserts): their path is a new leaf under the root. Made here as
-        # ``tree.insert`` + ``tree.inc_lock`` would (same counters, same heap push), without the walk
-        ck = toks.token(lo)
-        root = tree.root
-        if ck not in root.children:
-            return tree.new_leaf(root, toks, lo, hi - lo, ck, fp)
-    _, node = tree.insert(toks, 0, lo, hi)
-    if node.value is not None and node.value != fp:
-        return None
-    node.value = fp
-    tree.inc_lock(node)
-    return node
 
 
 def _keys(c: Chunk, n: int, m: int) -> tuple[int, int]:
