@@ -25,11 +25,11 @@ tail tries were ~1.5 KB per request).
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 
 import numpy as np
 
-from pic.engine.seq import Seq, first_tokens, lcp, lcp_aligned
+from pic.engine.seq import Seq, first_tokens, lcp, lcp_at
 
 _NIL = -1
 _BLOCK = 256
@@ -219,7 +219,7 @@ class FlatTrie:
 
         NOTE (speed): ``RadixTree._walk``'s way over a prompt of segments: a child key is the token's segment's
         first token where the token begins its piece, and an edge at the query's own position whose pieces' rows
-        are the query's from the same start is equal without a look (one slice compare); the child table probed
+        are the query's from the same start is equal without a look (``seq.lcp_at``); the child table probed
         inline."""
         nn, lo_, src, tab, mask, par, cks = self.n, self.lo, self.src, self.tab, self.mask, self.par, self.ck
         pieces = q.arr is None
@@ -230,21 +230,11 @@ class FlatTrie:
                 ff = self._first = (store, first_tokens(store))
             first = ff[1]
         node, pos, x = 0, 0, lo
+        j = bisect_right(qb, x) - 1 if pieces else 0        # (the query's piece holding x)
         while True:
             e = nn[child]
             m = e if e < n - pos else n - pos
-            A, a = src[child], lo_[child]
-            if pieces and a == x and A.arr is None and A.store is store:
-                j = bisect_right(qb, x) - 1
-                ba = A.bounds
-                i = bisect_right(ba, x) - 1
-                if ba[i] == qb[j]:
-                    k = bisect_left(ba, x + m, i) - i
-                    same = m if A.rows[i:i + k] == qr[j:j + k] else lcp_aligned(A, i, q, j, x, m, k)
-                else:
-                    same = lcp(A, x, q, x, m)
-            else:
-                same = lcp(A, a, q, x, m)
+            same = lcp_at(src[child], lo_[child], q, j, x, m) if pieces else lcp(src[child], lo_[child], q, x, m)
             pos += same
             if same < e:
                 if same == 0:                 # (first tokens equal: not reached)

@@ -41,14 +41,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from pic.engine.eviction import lru
-from pic.engine.seq import Seq, first_tokens, lcp, lcp_aligned
+from pic.engine.seq import Seq, first_tokens, lcp, lcp_at
 
 _EMPTY = np.zeros(0, np.int32)
 _EMPTY_SEQ = Seq.of_array(_EMPTY)
@@ -159,9 +159,9 @@ class RadixTree:
         p = self.page_size
         # NOTE (speed): a prompt of segments, pages of one token (every exact-prefix tree): its piece at each
         # step found once, for the child key (_child_key: the piece's first token, most often) and for lcp's
-        # first check, inlined (an edge at the query's own position whose pieces' rows are the query's from the
-        # same start: all equal; their bounds too, a piece's bounds span its segment); lcp_aligned only where
-        # that check fails. The store's first tokens kept per tree (first_tokens' look-up: ~1 us a walk)
+        # first check (seq.lcp_at: an edge at the query's own position whose pieces' rows are the query's from
+        # the same start is equal without a look). The store's first tokens kept per tree (first_tokens'
+        # look-up: ~1 us a walk)
         pieces = p == 1 and q.arr is None
         if pieces:
             qr, qb, store = q.rows, q.bounds, q.store
@@ -184,17 +184,7 @@ class RadixTree:
             m = child.n
             if n - pos < m:
                 m = n - pos
-            A = child.src
-            if pieces and child.lo == x and A.arr is None and A.store is store:
-                ba = A.bounds
-                i = bisect_right(ba, x) - 1
-                if ba[i] == qb[j]:
-                    k = bisect_left(ba, x + m, i) - i
-                    same = m if A.rows[i:i + k] == qr[j:j + k] else lcp_aligned(A, i, q, j, x, m, k)
-                else:
-                    same = lcp(A, x, q, x, m)
-            else:
-                same = lcp(A, child.lo, q, x, m)
+            same = lcp_at(child.src, child.lo, q, j, x, m) if pieces else lcp(child.src, child.lo, q, x, m)
             if same < m:
                 same = same // p * p
             if same == 0:

@@ -192,6 +192,20 @@ def lcp(A: Seq, a: int, B: Seq, b: int, m: int) -> int:
     return _lcp_pieces(A, i, a, B, j, b, m, 0)
 
 
+def lcp_at(A: Seq, a: int, B: Seq, j: int, b: int, m: int) -> int:
+    """:func:`lcp` ``(A, a, B, b, m)`` for a radix walk over a prompt of segments ``B`` whose piece ``j`` holds
+    ``b`` (the walk found it for its child key). NOTE (speed): lcp's first check with B's piece known: an edge at
+    the query's own position whose pieces' rows are the query's from the same start is equal without a look
+    (their bounds too: a piece's bounds span its segment); :func:`lcp_aligned` only where that check fails."""
+    if a == b and A.arr is None and A.store is B.store:
+        ba = A.bounds
+        i = bisect_right(ba, a) - 1
+        if ba[i] == B.bounds[j]:
+            k = bisect_left(ba, a + m, i) - i
+            return m if A.rows[i:i + k] == B.rows[j:j + k] else lcp_aligned(A, i, B, j, a, m, k)
+    return lcp(A, a, B, b, m)
+
+
 def lcp_aligned(A: Seq, i: int, B: Seq, j: int, a: int, m: int, k: int) -> int:
     """:func:`lcp` ``(A, a, B, a, m)`` where piece ``i`` of A and piece ``j`` of B (both of segments) hold
     ``a`` and start at the same offset, the ``k`` pieces of A from ``i`` hold ``[a, a + m)``, and they are
