@@ -11,6 +11,7 @@ import pytest
 
 from pic.engine.plan import Action, Plan
 from pic.engine.policies import PolicyContext, RequestView
+from pic.traces.content import Segments
 
 BYTES_PER_TOKEN = 3
 
@@ -48,6 +49,19 @@ def request_stream(seed: int, num_requests: int, vocab: int = 500) -> list[Reque
             toks = np.concatenate([head, *[docs[i] for i in picks], tail])
         out.append(RequestView.from_tokens(rid, toks[:3000], session_id=f"s{rid % 5}"))
     return out
+
+
+def opaque_store(seed: int, num: int, max_len: int) -> Segments:
+    """A store of opaque segments only (row 3 empty), lengths 1 .. max_len - 1, random keys and salts."""
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(1, max_len, num).astype(np.int64)
+    lens[3] = 0
+    offs = np.zeros(num + 1, np.int64)
+    np.cumsum(lens, out=offs[1:])
+    keys = rng.integers(0, 2**63, num, dtype=np.int64).astype(np.uint64)
+    salts = rng.integers(0, 2**63, num, dtype=np.int64).astype(np.uint64)
+    return Segments(np.arange(num, dtype=np.uint64), np.zeros(num, np.uint8), offs, np.zeros(0, np.int32),
+                    np.zeros(num + 1, np.int64), keys, salts)
 
 
 def view(rid: int, toks) -> RequestView:

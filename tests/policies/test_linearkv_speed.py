@@ -18,22 +18,14 @@ from pic.engine.policies.base import PolicyStats
 from pic.engine.policies.linearkv_store import Store
 from pic.engine.specs import MODELS
 from pic.traces.content import Segments
-from tests.policies.conftest import plans_of
+from tests.policies.conftest import opaque_store, plans_of
 
 QNEXT = MODELS["qwen3-next-80b-a3b"]
 
 
 def _store(seed: int, num: int = 30) -> Segments:
     """Opaque segments only (one empty), lengths 1 .. ~900."""
-    rng = np.random.default_rng(seed)
-    lens = rng.integers(1, 900, num).astype(np.int64)
-    lens[3] = 0
-    offs = np.zeros(num + 1, np.int64)
-    np.cumsum(lens, out=offs[1:])
-    keys = rng.integers(0, 2**63, num, dtype=np.int64).astype(np.uint64)
-    salts = rng.integers(0, 2**63, num, dtype=np.int64).astype(np.uint64)
-    return Segments(np.arange(num, dtype=np.uint64), np.zeros(num, np.uint8), offs, np.zeros(0, np.int32),
-                    np.zeros(num + 1, np.int64), keys, salts)
+    return opaque_store(seed, num, 900)
 
 
 def _view(store: Segments, rows: list[int], rid: int) -> RequestView:
