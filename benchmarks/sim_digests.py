@@ -64,7 +64,8 @@ def main() -> None:
         t = time.process_time()
         sim = R._simulate(pol, work, ctx, cost, cfg, None)
         dt = time.process_time() - t
-        h = hashlib.sha256(sim.rows.write_ipc(None).getvalue())
+        rows = sim.rows.to_polars() if hasattr(sim.rows, "to_polars") else sim.rows   # (engine.rows.RequestRows)
+        h = hashlib.sha256(rows.write_ipc(None).getvalue())
         h.update(np.ascontiguousarray(sim.itl, np.float64).tobytes())
         g = h.copy()
         h.update(json.dumps([sim.busy_s, sim.last_finish_us, sim.peak_resident, sim.num_events, sim.stats,

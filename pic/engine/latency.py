@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import polars as pl
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from pic.engine.rows import RequestRows
 
 #: latency metrics with per-request values (in requests.parquet) and the pooled ITL
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -144,7 +148,10 @@ def _steps(step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def request_latencies(rows: pl.DataFrame) -> pl.DataFrame:
-    """``e2el_s`` and ``tpot_s`` (null when output ≤ 1 token) from a request frame's µs timestamps."""
+    """``e2el_s`` and ``tpot_s`` (null when output ≤ 1 token) from a request frame's µs timestamps (the same
+    values as :meth:`engine.rows.RequestRows.add_latencies`)."""
+    import polars as pl
+
     out = pl.col("output_tokens").cast(pl.Int64)
     return rows.with_columns(
         e2el_s=(pl.col("finish_us") - pl.col("arrival_us")).cast(pl.Float64) / 1e6,
@@ -153,36 +160,44 @@ def request_latencies(rows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def serving_summary(rows: pl.DataFrame, itl_segments: Iterable[Sequence[float]], *,
+def serving_summary(rows: RequestRows | pl.DataFrame, itl_segments: Iterable[Sequence[float]], *,
                     percentiles: Sequence[float], slo: dict[str, float]) -> dict[str, Any]:
     """One policy's serving metrics: latency statistics, throughput and goodput (keys in docs/metrics.md).
 
-    ``rows`` has the requests.parquet columns (``ttft_s``, ``e2el_s``, ``tpot_s`` included); ``slo`` maps
-    ``ttft``/``tpot``/``e2el`` to seconds (a request is good when it meets every bound given; TPOT of a
-    one-token request counts as 0, as in vLLM).
+    ``rows`` has the requests.parquet columns (``ttft_s``, ``e2el_s``, ``tpot_s`` included; an
+    :class:`engine.rows.RequestRows` or a polars frame); ``slo`` maps ``ttft``/``tpot``/``e2el`` to seconds (a
+    request is good when it meets every bound given; TPOT of a one-token request counts as 0, as in vLLM).
     """
-    n = rows.height
-    span = (int(rows["finish_us"].max()) - int(rows["arrival_us"].min())) / 1e6 if n else 0.0
-    prompt = int(rows["prompt_tokens"].sum()) if n else 0
-    generated = int(rows["output_tokens"].cast(pl.Int64).clip(lower_bound=1).sum()) if n else 0
+    from pic.engine.rows import RequestRows
+
+    if isinstance(rows, RequestRows):
+        col, non_null, n = rows.__getitem__, rows.non_null, len(rows)
+    else:
+        n = rows.height
+        col = lambda c: rows[c].to_numpy()               # noqa: E731 - (tpot_s: NaN where null)
+        non_null = lambda c: rows[c].drop_nulls().to_numpy()   # noqa: E731
+    span = (int(col("finish_us").max()) - int(col("arrival_us").min())) / 1e6 if n else 0.0
+    prompt = int(col("prompt_tokens").sum()) if n else 0
+    generated = int(np.maximum(col("output_tokens").astype(np.int64), 1).sum()) if n else 0
 
     def per_s(x: float) -> float | None:
         return x / span if span > 0 else None
 
-    prefill = (rows["first_token_us"] - rows["start_us"]).cast(pl.Float64).to_numpy() / 1e6
+    prefill = (col("first_token_us") - col("start_us")).astype(np.float64) / 1e6
     out: dict[str, Any] = {"duration_s": span, "generated_tokens": generated,
                            "prefill_p50_s": float(np.percentile(prefill, 50)) if n else None,
                            "request_throughput_rps": per_s(n),
                            "output_throughput_tps": per_s(generated),
                            "total_token_throughput_tps": per_s(prompt + generated)}
     for m in ("ttft", "tpot", "e2el"):
-        out.update(describe(rows[f"{m}_s"].drop_nulls().to_numpy(), m, percentiles))
+        out.update(describe(non_null(f"{m}_s"), m, percentiles))
     out.update(describe_series(itl_segments, "itl", percentiles))
     if slo:
-        good = pl.lit(True)
+        good = np.ones(n, bool)
         for m, bound in slo.items():
-            good = good & (pl.col(f"{m}_s").fill_null(0.0) <= bound)
-        num_good = int(rows.select(good.sum()).item()) if n else 0
+            v = col(f"{m}_s")
+            good &= np.where(np.isnan(v), 0.0, v) <= bound      # (a null TPOT: 0)
+        num_good = int(good.sum()) if n else 0
         out.update(slo={k: float(v) for k, v in slo.items()}, good_requests=num_good,
                    slo_attainment=num_good / n if n else None, goodput_rps=per_s(num_good))
     return out

@@ -8,34 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import polars as pl
 
-from pic.engine.latency import request_latencies
 from pic.engine.request import Labels, Request, RequestTable
+from pic.engine.rows import REQUEST_TYPES, RequestRows, polars_sum
+
+if TYPE_CHECKING:
+    import polars as pl
 
 #: summary.json format version: written by engine.replay, checked by engine.report
 SUMMARY_VERSION = 1
 
-#: requests.parquet columns, in order (the report code depends on these exact names and dtypes)
-REQUEST_SCHEMA: dict[str, pl.DataType] = {
-    "policy": pl.String(), "request_id": pl.Int64(), "session_id": pl.String(), "replica": pl.Int32(),
-    "arrival_us": pl.Int64(), "start_us": pl.Int64(), "first_token_us": pl.Int64(), "finish_us": pl.Int64(),
-    "prompt_tokens": pl.Int64(), "reused_tokens": pl.Int64(), "rotated_tokens": pl.Int64(),
-    "recomputed_tokens": pl.Int64(), "prefix_reused_tokens": pl.Int64(), "output_tokens": pl.Int32(),
-    "ttft_s": pl.Float64(), "queue_s": pl.Float64(), "e2el_s": pl.Float64(), "tpot_s": pl.Float64(),
-    "prefill_flops": pl.Float64(),
-    "prefill_hbm_bytes": pl.Float64(), "cache_read_bytes": pl.Float64(), "prefill_joules": pl.Float64(),
-    "nocache_prefill_joules": pl.Float64(), "prefix_prefill_joules": pl.Float64(), "evictions": pl.Int64(),
-    "uncached": pl.Boolean(), "recurrent_tokens": pl.Int64(), "attn_layer_s": pl.Float64(),
-    "recurrent_layer_s": pl.Float64(), "nocache_attn_layer_s": pl.Float64(),
-    "nocache_recurrent_layer_s": pl.Float64(), "oracle_reused_tokens": pl.Int64(),
-}
-
-#: columns computed from the timestamps (e2el_s, tpot_s: engine.latency.request_latencies)
-_DERIVED = ("ttft_s", "queue_s", "e2el_s", "tpot_s")
+#: REQUEST_SCHEMA (dict[str, pl.DataType]): the requests.parquet columns, in order, and their polars types (the
+#: report code depends on these exact names and dtypes); made on first use (module ``__getattr__``): a replay
+#: builds its rows without polars (:class:`engine.rows.RequestRows`)
 
 _ATTRS = {  # column -> Request attribute
     "request_id": "request_id", "session_id": "session_id", "replica": "replica", "arrival_us": "arrival_us",
@@ -51,17 +39,18 @@ _ATTRS = {  # column -> Request attribute
     "nocache_recurrent_layer_s": "nocache_recurrent_layer_s", "oracle_reused_tokens": "num_oracle_reused",
 }
 
+#: numpy dtype of each numeric column type (request_rows)
+_NUMPY = {"i8": np.int64, "i4": np.int32, "f8": np.float64, "b": np.bool_}
 
-#: numpy dtype of each numeric column dtype (request_frame)
-_NUMPY = {pl.Int64(): np.int64, pl.Int32(): np.int32, pl.Float64(): np.float64, pl.Boolean(): np.bool_}
 
-
-def request_frame(policy: str, requests: Sequence[Request] | RequestTable) -> pl.DataFrame:
-    """One row per request (sorted by request_id) with the :data:`REQUEST_SCHEMA` columns.
+def request_rows(policy: str, requests: Sequence[Request] | RequestTable) -> RequestRows:
+    """One row per request (sorted by request_id) with the ``REQUEST_SCHEMA`` columns, as numpy columns.
 
     NOTE (memory): built one column at a time, from a :class:`RequestTable`'s numpy columns or straight
     from Request attributes (``np.fromiter``), never as per-request tuples (10^6 requests x 27 attributes
-    as tuples and lists cost ~0.5 GB more at peak); rows are put in request_id order column by column."""
+    as tuples and lists cost ~0.5 GB more at peak); rows are put in request_id order column by column.
+    NOTE (speed): numpy only (the derived columns too: the same float operations polars did), no polars frame
+    (its import and expressions were ~0.1 CPU s of every ``pic replay``)."""
     n = len(requests)
     table = requests if isinstance(requests, RequestTable) else None
 
@@ -72,22 +61,37 @@ def request_frame(policy: str, requests: Sequence[Request] | RequestTable) -> pl
 
     rid = values("request_id", np.int64)
     order = None if n < 2 or bool((rid[1:] > rid[:-1]).all()) else np.argsort(rid, kind="stable")
-    cols: dict[str, pl.Series] = {"policy": pl.Series("policy", [policy] * n, pl.String())}
+    cols: dict[str, np.ndarray] = {}
+    session: Labels | list
     for col, attr in _ATTRS.items():
-        dtype = REQUEST_SCHEMA[col]
-        if dtype == pl.String():
+        typ = REQUEST_TYPES[col]
+        if typ == "str":
             s = table.session_ids if table is not None else [getattr(r, attr) for r in requests]
-            s = pl.Series(col, s.names, dtype).gather(s.codes) if isinstance(s, Labels) else pl.Series(col, s, dtype)
-            cols[col] = s if order is None else s.gather(order)
+            if isinstance(s, Labels):
+                session = Labels(s.codes if order is None else s.codes[order], s.names)
+            else:
+                s = list(s)
+                session = s if order is None else [s[i] for i in order.tolist()]
         else:
-            v = values(attr, _NUMPY[dtype])
-            cols[col] = pl.Series(col, v if order is None else v[order]).cast(dtype)
-    df = pl.DataFrame(cols)
-    df = request_latencies(df.with_columns(
-        ttft_s=(pl.col("first_token_us") - pl.col("arrival_us")).cast(pl.Float64) / 1e6,
-        queue_s=(pl.col("start_us") - pl.col("arrival_us")).cast(pl.Float64) / 1e6,
-    ))
-    return df.select(list(REQUEST_SCHEMA))
+            v = values(attr, _NUMPY[typ])
+            cols[col] = (v if order is None else v[order]).astype(_NUMPY[typ], copy=False)
+    rows = RequestRows(policy, session, cols)
+    rows.add_latencies()
+    return rows
+
+
+def request_frame(policy: str, requests: Sequence[Request] | RequestTable) -> pl.DataFrame:
+    """:func:`request_rows` as a polars frame (the :data:`REQUEST_SCHEMA` columns)."""
+    return request_rows(policy, requests).to_polars()
+
+
+def __getattr__(name: str):
+    if name == "REQUEST_SCHEMA":
+        from pic.engine.rows import polars_schema
+
+        globals()[name] = got = polars_schema()
+        return got
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _ratio(num: float, den: float) -> float:
@@ -99,27 +103,34 @@ def _saved(work: float, baseline: float) -> float | None:
     return 1.0 - work / baseline if baseline else None
 
 
-def summarize(rows: pl.DataFrame, *, peak_resident_bytes: int, evictions: int, collisions: int,
+def summarize(rows: RequestRows | pl.DataFrame, *, peak_resident_bytes: int, evictions: int, collisions: int,
               num_events: int, wall_seconds: float) -> dict[str, Any]:
-    """One policy's summary.json entry from its request rows and cache-wide counters."""
-    s = {c: float(rows[c].sum()) for c in ("prompt_tokens", "reused_tokens", "rotated_tokens",
-                                            "prefix_reused_tokens", "prefill_joules",
-                                            "nocache_prefill_joules", "prefix_prefill_joules", "recurrent_tokens",
-                                            "attn_layer_s", "recurrent_layer_s", "nocache_attn_layer_s",
-                                            "nocache_recurrent_layer_s")}
-    ttft = rows["ttft_s"].to_numpy()
-    queue = rows["queue_s"].to_numpy()
+    """One policy's summary.json entry from its request rows (:class:`engine.rows.RequestRows`, or a polars frame
+    of them) and cache-wide counters. Float columns are summed as polars sums them (:func:`engine.rows.polars_sum`)."""
+    col = rows.__getitem__ if isinstance(rows, RequestRows) else (lambda c: rows[c].to_numpy())
+    height = len(rows) if isinstance(rows, RequestRows) else rows.height
+
+    def total(a: np.ndarray) -> float:
+        return polars_sum(a) if a.dtype.kind == "f" else float(int(a.sum()))
+
+    s = {c: total(col(c)) for c in ("prompt_tokens", "reused_tokens", "rotated_tokens",
+                                    "prefix_reused_tokens", "prefill_joules",
+                                    "nocache_prefill_joules", "prefix_prefill_joules", "recurrent_tokens",
+                                    "attn_layer_s", "recurrent_layer_s", "nocache_attn_layer_s",
+                                    "nocache_recurrent_layer_s")}
+    ttft = col("ttft_s")
+    queue = col("queue_s")
     def pct(a: np.ndarray, q: float) -> float:
         return float(np.percentile(a, q)) if a.size else 0.0
 
     n, reused, pref = s["prompt_tokens"], s["reused_tokens"], s["prefix_reused_tokens"]
-    orc = float(rows["oracle_reused_tokens"].sum())
+    orc = total(col("oracle_reused_tokens"))
     rec, orc_rec = _ratio(reused - pref, n - pref), _ratio(orc - pref, n - pref)
-    hit = rows.filter(pl.col("reused_tokens") > 0)
-    hit_j, hit_full = float(hit["prefill_joules"].sum()), float(hit["nocache_prefill_joules"].sum())
-    span = (int(rows["finish_us"].max()) - int(rows["arrival_us"].min())) / 1e6 if rows.height else 0.0
+    hit = col("reused_tokens") > 0
+    hit_j, hit_full = polars_sum(col("prefill_joules")[hit]), polars_sum(col("nocache_prefill_joules")[hit])
+    span = (int(col("finish_us").max()) - int(col("arrival_us").min())) / 1e6 if height else 0.0
     return {
-        "requests": rows.height,
+        "requests": height,
         "prompt_tokens": int(n),
         "reused_tokens": int(reused),
         "rotated_tokens": int(s["rotated_tokens"]),
@@ -132,8 +143,8 @@ def summarize(rows: pl.DataFrame, *, peak_resident_bytes: int, evictions: int, c
         "ttft_p50_s": pct(ttft, 50), "ttft_p90_s": pct(ttft, 90), "ttft_p99_s": pct(ttft, 99),
         "queue_p50_s": pct(queue, 50),
         "prefill_joules": s["prefill_joules"],
-        "prefill_joules_per_request": _ratio(s["prefill_joules"], rows.height),
-        "hit_requests": hit.height,
+        "prefill_joules_per_request": _ratio(s["prefill_joules"], height),
+        "hit_requests": int(hit.sum()),
         "hit_energy_saved": _saved(hit_j, hit_full),
         "energy_saved_vs_none": 1.0 - _ratio(s["prefill_joules"], s["nocache_prefill_joules"]),
         "energy_saved_vs_prefix": 1.0 - _ratio(s["prefill_joules"], s["prefix_prefill_joules"]),
@@ -143,7 +154,7 @@ def summarize(rows: pl.DataFrame, *, peak_resident_bytes: int, evictions: int, c
         "peak_resident_bytes": int(peak_resident_bytes),
         "evictions": int(evictions),
         "collisions": int(collisions),
-        "uncached": int(rows["uncached"].sum()),
+        "uncached": int(col("uncached").sum()),
         "events": int(num_events),
         "sim_seconds": span,
         "wall_seconds": float(wall_seconds),

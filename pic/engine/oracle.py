@@ -184,9 +184,8 @@ def trace_oracle(prompts: Iterable[np.ndarray], min_match: int = DEFAULT_MIN_MAT
 def trace_digest(trace) -> str:
     """16-hex content digest of a trace's requests in arrival order: segment ids (content hashes) and
     their grouping into prompts. Same prompts in the same order -> same digest."""
-    req = trace.requests
-    arrival = req["arrival_us"].to_numpy().astype(np.int64)
-    order = np.lexsort((req["request_id"].to_numpy(), arrival))
+    arrival = trace.column("arrival_us").astype(np.int64)
+    order = np.lexsort((trace.column("request_id"), arrival))
     offs, idx = trace._csr
     lens = np.diff(offs)[order]
     starts = np.repeat(offs[:-1][order] - (np.cumsum(lens) - lens), lens)     # segment rows, request order

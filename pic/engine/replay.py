@@ -13,12 +13,11 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import polars as pl
-import pyarrow.parquet as pq
 
 from pic.engine import policies as registry
 from pic.engine.config import ReplayConfig, build_config
@@ -27,7 +26,7 @@ from pic.engine.coverage import prompt_oracle
 from pic.engine.latency import serving_summary
 from pic.engine.memory import COLLECT_LAST_MIN, free_cycles, release_freed
 from pic.engine.memory import no_cyclic_gc as _no_cyclic_gc
-from pic.engine.metrics import SUMMARY_VERSION, request_frame, summarize
+from pic.engine.metrics import SUMMARY_VERSION, request_rows, summarize
 from pic.engine.oracle import cached_oracle, duplicate_tokens, join_runs
 from pic.engine.policies.base import PolicyContext
 from pic.engine.request import Labels
@@ -40,6 +39,12 @@ from pic.traces.io import atomic_dir
 from pic.traces.schema import Trace
 from pic.traces.suggest import did_you_mean
 
+if TYPE_CHECKING:
+    import polars as pl
+    import pyarrow as pa
+
+    from pic.engine.rows import RequestRows
+
 #: the row columns read from a baseline that is not itself replayed (prefix_* columns, _hit)
 _BASELINE_COLUMNS = ("reused_tokens", "prefill_joules", "prompt_tokens")
 #: policy config fields naming the smallest unit a cache stores (capacity must hold one)
@@ -48,13 +53,20 @@ _UNIT_FIELDS = ("page_size", "block_size", "chunk_size", "min_chunk")
 
 @dataclass(frozen=True)
 class RunResult:
-    """Everything a replay produced. ``requests``: one row per request x policy (engine.metrics schema)."""
+    """Everything a replay produced. ``requests``: one row per request x policy (engine.metrics schema), a polars
+    frame made on first use from ``table`` (the same rows as Arrow: what requests.parquet holds)."""
 
     config: ReplayConfig
     trace: str
-    requests: pl.DataFrame
+    table: pa.Table
     summary: dict[str, Any]
     resolved: dict[str, Any]   # config.json contents
+
+    @cached_property
+    def requests(self) -> pl.DataFrame:
+        import polars as pl
+
+        return pl.from_arrow(self.table)
 
 
 def read_trace_file(path: str | os.PathLike) -> Trace:
@@ -98,15 +110,15 @@ def retime(arrival_us: np.ndarray, time_scale: float = 1.0, rate: float | None =
 
 def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Workload:
     """Requests in (arrival, request_id) order with lazily built RequestViews."""
-    req = trace.requests
-    arrival = req["arrival_us"].to_numpy().astype(np.int64)
-    order = np.lexsort((req["request_id"].to_numpy(), arrival))
+    arrival = trace.column("arrival_us").astype(np.int64)
+    rid_all = trace.column("request_id")
+    order = np.lexsort((rid_all, arrival))
     if max_requests is not None:
         order = order[:max_requests]
     seg = trace.segments
     offs, seg_idx = trace._csr   # NOTE: CSR of request -> segment rows, shared with Trace.prompt
-    rid = req["request_id"].to_numpy().astype(np.int64)[order]
-    sess = _labels(req["session_id"], order)
+    rid = rid_all.astype(np.int64)[order]
+    sess = _labels(trace, "session_id", order)
     # NOTE (memory): a view is a few slices and gathers of the trace's own arrays (its segments' lengths,
     # ids and kinds), made when the simulation asks for it; nothing per segment occurrence is copied
     # for the whole trace (chat 10^6: ~10 M occurrences, ~300 MB of copies and Python int lists).
@@ -116,8 +128,7 @@ def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Worklo
     runs = _consecutive_rows(offs, seg_idx)
     num_tok = trace.prompt_lengths[order].astype(np.int64)
     view = make_view(order, offs, seg_idx, runs, seg, rid, sess, num_tok)
-    return Workload(rid, sess, num_tok,
-                    req["output_tokens"].to_numpy().astype(np.int64)[order], arrival[order], view)
+    return Workload(rid, sess, num_tok, trace.column("output_tokens").astype(np.int64)[order], arrival[order], view)
 
 
 def _consecutive_rows(offs: np.ndarray, seg_idx: np.ndarray) -> np.ndarray:
@@ -132,15 +143,15 @@ def _consecutive_rows(offs: np.ndarray, seg_idx: np.ndarray) -> np.ndarray:
     return (counts > 0) & (breaks[last] == breaks[first]) if seg_idx.size else np.zeros(counts.size, np.bool_)
 
 
-def _labels(col: pl.Series, order: np.ndarray) -> Labels | list[str]:
-    """The rows ``order`` of a string column, as :class:`engine.request.Labels` (codes into its sorted
+def _labels(trace: Trace, name: str, order: np.ndarray) -> Labels | list[str]:
+    """The rows ``order`` of a string request column, as :class:`engine.request.Labels` (codes into its sorted
     distinct values); a plain list where it holds nulls."""
-    if col.null_count():
-        full = col.to_list()
+    got = trace.string_codes(name)
+    if got is None:
+        full = trace.strings(name)
         return [full[i] for i in order]
-    names = col.unique().sort()
-    codes = names.search_sorted(col).to_numpy()[order]
-    return Labels(codes.astype(np.int32 if names.len() < 1 << 31 else np.int64), names.to_list())
+    codes, names = got
+    return Labels(codes[order].astype(np.int32 if len(names) < 1 << 31 else np.int64), names)
 
 
 def cost_config(overrides: dict[str, Any]) -> CostConfig:
@@ -256,7 +267,7 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
         sim = sims[name]
         rows = sim.rows.with_columns(prefix_reused_tokens=base_sim.rows["reused_tokens"],
                                      prefix_prefill_joules=base_sim.rows["prefill_joules"],
-                                     oracle_reused_tokens=pl.Series(oracle[sim.order], dtype=pl.Int64))
+                                     oracle_reused_tokens=np.asarray(oracle[sim.order], np.int64))
         frames.append(rows)
         summary[name] = _summary(sim, rows, best, base_sim, window, cost, config)
         for w in (saturation_warning(name, summary[name], config.replicas),
@@ -266,9 +277,9 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
                 warnings.append(w)
     warnings += resident_warnings(model, gpu, config.capacity_bytes, config.replicas,
                                   {n: s["peak_resident_bytes"] for n, s in summary.items()})
-    # each frame is in request_id order: in policy order they are sorted by (policy, request_id), uncopied
+    # each policy's rows are in request_id order: in policy order they are sorted by (policy, request_id)
     frames = [f for _, f in sorted(zip(config.policies, frames, strict=True), key=lambda x: x[0])]
-    requests = frames[0] if len(frames) == 1 else pl.concat(frames, rechunk=False)
+    requests = _concat([f.to_arrow() for f in frames])
     cap = None if math.isinf(config.capacity_bytes) else config.capacity_bytes
     head = {"version": SUMMARY_VERSION, "trace": trace.source, "model": model.name, "gpu": gpu.name,
             "capacity_bytes": cap, "replicas": config.replicas}
@@ -293,7 +304,9 @@ def write_run(result: RunResult, run_dir: str | os.PathLike, *, force: bool = Fa
     run_dir = Path(run_dir)
     inputs = (result.trace, result.config.model, *inputs)
     with atomic_dir(run_dir, kind="run-dir", force=force, inputs=inputs) as tmp:
-        pq.write_table(result.requests.to_arrow(), tmp / "requests.parquet", compression="zstd",
+        import pyarrow.parquet as pq
+
+        pq.write_table(result.table, tmp / "requests.parquet", compression="zstd",
                        compression_level=3, use_dictionary=True, write_statistics=True)
         (tmp / "summary.json").write_text(json.dumps(result.summary, indent=2, default=_json) + "\n")
         (tmp / "config.json").write_text(json.dumps(result.resolved, indent=2, default=_json) + "\n")
@@ -306,7 +319,7 @@ class _Sim:
     """One policy's simulation: its request rows (by request_id), counters and what it holds at the end."""
 
     name: str
-    rows: pl.DataFrame
+    rows: RequestRows
     order: np.ndarray          # workload index of each row
     busy_s: float
     last_finish_us: int
@@ -341,7 +354,7 @@ def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, co
     t0 = time.perf_counter()
     reqs = sm.run()
     wall = time.perf_counter() - t0
-    rows = request_frame(name, reqs)
+    rows = request_rows(name, reqs)
     order = np.argsort(reqs.column("request_id"), kind="stable")
     out = _Sim(name, rows, order, sum(rep.busy_us for rep in sm.replicas) / 1e6,
                int(reqs.column("finish_us").max(initial=0)), sm.peak_resident, sm.sim.num_events, wall, pols,
@@ -358,14 +371,13 @@ def _oracle(trace: Trace, work: Workload, m: int) -> np.ndarray:
     """The trace-level oracle's reuse (``min_match`` ``m``) of each workload request (engine.oracle; once
     per trace)."""
     prompts = (work.view(i).tokens for i in range(work.num_requests))
-    req = trace.requests
-    order = np.lexsort((req["request_id"].to_numpy(), req["arrival_us"].to_numpy()))[:work.num_requests]
+    order = np.lexsort((trace.column("request_id"), trace.column("arrival_us")))[:work.num_requests]
     # NOTE: decided from the segment structure, hashing only what it cannot tell (engine.coverage)
     return cached_oracle(trace, prompts, request_ids=work.request_ids, min_match=m,
                          compute=lambda: prompt_oracle(trace, order, m))
 
 
-def _summary(sim: _Sim, rows: pl.DataFrame, best: str, base: _Sim, window_us: int, cost: CostModel,
+def _summary(sim: _Sim, rows: RequestRows, best: str, base: _Sim, window_us: int, cost: CostModel,
              config: ReplayConfig) -> dict[str, Any]:
     """One policy's summary.json entry: engine.metrics.summarize + whole-GPU energy, serving, footprint."""
     held = sim.held
@@ -416,6 +428,15 @@ def _footprint(pols: list, min_match: int, collect: bool = False) -> dict[str, A
         del fps
         release_freed()    # (the count's freed arrays, before the summary's columns stack on them)
     return {"registry_entries": entries, "stored_tokens": int(stored), "duplicate_stored_tokens": dup}
+
+
+def _concat(tables: list) -> pa.Table:
+    """The policies' tables as one (their chunks kept)."""
+    if len(tables) == 1:
+        return tables[0]
+    import pyarrow as pa
+
+    return pa.concat_tables(tables)
 
 
 def _hit(sim: _Sim) -> float:

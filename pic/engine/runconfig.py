@@ -144,18 +144,22 @@ def trace_sha256(trace: Any) -> str:
     seg = trace.segments
     for arr, dt in ((seg.ids, "<u8"), (seg.kinds, "u1"), (seg.offsets, "<i8"), (seg.tokens, "<i4")):
         feed(arr, dt)
-    req = trace.requests.sort("request_id")
+    order = np.argsort(trace.column("request_id"), kind="stable")     # (request ids are unique)
     for col, dt in (("request_id", "<i8"), ("arrival_us", "<i8"), ("output_tokens", "<i8")):
-        feed(req[col].to_numpy(), dt)
-    lists = req["segment_ids"]
-    feed(lists.list.len().to_numpy(), "<i8")
-    feed(lists.explode().to_numpy(), "<u8")
+        feed(trace.column(col)[order], dt)
+    counts, ids = trace.segment_lists()
+    starts = np.zeros(counts.shape[0] + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    c = counts[order]
+    feed(c, "<i8")
+    feed(ids[np.repeat(starts[:-1][order] - (np.cumsum(c) - c), c) + np.arange(int(c.sum()))], "<u8")
     for col in ("session_id", "agent_id"):
-        ids = req[col]
-        if ids.null_count():    # a null id (allowed: no session / no agent) hashed apart from any string
-            h.update(b"nulls:" + ids.is_null().to_numpy().tobytes())
-            ids = ids.fill_null("")
-        h.update("\x00".join(ids.to_list()).encode("utf-8", "surrogateescape"))
+        full = trace.strings(col)
+        vals = [full[i] for i in order.tolist()]
+        if None in vals:        # a null id (allowed: no session / no agent) hashed apart from any string
+            h.update(b"nulls:" + np.array([v is None for v in vals], bool).tobytes())
+            vals = ["" if v is None else v for v in vals]
+        h.update("\x00".join(vals).encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -92,7 +92,7 @@ def _segment_table(seg: Segments) -> pa.Table:
     return pa.table({f.name: cols[f.name] for f in ARROW_SCHEMA}, schema=ARROW_SCHEMA)
 
 
-def _request_table(df: pl.DataFrame) -> pa.Table:
+def _request_table(df) -> pa.Table:
     n = df.height
     arrow = df.select(REQUEST_FIELDS).to_arrow()
     cols = {
@@ -157,13 +157,19 @@ def read_trace(path: str | os.PathLike) -> Trace:
             return _read_open(path, fh)
         except TraceError:
             raise
-        except (pa.ArrowException, pl.exceptions.PolarsError, OverflowError) as e:
+        except (pa.ArrowException, OverflowError, *_polars_errors()) as e:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise TraceError(str(path), None, "file", f"cannot read as a pic trace: {first[:200]}") from None
         finally:
             # NOTE (memory): the row groups' decoded buffers were freed, but Arrow's pool (mimalloc) keeps
             # the pages for reuse: chat 10^5 137 MB, more than the requests frame; handed back here
             pa.default_memory_pool().release_unused()
+
+
+def _polars_errors() -> tuple[type[Exception], ...]:
+    """polars' error class where polars is imported (a trace's frame is made with it; else no polars error)."""
+    pl = sys.modules.get("polars")
+    return (pl.exceptions.PolarsError,) if pl is not None else ()
 
 
 def _read_open(path: Path, fh) -> Trace:
@@ -193,9 +199,8 @@ def _read_open(path: Path, fh) -> Trace:
     segments = _read_segments(path, pf, codes, int(stored) if stored is not None and stored.isdigit() else None)
     parts = list(_family_tables(pf, codes, "request", REQUEST_FIELDS))
     reqt = pa.concat_tables(parts) if parts else ARROW_SCHEMA.empty_table().select(list(REQUEST_FIELDS))
-    requests = pl.from_arrow(reqt)
-    requests = requests.cast({"output_tokens": pl.Int32, "segment_ids": pl.List(pl.UInt64)})
-    return Trace(segments=segments, requests=requests, source=str(path), meta=user_meta(meta))
+    # NOTE (speed): the table itself (its polars frame made on first use of ``Trace.requests``: traces.arrow_cols)
+    return Trace(segments=segments, requests=reqt, source=str(path), meta=user_meta(meta))
 
 
 def user_meta(meta: dict[bytes, bytes]) -> dict[str, str]:

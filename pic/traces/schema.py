@@ -11,14 +11,19 @@ concatenation of a few slices, and hashing/chunking stays vectorized.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
-import polars as pl
 import xxhash
 
 from pic.traces.content import Segments, opaque_segment_id
+
+if TYPE_CHECKING:
+    import polars as pl
+    import pyarrow as pa
 
 SCHEMA_VERSION = 2
 SCHEMA_KEY = b"pic.schema_version"
@@ -29,14 +34,8 @@ KINDS: tuple[str, ...] = (
 )
 KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 
-REQUEST_COLUMNS: dict[str, pl.DataType] = {
-    "request_id": pl.Int64(),
-    "session_id": pl.String(),
-    "agent_id": pl.String(),
-    "arrival_us": pl.Int64(),
-    "output_tokens": pl.Int32(),
-    "segment_ids": pl.List(pl.UInt64()),
-}
+#: REQUEST_COLUMNS (dict[str, pl.DataType]): the canonical request columns and their polars types (module
+#: ``__getattr__``: polars is imported on first use)
 
 
 class TraceError(ValueError):
@@ -118,16 +117,45 @@ class SegmentTable:
         return Segments(ids, kinds, offsets, tokens.astype(np.int32, copy=False), tok_offsets, keys, salts)
 
 
+class _RequestRows:
+    """``Trace.requests`` (a dataclass field): set as a polars frame or an Arrow table of the request rows. A table
+    holding the canonical columns exactly (:func:`traces.arrow_cols.fast_table`) is kept (``_table``) and its frame
+    made on first read; anything else is kept as a frame (``_frame``)."""
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            raise AttributeError("requests")          # (no default: a required field)
+        d = obj.__dict__
+        if d["_frame"] is None:
+            d["_frame"] = _frame_of(d["_table"])
+        return d["_frame"]
+
+    def __set__(self, obj, value) -> None:
+        d = obj.__dict__
+        arrow = sys.modules.get("pyarrow")
+        if arrow is not None and isinstance(value, arrow.Table):
+            from pic.traces.arrow_cols import fast_table
+            if fast_table(value):
+                d["_table"], d["_frame"] = value, None
+                return
+            value = _frame_of(value)
+        d["_table"], d["_frame"] = None, value
+
+
 @dataclass(frozen=True)
 class Trace:
     """A validated canonical trace.
 
     ``requests`` is a polars frame with :data:`REQUEST_COLUMNS`, sorted by (arrival_us, request_id).
     Use :meth:`prompt` for a request's token ids and :attr:`prompt_lengths` for all lengths at once.
+
+    ``requests`` may be given as an Arrow table of the canonical columns (``traces.io`` does): where it holds
+    them exactly (:func:`traces.arrow_cols.fast_table`) it is kept, read by :meth:`column`, :meth:`strings`,
+    :meth:`string_codes` and :meth:`segment_lists` without polars, and the frame made on first access.
     """
 
     segments: Segments
-    requests: pl.DataFrame
+    requests: pl.DataFrame = _RequestRows()           # type: ignore[assignment]
     source: str = "<memory>"
     meta: dict[str, str] = field(default_factory=dict)
 
@@ -136,7 +164,44 @@ class Trace:
 
     @property
     def num_requests(self) -> int:
-        return self.requests.height
+        return self._table.num_rows if self._table is not None else self._frame.height
+
+    def column(self, name: str) -> np.ndarray:
+        """numpy values of an integer request column (``request_id``, ``arrival_us``, ``output_tokens``)."""
+        if self._table is not None:
+            from pic.traces.arrow_cols import values
+            return values(self._table.column(name), _NUMPY[name])
+        return self._frame[name].to_numpy()
+
+    def strings(self, name: str) -> list:
+        """A string request column's values (``session_id``, ``agent_id``; None for a null)."""
+        if self._table is not None:
+            from pic.traces.arrow_cols import strings
+            return strings(self._table.column(name))
+        return self._frame[name].to_list()
+
+    def string_codes(self, name: str) -> tuple[np.ndarray, list[str]] | None:
+        """``(codes int64, names)``: a string request column's distinct values sorted and each row's index into
+        them; None where it holds a null."""
+        if self._table is not None:
+            from pic.traces.arrow_cols import string_codes
+            col = self._table.column(name)
+            return None if col.null_count else string_codes(col)
+        col = self._frame[name]
+        if col.null_count():
+            return None
+        names = col.unique().sort()
+        return names.search_sorted(col).to_numpy().astype(np.int64), names.to_list()
+
+    def segment_lists(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(counts int64 [R], ids uint64)``: each request's number of segment ids, and all of them in order."""
+        if self._table is not None:
+            from pic.traces.arrow_cols import list_values
+            offs, ids = list_values(self._table.column("segment_ids"))
+            return np.diff(offs), ids
+        seg_lists = self._frame["segment_ids"]
+        return (seg_lists.list.len().to_numpy().astype(np.int64, copy=False),
+                seg_lists.explode().to_numpy().astype(np.uint64, copy=False))
 
     @cached_property
     def _sorted_ids(self) -> tuple[np.ndarray, np.ndarray]:
@@ -147,9 +212,7 @@ class Trace:
     @cached_property
     def _csr(self) -> tuple[np.ndarray, np.ndarray]:
         """(req_offsets [R+1], seg_index [sum segs]) mapping requests to segment row indices."""
-        seg_lists = self.requests["segment_ids"]
-        flat = seg_lists.explode().to_numpy().astype(np.uint64, copy=False)
-        counts = seg_lists.list.len().to_numpy().astype(np.int64, copy=False)
+        counts, flat = self.segment_lists()
         offs = np.zeros(counts.size + 1, dtype=np.int64)
         np.cumsum(counts, out=offs[1:])
         order, sorted_ids = self._sorted_ids
@@ -203,12 +266,15 @@ def validate(trace: Trace) -> None:
     session; output_tokens >= 0; every request has >= 1 segment and every referenced segment exists;
     segments non-empty with unique ids and known kinds.
     """
-    src, req, seg = trace.source, trace.requests, trace.segments
-    for name, dtype in REQUEST_COLUMNS.items():
-        if name not in req.columns:
-            raise TraceError(src, None, name, "missing column")
-        if req.schema[name] != dtype:
-            raise TraceError(src, None, name, f"dtype {req.schema[name]} != {dtype}")
+    if trace._table is not None and not _table_ok(trace):
+        object.__setattr__(trace, "requests", _frame_of(trace._table))   # (the frame's checks say what is wrong)
+    src, req, seg = trace.source, trace._frame, trace.segments
+    if req is not None:
+        for name, dtype in __getattr__("REQUEST_COLUMNS").items():
+            if name not in req.columns:
+                raise TraceError(src, None, name, "missing column")
+            if req.schema[name] != dtype:
+                raise TraceError(src, None, name, f"dtype {req.schema[name]} != {dtype}")
     if len(seg) and (np.diff(seg.offsets) <= 0).any():
         raise TraceError(src, None, "tokens", "empty segment")
     sorted_ids = trace._sorted_ids[1]
@@ -216,7 +282,10 @@ def validate(trace: Trace) -> None:
         raise TraceError(src, None, "segment_id", "duplicate segment id")
     if len(seg) and int(seg.kinds.max()) >= len(KINDS):
         raise TraceError(src, None, "kind", "unknown segment kind code")
-    if req.height == 0:
+    if trace.num_requests == 0:
+        return
+    if req is None:                 # (an Arrow table: :func:`_table_ok` checked the rows)
+        _ = trace._csr
         return
     if req["request_id"].n_unique() != req.height:
         raise TraceError(src, None, "request_id", "duplicate request id")
@@ -236,12 +305,34 @@ def validate(trace: Trace) -> None:
     _ = trace._csr  # resolves every segment id or raises
 
 
+def _table_ok(trace: Trace) -> bool:
+    """Whether the request rows of an Arrow table (no null in them: ``fast_table``) obey the rules
+    :func:`validate` checks of a frame: unique ids, no negative arrival or output, a segment per request, arrivals
+    non-decreasing per session."""
+    n = trace.num_requests
+    if n == 0:
+        return True
+    rid = np.sort(trace.column("request_id"))
+    if (rid[1:] == rid[:-1]).any():
+        return False
+    arrival = trace.column("arrival_us")
+    if (arrival < 0).any() or (trace.column("output_tokens") < 0).any():
+        return False
+    if (trace.segment_lists()[0] == 0).any():
+        return False
+    return _backwards(trace.string_codes("session_id")[0], arrival) is None
+
+
 def _backwards_in_session(req: pl.DataFrame) -> int | None:
     """The first row whose arrival is earlier than the previous row of its session (a null session is one
     session), or None. NOTE (speed): one sort of (session code, row) in numpy; polars' window expression
     (``shift().over(session_id)``) cost 15-25 ms CPU per trace read (Mooncake / Azure conversation)."""
     code = req["session_id"].rank("dense").fill_null(0).to_numpy()     # (equal ids: equal codes; null: 0)
-    arrival = req["arrival_us"].to_numpy()
+    return _backwards(code, req["arrival_us"].to_numpy())
+
+
+def _backwards(code: np.ndarray, arrival: np.ndarray) -> int | None:
+    """:func:`_backwards_in_session` of rows with session codes ``code`` (equal sessions: equal codes)."""
     order = np.lexsort((np.arange(arrival.shape[0]), code))
     c, a = code[order], arrival[order]
     bad = np.flatnonzero((c[1:] == c[:-1]) & (a[1:] < a[:-1]))
@@ -250,5 +341,31 @@ def _backwards_in_session(req: pl.DataFrame) -> int | None:
 
 def requests_frame(rows: dict[str, list]) -> pl.DataFrame:
     """Build a canonical requests frame from column lists (casts to the canonical dtypes)."""
-    return pl.DataFrame(rows, schema=REQUEST_COLUMNS)
+    import polars as pl
+
+    return pl.DataFrame(rows, schema=__getattr__("REQUEST_COLUMNS"))
+
+
+def _frame_of(table: pa.Table) -> pl.DataFrame:
+    """The polars frame of an Arrow table of request rows (output tokens and segment ids cast as they are read)."""
+    import polars as pl
+
+    return pl.from_arrow(table).cast({"output_tokens": pl.Int32, "segment_ids": pl.List(pl.UInt64)})
+
+
+_NUMPY = {"request_id": np.int64, "arrival_us": np.int64, "output_tokens": np.int32}
+
+
+def __getattr__(name: str):
+    """``REQUEST_COLUMNS`` (polars types): made on first use, so that reading a trace imports no polars."""
+    if name == "REQUEST_COLUMNS":
+        if name in globals():
+            return globals()[name]
+        import polars as pl
+
+        cols = {"request_id": pl.Int64(), "session_id": pl.String(), "agent_id": pl.String(),
+                "arrival_us": pl.Int64(), "output_tokens": pl.Int32(), "segment_ids": pl.List(pl.UInt64())}
+        globals()[name] = cols
+        return cols
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
