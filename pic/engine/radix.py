@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from pic.engine.eviction import lru
+from pic.engine.radix_leaf import _LEAF
 from pic.engine.seq import Seq, first_tokens, lcp, lcp_at
 
 _EMPTY = np.zeros(0, np.int32)
@@ -61,27 +62,6 @@ def as_seq(tokens: Any) -> Seq:
     if isinstance(tokens, np.ndarray):
         return Seq.of_array(tokens)
     return tokens.seq
-
-
-class _NoChildren(dict):
-    """The ``children`` of every leaf: one shared empty mapping, never written (the tree gives a node a dict of its
-    own with its first child, and the shared one back when its last child goes). Copies and pickles as itself.
-
-    NOTE (memory): most nodes of the irminsul chunk tries and of an exact-prefix tree are leaves: an empty dict
-    each was 64 B (chat 10^4, irminsul: ~44 k leaves, 2.8 MB)"""
-
-    __slots__ = ()
-
-    def __reduce__(self) -> str:
-        return "_LEAF"
-
-    def _read_only(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("a leaf's children are the shared empty mapping: assign a dict of its own first")
-
-    __setitem__ = __delitem__ = setdefault = update = pop = popitem = clear = __ior__ = _read_only  # type: ignore[assignment]
-
-
-_LEAF: dict = _NoChildren()
 
 
 class RadixNode:
@@ -215,6 +195,27 @@ class RadixTree:
         if m is not None and m[0] is q and m[1] == now_us and m[2] == self._version and m[3] == num:
             return num, (m[4] if m[5] is None else self._memo_split(m[5], m[6]))
         return self.match_prefix(q.prefix(num), now_us, split=True, count_hit=False)
+
+    def match_lock(self, q: Seq, now_us: int | None, hi: int | None = None) -> tuple[int, RadixNode]:
+        """``num, _ = match_prefix(q[:hi], now_us, split=False)``, then ``lock_point(q, num, now_us)`` and ``inc_lock``
+        of its node, returned with ``num`` (the same tree, touches, memo and counts). NOTE (speed): an exact-prefix
+        policy's lookup and admit of its whole match (``start_prefix``) in one call, walking once."""
+        pos, node = self._walk(q, 0, (q.end if hi is None else hi) // self.page_size * self.page_size, self.root, 0,
+                               now_us, False, True)
+        child = self._memo[5]
+        if child is not None:
+            node = self._memo_split(child, self._memo[6])
+        self._lock_up(node, self.root)
+        return pos, node
+
+    def insert_move(self, q: Seq, now_us: int, num: int, node: RadixNode, hi: int | None = None) -> tuple[int, RadixNode]:
+        """:meth:`insert_below` ``(q, now_us, num, node, hi)``, then ``move_lock(leaf, node)`` of the leaf it gives
+        (a commit's insert and the move of its admit's lock, in one call): its answer."""
+        if node.lock_ref <= 0:
+            raise ValueError("move_lock from an unlocked node")
+        got = self.insert_below(q, now_us, num, node, hi)
+        self._lock_up(got[1], node)
+        return got
 
     def insert(self, tokens: Any, now_us: int, lo: int = 0, hi: int | None = None) -> tuple[int, RadixNode]:
         """Insert the whole pages of ``tokens[lo:hi]``; return (tokens newly stored, node ending the path).

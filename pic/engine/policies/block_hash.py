@@ -133,11 +133,13 @@ class BlockHashCache(CachePolicy):
 
     def start_prefix(self, req: RequestView, now_us: int) -> int:
         """:meth:`PrefixCache.start_prefix <engine.policies.prefix.PrefixCache.start_prefix>`'s: lookup + admit, no Plan."""
-        if self._radix is None:
+        if self._radix is None or req.request_id in self._radix.live:      # (admitted twice: admit's error)
             plan = self.lookup(req, now_us)
             return plan.leading_reuse if self.admit(req, plan, now_us) else -1
-        num = self._radix_lookup(req)      # (whole blocks of the prompt: no more than num_tokens)
-        return num if self._radix_admit(req, num // self._bs, now_us) else -1
+        self.stats.lookups += 1
+        num = self._radix.start(req, now_us)       # (lookup, admit of its whole blocks: no more than num_tokens)
+        self.stats.hits += num > 0
+        return num
 
     def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
         if self._radix is not None:
@@ -247,9 +249,7 @@ class BlockHashCache(CachePolicy):
         into an exact cache (its stats are this cache's own)."""
         exact = BlockHashCache(self.ctx, self.config, radix=False)
         self._radix.replay(exact)
-        stats = self.stats
-        vars(self).update(vars(exact))
-        self.stats = stats
+        vars(self).update({**vars(exact), "stats": self.stats})
 
     def _radix_lookup(self, req: RequestView) -> int:
         """:meth:`lookup`'s reuse while the cache is a radix tree, in tokens."""

@@ -54,6 +54,14 @@ class _Tree(RadixTree):
             return num, node
         return num, self._memo_split(node, num - node.lo)
 
+    def lock_blocks(self, q, n: int) -> tuple[int, RadixNode]:
+        """``num = match_prefix(q, None, split=False, hi=n)[0] // block * block``, then ``lock_point(q, num)`` and
+        ``inc_lock`` of its node (a lookup and the admit of all it found): ``(num, node)``."""
+        pos = self._walk(q, 0, n, self.root, 0, None, False, True)[0]
+        num, node = self.lock_point(q, pos // self.block * self.block, None)
+        self._lock_up(node, self.root)
+        return num, node
+
     def _lock_up(self, node: RadixNode, above: RadixNode) -> None:
         """:meth:`RadixTree._lock_up` (behind inc_lock and move_lock), counting the blocks too."""
         bs, k, b = self.block, 0, 0
@@ -108,6 +116,26 @@ class RadixBlocks:
         n = req.num_tokens // bs * bs
         return self.tree.match_prefix(req.seq, None, split=False, hi=n)[0] // bs * bs if n else 0
 
+    def start(self, req: RequestView, now_us: int) -> int:
+        """:meth:`lookup`, then :meth:`admit` of all it found: its tokens. NOTE (speed): one walk and one lock
+        (:meth:`_Tree.lock_blocks`); ``req`` must not be live."""
+        bs = self.block
+        n = req.num_tokens // bs * bs
+        if not n:
+            self.admit(req, 0, now_us)
+            return 0
+        q = req.seq
+        num, node = self.tree.lock_blocks(q, n)
+        want = num // bs
+        need = req.num_tokens // bs - want
+        self.reserved += need
+        k = len(self.seqs)
+        self.rids.append(req.request_id)
+        self.seqs.append(q)
+        self.ops.extend((ADMIT, k, now_us, want))
+        self.live[req.request_id] = (node, need, k, num)
+        return num
+
     def admit(self, req: RequestView, want: int, now_us: int) -> int:
         """Lock ``req``'s first ``want`` blocks and reserve the rest; returns the blocks resident along it
         (fewer than ``want``: nothing was done). ``want`` <= what :meth:`lookup` found."""
@@ -131,9 +159,9 @@ class RadixBlocks:
         self.reserved -= need
         bs = self.block
         full = req.num_tokens // bs * bs
-        num_new, leaf = self.tree.insert_below(req.seq, now_us, num, node, full)    # (node: locked since admit)
+        # (node: locked since admit; insert_below, then move_lock(leaf, node))
+        num_new, leaf = self.tree.insert_move(req.seq, now_us, num, node, full)
         self.num_resident += full // bs - (full - num_new) // bs
-        self.tree.move_lock(leaf, node)                     # (inc_lock(leaf), dec_lock(node))
         self.live[req.request_id] = (leaf, 0, k, full)
         self.ops.extend((COMMIT, k, now_us, 0))
 

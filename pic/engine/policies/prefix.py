@@ -70,9 +70,24 @@ class PrefixCache(CachePolicy):
         """``lookup`` then ``admit`` of its plan, ``Plan.from_prefix(req.num_tokens, r)``: returns ``r``, or -1
         when the plan is refused (the same state and stats). NOTE (speed): the serving model's exact-prefix
         path (engine.serving.model): no Plan built nor read per request."""
-        num = self._lookup(req, now_us)
-        n = req.num_tokens
-        return num if self._admit(req, num if num < n else n, now_us) else -1
+        if req.request_id in self._live:        # (admitted twice: lookup's walk, then admit's error)
+            num = self._lookup(req, now_us)
+            return num if self._admit(req, num, now_us) else -1
+        # NOTE (speed): lookup's walk, admit's lock of its whole match (num <= num_tokens) in one tree call
+        self.stats.lookups += 1
+        q = req.seq
+        num, node = self.tree.match_lock(q, now_us)
+        if num:
+            self.stats.hits += 1
+            if self.ctx.verify:
+                self.stats.verified_hits += 1
+        p = self.tree.page_size
+        need = req.num_tokens // p * p - num       # max(0, ...): num is whole pages of the prompt
+        if not self._unbounded and not self._fits(node, need):
+            return -1
+        self._reserved += need
+        self._live[req.request_id] = (node, need, num)
+        return num
 
     def _lookup(self, req: RequestView, now_us: int) -> int:
         """:meth:`lookup`'s reuse: the resident prefix of ``req``, in tokens."""
@@ -99,23 +114,31 @@ class PrefixCache(CachePolicy):
         if need < 0:
             need = 0
         # (unbounded: ``over`` is -inf; not computed)
-        over = 0 if self._unbounded else self.tree.total_tokens + self._reserved + need - self._cap_tokens
+        if not self._unbounded and not self._fits(node, need):
+            return False
+        self._reserved += need
+        self._live[req.request_id] = (node, need, num)
+        return True
+
+    def _fits(self, node: RadixNode, need: int) -> bool:
+        """Room for ``need`` more tokens (evicting what it must) beside the admitted request's locked ``node``;
+        when none, ``node`` unlocked and the request rejected."""
+        over = self.tree.total_tokens + self._reserved + need - self._cap_tokens
         if over > 0:
             self._evict_tokens(int(over))
             if self.tree.total_tokens + self._reserved + need > self._cap_tokens:
                 self.tree.dec_lock(node)
                 self.stats.rejected += 1
                 return False
-        self._reserved += need
-        self._live[req.request_id] = (node, need, num)
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:
         node, need, num = self._live[req.request_id]
         self._reserved -= need
-        _, leaf = self.tree.insert_below(req.seq, now_us, num, node)    # (node: locked since admit)
-        self.tree.move_lock(leaf, node)                                   # (inc_lock(leaf), dec_lock(node))
-        self._live[req.request_id] = (leaf, 0, req.num_tokens // self.tree.page_size * self.tree.page_size)
+        # (node: locked since admit; insert_below, then move_lock(leaf, node))
+        leaf = self.tree.insert_move(req.seq, now_us, num, node)[1]
+        p = self.tree.page_size
+        self._live[req.request_id] = (leaf, 0, req.num_tokens // p * p)
 
     def release(self, req: RequestView, now_us: int) -> None:
         node, need, _ = self._live.pop(req.request_id)
