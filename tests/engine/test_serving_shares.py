@@ -96,6 +96,28 @@ def test_share_book_gives_the_columns_prefill_share_gives(monkeypatch, budget, s
         assert 0 < fallback < len(calls)       # (some priced at once: decoders finishing inside)
 
 
+def test_terms_book_marks_and_notes_give_the_columns_pricing_at_once(monkeypatch):
+    """The exact-prefix plans' columns where a request's view has as many tokens as its workload prompt (marked,
+    priced from the columns at the end) and where not (noted), several flushes: every column as priced at once."""
+    import dataclasses
+
+    w = _workload(150, seed=4, span_us=3_000_000)
+    skew = w.num_prompt.copy()
+    skew[::3] += 7                       # (every third: view tokens != workload prompt tokens)
+    w = dataclasses.replace(w, num_prompt=skew)
+    monkeypatch.setattr(shares_mod, "_FLUSH", 16)
+    got = []
+    add = shares_mod.TermsBook.add
+    monkeypatch.setattr(shares_mod.TermsBook, "add", lambda self, *a: got.append(a) or add(self, *a))
+    a = _run(w, 8192)
+    assert got and a[-1]._tbook is not None and not any(a[-1]._tbook.marks)
+    monkeypatch.setattr(serving_model, "prefill_shares_fn", lambda cost: None)
+    b = _run(w, 8192)
+    assert b[-1]._tbook is None
+    assert a[:4] == b[:4]
+    assert sum(1 for x in a[0]["num_reused"] if x) > len(got) > 0      # (both paths taken)
+
+
 @pytest.mark.parametrize("closed_loop", [False, True])
 @pytest.mark.parametrize("span_us, budget", [(2_000_000, 8192), (200_000_000, 8192), (1_000, 256)])
 def test_folded_schedules_count_as_the_loop_would(closed_loop, span_us, budget):

@@ -22,8 +22,8 @@ from pic.engine.cost_fns import one_chunk_terms_np, prefill_shares_fn
 from pic.engine.events import Event, EventKind
 from pic.engine.loop import VOID, Simulator
 from pic.engine.plan import NO_CORRECTION, Action, Plan
-from pic.engine.request import Labels, RequestTable
-from pic.engine.serving.plans import _one_chunk, _plan_stats
+from pic.engine.request import RequestTable
+from pic.engine.serving.plans import _one_chunk, _plan_stats, arrival_order
 from pic.engine.serving.replica import Phase, Replica
 from pic.engine.serving.router import Router
 from pic.engine.serving.shares import ShareBook, TermsBook
@@ -77,7 +77,7 @@ class ServingModel:
             "nocache_attn_layer_s", "nocache_recurrent_layer_s", "prefill_joules", "nocache_prefill_joules",
             "prefix_prefill_joules"))
         self._views: dict[int, Any] = {}     # request index -> RequestView while in flight
-        self._chain, self._next_turn, self._gap = self._arrival_order(closed_loop)
+        self._chain, self._next_turn, self._gap, self._chain_after = arrival_order(workload, closed_loop)
         self.resident = [0] * len(self.policies)
         # (each policy's usage().total: CachePolicy.resident_bytes, or through usage() for another object)
         self._resident_of = [getattr(p, "resident_bytes", None) or (lambda p=p: p.usage().total) for p in self.policies]
@@ -101,7 +101,9 @@ class ServingModel:
         self._book = None if shares is None else ShareBook(shares, cost.busy_watts, self._prefill_cols[15:17])
         # ... and an exact-prefix plan's priced columns (None: as it starts)
         terms = one_chunk_terms_np(cost) if shares is not None and self._terms is not None else None
-        self._tbook = None if terms is None else TermsBook(terms, tuple(self._prefill_cols[k] for k in (6, 7, 8, 10, 12)))
+        self._tbook = None if terms is None else TermsBook(terms, tuple(self._prefill_cols[k] for k in (6, 7, 8, 10, 12)),
+                                                           self._num_prompt, self._prefill_cols[3])
+        self._tmarks = None if self._tbook is None else self._tbook.marks
         # NOTE (speed): with one replica, its phase end is the Simulator's timer (one pending event, replaced
         # by a newer one): a prefill's PREFILL_DONE, whose handler then sets the SCHEDULE at the same instant
         # (the order the heap gave: FINISH, PREFILL_DONE, ARRIVAL, SCHEDULE at one time), or a decode phase's
@@ -400,7 +402,10 @@ class ServingModel:
             # (priced as one chunk, not looked up in _tmemo: a prefix plan's (tokens, reused) pair is seldom seen
             # twice; Mooncake conversation: never)
             if self._tbook is not None:
-                self._tbook.add(i, m, m - r, r, n)
+                if m == n:      # (marked: Plan.from_prefix(n, r), r its reused column, priced at the end)
+                    self._tmarks[i] = 1
+                else:
+                    self._tbook.add(i, m, m - r, r, n)
             else:
                 flops, hbm, _, read, attn_s, _ = self._terms(m, m - r, r)
                 nc = self._full.get(n)
@@ -410,7 +415,8 @@ class ServingModel:
                 c_attn[i] = attn_s
                 c_nc_attn[i] = (nc if nc is not None else self._full_terms(n))[4]
             extra = 0.0
-            full = self._full_share(rep, i, n)       # before this prefill changes the batch
+            book = self._book               # (_full_share, inlined: before this prefill changes the batch)
+            full = rep.prefill_share(n, n) if book is None else book.add(rep, i, n)
         end, finishes, share = rep.run_prefill(now, n, num_new, extra, i, self._num_output[i])
         watts = self._watts
         joules = watts * share
@@ -461,36 +467,6 @@ class ServingModel:
         s = total if self._one else sum(res)     # (sum of one: 0 + total, the same value)
         if s > self.peak_resident:
             self.peak_resident = s
-
-    def _arrival_order(self, closed_loop: bool) -> tuple[np.ndarray, list[int] | None, list[int] | None]:
-        """Open loop: every request chained in arrival order. Closed loop: only each session's first
-        request is chained; later turns are released by the previous turn's finish.
-
-        NOTE (memory): open loop keeps no per-request list (request ``i``'s successor is ``i + 1``, no
-        turn is released by a finish): four lists of boxed ints cost ~100 MB per simulation at 10^6."""
-        n = self.w.num_requests
-        if not closed_loop:
-            self._chain_after = None
-            return np.arange(n, dtype=np.int64), None, None
-        next_turn = np.full(n, -1, np.int64)
-        gap = np.zeros(n, np.int64)
-        last: dict[Any, int] = {}
-        heads = []
-        sess = self.w.session_ids
-        for i, s in enumerate(sess.codes.tolist() if isinstance(sess, Labels) else sess):
-            p = last.get(s)
-            if p is None:
-                heads.append(i)
-            else:
-                next_turn[p] = i
-                gap[p] = int(self.w.arrival_us[i]) - int(self.w.arrival_us[p])
-            last[s] = i
-        chain = np.asarray(heads, np.int64)
-        after = np.full(n, -1, np.int64)
-        if chain.size > 1:
-            after[chain[:-1]] = chain[1:]
-        self._chain_after = after.tolist()
-        return chain, next_turn.tolist(), gap.tolist()
 
 
 __all__ = ["ServingModel", "Workload", "Phase"]

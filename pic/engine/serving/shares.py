@@ -24,9 +24,9 @@ class ShareBook:
 
     def __init__(self, shares: Callable[..., np.ndarray], watts: float, cols: tuple[array, ...]) -> None:
         self._shares, self._watts, self._cols = shares, watts, cols
-        # one entry per prefill: the request, its tokens, the decoders, their context at the first step, the
-        # chunk of every step but the last
-        self._req, self._tok, self._nd, self._ctx, self._chunk = (array("q") for _ in range(5))
+        # five values per prefill: the request, its tokens, the decoders, their context at the first step, the
+        # chunk of every step but the last (one array: one extend per prefill)
+        self._notes = array("q")
         # ... and where a decoder leaves the batch between its steps: the request, its number of steps, and each
         # step's (chunk, cached tokens, decoders, their context) in order (Replica.prefill_steps)
         self._xreq, self._xnum, self._xsteps = array("q"), array("q"), array("q")
@@ -52,13 +52,9 @@ class ShareBook:
                 if len(x) >= 4 * _FLUSH:
                     self.flush()
                 return -1.0
-        req = self._req
-        req.append(i)
-        self._tok.append(num_tokens)
-        self._nd.append(nd)
-        self._ctx.append(rep.ctx_base + nd * rep.steps if nd else 0)
-        self._chunk.append(m)
-        if len(req) >= _FLUSH:
+        notes = self._notes
+        notes.extend((i, num_tokens, nd, rep.ctx_base + nd * rep.steps if nd else 0, m))
+        if len(notes) >= 5 * _FLUSH:
             self.flush()
         return -1.0
 
@@ -67,10 +63,11 @@ class ShareBook:
         from 0.0, as ``prefill_share`` adds them) into every column of ``cols``."""
         if self._xreq:
             self._flush_steps()
-        if not self._req:
+        if not self._notes:
             return
-        tok = np.frombuffer(self._tok, np.int64)
-        m = np.minimum(np.frombuffer(self._chunk, np.int64), tok)
+        notes = np.frombuffer(self._notes, np.int64).reshape(-1, 5)
+        tok = notes[:, 1]
+        m = np.minimum(notes[:, 4], tok)
         steps = np.maximum(-(-tok // np.maximum(m, 1)), 1)     # (0 tokens: no step; here one of 0, share 0.0)
         first = np.zeros(steps.shape[0] + 1, np.int64)
         np.cumsum(steps, out=first[1:])
@@ -79,8 +76,8 @@ class ShareBook:
         mo = m[owner]
         cached = j * mo
         chunk = np.minimum(mo, tok[owner] - cached)
-        nd = np.frombuffer(self._nd, np.int64)[owner]
-        ctx = np.frombuffer(self._ctx, np.int64)[owner] + nd * j
+        nd = notes[:, 2][owner]
+        ctx = notes[:, 3][owner] + nd * j
         live = chunk > 0
         sh = np.zeros(chunk.shape[0])
         sh[live] = self._shares(chunk[live], cached[live], nd[live], ctx[live])
@@ -89,12 +86,11 @@ class ShareBook:
             at = np.flatnonzero(j == k)
             total[owner[at]] += sh[at]
         joules = self._watts * total
-        who = np.frombuffer(self._req, np.int64).copy()
-        del tok, m        # (the buffers' views, before the arrays are emptied)
+        who = notes[:, 0].copy()
+        del notes, tok        # (the buffer's views, before the array is emptied)
         for col in self._cols:
             np.frombuffer(col, np.float64)[who] = joules
-        for a in (self._req, self._tok, self._nd, self._ctx, self._chunk):
-            del a[:]
+        del self._notes[:]
 
 
     def _flush_steps(self) -> None:
@@ -124,32 +120,45 @@ class TermsBook:
     ``cols`` (flops, hbm, read, attn, nocache attn). NOTE (speed): two ``one_chunk_terms`` per request, ~1 us
     each, on Mooncake conversation (its prompt lengths seldom repeat: the full prefill's memo seldom answers)."""
 
-    def __init__(self, terms: Callable[..., tuple], cols: tuple[array, ...]) -> None:
+    def __init__(self, terms: Callable[..., tuple], cols: tuple[array, ...], num_prompt: array, reused: array) -> None:
         self._terms, self._cols = terms, cols
-        self._req, self._tok, self._new, self._start, self._full = (array("q") for _ in range(5))
+        self._notes = array("q")         # (request, num_tokens, num_new, start, n) per request
+        # NOTE (speed): request i's plan is Plan.from_prefix(n, r), n its prompt, r its reused tokens (the model's
+        # columns ``num_prompt`` and ``reused``, read at :meth:`flush`): ``marks[i] = 1`` instead of a note (an
+        # item stored, not a call and five values appended: ~0.5 us a request; 1 B a request)
+        self.marks = bytearray(len(num_prompt))
+        self._prompt, self._reused = num_prompt, reused
 
     def add(self, i: int, num_tokens: int, num_new: int, start: int, n: int) -> None:
         """Request ``i``: a plan of ``num_tokens`` recomputing ``[start, start + num_new)``; its prompt ``n``."""
-        req = self._req
-        req.append(i)
-        self._tok.append(num_tokens)
-        self._new.append(num_new)
-        self._start.append(start)
-        self._full.append(n)
-        if len(req) >= _FLUSH:
+        notes = self._notes
+        notes.extend((i, num_tokens, num_new, start, n))
+        if len(notes) >= 5 * _FLUSH:
             self.flush()
 
     def flush(self) -> None:
-        if not self._req:
-            return
+        """Price the noted plans and the marked ones (unmarked then) into ``cols``."""
+        marks = np.frombuffer(self.marks, np.uint8)
         q = np.int64
-        full = np.frombuffer(self._full, q)
-        flops, hbm, _, read, attn_s = self._terms(np.frombuffer(self._tok, q), np.frombuffer(self._new, q),
-                                                  np.frombuffer(self._start, q))
+        for lo in range(0, marks.shape[0], _FLUSH):       # (bounded memory: a slice of requests at a time)
+            who = lo + np.flatnonzero(marks[lo:lo + _FLUSH])
+            if who.shape[0]:
+                n, r = np.frombuffer(self._prompt, q)[who], np.frombuffer(self._reused, q)[who]
+                self._write(who, self._terms(n, n - r, r), self._terms(n, n, np.zeros_like(n))[4])
+                marks[who] = 0
+        if not self._notes:
+            return
+        notes = np.frombuffer(self._notes, np.int64).reshape(-1, 5)
+        full = notes[:, 4]
+        terms = self._terms(notes[:, 1], notes[:, 2], notes[:, 3])
         nc_attn = self._terms(full, full, np.zeros_like(full))[4]
-        who = np.frombuffer(self._req, q).copy()
-        del full
+        who = notes[:, 0].copy()
+        del notes, full
+        self._write(who, terms, nc_attn)
+        del self._notes[:]
+
+    def _write(self, who: np.ndarray, terms: tuple, nc_attn: np.ndarray) -> None:
+        """Requests ``who``'s columns from their plans' ``terms`` and their full prefills' attention seconds."""
+        flops, hbm, _, read, attn_s = terms
         for col, v in zip(self._cols, (flops, hbm, read, attn_s, nc_attn), strict=True):
             np.frombuffer(col, np.float64)[who] = v
-        for a in (self._req, self._tok, self._new, self._start, self._full):
-            del a[:]
