@@ -228,19 +228,20 @@ class ServingModel:
                             out.extend(follow)
             heap = self._heap
             if rep.queue:
-                started = self._start_prefill(rep, rep.queue.popleft(), now)
-                if out is None and self._fold and len(started) == 1:     # (its PREFILL_DONE alone)
-                    end = started[0][0]
+                i = rep.queue.popleft()
+                end, finishes = self._start_prefill(rep, i, now)
+                if out is None and self._fold and not finishes:     # (its PREFILL_DONE alone)
                     if end < self._next_at and (not heap or heap[0][0] > end):   # run here (_fold), with the
                         sim = self.sim                                           # SCHEDULE after it
                         sim.num_events += 1
                         sim.now = now = end
-                        out = self._prefill_done(started[0][1][2], end)
+                        out = self._prefill_done(i, end)
                         if out is None:
                             sim.num_events += 1
                             continue
                         out.append((end, (SCHEDULE, rep.index, -1, rep.version)))
                         return out
+                started = self._started(rep, i, end, finishes)
                 if out is None:
                     return started
                 out.extend(started)
@@ -285,7 +286,23 @@ class ServingModel:
         return self._finish(ev[2], now)
 
     # ---- Internal helpers -------------------------------------------------------------------------
-    def _start_prefill(self, rep: Replica, i: int, now: int) -> list[tuple[int, Event]]:
+    def _started(self, rep: Replica, i: int, end: int, finishes: list[tuple[int, int]]) -> list[tuple[int, Event]]:
+        """The events of request ``i``'s prefill on ``rep`` ending at ``end`` (:meth:`_start_prefill`'s answer)."""
+        # (events as plain (kind, target, req, version) tuples: engine.events)
+        k = rep.index
+        if finishes:
+            out = [(t, (FINISH, k, j, 0)) for t, j in finishes]
+            out.append((end, (PREFILL_DONE, k, i, 0)))
+            if not self._one:
+                out.append((end, (SCHEDULE, k, -1, rep.version)))
+            return out
+        if self._one:      # (the SCHEDULE at ``end`` follows the PREFILL_DONE: _on_prefill_done)
+            return [(end, (PREFILL_DONE, k, i, 0))]
+        return [(end, (PREFILL_DONE, k, i, 0)), (end, (SCHEDULE, k, -1, rep.version))]
+
+    def _start_prefill(self, rep: Replica, i: int, now: int) -> tuple[int, list[tuple[int, int]]]:
+        """Request ``i``'s prefill started on ``rep`` at ``now``: its end and the decoders finishing during it
+        (``(finish_us, request)``)."""
         (c_start, c_uncached, c_evictions, c_reused, c_rotated, c_recomputed, c_flops, c_hbm, c_read, c_rec_tokens,
          c_attn, c_rec, c_nc_attn, c_nc_rec, c_joules, c_nc_joules, c_prefix_joules) = self._prefill_cols
         k, view, n = rep.index, self._views[i], self._num_prompt[i]
@@ -425,16 +442,7 @@ class ServingModel:
             nocache = joules if full is None else watts * full
             c_nc_joules[i] = nocache
             c_prefix_joules[i] = nocache      # replay fills in the baseline's own
-        # (events as plain (kind, target, req, version) tuples: engine.events)
-        if finishes:
-            out = [(t, (FINISH, k, j, 0)) for t, j in finishes]
-            out.append((end, (PREFILL_DONE, k, i, 0)))
-            if not self._one:
-                out.append((end, (SCHEDULE, k, -1, rep.version)))
-            return out
-        if self._one:      # (the SCHEDULE at ``end`` follows the PREFILL_DONE: _on_prefill_done)
-            return [(end, (PREFILL_DONE, k, i, 0))]
-        return [(end, (PREFILL_DONE, k, i, 0)), (end, (SCHEDULE, k, -1, rep.version))]
+        return end, finishes
 
     def _full_share(self, rep: Replica, i: int, n: int) -> float:
         """``rep.prefill_share(n, n)``, or -1.0 where the ShareBook prices it later (and writes its joules)."""
