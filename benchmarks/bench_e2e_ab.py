@@ -8,6 +8,11 @@ of both (it must not move).
     git -C REPO worktree add /tmp/pic-before <commit>       # or: git archive <commit> | tar -x -C /tmp/pic-before
     python benchmarks/bench_e2e_ab.py --before /tmp/pic-before /tmp/bs/azure-conv.parquet /tmp/bs/mooncake-conv.parquet
     python benchmarks/bench_e2e_ab.py --before /tmp/pic-before --policies prefix,irminsul --repeats 2 TRACE
+    python benchmarks/bench_e2e_ab.py --before /tmp/pic-before --table TRACE     # the default output, not --json
+
+``--table`` runs the command as a user types it (the summary table and headline printed, to a pipe here: the
+plain lines a non-terminal gets) and reads the figures from the run's summary.json; without it the command
+prints ``--json`` instead.
 """
 
 from __future__ import annotations
@@ -23,17 +28,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_children import POLICIES, REPO, machine, run_child  # noqa: E402
 
 
-def replay(checkout: Path, trace: str, policy: str) -> dict:
-    """One `pic replay` from ``checkout``: CPU s, peak RSS, requests, hit rate (best of nothing: one run)."""
+def replay(checkout: Path, trace: str, policy: str, table: bool = False) -> dict:
+    """One `pic replay` from ``checkout``: CPU s, peak RSS, requests, hit rate (best of nothing: one run);
+    ``table``: the default output (not ``--json``)."""
     out = Path(tempfile.mkdtemp(prefix="pic-ab-")) / "run"
-    cmd = [sys.executable, "-m", "pic", "replay", trace, "--policy", policy, "-o", str(out), "--json", "--force"]
+    cmd = [sys.executable, "-m", "pic", "replay", trace, "--policy", policy, "-o", str(out), "--force",
+           *(() if table else ("--json",))]
     try:
         r = run_child(cmd, cwd=checkout)
+        summary = (out / "summary.json").read_text() if table and not r["rc"] else r["stdout"]
     finally:
         shutil.rmtree(out.parent, ignore_errors=True)
     if r["rc"]:
         return {"error": r.get("stderr", "")[-400:]}
-    s = json.loads(r["stdout"])["policies"][policy]
+    s = json.loads(summary)["policies"][policy]
     return {"cpu_s": round(r["cpu_s"], 2), "peak_rss_mb": round(r["peak_rss_mb"]), "requests": s["requests"],
             "token_hit_rate": s["token_hit_rate"], "duplicate_stored_tokens": s.get("duplicate_stored_tokens")}
 
@@ -47,10 +55,11 @@ def main() -> None:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--repeats", type=int, default=1, help="runs per side; the smallest CPU s is kept")
     ap.add_argument("--json", default=None, help="write the rows to this file")
+    ap.add_argument("--table", action="store_true", help="run without --json: the summary table a user sees")
     a = ap.parse_args()
     sides = {"before": Path(a.before), "after": Path(a.after)}
     rows = []
-    print(f"machine: {machine()}", flush=True)
+    print(f"machine: {machine()}; output: {'table' if a.table else '--json'}", flush=True)
     print("| trace | policy | before CPU s (req/s) | after CPU s (req/s) | speed-up | peak RSS before / after | "
           "hit rate before / after |\n|---|---|---:|---:|---:|---:|---|", flush=True)
     for trace in a.traces:
@@ -58,7 +67,7 @@ def main() -> None:
             best: dict[str, dict] = {}
             for _ in range(a.repeats):
                 for side, path in sides.items():
-                    r = replay(path, trace, policy)
+                    r = replay(path, trace, policy, a.table)
                     if "error" in r or r["cpu_s"] < best.get(side, {}).get("cpu_s", float("inf")):
                         best[side] = r
             b, f = best["before"], best["after"]
