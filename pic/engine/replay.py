@@ -27,7 +27,7 @@ from pic.engine.latency import serving_summary
 from pic.engine.memory import COLLECT_LAST_MIN, free_cycles, release_freed
 from pic.engine.memory import no_cyclic_gc as _no_cyclic_gc
 from pic.engine.metrics import SUMMARY_VERSION, request_rows, summarize
-from pic.engine.oracle import cached_oracle, duplicate_tokens, join_runs
+from pic.engine.oracle import DEFAULT_MIN_MATCH, cached_oracle, duplicate_tokens, join_runs
 from pic.engine.policies.base import PolicyContext
 from pic.engine.request import Labels
 from pic.engine.runconfig import provenance
@@ -185,7 +185,7 @@ def check_config(config: ReplayConfig) -> tuple[Any, Any, CostModel, dict[str, A
             unit, _ = need
             raise ValueError(f"capacity: {config.capacity_bytes:.0f} B is below one {name} {unit} "
                              f"({getattr(cfg, unit)} tokens x {model.kv_bytes_per_token} B = {need[1]} B)")
-    registry.make_config("oracle", config.policy_options.get("oracle"))
+    _min_match(config)
     # a policy may check more when it is built (rdr's `over`, a marker's ids): build each once, here
     ctx = PolicyContext(config.capacity_bytes, model.kv_bytes_per_token, model, config.seed, config.verify)
     for name in config.policies:
@@ -194,6 +194,16 @@ def check_config(config: ReplayConfig) -> tuple[Any, Any, CostModel, dict[str, A
         except (ValueError, TypeError, OverflowError, ZeroDivisionError) as e:
             raise ValueError(str(e) if str(e).startswith(name) else f"{name}: {e}") from None
     return model, gpu, cost, resolved
+
+
+def _min_match(config: ReplayConfig) -> int:
+    """The trace-level oracle's ``min_match`` (the ``oracle`` policy's option; its options checked).
+    NOTE (speed): without oracle options the default, the ``oracle`` policy's module (and engine.oracle_lines,
+    ~6 ms CPU to import) not imported for it."""
+    opts = config.policy_options.get("oracle")
+    if not opts and "oracle" not in config.policies and "oracle" not in config.baselines:
+        return DEFAULT_MIN_MATCH
+    return registry.make_config("oracle", opts).min_match
 
 
 def _unit_bytes(cfg: Any, model: Any) -> tuple[str, int] | None:
@@ -235,7 +245,7 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
     # NOTE (memory): the oracle runs first (its working set then sits on the trace alone, not on every
     # policy's final state too); each simulation's policy state is reduced to the summary values it feeds
     # and dropped before the next one is built; a baseline keeps only the row columns read from it.
-    min_match = registry.make_config("oracle", config.policy_options.get("oracle")).min_match
+    min_match = _min_match(config)
     oracle = _oracle(trace, work, min_match)
     sims: dict[str, _Sim] = {}
     # NOTE (speed): the baselines are simulated first and the replayed policies last (each simulation is

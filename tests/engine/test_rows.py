@@ -116,7 +116,8 @@ def test_rows_select_and_with_columns():
 
 
 def test_replay_imports_no_polars(tmp_path):
-    """`pic replay --json` of a trace file imports neither polars nor pandas; RunResult.requests is polars."""
+    """`pic replay --json` of a trace file imports neither polars nor pandas (nor, without oracle options, the
+    ``oracle`` policy's module); RunResult.requests is polars."""
     from pic.engine.config import ReplayConfig
     from pic.engine.replay import replay, write_run
     from pic.traces.io import read_trace, write_trace
@@ -127,10 +128,22 @@ def test_replay_imports_no_polars(tmp_path):
     code = (f"import sys; from pic.cli.app import main; sys.argv = ['pic', 'replay', {str(path)!r}, '-o', "
             f"{str(tmp_path / 'run')!r}, '--json', '--policy', 'prefix,none']\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('polars', 'pandas') if m in sys.modules), file=sys.stderr)")
+            "print(sorted(m for m in ('polars', 'pandas', 'pic.engine.policies.oracle') if m in sys.modules), "
+            "file=sys.stderr)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stderr.strip().splitlines()[-1] == "[]", r.stderr
     res = replay(read_trace(path), ReplayConfig(policies=("prefix", "none")))
     assert isinstance(res.requests, pl.DataFrame) and res.requests.height == 80
     out = write_run(res, tmp_path / "run2")
     assert pl.read_parquet(out / "requests.parquet").equals(res.requests)
+
+
+def test_min_match_is_the_oracle_option():
+    from pic.engine import policies as registry
+    from pic.engine.config import ReplayConfig
+    from pic.engine.replay import _min_match
+
+    assert _min_match(ReplayConfig(policies=("prefix",))) == registry.make_config("oracle").min_match
+    assert _min_match(ReplayConfig(policies=("prefix",), policy_options={"oracle": {"min_match": "16"}})) == 16
+    with pytest.raises(ValueError, match="min_match"):
+        _min_match(ReplayConfig(policies=("prefix",), policy_options={"oracle": {"min_match": 0}}))
