@@ -147,3 +147,21 @@ def test_min_match_is_the_oracle_option():
     assert _min_match(ReplayConfig(policies=("prefix",), policy_options={"oracle": {"min_match": "16"}})) == 16
     with pytest.raises(ValueError, match="min_match"):
         _min_match(ReplayConfig(policies=("prefix",), policy_options={"oracle": {"min_match": 0}}))
+
+
+def test_requests_parquet_dictionary_only_for_strings(tmp_path):
+    """requests.parquet holds RunResult.table's rows; dictionary pages only for the string columns."""
+    import pyarrow.parquet as pq
+
+    from pic.engine.config import ReplayConfig
+    from pic.engine.replay import replay, write_run
+    from tests.engine.test_replay import _trace
+
+    res = replay(_trace(60), ReplayConfig(policies=("prefix", "none")))
+    out = write_run(res, tmp_path / "run")
+    f = pq.ParquetFile(out / "requests.parquet")
+    assert f.read().equals(res.table) and f.schema_arrow.equals(res.table.schema)
+    meta = f.metadata.row_group(0)
+    for i in range(meta.num_columns):
+        col = meta.column(i)
+        assert (col.dictionary_page_offset is not None) == (col.path_in_schema in ("policy", "session_id"))
