@@ -71,9 +71,7 @@ def summary_table(s: dict[str, Any], out: Path) -> Table:
     """The per-policy table printed after a replay (times in ms; capacity per replica; peak over replicas)."""
     from rich.table import Table
 
-    from pic.engine.report.data import fmt_pct
-    from pic.engine.report.headline import signed_pct
-    from pic.engine.report.tables import fmt_ms, fmt_speedup
+    from pic.engine.report.fmt import fmt_ms, fmt_pct, fmt_speedup, signed_pct
 
     cap = "unbounded" if s["capacity_bytes"] is None else f"{s['capacity_bytes'] / 2**30:,.2f} GiB"
     r = s["replicas"]
@@ -95,17 +93,10 @@ def summary_table(s: dict[str, Any], out: Path) -> Table:
 
 
 def summary_headline(s: dict[str, Any]) -> str | None:
-    """The report's headline sentence for one run's summary.json."""
-    import polars as pl
+    """The report's headline sentence for one run's summary.json (engine.report.headline; no polars)."""
+    from pic.engine.report.headline import summary_headline as headline
 
-    from pic.engine.report.headline import headline
-
-    cols = ("token_hit_rate", "prefix_hit_rate", "ttft_p50_s", "prefill_joules", "energy_saved_vs_prefix",
-            "oracle_share")
-    rows = pl.DataFrame([{"policy": n, **{c: float(p[c]) if p.get(c) is not None else float("nan") for c in cols},
-                          "baseline": p.get("baseline"), "model": str(s.get("model", ""))}
-                         for n, p in s["policies"].items()])
-    return headline(rows) if rows.height else None
+    return headline(s)
 
 
 def warning_lines(s: dict[str, Any]) -> list[str]:

@@ -68,3 +68,62 @@ def test_hybrid_model_features_linearkv():
     assert featured(both.with_columns(model=pl.lit("deepseek-v2-lite")))["policy"] == "irminsul"
     assert featured(ROWS.with_columns(model=pl.lit("granite-4.0-h-small")))["policy"] == "irminsul"
     assert featured(both)["policy"] == "irminsul"            # no model column: unknown, not hybrid
+
+
+# ---- the headline without polars (engine.report.headline on dict rows) equals the polars frame's ----------
+def _reference_best_prefix(rows: pl.DataFrame):
+    from pic.engine.config import EXACT_PREFIX
+
+    cand = rows.filter(pl.col("policy").is_in(EXACT_PREFIX))
+    if cand.is_empty():
+        return None
+    return cand.sort(["token_hit_rate", "ttft_p50_s"], descending=[True, False], nulls_last=True).row(0, named=True)
+
+
+def _reference_featured(rows: pl.DataFrame):
+    from pic.engine.config import EXACT_PREFIX
+    from pic.engine.report.headline import FEATURED, FEATURED_HYBRID, _hybrid, _is_bound
+
+    pic = rows.filter(pl.col("policy") == FEATURED_HYBRID) if _hybrid(rows.to_dicts()) else rows.clear()
+    if pic.is_empty():
+        pic = rows.filter(pl.col("policy") == FEATURED)
+    if pic.is_empty():
+        skip = [*EXACT_PREFIX, "none", *(p for p in rows["policy"].unique().to_list() if _is_bound(p))]
+        pic = rows.filter(~pl.col("policy").is_in(skip)).sort("token_hit_rate", descending=True, nulls_last=True)
+    return None if pic.is_empty() else pic.row(0, named=True)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_dict_rows_choose_as_the_polars_frame(seed):
+    """best_prefix, featured and headline of dict rows (summary_headline's: no polars) equal those of the polars
+    frame the report passes, NaN, None and ties included."""
+    import random
+
+    from pic.engine.report.headline import summary_headline
+
+    rnd = random.Random(seed)
+    names = rnd.sample(["prefix", "block-hash", "fixed-chunk", "irminsul", "linearkv", "none", "oracle", "rdr"],
+                       rnd.randint(1, 6))
+
+    def val(choices):
+        return rnd.choice(choices)
+
+    policies = {n: {"token_hit_rate": val([0.1, 0.5, 0.5, 0.9, float("nan")]),
+                    "prefix_hit_rate": val([0.1, 0.2]), "ttft_p50_s": val([0.02, 0.05, 0.05, float("nan")]),
+                    "prefill_joules": val([10.0, 20.0]), "energy_saved_vs_prefix": val([0.0, 0.3]),
+                    "oracle_share": val([None, 0.4]), "baseline": val(["prefix", "block-hash"])} for n in names}
+    s = {"model": val(["deepseek-v2-lite", "olmo-hybrid-7b"]), "policies": policies}
+    cols = ("token_hit_rate", "prefix_hit_rate", "ttft_p50_s", "prefill_joules", "energy_saved_vs_prefix",
+            "oracle_share")
+    frame = pl.DataFrame([{"policy": n, **{c: float(p[c]) if p.get(c) is not None else float("nan") for c in cols},
+                           "baseline": p.get("baseline"), "model": s["model"]} for n, p in policies.items()])
+
+    def same(a, b):
+        return (a is None and b is None) or (a is not None and b is not None and a["policy"] == b["policy"])
+
+    assert same(best_prefix(frame), _reference_best_prefix(frame))
+    assert same(featured(frame), _reference_featured(frame))
+    f, b = _reference_featured(frame), _reference_best_prefix(frame)
+    want = None if f is None else headline(frame)
+    assert summary_headline(s) == want
+    assert (want is None) == (f is None) and (b is None or b["policy"] in ("prefix", "block-hash"))

@@ -165,3 +165,19 @@ def test_requests_parquet_dictionary_only_for_strings(tmp_path):
     for i in range(meta.num_columns):
         col = meta.column(i)
         assert (col.dictionary_page_offset is not None) == (col.path_in_schema in ("policy", "session_id"))
+
+
+def test_replay_table_imports_no_polars(tmp_path):
+    """`pic replay` as typed (the summary table and headline) imports no polars either."""
+    from pic.traces.io import write_trace
+    from tests.engine.test_replay import _trace
+
+    path = tmp_path / "t.parquet"
+    write_trace(_trace(40), path)
+    code = (f"import sys; from pic.cli.app import main; sys.argv = ['pic', 'replay', {str(path)!r}, '-o', "
+            f"{str(tmp_path / 'run')!r}, '--policy', 'prefix,fixed-chunk']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('polars', 'pandas') if m in sys.modules), file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stderr.strip().splitlines()[-1] == "[]", r.stderr
+    assert "fixed-chunk reuses" in r.stdout

@@ -19,6 +19,7 @@ import polars as pl
 
 from pic.engine.latency import request_latencies
 from pic.engine.metrics import REQUEST_SCHEMA, SUMMARY_VERSION
+from pic.engine.report.fmt import fmt_pct  # noqa: F401 - re-exported (report modules, cli.settings)
 
 FILES = ("requests.parquet", "summary.json", "config.json")
 
@@ -397,14 +398,6 @@ def fmt_bytes(n: float | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
-
-
-def fmt_pct(x: float | None) -> str:
-    """``41.3%``; ``–`` for missing/NaN."""
-    if x is None or math.isnan(x):
-        return "–"
-    v = 100 * x
-    return f"{0.0 if abs(v) < 0.05 else v:.1f}%"  # no "-0.0%"
 
 
 def fmt_num(x: float | None, digits: int = 3) -> str:

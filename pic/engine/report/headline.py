@@ -11,60 +11,76 @@ deployment reaches (``oracle``: infinite capacity) are never featured.
 from __future__ import annotations
 
 import math
-from typing import Any
-
-import polars as pl
+from typing import TYPE_CHECKING, Any
 
 from pic.engine.config import EXACT_PREFIX
-from pic.engine.report.data import fmt_pct, scenario_title
+from pic.engine.report.fmt import fmt_pct, signed_pct
 from pic.engine.specs import MODELS
+
+if TYPE_CHECKING:
+    import polars as pl
 
 FEATURED = "irminsul"
 FEATURED_HYBRID = "linearkv"
-_MINUS = "\u2212"
+#: summary.json fields a headline reads (summary_headline)
+_FIELDS = ("token_hit_rate", "prefix_hit_rate", "ttft_p50_s", "prefill_joules", "energy_saved_vs_prefix",
+           "oracle_share")
 
 
-def signed_pct(x: float | None) -> str:
-    """``−82.0%`` / ``+3.1%`` (a real minus sign; never ``−0.0%``); ``–`` for missing."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "–"
-    v = round(100 * x, 1)
-    if v == 0:
-        return "±0.0%"
-    return f"{_MINUS if v < 0 else '+'}{abs(v):.1f}%"
+def best_prefix(rows) -> dict[str, Any] | None:
+    """The scenario row of the replayed exact-prefix policy reusing the most tokens (None if none). ``rows``: a
+    polars frame, or its rows as dicts (``to_dicts()``)."""
+    cand = [r for r in _dicts(rows) if r["policy"] in EXACT_PREFIX]
+    return _sorted(cand, (("token_hit_rate", True), ("ttft_p50_s", False)))[0] if cand else None
 
 
-def best_prefix(rows: pl.DataFrame) -> dict[str, Any] | None:
-    """The scenario row of the replayed exact-prefix policy reusing the most tokens (None if none)."""
-    cand = rows.filter(pl.col("policy").is_in(EXACT_PREFIX))
-    if cand.is_empty():
-        return None
-    return cand.sort(["token_hit_rate", "ttft_p50_s"], descending=[True, False], nulls_last=True).row(0, named=True)
-
-
-def featured(rows: pl.DataFrame) -> dict[str, Any] | None:
+def featured(rows) -> dict[str, Any] | None:
     """``irminsul``'s row (``linearkv``'s on a hybrid model), else the best-reusing non-prefix caching policy's
     row (None if there is none)."""
-    pic = rows.filter(pl.col("policy") == FEATURED_HYBRID) if _hybrid(rows) else rows.clear()
-    if pic.is_empty():
-        pic = rows.filter(pl.col("policy") == FEATURED)
-    if pic.is_empty():
-        skip = [*EXACT_PREFIX, "none", *(p for p in rows["policy"].unique().to_list() if _is_bound(p))]
-        pic = rows.filter(~pl.col("policy").is_in(skip)).sort("token_hit_rate", descending=True, nulls_last=True)
-    return None if pic.is_empty() else pic.row(0, named=True)
+    rows = _dicts(rows)
+    pic = [r for r in rows if r["policy"] == FEATURED_HYBRID] if _hybrid(rows) else []
+    if not pic:
+        pic = [r for r in rows if r["policy"] == FEATURED]
+    if not pic:
+        skip = {*EXACT_PREFIX, "none", *(p for p in {r["policy"] for r in rows} if _is_bound(p))}
+        pic = _sorted([r for r in rows if r["policy"] not in skip], (("token_hit_rate", True),))
+    return pic[0] if pic else None
 
 
-def _hybrid(rows: pl.DataFrame) -> bool:
+def _hybrid(rows: list[dict[str, Any]]) -> bool:
     """Whether the scenario's model (a preset name in the ``model`` column) has recurrent layers."""
-    if "model" not in rows.columns or rows.is_empty():
+    if not rows or "model" not in rows[0]:
         return False
-    m = MODELS.get(str(rows["model"][0]))
+    m = MODELS.get(str(rows[0]["model"]))
     return bool(m is not None and m.is_hybrid)
+
+
+def _dicts(rows) -> list[dict[str, Any]]:
+    return rows if isinstance(rows, list) else rows.to_dicts()
+
+
+def _sorted(rows: list[dict[str, Any]], keys: tuple[tuple[str, bool], ...]) -> list[dict[str, Any]]:
+    """``rows`` sorted as polars sorts a frame by ``keys`` ((column, descending) pairs) with ``nulls_last``: stably,
+    NaN above every number, nulls last either way."""
+    def key(r: dict[str, Any]) -> tuple:
+        out: list = []
+        for col, desc in keys:
+            x = r.get(col)
+            if x is None:
+                out += (1, 0, 0.0)
+            elif isinstance(x, float) and math.isnan(x):
+                out += (0, 0 if desc else 1, 0.0)
+            else:
+                out += (0, 1 if desc else 0, -x if desc else x)
+        return tuple(out)
+    return sorted(rows, key=key)
 
 
 def with_speedup(table: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """Add ``best_prefix`` (policy name) and ``ttft_speedup`` (best prefix's TTFT p50 / this row's) per ``by``
     group; null where no exact-prefix policy was replayed."""
+    import polars as pl
+
     best = (table.filter(pl.col("policy").is_in(EXACT_PREFIX))
             .sort(["token_hit_rate", "ttft_p50_s"], descending=[True, False], nulls_last=True)
             .unique(subset=by, keep="first", maintain_order=True)
@@ -74,9 +90,11 @@ def with_speedup(table: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     return out.with_columns(speed.alias("ttft_speedup")).drop("_best_ttft")
 
 
-def headline(rows: pl.DataFrame) -> str | None:
-    """One sentence for one scenario's rows, e.g. ``irminsul reuses 90.0% of prompt tokens vs 0.1% for the
-    best prefix cache (prefix); TTFT p50 −82.2% (14.9 ms vs 83.7 ms); prefill energy −82.0%``."""
+def headline(rows) -> str | None:
+    """One sentence for one scenario's rows (a polars frame, or its rows as dicts), e.g. ``irminsul reuses 90.0% of
+    prompt tokens vs 0.1% for the best prefix cache (prefix); TTFT p50 −82.2% (14.9 ms vs 83.7 ms); prefill
+    energy −82.0%``."""
+    rows = _dicts(rows)
     f = featured(rows)
     if f is None:
         return None
@@ -96,8 +114,17 @@ def headline(rows: pl.DataFrame) -> str | None:
             f"({_ms(f['ttft_p50_s'])} vs {_ms(b['ttft_p50_s'])}); prefill energy {signed_pct(energy - 1)}")
 
 
+def summary_headline(s: dict[str, Any]) -> str | None:
+    """The headline of one run's summary.json (``pic replay``'s line under its table), without polars."""
+    rows = [{"policy": n, **{c: float(p[c]) if p.get(c) is not None else float("nan") for c in _FIELDS},
+             "baseline": p.get("baseline"), "model": str(s.get("model", ""))} for n, p in s["policies"].items()]
+    return headline(rows) if rows else None
+
+
 def headlines(data: Any) -> list[tuple[str, str]]:
     """``(scenario title, headline)`` for every scenario of a ReportData that has one."""
+    from pic.engine.report.data import scenario_title
+
     out = []
     for key, rows in data.scenarios():
         line = headline(rows)

@@ -6,25 +6,14 @@ Times are milliseconds everywhere; capacities are per replica, peak resident KV 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import polars as pl
 
 from pic.engine.report.data import fmt_bytes, fmt_num, fmt_pct, policy_labels
-
-
-def _missing(x: Any) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
-
-
-def fmt_ms(x: float | None) -> str:
-    """Seconds shown as ``0.83 ms`` / ``14.9 ms`` / ``1,234 ms``; ``–`` for missing."""
-    if _missing(x):
-        return "–"
-    v = x * 1e3
-    return f"{v:,.0f} ms" if abs(v) >= 100 else (f"{v:.1f} ms" if abs(v) >= 10 else f"{v:.2f} ms")
+from pic.engine.report.fmt import fmt_ms, fmt_speedup  # noqa: F401 - (fmt_speedup re-exported)
+from pic.engine.report.fmt import missing as _missing
 
 
 def fmt_seconds(x: float | None) -> str:
@@ -53,11 +42,6 @@ def fmt_joules(x: float | None) -> str:
 def fmt_text(x: Any) -> str:
     """A name as is; ``–`` for missing."""
     return "–" if _missing(x) else str(x)
-
-
-def fmt_speedup(x: float | None) -> str:
-    """``5.62×``; ``–`` when there is no exact-prefix policy to compare with."""
-    return "–" if _missing(x) else f"{x:.2f}×"
 
 
 def fmt_rate(unit: str) -> Callable[[float | None], str]:
