@@ -111,3 +111,44 @@ def test_a_lookup_replaced_on_the_policy_is_called() -> None:
             got = m.run()
             rows.append({f: np.asarray(got.cols[f]).tolist() for f in got.cols})
         assert rows[0] == rows[1] and sorted(seen) == list(range(len(reqs)))
+
+
+class _NoPeak(_NoStart):
+    """A policy seen without its ``peak_bytes`` (and, if asked, its ``start_prefix``): the model asks its resident
+    bytes after every admission."""
+
+    def __init__(self, pol, start: bool) -> None:
+        super().__init__(pol)
+        self._start = start
+
+    def __getattr__(self, name):
+        if name == "peak_bytes" or (name == "start_prefix" and not self._start):
+            raise AttributeError(name)
+        return getattr(self._pol, name)
+
+
+@pytest.mark.parametrize("name,cap", [("prefix", math.inf), ("prefix", 3000), ("prefix", 800), ("block-hash", math.inf),
+                                      ("block-hash", 3000), ("block-hash", 800)])
+def test_a_policys_own_peak_is_the_peak_sampled_after_each_admission(name, cap) -> None:
+    """One replica, a policy keeping ``peak_bytes`` (its resident bytes at the end of every admission): the model's
+    peak read from it at the end equals the peak it samples itself (bounded caches evicting and refusing too),
+    through start_prefix and through lookup / admit; with two replicas the model samples every admission."""
+    reqs = request_stream(4, 150)
+    rng = np.random.default_rng(4)
+    w = Workload(np.arange(len(reqs), dtype=np.int64), [r.session_id for r in reqs],
+                 np.array([r.num_tokens for r in reqs], np.int64), rng.integers(1, 300, len(reqs)),
+                 np.sort(rng.integers(0, 300_000, len(reqs))).astype(np.int64), lambda i: reqs[i])
+    cost = CostModel(model_from_name("deepseek-v2-lite"), gpu_from_name("h200"))
+    got = []
+    for hide in (False, True):
+        for start in (True, False):
+            pol = policies.build(name, make_ctx(cap))
+            seen = _NoPeak(pol, start) if hide else (pol if start else _NoStart(pol))
+            m = ServingModel(w, [seen], cost, token_budget=2048)
+            assert (m._starts[0] is None) == (not start)
+            assert m._note_admit[0] == hide
+            m.run()
+            got.append(m.peak_resident)
+    assert got[0] > 0 and len(set(got)) == 1
+    two = ServingModel(w, [policies.build(name, make_ctx(cap)) for _ in range(2)], cost, token_budget=2048)
+    assert two._note_admit == [True, True]

@@ -293,3 +293,19 @@ def cat_pieces(pieces: list) -> np.ndarray:
     """int64: the slots of ``pieces``, in order."""
     parts = [np.arange(p.start, p.stop) if type(p) is slice else p for p in pieces]
     return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def chain_runs(alive: np.ndarray, hashes: np.ndarray, parent: np.ndarray, tok: np.ndarray, bs: int) -> list:
+    """``block-hash``'s footprint runs under --verify: each block of slots ``alive`` (in storing order) after up to
+    3 ancestor blocks of context (found by their chained hashes), as ``(tokens, context tokens)``."""
+    runs = []
+    slot_of = dict(zip(hashes[alive].tolist(), alive.tolist(), strict=True))
+    for slot in slot_of.values():
+        chain, cur = [slot], slot
+        for _ in range(-(-63 // bs)):
+            cur = slot_of.get(int(parent[cur]), -1)
+            if cur < 0:
+                break
+            chain.append(cur)
+        runs.append((tok[chain[::-1]].reshape(-1), (len(chain) - 1) * bs))
+    return runs

@@ -42,7 +42,7 @@ import numpy as np
 from pic.engine.plan import Plan
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
-from pic.engine.policies.block_chains import BlockChains, cat_pieces, head_pieces, tail_pieces
+from pic.engine.policies.block_chains import BlockChains, cat_pieces, chain_runs, head_pieces, tail_pieces
 from pic.engine.policies.block_radix import RadixBlocks
 from pic.engine.rolling import BlockHasher
 
@@ -116,6 +116,8 @@ class BlockHashCache(CachePolicy):
         self._walked: tuple | None = None       # (request, tree version, end, pieces, position) of the last walk
         cap = ctx.capacity_tokens
         self._cap_blocks = cap if cap == float("inf") else cap // bs
+        self._bpb = bs * ctx.bytes_per_token                  # bytes per block
+        self.peak_bytes = 0      # the most resident_bytes() at the end of an admission (PrefixCache.peak_bytes)
 
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
@@ -137,8 +139,12 @@ class BlockHashCache(CachePolicy):
             plan = self.lookup(req, now_us)
             return plan.leading_reuse if self.admit(req, plan, now_us) else -1
         self.stats.lookups += 1
-        num = self._radix.start(req, now_us)       # (lookup, admit of its whole blocks: no more than num_tokens)
+        r = self._radix
+        num = r.start(req, now_us)       # (lookup, admit of its whole blocks: no more than num_tokens)
         self.stats.hits += num > 0
+        b = (r.num_resident + r.reserved) * self._bpb        # resident_bytes()
+        if b > self.peak_bytes:
+            self.peak_bytes = b
         return num
 
     def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
@@ -173,6 +179,7 @@ class BlockHashCache(CachePolicy):
                 return False
         self._reserved += need
         self._live[req.request_id] = (held, need, hashes, want, pos)
+        self.peak_bytes = max(self.peak_bytes, self.resident_bytes())
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:
@@ -229,19 +236,9 @@ class BlockHashCache(CachePolicy):
         tokens): each block after up to 3 ancestor blocks of context."""
         if not self.ctx.verify:
             return Footprint(self._num_resident if self._radix is None else self._radix.num_resident, None)
-        runs, bs = [], self._bs
         alive = np.flatnonzero(self._alive)
         alive = alive[np.argsort(self._birth[alive])]
-        slot_of = dict(zip(self._hash[alive].tolist(), alive.tolist(), strict=True))
-        for slot in slot_of.values():
-            chain, cur = [slot], slot
-            for _ in range(-(-63 // bs)):
-                cur = slot_of.get(int(self._parent[cur]), -1)
-                if cur < 0:
-                    break
-                chain.append(cur)
-            runs.append((self._tok[chain[::-1]].reshape(-1), (len(chain) - 1) * bs))
-        return Footprint(self._num_resident, runs)
+        return Footprint(self._num_resident, chain_runs(alive, self._hash, self._parent, self._tok, self._bs))
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _end_radix(self) -> None:
@@ -249,7 +246,7 @@ class BlockHashCache(CachePolicy):
         into an exact cache (its stats are this cache's own)."""
         exact = BlockHashCache(self.ctx, self.config, radix=False)
         self._radix.replay(exact)
-        vars(self).update({**vars(exact), "stats": self.stats})
+        vars(self).update({**vars(exact), "stats": self.stats, "peak_bytes": self.peak_bytes})
 
     def _radix_lookup(self, req: RequestView) -> int:
         """:meth:`lookup`'s reuse while the cache is a radix tree, in tokens."""
@@ -266,6 +263,7 @@ class BlockHashCache(CachePolicy):
             self.stats.rejected += 1
             self.stats.extra["stale_plans"] = self.stats.extra.get("stale_plans", 0) + 1
             return False
+        self.peak_bytes = max(self.peak_bytes, self.resident_bytes())
         return True
 
     def _hashes(self, req: RequestView) -> np.ndarray:

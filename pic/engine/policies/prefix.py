@@ -58,6 +58,9 @@ class PrefixCache(CachePolicy):
         self._unbounded = math.isinf(ctx.capacity_tokens)
         self._reserved = 0                                  # tokens reserved by admitted, uncommitted
         self._live: dict[int, tuple[RadixNode, int, int]] = {}  # request_id -> (locked node, reserved, its depth)
+        #: the most :meth:`resident_bytes` at the end of an admission (the serving model's peak, one replica: read
+        #: at the end instead of asked after every admission)
+        self.peak_bytes = 0
 
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
@@ -87,6 +90,10 @@ class PrefixCache(CachePolicy):
             return -1
         self._reserved += need
         self._live[req.request_id] = (node, need, num)
+        t = self.tree
+        b = (t.evictable_tokens + t.protected_tokens + self._reserved) * self._bpt      # resident_bytes()
+        if b > self.peak_bytes:
+            self.peak_bytes = b
         return num
 
     def _lookup(self, req: RequestView, now_us: int) -> int:
@@ -118,6 +125,7 @@ class PrefixCache(CachePolicy):
             return False
         self._reserved += need
         self._live[req.request_id] = (node, need, num)
+        self.peak_bytes = max(self.peak_bytes, self.resident_bytes())
         return True
 
     def _fits(self, node: RadixNode, need: int) -> bool:

@@ -32,6 +32,7 @@ INF = float("inf")
 FINISH, PREFILL_DONE, ARRIVAL, SCHEDULE = (EventKind.FINISH, EventKind.PREFILL_DONE, EventKind.ARRIVAL,
                                            EventKind.SCHEDULE)
 REUSE, RECOMPUTE = Action.REUSE, Action.RECOMPUTE
+PREFILL, WAKE = Phase.PREFILL, Phase.WAKE
 _MEMO_MAX = 1 << 16         # prefill costs remembered by plan shape (cleared when full)
 
 
@@ -113,6 +114,10 @@ class ServingModel:
         # NOTE (speed): with one replica, a policy whose commit never raises its resident bytes (it stores at most
         # what admit reserved: CachePolicy ``commit_never_grows``) is not asked for them after a commit (no new peak)
         self._note_commit = [not (self._one and getattr(p, "commit_never_grows", False)) for p in self.policies]
+        # ... and one that keeps the most of its resident bytes at the end of an admission (``peak_bytes``: prefix,
+        # block-hash) is not asked after one either: its peak is read at the end (run). (Admissions and, for the
+        # others, commits are where the peak is sampled; with several replicas the per-replica sum needs them all.)
+        self._note_admit = [self._note_commit[k] or not hasattr(p, "peak_bytes") for k, p in enumerate(self.policies)]
         # NOTE (speed): one replica, no observer (_fold): an event of the replica's own that nothing else can
         # precede (no arrival nor heap event due at or before it) is run by the handler that would queue it,
         # counted as the loop counts one: the SCHEDULE at an arrival's wake (open loop), a prefill's PREFILL_DONE
@@ -131,6 +136,9 @@ class ServingModel:
         self._fold = self._one and not self.sim.observers
         self._fold_in = self._fold and self._open
         self._heap = self.sim._heap
+        for k, p in enumerate(self.policies):
+            if not self._note_admit[k] and p.peak_bytes:     # (admitted before: its peak is not this run's)
+                self._note_admit[k] = True
         if self._next_turn is None:        # open loop: every arrival known in advance, fed in order
             if self._n:
                 self._next_at = self._arrival[0]
@@ -139,6 +147,9 @@ class ServingModel:
             first = int(self._chain[0])
             self.sim.schedule(Event(ARRIVAL, -1, first), int(self.w.arrival_us[first]))
         self.sim.run()
+        for k, p in enumerate(self.policies):
+            if not self._note_admit[k] and p.peak_bytes > self.peak_resident:     # (one replica)
+                self.peak_resident = p.peak_bytes
         if self._book is not None:
             self._book.flush()
         if self._tbook is not None:
@@ -201,6 +212,9 @@ class ServingModel:
         rep = replicas[k]
         rep.queue.append(i)
         rep.num_outstanding += 1
+        ph = rep.phase
+        if ph == PREFILL or ph == WAKE:       # (Replica.cut's answer there: nothing to do)
+            return None
         wake = rep.cut(now)
         if wake is None:
             return None
@@ -316,7 +330,8 @@ class ServingModel:
             r, m = start(view, now), view.num_tokens
             if r >= 0:
                 self._admitted[i] = True
-                self._note_resident(k)
+                if self._note_admit[k]:
+                    self._note_resident(k)
                 if r >= m:
                     plan = Plan.from_prefix(m, r)
             else:
@@ -326,7 +341,8 @@ class ServingModel:
             plan = pol.lookup(view, now)
             if pol.admit(view, plan, now):
                 self._admitted[i] = True
-                self._note_resident(k)
+                if self._note_admit[k]:
+                    self._note_resident(k)
             else:
                 plan = Plan.recompute_all(n)
                 c_uncached[i] = True
