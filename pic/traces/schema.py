@@ -186,7 +186,12 @@ class Trace:
         if self._table is not None:
             from pic.traces.arrow_cols import string_codes
             col = self._table.column(name)
-            return None if col.null_count else string_codes(col)
+            if col.null_count:
+                return None
+            kept = self.__dict__.setdefault("_codes", {})     # (validate and the workload both ask: once)
+            if name not in kept:
+                kept[name] = string_codes(col)
+            return kept[name]
         col = self._frame[name]
         if col.null_count():
             return None

@@ -110,3 +110,18 @@ def test_refusals_equal_the_frame_path(breakage):
             errors.append(str(e))
     assert errors[0] == errors[1]
     assert (errors[0] is None) == (breakage == "null-session")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_string_codes_of_words_sort_as_polars(seed):
+    """The fixed-width path (no NUL byte): values across 8-byte word boundaries, prefixes of one another,
+    multibyte characters, empty strings; codes cached by the trace (validate and the workload ask twice)."""
+    rng = np.random.default_rng(seed)
+    alphabet = ["a", "b", "z", "é", "ü", "\u20ac", "0", "~"]
+    vals = ["".join(rng.choice(alphabet, int(rng.integers(0, 20)))) for _ in range(300)]
+    vals += [v[:k] for v in vals[:40] for k in (0, 7, 8, 9)]
+    codes, names = string_codes(pa.chunked_array([pa.array(vals[:100]), pa.array(vals[100:])]))
+    assert names == pl.Series(vals).unique().sort().to_list()
+    assert [names[c] for c in codes.tolist()] == vals
+    a, _ = _both(*_rows(20, seed))
+    assert a.string_codes("session_id") is a.string_codes("session_id")
