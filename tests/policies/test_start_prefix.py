@@ -26,6 +26,21 @@ def _state(p) -> tuple:
     return (u.evictable, u.protected, u.total, p.stats.as_dict())
 
 
+def _served(seed: int, count: int, max_out: int, span_us: int | None) -> tuple[Workload, CostModel]:
+    """A workload of ``request_stream(seed, count)`` (outputs of 1..``max_out`` tokens, arrivals sorted over
+    ``span_us``; None: 3 output tokens, arrivals 1 ms apart) and the cost model the tests serve it with."""
+    reqs = request_stream(seed, count)
+    n = len(reqs)
+    if span_us is None:
+        out, arrive = np.full(n, 3), np.arange(n, dtype=np.int64) * 1000
+    else:
+        rng = np.random.default_rng(seed)
+        out, arrive = rng.integers(1, max_out, n), np.sort(rng.integers(0, span_us, n)).astype(np.int64)
+    w = Workload(np.arange(n, dtype=np.int64), [r.session_id for r in reqs],
+                 np.array([r.num_tokens for r in reqs], np.int64), out, arrive, lambda i: reqs[i])
+    return w, CostModel(model_from_name("deepseek-v2-lite"), gpu_from_name("h200"))
+
+
 @pytest.mark.parametrize("name,cap,verify,opts", CASES)
 def test_start_prefix_is_lookup_then_admit(name, cap, verify, opts) -> None:
     """Requests admitted in overlapping groups (so that capacity refuses some): the same answers, usage and stats
@@ -73,12 +88,7 @@ class _NoStart:
 @pytest.mark.parametrize("name,cap", [("prefix", math.inf), ("prefix", 3000), ("block-hash", math.inf),
                                       ("block-hash", 3000)])
 def test_serving_through_start_prefix_gives_the_same_rows(name, cap) -> None:
-    reqs = request_stream(3, 120)
-    rng = np.random.default_rng(3)
-    w = Workload(np.arange(len(reqs), dtype=np.int64), [r.session_id for r in reqs],
-                 np.array([r.num_tokens for r in reqs], np.int64), rng.integers(1, 200, len(reqs)),
-                 np.sort(rng.integers(0, 400_000, len(reqs))).astype(np.int64), lambda i: reqs[i])
-    cost = CostModel(model_from_name("deepseek-v2-lite"), gpu_from_name("h200"))
+    w, cost = _served(3, 120, 200, 400_000)
     out = []
     for wrap in (False, True):
         pol = policies.build(name, make_ctx(cap))
@@ -94,11 +104,7 @@ def test_serving_through_start_prefix_gives_the_same_rows(name, cap) -> None:
 def test_a_lookup_replaced_on_the_policy_is_called() -> None:
     """A caller that wraps ``lookup`` on the policy object (benchmarks' plan digests) sees every plan: the model then
     takes lookup and admit, with the same rows."""
-    reqs = request_stream(5, 60)
-    w = Workload(np.arange(len(reqs), dtype=np.int64), [r.session_id for r in reqs],
-                 np.array([r.num_tokens for r in reqs], np.int64), np.full(len(reqs), 3),
-                 np.arange(len(reqs), dtype=np.int64) * 1000, lambda i: reqs[i])
-    cost = CostModel(model_from_name("deepseek-v2-lite"), gpu_from_name("h200"))
+    w, cost = _served(5, 60, 0, None)
     for name in ("prefix", "block-hash"):
         rows, seen = [], []
         for wrap in (False, True):
@@ -110,7 +116,7 @@ def test_a_lookup_replaced_on_the_policy_is_called() -> None:
             assert (m._starts[0] is None) == wrap
             got = m.run()
             rows.append({f: np.asarray(got.cols[f]).tolist() for f in got.cols})
-        assert rows[0] == rows[1] and sorted(seen) == list(range(len(reqs)))
+        assert rows[0] == rows[1] and sorted(seen) == list(range(w.num_requests))
 
 
 class _NoPeak(_NoStart):
@@ -133,12 +139,7 @@ def test_a_policys_own_peak_is_the_peak_sampled_after_each_admission(name, cap) 
     """One replica, a policy keeping ``peak_bytes`` (its resident bytes at the end of every admission): the model's
     peak read from it at the end equals the peak it samples itself (bounded caches evicting and refusing too),
     through start_prefix and through lookup / admit; with two replicas the model samples every admission."""
-    reqs = request_stream(4, 150)
-    rng = np.random.default_rng(4)
-    w = Workload(np.arange(len(reqs), dtype=np.int64), [r.session_id for r in reqs],
-                 np.array([r.num_tokens for r in reqs], np.int64), rng.integers(1, 300, len(reqs)),
-                 np.sort(rng.integers(0, 300_000, len(reqs))).astype(np.int64), lambda i: reqs[i])
-    cost = CostModel(model_from_name("deepseek-v2-lite"), gpu_from_name("h200"))
+    w, cost = _served(4, 150, 300, 300_000)
     got = []
     for hide in (False, True):
         for start in (True, False):
