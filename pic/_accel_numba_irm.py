@@ -11,8 +11,10 @@ misses the cache, one at a time, behind a few hundred bytecodes."""
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
-from numba import njit, types
+from numba import njit, typeof, types
 
 from pic import _accel_numba_table, accel
 from pic._accel_numba import _OPTS, _U64
@@ -76,21 +78,44 @@ def kt_count(tab, shift, key):
     return np.int64(tab[2 * _find(tab, shift, key) + 1])
 
 
-def kt_hot(t1, s1, t2, s2, ask2, k1, k2, base, add1, add2, new):
-    """One lookup's questions to two tables: first ``add1`` and ``add2`` are counted into ``t1`` and ``t2``
-    (updates held back since the last call; ``new[j]``: how many keys were new to table ``j + 1``); then
-    ``base + i`` for each ``i`` where ``k1[i]`` is in ``t1`` or (when ``ask2``) ``k2[i]`` in ``t2``, ascending
-    (``k1``, ``k2`` of one length). The caller keeps each table below its load limit with what is added."""
-    new[0] = _add(t1, s1, add1)
-    new[1] = _add(t2, s2, add2)
+@njit(inline="always", **_OPTS)
+def _add_held(tab, shift, keys):
+    """:func:`_add` of the keys of an ``array('Q')`` (read in place)."""
+    n = 0
+    for i in range(len(keys)):
+        k = keys[i]
+        j = _find(tab, shift, k)
+        if tab[2 * j + 1] == ZERO:
+            tab[2 * j] = k
+            n += 1
+        tab[2 * j + 1] += ONE
+    return n
+
+
+def kt_hot(t1, s1, t2, s2, ask2, k1, k2, base, add1, add2):
+    """One lookup's questions to two tables: first ``add1`` and ``add2`` (``array('Q')``: the keys held back since
+    the last call, read in place) are counted into ``t1`` and ``t2``; then ``base + i`` for each ``i`` where ``k1[i]``
+    is in ``t1`` or (when ``ask2``) ``k2[i]`` in ``t2``, ascending (``k1``, ``k2`` of one length), followed by how many
+    of ``add1``'s keys were new to ``t1`` and of ``add2``'s to ``t2`` (the last two items). The caller keeps each table
+    below its load limit with what is added.
+
+    NOTE (speed): the held-back keys read where they are kept and the new-key counts in the answer: no array made
+    of them, no counts array read back (~2 us a lookup of Mooncake conversation)."""
+    n1 = _add_held(t1, s1, add1)
+    n2 = _add_held(t2, s2, add2)
     n = k1.shape[0]
-    out = np.empty(n, np.int64)
+    out = np.empty(n + 2, np.int64)
     m = 0
     for i in range(n):
         if t1[2 * _find(t1, s1, k1[i]) + 1] != ZERO or (ask2 and t2[2 * _find(t2, s2, k2[i]) + 1] != ZERO):
             out[m] = base + i
             m += 1
-    return out[:m]
+    out[m] = n1
+    out[m + 1] = n2
+    return out[:m + 2]
+
+
+_HELD = typeof(array("Q"))      # (numba's type of an array('Q') argument)
 
 
 # NOTE (speed): each kernel compiled (its cached machine code loaded) on its first use (:func:`pic.accel.lazy`), and
@@ -100,6 +125,6 @@ __getattr__ = accel.lazy(globals(), {
     "kt_add": types.int64(_TAB, types.uint64, _U64),
     "kt_remove": types.int64(_TAB, types.uint64, _U64),
     "kt_count": types.int64(_RTAB, types.uint64, types.uint64),
-    "kt_hot": types.int64[::1](_TAB, types.uint64, _TAB, types.uint64, types.boolean, _U64, _U64, types.int64, _U64,
-                               _U64, types.int64[::1]),
+    "kt_hot": types.int64[::1](_TAB, types.uint64, _TAB, types.uint64, types.boolean, _U64, _U64, types.int64, _HELD,
+                               _HELD),
 }, _OPTS, {"table_rehash": _accel_numba_table})

@@ -57,31 +57,33 @@ def test_key_table_counts_as_the_counter(fast, seed: int) -> None:
 
 
 def test_hot_kernel_is_the_two_membership_tests(fast) -> None:
-    """kt_hot counts what the tables held back, then tells where either key array hits (the second only when
-    asked), and reports how many keys were new to each table."""
+    """kt_hot counts what the tables held back (read in their ``array('Q')``, a repeat counted twice and new once),
+    then tells where either key array hits (the second only when asked), and ends its answer with how many keys
+    were new to each table."""
     rng = np.random.default_rng(9)
     tabs = [KeyTable(fast) for _ in range(2)]
     sets = [set(rng.integers(0, 2**64, 500, dtype=np.uint64).tolist()) for _ in range(2)]
     for t, s in zip(tabs, sets, strict=True):
         t.update(sorted(s)[100:])
         t.flush()
-        t.update(sorted(s)[:100])            # (held back: counted by the call itself, before it asks)
+        t.update(sorted(s)[:100] + sorted(s)[:3])    # (held back: counted by the call itself, before it asks)
     keys = []
     for s in sets:
         k = rng.integers(0, 2**64, 300, dtype=np.uint64)
         hits = rng.random(300) < 0.1
         k[hits] = rng.choice(np.array(sorted(s), np.uint64), int(hits.sum()))
         keys.append(k)
-    new = np.zeros(2, np.int64)
     for ask2 in (True, False):
-        a1, a2 = tabs[0].take(), tabs[1].take()
-        got = fast.kt_hot(tabs[0].tab, tabs[0].shift, tabs[1].tab, tabs[1].shift, ask2, *keys, 7, a1, a2, new)
+        held = [t.pending for t in tabs]
+        got = fast.kt_hot(tabs[0].tab, tabs[0].shift, tabs[1].tab, tabs[1].shift, ask2, *keys, 7, *held).tolist()
         want = [7 + i for i in range(300) if any(int(keys[j][i]) in sets[j] for j in range(2 if ask2 else 1))]
-        assert got.tolist() == want and len(want) > 20
-        assert new.tolist() == ([100, 100] if ask2 else [0, 0])
-        for t, n in zip(tabs, new.tolist(), strict=True):
+        assert got[:-2] == want and len(want) > 20
+        assert got[-2:] == ([100, 100] if ask2 else [0, 0])
+        for t, n in zip(tabs, got[-2:], strict=True):
             t.used += n
+            del t.pending[:]
     assert [len(t) for t in tabs] == [500, 500]
+    assert [t.get(k) for t, s in zip(tabs, sets, strict=True) for k in sorted(s)[:4]] == [2, 2, 2, 1] * 2
 
 
 @pytest.fixture

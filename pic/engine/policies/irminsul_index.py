@@ -71,18 +71,26 @@ class ChunkIndexes:
             return
         self._heads = KeyTable(fast, [k for k, n in self._heads.items() for _ in range(n)], bits)
         self._tails = KeyTable(fast, [k for k, n in self._tails.items() for _ in range(n)], bits)
-        self._new2 = np.zeros(2, np.int64)
 
     def hot(self, heads: np.ndarray, tails: np.ndarray, base: int) -> list[int]:
         """``base + i`` for each ``i`` where ``heads[i]`` begins or ``tails[i]`` ends an indexed chunk of at least
         ``min_match`` tokens (the tails asked only with a tail trie), ascending: one compiled call (with the
-        counts held back since the last one). The prefilters are key tables (:meth:`use_tables`)."""
-        h, t, new = self._heads, self._tails, self._new2
-        a1, a2 = h.take(), t.take()
-        got = h.fast.kt_hot(h.tab, h.shift, t.tab, t.shift, self.rtrie is not None, heads, tails, base, a1, a2, new)
-        h.used += int(new[0])
-        t.used += int(new[1])
-        return got.tolist()
+        counts held back since the last one, read where they are held). The prefilters are key tables
+        (:meth:`use_tables`)."""
+        h, t = self._heads, self._tails
+        hp, tp = h.pending, t.pending
+        if hp:
+            h.reserve(len(hp))
+        if tp:
+            t.reserve(len(tp))
+        got = h.fast.kt_hot(h.tab, h.shift, t.tab, t.shift, self.rtrie is not None, heads, tails, base, hp, tp).tolist()
+        if hp:
+            del hp[:]
+        if tp:
+            del tp[:]
+        t.used += got.pop()
+        h.used += got.pop()
+        return got
 
     def make_ready(self, chunks: list[Chunk], now_us: int, windows: bool) -> None:
         """The chunks' KV exists: index their tokens in the trie(s) (and their S1 windows when ``windows``),
