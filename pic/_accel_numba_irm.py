@@ -27,8 +27,9 @@ ZERO, ONE = np.uint64(0), np.uint64(1)
 
 @njit(inline="always", **_OPTS)
 def _add(tab, shift, keys):
+    """Count each of ``keys`` (an array, or an ``array('Q')`` read in place) in table ``tab``; keys new to it."""
     n = 0
-    for i in range(keys.shape[0]):
+    for i in range(len(keys)):
         k = keys[i]
         j = _find(tab, shift, k)
         if tab[2 * j + 1] == ZERO:
@@ -78,20 +79,6 @@ def kt_count(tab, shift, key):
     return np.int64(tab[2 * _find(tab, shift, key) + 1])
 
 
-@njit(inline="always", **_OPTS)
-def _add_held(tab, shift, keys):
-    """:func:`_add` of the keys of an ``array('Q')`` (read in place)."""
-    n = 0
-    for i in range(len(keys)):
-        k = keys[i]
-        j = _find(tab, shift, k)
-        if tab[2 * j + 1] == ZERO:
-            tab[2 * j] = k
-            n += 1
-        tab[2 * j + 1] += ONE
-    return n
-
-
 def kt_hot(t1, s1, t2, s2, ask2, k1, k2, base, add1, add2):
     """One lookup's questions to two tables: first ``add1`` and ``add2`` (``array('Q')``: the keys held back since
     the last call, read in place) are counted into ``t1`` and ``t2``; then ``base + i`` for each ``i`` where ``k1[i]``
@@ -101,8 +88,8 @@ def kt_hot(t1, s1, t2, s2, ask2, k1, k2, base, add1, add2):
 
     NOTE (speed): the held-back keys read where they are kept and the new-key counts in the answer: no array made
     of them, no counts array read back (~2 us a lookup of Mooncake conversation)."""
-    n1 = _add_held(t1, s1, add1)
-    n2 = _add_held(t2, s2, add2)
+    n1 = _add(t1, s1, add1)
+    n2 = _add(t2, s2, add2)
     n = k1.shape[0]
     out = np.empty(n + 2, np.int64)
     m = 0
