@@ -40,7 +40,7 @@ class FlatTrie:
     """A radix trie of token runs (page size 1) in flat columns; see the module docstring."""
 
     __slots__ = ("par", "lo", "n", "ck", "val", "has", "lock", "kid", "nxt", "prv", "src", "free", "tab",
-                 "mask", "used", "num_nodes", "evictable_tokens", "_first")
+                 "mask", "used", "num_nodes", "evictable_tokens")
 
     def __init__(self, bits: int = 10) -> None:
         """An empty trie, its child table of ``2^bits`` slots (it doubles at half full)."""
@@ -61,7 +61,6 @@ class FlatTrie:
         self.used = 0                         # ids in the table (every node but the root)
         self.num_nodes = 0
         self.evictable_tokens = 0             # tokens on unlocked nodes
-        self._first: tuple = (None, None)     # (store, first_tokens(store)) of the last walk's store
 
     # ---- Public API -------------------------------------------------------------------------------------
     def claim(self, q: Seq, fp: int, lo: int, hi: int) -> int | None:
@@ -225,10 +224,7 @@ class FlatTrie:
         pieces = q.arr is None
         if pieces:
             qr, qb, store = q.rows, q.bounds, q.store
-            ff = self._first
-            if ff[0] is not store:
-                ff = self._first = (store, first_tokens(store))
-            first = ff[1]
+            first = first_tokens(store)
         node, pos, x = 0, 0, lo
         j = bisect_right(qb, x) - 1 if pieces else 0        # (the query's piece holding x)
         while True:

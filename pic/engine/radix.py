@@ -118,7 +118,6 @@ class RadixTree:
         # stops at once). Kept true across lock_point's splits (_memo_split)
         self._memo: tuple | None = None
         self._miss: tuple = (None, -1, None)   # last walk that found no child: (seq, position, child key)
-        self._first: tuple = (None, None)   # (store, first_tokens(store)) of the last walk's store
 
     # ---- Public API -------------------------------------------------------------------------------
     @property
@@ -140,15 +139,11 @@ class RadixTree:
         # NOTE (speed): a prompt of segments, pages of one token (every exact-prefix tree): its piece at each
         # step found once, for the child key (_child_key: the piece's first token, most often) and for lcp's
         # first check (seq.lcp_at: an edge at the query's own position whose pieces' rows are the query's from
-        # the same start is equal without a look). The store's first tokens kept per tree (first_tokens'
-        # look-up: ~1 us a walk)
+        # the same start is equal without a look)
         pieces = p == 1 and q.arr is None
         if pieces:
             qr, qb, store = q.rows, q.bounds, q.store
-            ff = self._first
-            if ff[0] is not store:
-                ff = self._first = (store, first_tokens(store))
-            first = ff[1]
+            first = first_tokens(store)
         while pos < n:
             x = lo + pos
             if pieces:
