@@ -193,6 +193,92 @@ class RadixBlocks:
                 del views[k]
 
 
+class RadixAnswers:
+    """:class:`RadixBlocks`' counts and answers for one replay whose answers are known in advance: the
+    requests are admitted in the workload's order, each committed before the next is admitted, and ``reuse[k]``
+    is the ``prefix`` policy's reuse of request ``k`` (an unbounded tree of pages dividing the block) in a
+    replay of that order. The block tree's walk of a prompt ``q`` finds the longest
+    ``min(lcp(q, p), full(q), full(p))`` over the committed prompts ``p`` (``full``: whole blocks), and since
+    ``lcp(q, p) <= len(p)``, its whole blocks are ``lcp(q, p) // block`` blocks: the answer is
+    ``reuse[k] // block * block``, and a commit adds ``full(q) // block`` less that many blocks. (One replica,
+    open loop: prefills run one at a time in arrival order, :mod:`engine.serving`.) No tree is built; a request
+    out of that order raises. Locks are not counted: ``num_locked`` is asked only with nothing live (the end)."""
+
+    __slots__ = ("block", "ids", "reuse", "next", "pending", "num_resident", "reserved", "live")
+
+    def __init__(self, block: int, request_ids: array, reuse: array) -> None:
+        self.block = block
+        self.ids, self.reuse = request_ids, reuse
+        self.next = 0                    # the next request to admit (its index in the workload)
+        self.pending = -1                # the index of the one admitted, not yet committed (-1: none)
+        self.num_resident = 0
+        self.reserved = 0
+        self.live: dict[int, tuple[int, int]] = {}     # request_id -> (blocks reserved, answer's blocks)
+
+    @property
+    def num_locked(self) -> int:
+        if self.live:
+            raise RuntimeError("block-hash: a cache answering from the prefix replay does not count locks")
+        return 0
+
+    def _answer(self, req: RequestView) -> int:
+        k = self.next
+        if k >= len(self.ids) or self.ids[k] != req.request_id or self.pending >= 0:
+            raise RuntimeError(f"block-hash: request {req.request_id} out of the order the answers were made for")
+        return self.reuse[k] // self.block
+
+    def lookup(self, req: RequestView) -> int:
+        return self._answer(req) * self.block
+
+    def start(self, req: RequestView, now_us: int) -> int:
+        b = self._answer(req)
+        self.admit(req, b, now_us)
+        return b * self.block
+
+    def admit(self, req: RequestView, want: int, now_us: int) -> int:
+        b = self._answer(req)
+        if b < want:
+            return b
+        need = req.num_tokens // self.block - want
+        self.reserved += need
+        self.pending = self.next
+        self.next += 1
+        self.live[req.request_id] = (need, b)
+        return want
+
+    def commit(self, req: RequestView, now_us: int) -> None:
+        need, b = self.live[req.request_id]
+        self.reserved -= need
+        self.num_resident += req.num_tokens // self.block - b
+        self.live[req.request_id] = (0, b)
+        self.pending = -1
+
+    def release(self, req: RequestView, now_us: int) -> None:
+        self.reserved -= self.live.pop(req.request_id)[0]
+
+    def replay(self, cache) -> None:
+        raise RuntimeError("block-hash: a cache answering from the prefix replay cannot evict")
+
+
+def answer_from_prefix(cache, request_ids: np.ndarray, reuse: np.ndarray) -> None:
+    """Make ``cache`` (a fresh, unbounded, unverified ``block-hash`` cache) answer from the ``prefix`` policy's
+    reuse of each request in a replay of one replica, open loop (:class:`RadixAnswers`) instead of a tree."""
+    r = cache._radix
+    if not isinstance(r, RadixBlocks) or r.seqs or cache.stats.lookups:
+        raise ValueError("block-hash: only a fresh unbounded cache answers from a prefix replay")
+    cache._radix = RadixAnswers(r.block, _int64s(request_ids), _int64s(reuse))
+
+
+def answers_apply(config, capacity_tokens: float, resolved: dict) -> bool:
+    """Whether, in a replay of ``config`` (an ``engine.config.ReplayConfig``; ``resolved``: its policies' configs),
+    ``block-hash``'s reuse of each request is ``prefix``'s cut to whole blocks (:class:`RadixAnswers`): one replica,
+    open loop (prefills one at a time in arrival order, each committed before the next lookup), both caches
+    unbounded, prefix's pages dividing the block, nothing watching them (``--verify``, ``--check-invariants``)."""
+    return (config.replicas == 1 and not (config.closed_loop or config.verify or config.check_invariants)
+            and capacity_tokens == float("inf")
+            and resolved["block-hash"].block_size % resolved["prefix"].page_size == 0)
+
+
 def _view(request_id: int, seq) -> RequestView:
     """A view of the prompt ``seq`` describes (its segments, or its own tokens)."""
     if seq.arr is not None:
@@ -201,3 +287,10 @@ def _view(request_id: int, seq) -> RequestView:
     k = len(seq.rows)
     return RequestView(request_id, "", None, np.asarray(seq.bounds, np.int64), np.zeros(k, np.uint64),
                        np.zeros(k, np.uint8), np.asarray(seq.rows, np.int64), seq.store)
+
+
+def _int64s(a: np.ndarray) -> array:
+    """``a`` as an ``array('q')`` (8 B an item; its items read as Python ints)."""
+    out = array("q")
+    out.frombytes(np.ascontiguousarray(a, np.int64).tobytes())
+    return out
