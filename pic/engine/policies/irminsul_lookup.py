@@ -22,6 +22,7 @@ from pic.engine.policies.irminsul_layout import (
     _may_mark,
     edge_arrays,
     marker_cuts,
+    nothing_known,
     opaque_layout,
     query_key,
     tokens_from,
@@ -58,6 +59,7 @@ class ChunkWalk:
     _tail_bounds: tuple[int, np.ndarray | None]     # (k, bounds[k:] as an int64 array) of the last layout made
     # its chunks' edge keys, when the layout's call made them: (heads, tails, meta, q: where its query key is of)
     _tail_keys: tuple[list, list, np.ndarray, int] | None
+    _shortcuts = True                 # the walk's answers without the walk where they are known (off: tests)
 
     def _analyze(self, req: RequestView) -> Analysis:
         """The prompt's CDC layout and, for each reused target range, ``(start, end, extent, offset in the
@@ -66,6 +68,12 @@ class ChunkWalk:
         got = self._layout(req, shared, other, best_len) if other is not None else None
         if got is None:
             got = self._full_layout(req)
+            if best is None and self._tail_keys is not None and self._shortcuts and not self.config.s1:
+                new = nothing_known(self._store, got, self._tail_keys)
+                if new is not None:
+                    self._used_x = []
+                    self.stats.extra["chunk_lookups"] += len(got.fps)
+                    return new
         bl, fl, toks, off = got.bounds, got.fps, got.toks, got.off
         uses: list[Use] = []
         self._used_x: list[Extent] = []
@@ -100,7 +108,7 @@ class ChunkWalk:
                 ha, ta = cdc.edge_keys(toks, eb - off if off else eb, m)
                 heads_at, tails_at = ha.tolist(), ta.tolist()
             ks = range(k0, len(fl))
-            hot = [*compress(ks, map(entries.__contains__, fl[k0:]))]
+            hot = [] if entries.keys().isdisjoint(fl[k0:]) else [*compress(ks, map(entries.__contains__, fl[k0:]))]
             # NOTE (speed): the chunk straddling the exact prefix's end (kc < k0; most lookups of a continued
             # conversation) misses every stage when its fingerprint is not registered, the key of its tokens from
             # ``pos`` (the layout's query key, :func:`query_key`) begins no indexed chunk and its tail key ends none:
@@ -133,6 +141,12 @@ class ChunkWalk:
                 hot = sorted({*hot, *more})
             hot.append(len(fl))
             misses = 0
+            if len(hot) == 1 and (bl[k0] == pos or skip == kc) and self._shortcuts:
+                # NOTE (speed): nothing hot, no straddling chunk to walk (none, or it misses every stage): the walk's
+                # answer (each chunk from k0 a miss) without it (most lookups of Mooncake conversation)
+                ex["chunk_lookups"] += len(fl) - k0
+                return Analysis(got.bounds, got.fps, got.anchors, got.hard, got.marked, toks, off, uses, kc, heads_at,
+                                tails_at, got.chunks, (k0, hot, st._admissions), got.whole)
         while pos < n:
             if bl[k + 1] <= pos:              # the chunk holding pos (a bisect: past the exact prefix's chunks)
                 k = bisect_right(bl, pos, k + 1) - 1
