@@ -29,7 +29,7 @@ from pic.engine.memory import no_cyclic_gc as _no_cyclic_gc
 from pic.engine.metrics import SUMMARY_VERSION, request_rows, summarize
 from pic.engine.oracle import DEFAULT_MIN_MATCH, cached_oracle, duplicate_tokens, join_runs
 from pic.engine.policies.base import PolicyContext
-from pic.engine.policies.block_radix import answer_from_prefix, answers_apply
+from pic.engine.policies.block_radix import answer_from_prefix, answers_apply, asked_views
 from pic.engine.request import Labels
 from pic.engine.runconfig import provenance
 from pic.engine.sanity import below_prefix_warning, fit_warnings, resident_warnings, saturation_warning
@@ -256,8 +256,8 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
     # policy's, which a CLI run never collects: irminsul's (~2.6 M objects on Mooncake conversation) cost
     # ~1.3 CPU s to collect and free on Azure conversation; outputs keep the order of ``names``
     order = [n for n in names if n not in config.policies] + [n for n in names if n in config.policies]
-    # NOTE (speed): block-hash answers from the prefix replay where that is its tree's answer (answers_apply),
-    # prefix replayed first (Mooncake conversation: ~0.15 CPU s of block-hash's walks, splits and locks)
+    # NOTE (speed): block-hash answers from the prefix replay, replayed first, where that is its tree's answer
+    # (answers_apply; Mooncake conversation: ~0.15 CPU s of block-hash's walks, splits and locks; ~0.03 its views)
     answers = {"prefix", "block-hash"} <= set(order) and answers_apply(config, ctx.capacity_tokens, resolved)
     if answers:
         order.remove("prefix")
@@ -266,12 +266,11 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
         for p, name in enumerate(order):
             base = p * work.num_requests
             tick = None if progress is None else (lambda done, _n, base=base: progress(base + done, total))
-            sims[name] = sim = _simulate(name, work, ctx, cost, config, tick,
-                                         None if not answers or name not in ("prefix", "block-hash")
-                                         else True if name == "prefix" else sims["prefix"].reuse)
+            sims[name] = sim = _simulate(name, work, ctx, cost, config, tick, answers and sims.get("prefix"))
             # a radix tree's parent links are cycles: freed only by the cyclic GC; after the last simulation
-            # only at scale (free_cycles)
-            collect = p + 1 < len(order) or work.num_requests >= COLLECT_LAST_MIN
+            # only at scale (free_cycles); nor before block-hash answering (it builds no tree: after it, if need be)
+            nxt = order[p + 1:p + 2]
+            collect = nxt not in ([], ["block-hash"] * answers) or work.num_requests >= COLLECT_LAST_MIN
             if name in config.policies:
                 release_freed()      # NOTE (memory): what the simulation freed, before the footprint's work
                 sim.held = _held(sim.pols, min_match, collect)      # (empties sim.pols)
@@ -355,7 +354,7 @@ class _Sim:
     config: dict[str, Any]
     stats: dict[str, int]
     held: dict[str, Any] = dataclasses.field(default_factory=dict)   # _held(pols), once pols are dropped
-    reuse: np.ndarray | None = None   # prefix: its reuse per workload request, for block-hash's (block_radix.answers_apply)
+    reuse: np.ndarray | None = None   # prefix: its reuse per workload request (block_radix.answers_apply)
 
     @property
     def reused(self) -> int:
@@ -368,11 +367,12 @@ class _Sim:
 
 
 def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, config: ReplayConfig,
-              tick: Callable[[int, int], None] | None, answers: Any = None) -> _Sim:
-    """``answers`` (block_radix.answers_apply): prefix's reuse kept (True), or block-hash's cache answers from it."""
+              tick: Callable[[int, int], None] | None, answers: _Sim | None = None) -> _Sim:
+    """``answers``: the prefix replay block-hash answers from (block_radix.answers_apply; no prompts made)."""
     pols = [registry.build(name, ctx, config.policy_options.get(name)) for _ in range(config.replicas)]
-    if name == "block-hash" and answers is not None:
-        answer_from_prefix(pols[0], work.request_ids, answers)
+    if name == "block-hash" and answers:
+        answer_from_prefix(pols[0], work.request_ids, answers.reuse)
+        work = dataclasses.replace(work, view=asked_views(work.request_ids, work.num_prompt))
     kv_bpt = getattr(pols[0], "kv_bytes_per_token", ctx.bytes_per_token)   # compressed KV (rdr)
     pcost = cost if kv_bpt == ctx.bytes_per_token else cost.with_kv_read_bytes(kv_bpt)
     sm = ServingModel(work, pols, pcost, token_budget=config.token_budget, router=config.router,
@@ -392,7 +392,7 @@ def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, co
     # and the replicas' ITL logs while the policy's footprint is counted (chat 10^6: ~300 MB). Broken here:
     # they are freed on return (the policies, in ``pols``, are not)
     sm.sim.handlers.clear()
-    if name == "prefix" and answers is not None:
+    if name == "prefix":
         out.reuse = reqs.column("num_reused")
     return out
 

@@ -12,7 +12,7 @@ import pic.engine.replay as R
 from pic.engine.config import ReplayConfig
 from pic.engine.policies.base import PolicyContext, RequestView
 from pic.engine.policies.block_hash import BlockHashCache, BlockHashConfig
-from pic.engine.policies.block_radix import RadixAnswers, answer_from_prefix, answers_apply
+from pic.engine.policies.block_radix import RadixAnswers, answer_from_prefix, answers_apply, asked_views
 from pic.traces.schema import SegmentTable, Trace, requests_frame
 
 
@@ -63,7 +63,13 @@ def _both(trace: Trace, cfg: ReplayConfig, monkeypatch) -> tuple:
         used.append(len(ids))
         answer_from_prefix(cache, ids, reuse)
 
+    def asked(ids, ntok):
+        view = asked_views(ids, ntok)
+        used.append("asked")
+        return view
+
     monkeypatch.setattr(R, "answer_from_prefix", counting)
+    monkeypatch.setattr(R, "asked_views", asked)
     on = R.replay(trace, cfg)
     monkeypatch.setattr(R, "answers_apply", lambda *a: False)
     off = R.replay(trace, cfg)
@@ -88,7 +94,7 @@ def test_answers_equal_the_tree(seed, opts, policies, monkeypatch):
     trace = _trace(300, seed)
     cfg = ReplayConfig(policies=policies, policy_options=opts, token_budget=int([64, 256, 8192][seed]))
     on, off, used = _both(trace, cfg, monkeypatch)
-    assert used == [300]
+    assert used == [300, "asked"]
     assert on.table.equals(off.table)
     assert json.dumps(_strip(on.summary), sort_keys=True) == json.dumps(_strip(off.summary), sort_keys=True)
     assert json.dumps(_strip(on.resolved), sort_keys=True) == json.dumps(_strip(off.resolved), sort_keys=True)
@@ -101,7 +107,7 @@ def test_answers_with_a_retimed_subset(monkeypatch):
     trace = _trace(400, 5)
     cfg = ReplayConfig(policies=("block-hash",), max_requests=250, rate=2000.0)
     on, off, used = _both(trace, cfg, monkeypatch)
-    assert used == [250] and on.table.equals(off.table)
+    assert used == [250, "asked"] and on.table.equals(off.table)
     assert json.dumps(_strip(on.summary), sort_keys=True) == json.dumps(_strip(off.summary), sort_keys=True)
 
 
@@ -126,6 +132,16 @@ def test_answers_not_applied_replay_the_tree(monkeypatch):
 def _view(rid: int, n: int) -> RequestView:
     toks = np.arange(n, dtype=np.int32)
     return RequestView(rid, "s", toks, np.array([0, n], np.int64), np.zeros(1, np.uint64), np.zeros(1, np.uint8))
+
+
+def test_asked_views():
+    """The asked views carry the workload's ids and token counts, those of its RequestViews."""
+    trace = _trace(50, 6)
+    work = R.workload_from_trace(trace)
+    view = asked_views(work.request_ids, work.num_prompt)
+    for i in range(work.num_requests):
+        v, w = view(i), work.view(i)
+        assert (v.request_id, v.num_tokens) == (w.request_id, w.num_tokens)
 
 
 def test_radix_answers_refuse_another_order():
@@ -158,3 +174,17 @@ def test_radix_answers_refuse_another_order():
     with pytest.raises(ValueError, match="fresh"):
         answer_from_prefix(BlockHashCache(PolicyContext(1e6, 2), BlockHashConfig(4)), np.array([1]), np.array([0]))
     assert isinstance(cache._radix, RadixAnswers)
+
+
+def test_no_gc_pass_before_an_answering_block_hash(monkeypatch):
+    """A small replay's last tree is left to the GC (a CLI run exits first); block-hash answering after prefix
+    builds none, so prefix's tree is not collected before it either (a GC pass less); a tree replayed after it
+    still is."""
+    calls = []
+    monkeypatch.setattr(R, "free_cycles", lambda *a: calls.append(a))
+    trace = _trace(80, 4)
+    R.replay(trace, ReplayConfig(policies=("prefix",)))
+    R.replay(trace, ReplayConfig(policies=("block-hash",)))
+    assert calls == []
+    R.replay(trace, ReplayConfig(policies=("none",)))
+    assert len(calls) == 1

@@ -279,6 +279,31 @@ def answers_apply(config, capacity_tokens: float, resolved: dict) -> bool:
             and resolved["block-hash"].block_size % resolved["prefix"].page_size == 0)
 
 
+class Asked:
+    """What a cache answering from a prefix replay reads of a request (:class:`RadixAnswers`: its id and token
+    count): the serving model's view of it there (:func:`asked_views`), no prompt made."""
+
+    __slots__ = ("request_id", "num_tokens")
+
+    def __init__(self, request_id: int, num_tokens: int) -> None:
+        self.request_id, self.num_tokens = request_id, num_tokens
+
+    def __repr__(self) -> str:
+        return f"Asked(request_id={self.request_id}, N={self.num_tokens})"
+
+
+def asked_views(request_ids: np.ndarray, num_tokens: np.ndarray):
+    """``view(i) -> Asked`` of the workload's request ``i`` (its columns ``request_ids`` and ``num_prompt``: the
+    views' ids and token counts, ``engine.views``). NOTE (speed): ~3 us less a request than a RequestView with
+    its Seq (Mooncake conversation)."""
+    ids, ntok = _int64s(request_ids), _int64s(num_tokens)
+
+    def view(i: int) -> Asked:
+        return Asked(ids[i], ntok[i])
+
+    return view
+
+
 def _view(request_id: int, seq) -> RequestView:
     """A view of the prompt ``seq`` describes (its segments, or its own tokens)."""
     if seq.arr is not None:
