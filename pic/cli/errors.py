@@ -92,10 +92,10 @@ def styled(*parts: str | tuple[str, str]) -> Text:
 _RICH_ENV = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "JUPYTER_COLUMNS", "JUPYTER_LINES")
 
 
-def plain_stderr() -> bool:
-    """stderr is not a terminal and nothing makes rich treat it as one: rich would print a line of styled
-    parts there as their plain text (no escape codes, never wrapped)."""
-    stream = sys.stderr
+def plain_stderr(stream: Any = None) -> bool:
+    """stderr (or ``stream``) is not a terminal and nothing makes rich treat it as one: rich would print a line
+    of styled parts there as their plain text (no escape codes, never wrapped)."""
+    stream = sys.stderr if stream is None else stream
     if stream is None or "ipykernel" in sys.modules or any(v in os.environ for v in _RICH_ENV):
         return False
     try:

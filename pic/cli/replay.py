@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ from pic.cli.errors import (
     user_errors,
 )
 from pic.cli.invocation import command_line
+from pic.cli.plain_table import plain
 from pic.cli.settings import (
     ConfigOption,
     PercentilesOption,
@@ -31,6 +33,7 @@ from pic.cli.settings import (
     SloOption,
     TimeScaleOption,
     load_settings,
+    summary_cells,
     summary_headline,
     summary_table,
     warning_lines,
@@ -200,6 +203,15 @@ def _print_policies() -> None:
 
 def _print_table(result: RunResult, out: Path) -> None:
     s = result.summary
+    if not result.config.verify and errors.plain_stderr(sys.stdout):
+        # NOTE (speed): to a pipe or file, the text rich prints there, without rich (cli.plain_table: ~22 ms CPU)
+        title, columns, rows = summary_cells(s, out)
+        text = plain(errors.shown(title), columns, [tuple(map(errors.shown, r)) for r in rows], 190)
+        if text is not None:
+            line = summary_headline(s)
+            sys.stdout.write(text + (errors.shown(line) + "\n" if line else ""))
+            sys.stdout.flush()
+            return
     console = errors.console
     errors.SafeConsole(width=max(console.width, 190)).print(summary_table(s, out))
     line = summary_headline(s)

@@ -71,25 +71,35 @@ def summary_table(s: dict[str, Any], out: Path) -> Table:
     """The per-policy table printed after a replay (times in ms; capacity per replica; peak over replicas)."""
     from rich.table import Table
 
+    title, columns, rows = summary_cells(s, out)
+    table = Table(title=title)
+    for col, justify in columns:
+        table.add_column(col, justify=justify, no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def summary_cells(s: dict[str, Any], out: Path) -> tuple[str, list[tuple[str, str]], list[tuple[str, ...]]]:
+    """:func:`summary_table`'s title, columns (header, justify) and rows, as strings (no rich)."""
     from pic.engine.report.fmt import fmt_ms, fmt_pct, fmt_speedup, signed_pct
 
     cap = "unbounded" if s["capacity_bytes"] is None else f"{s['capacity_bytes'] / 2**30:,.2f} GiB"
     r = s["replicas"]
-    table = Table(title=f"{s['trace']} · {s['model']} on {s['gpu']} · capacity {cap}"
-                        f"{' per replica' if r != 1 else ''} · {r} replica{'s' if r != 1 else ''} -> {out}")
+    title = (f"{s['trace']} · {s['model']} on {s['gpu']} · capacity {cap}"
+             f"{' per replica' if r != 1 else ''} · {r} replica{'s' if r != 1 else ''} -> {out}")
     best = _best_prefix_ttft(s)
     cols = ("policy", "requests", "hit rate", "prefix hit", "beyond prefix", "TTFT p50", "TTFT p99", "speed-up",
             "TPOT p50", "saved vs none", "vs prefix", "peak GiB (all replicas)", "evictions", "wall s")
-    for col in cols:
-        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+    rows = []
     for name, p in s["policies"].items():
         speed = best / p["ttft_p50_s"] if best is not None and p["ttft_p50_s"] > 0 else None
-        table.add_row(name, f"{p['requests']:,}", fmt_pct(p["token_hit_rate"]), fmt_pct(p["prefix_hit_rate"]),
-                      fmt_pct(p["recovery_beyond_prefix"]), fmt_ms(p["ttft_p50_s"]), fmt_ms(p["ttft_p99_s"]),
-                      fmt_speedup(speed), fmt_ms(p.get("tpot_p50_s")), fmt_pct(p["energy_saved_vs_none"]),
-                      signed_pct(p["energy_saved_vs_prefix"]), f"{p['peak_resident_bytes'] / 2**30:,.2f}",
-                      f"{p['evictions']:,}", f"{p['wall_seconds']:.2f}")
-    return table
+        rows.append((name, f"{p['requests']:,}", fmt_pct(p["token_hit_rate"]), fmt_pct(p["prefix_hit_rate"]),
+                     fmt_pct(p["recovery_beyond_prefix"]), fmt_ms(p["ttft_p50_s"]), fmt_ms(p["ttft_p99_s"]),
+                     fmt_speedup(speed), fmt_ms(p.get("tpot_p50_s")), fmt_pct(p["energy_saved_vs_none"]),
+                     signed_pct(p["energy_saved_vs_prefix"]), f"{p['peak_resident_bytes'] / 2**30:,.2f}",
+                     f"{p['evictions']:,}", f"{p['wall_seconds']:.2f}"))
+    return title, [(c, "left" if c == "policy" else "right") for c in cols], rows
 
 
 def summary_headline(s: dict[str, Any]) -> str | None:
