@@ -39,7 +39,6 @@ import errno
 import json
 import os
 import re
-import secrets
 import shutil
 import stat
 import time
@@ -427,7 +426,7 @@ def _make_parent(path: Path) -> None:
 
 
 def _tmp_name(name: str) -> str:
-    return f".{_utf8(name)}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"
+    return f".{_utf8(name)}.{os.getpid()}.{os.urandom(4).hex()}{TMP_SUFFIX}"   # (secrets.token_hex(4); no hmac import)
 
 
 def _utf8(name: str) -> str:
