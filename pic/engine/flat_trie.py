@@ -29,7 +29,7 @@ from bisect import bisect_right
 
 import numpy as np
 
-from pic.engine.seq import Seq, first_tokens, lcp, lcp_at
+from pic.engine.seq import Seq, first_tokens, lcp, lcp_at, lcp_rev
 
 _NIL = -1
 _BLOCK = 256
@@ -40,10 +40,11 @@ class FlatTrie:
     """A radix trie of token runs (page size 1) in flat columns; see the module docstring."""
 
     __slots__ = ("par", "lo", "n", "ck", "val", "has", "lock", "kid", "nxt", "prv", "src", "free", "tab",
-                 "mask", "used", "num_nodes", "evictable_tokens")
+                 "mask", "used", "num_nodes", "evictable_tokens", "rev")
 
-    def __init__(self, bits: int = 10) -> None:
-        """An empty trie, its child table of ``2^bits`` slots (it doubles at half full)."""
+    def __init__(self, bits: int = 10, rev: bool = False) -> None:
+        """An empty trie, its child table of ``2^bits`` slots (it doubles at half full). ``rev``: a trie of
+        reversed runs whose edges are runs of forward sources read backwards (see :meth:`claim`)."""
         self.par = array("i", [_NIL])
         self.lo = array("q", [0])
         self.n = array("i", [0])
@@ -61,14 +62,32 @@ class FlatTrie:
         self.used = 0                         # ids in the table (every node but the root)
         self.num_nodes = 0
         self.evictable_tokens = 0             # tokens on unlocked nodes
+        # NOTE (memory): a reversed trie (the tail trie) keeps an edge as ``(src, lo, n)`` = ``src``'s tokens
+        # ``lo - 1, lo - 2, ..., lo - n`` (``lo`` its forward end): its sources are the forward prompts the chunk trie
+        # keeps too, not a reversed Seq of each request's run (a Seq and two arrays, ~260 B per chat request)
+        self.rev = rev
 
     # ---- Public API -------------------------------------------------------------------------------------
     def claim(self, q: Seq, fp: int, lo: int, hi: int) -> int | None:
-        """Insert ``q[lo:hi]`` and lock its end node for value ``fp``; the node, or None when another value
-        holds it (unlocked then). ``RadixTree.insert`` + ``inc_lock`` as ``irminsul_index`` did them."""
+        """Insert ``q[lo:hi]`` (a reversed trie: those tokens reversed) and lock its end node for value ``fp``; the
+        node, or None when another value holds it (unlocked then). ``RadixTree.insert`` + ``inc_lock`` as
+        ``irminsul_index`` did them."""
         n = hi - lo
         if n <= 0:
             node = 0
+        elif self.rev:
+            ck = q.token(hi - 1)
+            child = self.find(0, ck)
+            if child < 0:
+                node = self._leaf(0, q, hi, n, ck)
+                self.val[node] = fp
+                self.has[node] = 1
+                self.lock[node] = 1
+                self.evictable_tokens -= n
+                return node
+            pos, node, _, ck = self._walk_rev(q, hi, n, True, child)
+            if pos < n:
+                node = self._leaf(node, q, hi - pos, n - pos, ck)
         else:
             ck = q.token(lo)
             child = self.find(0, ck)
@@ -105,6 +124,13 @@ class FlatTrie:
         ends (pre-order, children in order); ``(0, None)`` when nothing matches or no value lies below."""
         if q.end <= 0:
             return 0, None
+        if self.rev:                          # (q read backwards from its end)
+            child = self.find(0, q.token(q.end - 1))
+            if child < 0:
+                return 0, None
+            pos, node, child, _ = self._walk_rev(q, q.end, q.end, False, child)
+            v = self.first_value(node if child < 0 else child)
+            return (0, None) if v is None else (pos, v)
         child = self.find(0, q.token(0))
         if child < 0:
             return 0, None
@@ -190,7 +216,9 @@ class FlatTrie:
         """The root path's tokens down to ``node`` (tests, debugging)."""
         parts = []
         while node:
-            parts.append(self.src[node].tokens(self.lo[node], self.lo[node] + self.n[node]))
+            lo = self.lo[node]
+            parts.append(self.src[node].tokens(lo - self.n[node], lo)[::-1] if self.rev else
+                         self.src[node].tokens(lo, lo + self.n[node]))
             node = self.par[node]
         return np.concatenate(parts[::-1]) if parts else np.zeros(0, np.int32)
 
@@ -257,6 +285,36 @@ class FlatTrie:
                     break
                 h = (h + 1) & mask
 
+    def _walk_rev(self, q: Seq, hi: int, n: int, split: bool, child: int) -> tuple[int, int, int, int]:
+        """:meth:`_walk` of a reversed trie: ``q[hi - n:hi]`` read backwards (``pos`` tokens matched: the query's
+        position is ``hi - pos``, its next token ``q[hi - pos - 1]``)."""
+        nn, lo_, src, tab, mask, par, cks = self.n, self.lo, self.src, self.tab, self.mask, self.par, self.ck
+        node, pos, x = 0, 0, hi
+        while True:
+            e = nn[child]
+            m = e if e < n - pos else n - pos
+            same = lcp_rev(src[child], lo_[child], q, x, m)
+            pos += same
+            if same < e:
+                if same == 0:                 # (first tokens equal: not reached)
+                    return pos, node, _NIL, q.token(x - 1)
+                if not split:
+                    return pos, node, child, _NIL
+                return pos, self._split(child, same), _NIL, q.token(x - same - 1) if pos < n else _NIL
+            node = child
+            if pos >= n:
+                return pos, node, _NIL, _NIL
+            x = hi - pos
+            ck = q.token(x - 1)
+            h = hash((node, ck)) & mask
+            while True:
+                child = tab[h]
+                if child < 0:
+                    return pos, node, _NIL, ck
+                if par[child] == node and cks[child] == ck:
+                    break
+                h = (h + 1) & mask
+
     def _new(self) -> int:
         """A free node id (its columns those of an empty leaf). NOTE (speed): the columns grow by blocks of
         ``_BLOCK`` ids (one extend each), handed out from the free list (lowest first)."""
@@ -296,9 +354,13 @@ class FlatTrie:
         self.prv[child] = child
         self.nxt[child] = _NIL
         self.par[child] = up
-        self.lo[child] = lo + at
         self.n[child] -= at
-        self.ck[child] = s.token(lo + at)
+        if self.rev:                          # (lo: the forward end; the lower part ends at at tokens less)
+            self.lo[child] = lo - at
+            self.ck[child] = s.token(lo - at - 1)
+        else:
+            self.lo[child] = lo + at
+            self.ck[child] = s.token(lo + at)
         self._put(child)
         self.num_nodes += 1
         return up

@@ -265,6 +265,69 @@ def _lcp_pieces(A: Seq, i: int, a: int, B: Seq, j: int, b: int, m: int, done: in
     return m
 
 
+def lcp_rev(A: Seq, a: int, B: Seq, b: int, m: int) -> int:
+    """Length of the common prefix of ``A[a-m:a]`` and ``B[b-m:b]`` both read backwards (``A[a-1]``, ``A[a-2]``,
+    ... against ``B[b-1]``, ...; at most ``m``, ``m <= a, b``): :func:`lcp` of the reversed runs without making them
+    (a tail trie whose edges are runs of forward prompts, :class:`~engine.flat_trie.FlatTrie` ``rev``).
+
+    Pieces of the same segment at the same offset are equal without a look, as in :func:`lcp`; where both sides
+    hold ``[a - m, a)`` in the same coordinates (``a == b``: two prompts of a conversation) with the same rows
+    from the same starts, it is one check."""
+    if A is B and a == b:
+        return m
+    ba, bb = A.bounds, B.bounds
+    i = bisect_right(ba, a - 1) - 1            # the pieces holding a - 1 and b - 1
+    j = bisect_right(bb, b - 1) - 1
+    ra, rb = A.rows, B.rows
+    if a == b and A.arr is None and B.arr is None and A.store is B.store:
+        i0 = bisect_right(ba, a - m) - 1
+        j0 = bisect_right(bb, a - m) - 1
+        if ra[i0:i + 1] == rb[j0:j + 1] and ba[i0:i + 1] == bb[j0:j + 1]:
+            return m
+    done = 0
+    while done < m:
+        while ba[i] >= a:                      # (an empty piece)
+            i -= 1
+        while bb[j] >= b:
+            j -= 1
+        sa, sb = ba[i], bb[j]
+        x = ra[i]
+        step = m - done
+        if a - sa < step:
+            step = a - sa
+        if not (x == rb[j] and x != _PRIVATE and a - sa == b - sb):
+            if b - sb < step:                  # (else the same segment at the same offset: equal)
+                step = b - sb
+            c = _compare_rev(A, i, a - sa, B, j, b - sb, step)
+            if c < step:
+                return done + c
+        done += step
+        a -= step
+        b -= step
+    return m
+
+
+def _compare_rev(A: Seq, i: int, oa: int, B: Seq, j: int, ob: int, n: int) -> int:
+    """First index ``t`` where piece ``i`` of A at local offset ``oa - 1 - t`` and piece ``j`` of B at ``ob - 1 - t``
+    differ (``t < n``), or ``n``: :func:`_compare` reading both backwards."""
+    if _first(A, i, oa - 1) != _first(B, j, ob - 1):
+        return 0
+    if n == 1 or _first(A, i, oa - 2) != _first(B, j, ob - 2):
+        return 1
+    done = 0
+    step = min(_PROBE, n)
+    while done < n:
+        ta = _piece(A, i, oa - done - step, oa - done)[::-1]
+        tb = _piece(B, j, ob - done - step, ob - done)[::-1]
+        neq = ta != tb
+        k = int(neq.argmax())
+        if neq[k]:
+            return done + k
+        done += step
+        step = min(n - done, 4 * step)
+    return n
+
+
 def _compare(A: Seq, i: int, oa: int, B: Seq, j: int, ob: int, n: int) -> int:
     """First index where piece ``i`` of A (from ``oa``) and piece ``j`` of B (from ``ob``) differ, or ``n``."""
     if _first(A, i, oa) != _first(B, j, ob):

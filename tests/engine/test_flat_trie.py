@@ -222,3 +222,49 @@ def test_child_table_deletes_by_backward_shift():
         for p in range(3):
             for k in range(40):
                 assert t.find(p, k) == live.get((p, k), -1)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_reversed_trie_is_the_trie_of_reversed_runs(seed):
+    """A ``rev`` trie claiming forward runs (read backwards) is node for node the trie of the reversed runs (as
+    ``Seq.rev`` makes them: the tail trie before), with the same answers to lookups of reversed queries."""
+    rng = np.random.default_rng(100 + seed)
+    seqs = _array_prompts(rng, [3, 5, 40][seed % 3]) if seed < 3 else \
+        [q for q in _segment_prompts(rng) if q.rows[0] >= 0]
+    prompts = [q.tokens(0, q.end) for q in seqs]
+    fwd, rev = FlatTrie(bits=2 + seed % 2 * 8), FlatTrie(bits=3, rev=True)
+    held: list = []
+    for step in range(700):
+        op = rng.random()
+        if op < 0.5 or not held:
+            q = seqs[int(rng.integers(len(seqs)))]
+            lo = int(rng.integers(0, q.end))
+            hi = int(rng.integers(lo, q.end + 1)) if rng.random() < 0.97 else lo
+            fp = hash(q.tokens(lo, hi).tobytes()) & (2**64 - 1)
+            if rng.random() < 0.03:
+                fp ^= 1
+            a = fwd.claim(q.rev(lo, hi), fp, 0, hi - lo) if hi > lo else fwd.claim(q, fp, lo, hi)
+            b = rev.claim(q, fp, lo, hi)
+            assert (a is None) == (b is None)
+            if a is not None:
+                held.append((fp, a, b))
+        elif op < 0.75:
+            fp, a, b = held.pop(int(rng.integers(len(held))))
+            fwd.release(a, fp)
+            rev.release(b, fp)
+        else:
+            p = prompts[int(rng.integers(len(prompts)))]
+            cut = int(rng.integers(0, p.shape[0] + 1))
+            toks = np.concatenate([rng.integers(0, 5, int(rng.integers(0, 6)), dtype=np.int32), p[cut:]])
+            assert rev.longest(Seq.of_array(toks)) == fwd.longest(Seq.of_array(toks[::-1].copy())), step
+        if step % 25 == 0 or step > 650:
+            fn, rn = _flat_nodes(fwd), _flat_nodes(rev)
+            assert len(fn) == len(rn) == fwd.num_nodes + 1 == rev.num_nodes + 1
+            ids = dict(zip(fn, rn, strict=True))
+            for x, y in zip(fn[1:], rn[1:], strict=True):
+                assert fwd.src[x].tokens(fwd.lo[x], fwd.lo[x] + fwd.n[x]).tolist() == \
+                    rev.src[y].tokens(rev.lo[y] - rev.n[y], rev.lo[y])[::-1].tolist()
+                assert fwd.ck[x] == rev.ck[y] and fwd.lock[x] == rev.lock[y] and fwd.has[x] == rev.has[y]
+                assert fwd.val[x] == rev.val[y] and ids[fwd.par[x]] == rev.par[y] and rev.find(rev.par[y], rev.ck[y]) == y
+                assert fwd.tokens_of(x).tolist() == rev.tokens_of(y).tolist()
+            assert all(ids[a] == b for _, a, b in held) and fwd.evictable_tokens == rev.evictable_tokens

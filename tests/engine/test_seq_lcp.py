@@ -82,3 +82,32 @@ def test_lcp_of_prompts_sharing_leading_segments() -> None:
             assert lcp(A, a, B, a, m) == want, (a, m)
             checked["full" if want == m else "part"] += want > 0
     assert checked["full"] > 100 and checked["part"] > 100
+
+
+def test_lcp_rev_equals_the_reversed_tokens_common_prefix() -> None:
+    """lcp_rev: the common prefix of two runs read backwards from their ends, on prompts of stored and opaque
+    segments sharing leading rows (aligned ends ``a == b``: the slice check; and anywhere) and private arrays."""
+    from pic.engine.seq import lcp_rev
+    rng = np.random.default_rng(5)
+    checked = {"aligned": 0, "long": 0}
+    for _ in range(30):
+        segs = _segments(rng)
+        seqs = []
+        base = rng.integers(0, len(segs), 4)
+        for _ in range(6):
+            rows = np.r_[base[:int(rng.integers(0, 5))], rng.integers(0, len(segs), int(rng.integers(1, 4)))]
+            bounds = np.r_[0, np.cumsum(segs.lengths[rows])]
+            toks = segs.gather(rows)
+            seqs.append((Seq.of_segments(segs, rows, bounds), toks))
+            seqs.append((Seq.of_array(toks.copy()), toks))
+        for _ in range(300):
+            (A, ta), (B, tb) = seqs[rng.integers(0, len(seqs))], seqs[rng.integers(0, len(seqs))]
+            a = int(rng.integers(1, ta.size + 1))
+            b = a if rng.random() < 0.5 and a <= tb.size else int(rng.integers(1, tb.size + 1))
+            m = int(rng.integers(0, min(a, b) + 1))
+            neq = np.flatnonzero(ta[a - m:a][::-1] != tb[b - m:b][::-1])
+            want = int(neq[0]) if neq.size else m
+            assert lcp_rev(A, a, B, b, m) == want, (a, b, m)
+            checked["aligned"] += a == b and want == m > 20 and A.arr is None and B.arr is None and A is not B
+            checked["long"] += want > 1
+    assert checked["aligned"] > 20 and checked["long"] > 100

@@ -50,7 +50,7 @@ class ChunkIndexes:
         # NOTE (memory): flat columns (engine.flat_trie: ~65 B per node, was ~1.5 KB of RadixNodes, children dicts
         # and boxed ints per chat request for both tries); a chunk's end node is an int id
         self.trie = FlatTrie()                              # index of ready chunks' tokens
-        self.rtrie = FlatTrie() if tails else None          # index of ready chunks' reversed tokens
+        self.rtrie = FlatTrie(rev=True) if tails else None  # index of ready chunks' reversed tokens
         # NOTE: the tries are built lazily. Indexing a chunk appends to ``_log``; the log is replayed into the
         # tries (same operations, same order, so the same trees) only when a lookup needs them: a walk whose
         # first (last) ``min_match`` tokens begin (end) some indexed chunk (``_heads``/``_tails``: how many
@@ -221,7 +221,7 @@ class ChunkIndexes:
         if self.rtrie is None or toks.shape[0] < m or (cdc.fingerprint(toks[-m:]) if tail is None else tail) not in self._tails:
             return 0, None
         self._flush()
-        num, fp = self.rtrie.longest(Seq.of_array(np.ascontiguousarray(toks[::-1])))
+        num, fp = self.rtrie.longest(Seq.of_array(toks))     # (a reversed trie: read from the end)
         return (0, None) if fp is None else (num, self.chunk_of(self.entries[fp], fp))
 
     def extendable(self, c: Chunk) -> bool:
@@ -280,22 +280,17 @@ class ChunkIndexes:
         runs = None
         if Run in map(type, log[1::3]):       # a run: each of its chunks (RunChunks.run_paths)
             log, runs = self.run_paths(log)
-        rsrc, rlo, rhi, rseq = None, 0, 0, None
+        trie, rtrie = self.trie, self.rtrie
         for i in range(0, len(log), 3):
             add, c, n = log[i], log[i + 1], log[i + 2]
             if add:
-                # NOTE (memory): edges refer to the chunk's prompt (forward) and to a reversed run of it, by
-                # reference: no token copy (was ~4.5 KB per request on chat); one reversed run serves the
-                # chunks of a prompt logged in a row (a request's new chunks)
-                c.node = self.trie.claim(c.src, c.fp, c.pos, c.pos + n)
-                if self.rtrie is not None:
-                    if c.src is not rsrc or c.pos < rlo or c.pos + n > rhi:
-                        rsrc, rlo, rhi, j = c.src, c.pos, c.pos + n, i + 3
-                        while j < len(log) and log[j] and log[j + 1].src is rsrc:
-                            rlo, rhi = min(rlo, log[j + 1].pos), max(rhi, log[j + 1].pos + log[j + 2])
-                            j += 3
-                        rseq = rsrc.rev(rlo, rhi)
-                    c.rnode = self.rtrie.claim(rseq, c.fp, rhi - c.pos - n, rhi - c.pos)
+                # NOTE (memory): edges refer to the chunk's prompt, by reference: no token copy (was ~4.5 KB per
+                # request on chat); the tail trie reads the same prompt backwards (FlatTrie rev: no reversed Seq
+                # per request, ~260 B per chat request)
+                src, pos = c.src, c.pos
+                c.node = trie.claim(src, c.fp, pos, pos + n)
+                if rtrie is not None:
+                    c.rnode = rtrie.claim(src, c.fp, pos, pos + n)
                 continue
             # NOTE (speed): the trie keeps only locked paths, so what this release unlocked (the node and
             # the ancestors it alone held) is all a full eviction would free: FlatTrie.release prunes that path
