@@ -108,6 +108,24 @@ class FlatTrie:
         self.inc_lock(node)
         return node
 
+    def node_of(self, q: Seq, fp: int, lo: int, hi: int) -> int | None:
+        """The node :meth:`claim` ``(q, fp, lo, hi)`` returned, while that claim holds: the end node of ``q[lo:hi]``
+        (reversed in a reversed trie) if it holds value ``fp``, else None (another value took the path). A walk, no
+        change. NOTE (memory): a lean store's runs keep no end nodes, they are found so when a chunk is made of a run
+        (rarely: 5 chunks of 8,046 runs on chat 10^4)."""
+        n = hi - lo
+        if n <= 0:
+            node = 0
+        else:
+            child = self.find(0, q.token(hi - 1) if self.rev else q.token(lo))
+            if child < 0:
+                return None
+            pos, node, child, _ = self._walk_rev(q, hi, n, False, child) if self.rev else \
+                self._walk(q, lo, n, False, child)
+            if pos < n or child >= 0:
+                return None
+        return node if self.has[node] and self.val[node] == fp else None
+
     def release(self, node: int, fp: int) -> None:
         """Undo :meth:`claim` of ``node`` by value ``fp``: unlock it, remove what that left unlocked as a leaf
         (and each parent that becomes one), then every other unlocked node (none where every path is claimed)."""

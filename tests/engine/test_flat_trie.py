@@ -144,6 +144,7 @@ def test_flat_trie_is_the_radix_tree_node_for_node(seed):
     prompts = [q.tokens(0, q.end) for q in seqs]
     split_tree, tree, flat = RadixTree(evicts=False), RadixTree(evicts=False), FlatTrie(bits=2 + seed % 2 * 8)
     held: list = []                       # (fp, split_tree node, tree node, flat node)
+    ref: dict = {}                        # flat node -> the claim's run
     for step in range(900):
         op = rng.random()
         if op < 0.45 or not held:
@@ -155,8 +156,10 @@ def test_flat_trie_is_the_radix_tree_node_for_node(seed):
                 fp ^= 1                  # (a fingerprint collision: another value on the same path)
             a, b, c = _claim(split_tree, q, fp, lo, hi), _claim(tree, q, fp, lo, hi), flat.claim(q, fp, lo, hi)
             assert (a is None) == (b is None) == (c is None)
+            assert flat.node_of(q, fp, lo, hi) == c               # (found again by a walk while the claim holds)
             if c is not None:
                 held.append((fp, a, b, c))
+                ref[c] = (q, lo, hi)
         elif op < 0.75:
             fp, a, b, c = held.pop(int(rng.integers(len(held))))
             _release(split_tree, a, fp)
@@ -170,8 +173,11 @@ def test_flat_trie_is_the_radix_tree_node_for_node(seed):
             assert got == _longest(split_tree, toks, True) == _longest(tree, toks, False), step
         if step % 25 == 0 or step > 850:
             ids = _same_tree(tree, flat)
-            for _, _, b, c in held:
+            for fp, _, b, c in held:
                 assert ids[id(b)] == c and flat.has_children(c) == bool(b.children)
+                q, lo, hi = ref[c]        # (a release of a twin claim, same run and value, clears the value)
+                assert flat.node_of(q, fp, lo, hi) == (c if flat.has[c] and flat.val[c] == fp else None)
+                assert flat.node_of(q, fp ^ 2, lo, hi) is None
     while held:
         fp, _, b, c = held.pop()
         _release(tree, b, fp)
@@ -234,6 +240,7 @@ def test_reversed_trie_is_the_trie_of_reversed_runs(seed):
     prompts = [q.tokens(0, q.end) for q in seqs]
     fwd, rev = FlatTrie(bits=2 + seed % 2 * 8), FlatTrie(bits=3, rev=True)
     held: list = []
+    ref: dict = {}
     for step in range(700):
         op = rng.random()
         if op < 0.5 or not held:
@@ -246,8 +253,10 @@ def test_reversed_trie_is_the_trie_of_reversed_runs(seed):
             a = fwd.claim(q.rev(lo, hi), fp, 0, hi - lo) if hi > lo else fwd.claim(q, fp, lo, hi)
             b = rev.claim(q, fp, lo, hi)
             assert (a is None) == (b is None)
+            assert rev.node_of(q, fp, lo, hi) == b
             if a is not None:
                 held.append((fp, a, b))
+                ref[b] = (q, lo, hi)
         elif op < 0.75:
             fp, a, b = held.pop(int(rng.integers(len(held))))
             fwd.release(a, fp)
@@ -268,3 +277,23 @@ def test_reversed_trie_is_the_trie_of_reversed_runs(seed):
                 assert fwd.val[x] == rev.val[y] and ids[fwd.par[x]] == rev.par[y] and rev.find(rev.par[y], rev.ck[y]) == y
                 assert fwd.tokens_of(x).tolist() == rev.tokens_of(y).tolist()
             assert all(ids[a] == b for _, a, b in held) and fwd.evictable_tokens == rev.evictable_tokens
+            for fp, _, b in held:
+                q, lo, hi = ref[b]
+                assert rev.node_of(q, fp, lo, hi) == (b if rev.has[b] and rev.val[b] == fp else None)
+                assert rev.node_of(q, fp ^ 2, lo, hi) is None
+
+
+def test_node_of_is_the_claims_end_node_only():
+    """``node_of``: the node a claim of the same run and value got; None for a run ending inside an edge (even below a
+    node holding that value), for another value, for a run not in the trie; reversed in a reversed trie."""
+    s = Seq.of_array(np.array([1, 2, 3, 9, 7, 4], np.int32))
+    for rev in (False, True):
+        t = FlatTrie(rev=rev)
+        a = t.claim(s, 10, 0, 2) if not rev else t.claim(s, 10, 4, 6)          # [1 2] / reversed [4 7]
+        b = t.claim(s, 11, 0, 5) if not rev else t.claim(s, 11, 1, 6)          # [1 2 3 9 7] / [4 7 9 3 2]
+        assert t.par[b] == a
+        got = [t.node_of(s, 10, 0, 2), t.node_of(s, 11, 0, 5), t.node_of(s, 10, 0, 4), t.node_of(s, 12, 0, 5),
+               t.node_of(s, 10, 2, 4)] if not rev else \
+              [t.node_of(s, 10, 4, 6), t.node_of(s, 11, 1, 6), t.node_of(s, 10, 2, 6), t.node_of(s, 12, 1, 6),
+               t.node_of(s, 10, 0, 2)]
+        assert got == [a, b, None, None, None]

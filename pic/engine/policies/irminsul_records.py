@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from pic.engine.radix import RadixNode
 from pic.engine.seq import Seq
 
 NONE: list[int] = []  # shared by every chunk without S1 windows (never appended to)
@@ -63,8 +62,8 @@ class Chunk:
         self.head: int | None = None              # key of its first min_match tokens, once indexed
         self.ready = False
         self.windows: list[int] = NONE            # S1 window fingerprints it registered (a list once it has)
-        self.node: RadixNode | None = None       # end node of its tokens in the chunk trie
-        self.rnode: RadixNode | None = None      # end node of its reversed tokens in the tail trie
+        self.node: int | None = None             # end node of its tokens in the chunk trie (engine.flat_trie)
+        self.rnode: int | None = None            # end node of its reversed tokens in the tail trie
         self.indexed: int | None = None          # how many of its tokens the tries index (None: not indexed)
 
     @property
@@ -135,10 +134,10 @@ class Run:
     walk, the store turning exact), then kept in ``cs`` and in the registry.
 
     ``heads``/``tails``: the keys of each chunk's first and last ``min_match`` tokens (None for a shorter chunk), until
-    ready (a store that keeps keys: kept); ``own``: ``[x]`` while its producer holds it; ``nodes``: once its chunks'
-    paths are in the tries (a lean store's :meth:`~engine.policies.irminsul_index.ChunkIndexes._flush`), each chunk's
-    end node in the chunk trie, then (with a tail trie) each one's in the tail trie (the :attr:`Chunk.node` and
-    :attr:`Chunk.rnode` of a chunk made of it later). NOTE (speed): ~30 new chunks
+    ready (a store that keeps keys: kept); ``own``: ``[x]`` while its producer holds it; ``nodes``: True once its chunks'
+    paths are in the tries (a lean store's :meth:`~engine.policies.irminsul_index.ChunkIndexes._flush`): a chunk made
+    of it later finds its :attr:`Chunk.node` and :attr:`Chunk.rnode` by a walk (``FlatTrie.node_of``: the end nodes
+    its path's claims got; NOTE (memory): no array of them per run). NOTE (speed): ~30 new chunks
     per Mooncake conversation request were ~30 :class:`Chunk` objects, pieces tuples and readiness stores."""
 
     __slots__ = ("x", "src", "bounds", "fps", "k", "n", "heads", "tails", "owner", "own", "ready", "cs", "short", "nodes")
@@ -151,7 +150,7 @@ class Run:
         self.own: list[Extent] = [x]
         self.ready = False
         self.cs: list[Chunk | None] | None = None     # the chunks made of it (chunk_at), by index
-        self.nodes: tuple[RadixNode | None, ...] | None = None     # its chunks' trie end nodes, once indexed
+        self.nodes: bool | None = None     # True once its chunks' paths are in the tries
 
     @classmethod
     def new(cls, x: Extent, src: Seq, bounds: list[int], fps: list[int], k: int, n: int, heads: list, tails: list,

@@ -14,6 +14,7 @@ from operator import is_, sub
 import numpy as np
 
 from pic.engine import cdc
+from pic.engine.flat_trie import FlatTrie
 from pic.engine.oracle import RefRuns
 from pic.engine.policies.irminsul_records import LEAN, RELEASED, Chunk, Extent, Run, new_chunk, new_extent
 from pic.engine.seq import Seq
@@ -35,6 +36,8 @@ class RunChunks:
     _admissions: int
     evictable: int
     protected: int
+    trie: FlatTrie
+    rtrie: FlatTrie | None
 
     def chunk_at(self, r: Run, i: int) -> Chunk:
         """Run ``r``'s chunk ``i`` as a :class:`Chunk` (made once, then the registry's entry of its fingerprint):
@@ -50,10 +53,10 @@ class RunChunks:
         n = r.bounds[j + 1] - a
         keys = (r.heads[i], r.tails[i]) if n >= m and r.heads is not None else None
         c = new_chunk(r.fps[j], r.src, a, n, ((x, a - x.base_pos, n),), r.owner, r.own if i == 0 else RELEASED, keys)
-        if r.nodes is not None:               # (its paths are in the tries: _flush)
-            c.node = r.nodes[i]
-            if len(r.nodes) > r.n:
-                c.rnode = r.nodes[r.n + i]
+        if r.nodes:                           # (its paths are in the tries, _flush: the end nodes its claims got)
+            c.node = self.trie.node_of(r.src, c.fp, a, a + n)
+            if self.rtrie is not None:
+                c.rnode = self.rtrie.node_of(r.src, c.fp, a, a + n)
         if r.ready:
             c.ready = True
             c.indexed = n
@@ -90,8 +93,8 @@ class RunChunks:
         """The trie log ``log`` (flat ``add, chunk, n`` triples, :meth:`~engine.policies.irminsul_index.ChunkIndexes._flush`)
         with each run's entry replaced by one per chunk of it, in order; and ``(run, items)`` for each run so replaced in
         a lean store. NOTE (memory): there a chunk not made yet is indexed through a :class:`_Path` (what the log's replay
-        reads and sets of a chunk), not made: the run keeps the end nodes (:attr:`Run.nodes`; ~0.4 KB less per chunk
-        than a :class:`Chunk` with its pieces); once exact (a chunk may be cut) every chunk is made and indexed at its
+        reads and sets of a chunk), not made (~0.4 KB less per chunk than a :class:`Chunk` with its pieces): the run is
+        marked indexed (:attr:`Run.nodes`), a chunk made of it later finds its end nodes by a walk; once exact (a chunk may be cut) every chunk is made and indexed at its
         size, as before."""
         out: list = []
         runs: list = []
