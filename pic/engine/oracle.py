@@ -390,9 +390,12 @@ def _duplicate_cols(runs: RefRuns, store, W: int) -> int:
 def _covered_total(store, chunks, W: int, size: int) -> int:
     """The covered tokens of the items ``chunks()`` yields (:func:`engine.coverage.covered_counts_chunked`), with
     the anchor filter (a second ``chunks()`` pass) for at most ``_ANCHOR_TOKENS`` stored tokens (``size``)."""
-    from pic.engine.coverage import covered_counts_chunked
+    from pic.engine.coverage import covered_counts_chunked, covered_none
 
-    return int(covered_counts_chunked(store, chunks(), W, again=chunks if size <= _ANCHOR_TOKENS else None).sum())
+    if size > _ANCHOR_TOKENS:
+        return int(covered_counts_chunked(store, chunks(), W).sum())
+    none, got = covered_none(store, chunks(), W)      # (a count of 0 told by the names alone)
+    return 0 if none else int(covered_counts_chunked(store, iter(got or chunks()), W, again=chunks).sum())
 
 
 _REF_BLOCK = 1 << 13

@@ -288,3 +288,73 @@ def test_duplicate_tokens_of_chunked_runs_filtered(monkeypatch, seed: int, block
             got[ids, m] = oracle.duplicate_tokens(runs, m)
             assert got[ids, m] == oracle.duplicate_tokens(toks, m)
     assert got[on, 8] > 0 and len(runs) > 300
+
+
+def _opaque_trace(seed: int, n: int = 80, repeats: bool = False) -> Trace:
+    """Prompts of opaque blocks only (a radix tree's stored runs hold each content once): conversations that
+    grow (a prompt continues an earlier one, or a cut of it), a prompt's last block met longer in a later
+    one (one stream at two lengths), optionally a block met again after another prefix (content stored twice)."""
+    rng = np.random.default_rng(seed)
+    table = SegmentTable()
+    rows = {c: [] for c in ("request_id", "session_id", "agent_id", "arrival_us", "output_tokens", "segment_ids")}
+    prompts: list[list[tuple[int, int]]] = []
+    key = 0
+    for i in range(n):
+        blocks = list(prompts[int(rng.integers(len(prompts)))]) if prompts and rng.random() < 0.7 else []
+        if blocks and rng.random() < 0.3:
+            blocks = blocks[:int(rng.integers(1, len(blocks) + 1))]
+        if blocks and rng.random() < 0.4:
+            blocks[-1] = (blocks[-1][0], blocks[-1][1] + int(rng.integers(1, 50)))     # its last block, longer
+        for _ in range(int(rng.integers(1, 4))):
+            key += 1
+            k = int(rng.integers(1, key)) if repeats and rng.random() < 0.15 else key
+            blocks.append((k, int(rng.choice([10, 40, 64, 100]))))
+        prompts.append(blocks)
+        sids = [table.add_opaque(k, 5, ln, "block") for k, ln in blocks]
+        for c, v in zip(rows, (i, f"s{i}", "a", i, 1, sids), strict=True):
+            rows[c].append(v)
+    return Trace(table.build(), requests_frame(rows), source="<opaque>")
+
+
+@pytest.mark.parametrize(("seed", "repeats", "keep"), [(0, False, 1 << 21), (1, False, 0), (2, True, 1 << 21),
+                                                        (3, True, 0), (4, True, 5)])
+def test_covered_none_decides_zero_counts(monkeypatch, seed: int, repeats: bool, keep: int) -> None:
+    """coverage.covered_none: where it tells that no window is seen earlier, the count is 0 by the tokens;
+    elsewhere (content stored twice, stored-token segments, contexts of a window or more) the count is
+    the token-level one, with the chunks it read kept (or, past ``keep`` pieces, read again)."""
+    from pic.engine import coverage, oracle
+    from pic.engine.radix import RadixTree
+    from pic.engine.replay import workload_from_trace
+
+    told = []
+    real = coverage.covered_none
+
+    def spy(store, chunks, width, keep_=None):
+        got = real(store, chunks, width, keep)
+        told.append(got[0])
+        return got
+
+    monkeypatch.setattr(coverage, "covered_none", spy)
+    for t in (_opaque_trace(seed, repeats=repeats), _tricky_trace(seed)):
+        work = workload_from_trace(t)
+        seqs = [work.view(i).seq for i in range(work.num_requests)]
+        tree = RadixTree()
+        for i, q in enumerate(seqs):
+            tree.insert(q, i)
+        rng = np.random.default_rng(seed)
+        cuts = []
+        for _ in range(60):
+            q = seqs[int(rng.integers(len(seqs)))]
+            lo = int(rng.integers(0, q.end))
+            cuts.append((q, lo, int(rng.integers(lo, q.end + 1)), 0))
+        for refs in (tree.run_refs(), tree.run_refs(context=7), tree.run_refs(context=100), cuts):
+            toks = [(q.tokens(lo, hi), c) for q, lo, hi, c in refs]
+            for m in (8, 16, 64):
+                assert oracle.duplicate_tokens(refs, m) == oracle.duplicate_tokens(toks, m)
+    assert False in told and (True in told or repeats)
+    if not repeats:             # a radix tree of opaque content: its runs' count is told 0 by the names
+        work, runs = workload_from_trace(_opaque_trace(seed)), RadixTree()
+        for i in range(work.num_requests):
+            runs.insert(work.view(i).seq, i)
+        told.clear()
+        assert oracle.duplicate_tokens(runs.run_refs(), 16) == 0 and told == [True]
