@@ -74,12 +74,12 @@ def covered_counts_chunked(store, chunks, width: int, again=None, whole: bool = 
     ``whole``: every piece of every chunk is a whole segment (``p_lo``/``p_hi`` None): a name whose content
     has one length then has one interval, and is decided by whether an earlier item met it."""
     W = int(width)
-    sid_of = _content_ids(store)
-    same = _one_length(store, sid_of) if whole else None
+    sid_of, lens, _ = _store_cols(store)
+    same = _one_length(sid_of, lens) if whole else None
     # cut pieces (stored runs): the records of a name filtered by their content (the left one across a boundary)
     ids = int(sid_of.max()) + 1 if sid_of.shape[0] else 0
     buckets = ids if not whole and ids <= _FILTER_IDS else None
-    narrow = bool(ids) and int(np.diff(store.offsets).max()) < 1 << 31
+    narrow = bool(ids) and int(lens.max()) < 1 << 31
     one = _Earlier(None if same is None else same.shape[0], buckets, narrow)      # (its keys are content ids)
     two, kept, cfs, i0 = _Earlier(None, buckets, narrow), [], [], 0
     todo = []
@@ -113,10 +113,10 @@ def covered_counts_chunked(store, chunks, width: int, again=None, whole: bool = 
     return _union_length(pi[ok], pa[ok], pb[ok], i0)
 
 
-def covered_none(store, chunks, width: int, keep: int = 1 << 21) -> tuple[bool, list | None]:
+def covered_none(store, chunks, width: int, keep: int = 1 << 18) -> tuple[bool, list | None]:
     """Whether :func:`covered_counts_chunked` of ``chunks`` (its form) is all zeros, decided from the content names
     alone where it can be (False: not decided); and the chunks read, or None past ``keep`` pieces (read them again;
-    ~50 MB of chunks at the default).
+    ~8 MB of chunks at the default).
 
     Decided (True) when every piece is opaque, every item's context is shorter than ``width`` (each window
     touches its own tokens), no prefix is given, no own token (stream, offset) lies in two pieces, and no two items
@@ -125,10 +125,10 @@ def covered_none(store, chunks, width: int, keep: int = 1 << 21) -> tuple[bool, 
     context. NOTE (speed): a radix tree's stored runs (Mooncake and Azure conversation ``prefix``, ``irminsul``)
     hold each content once, a child's context its parent's tail: Mooncake ``prefix`` 0.074 -> ~0.04 CPU s."""
     W = int(width)
-    sid_of, opq = _content_ids(store), store.opaque_mask
-    ok = bool(opq.all()) and (not len(store) or int(np.diff(store.offsets).max()) < 1 << 31)
+    sid_of, lens, opq = _store_cols(store)
+    ok = bool(opq.all()) and (not len(store) or int(lens.max()) < 1 << 31)
     got: list | None = []
-    own, ctx, i0, n = [], [], 0, 0
+    oa, ob, oi, ctx, i0, n = [], [], [], [], 0, 0
     for ch in chunks:
         rows, offs, cf, pf, p_lo, p_hi = ch
         n += rows.shape[0]
@@ -144,14 +144,19 @@ def covered_none(store, chunks, width: int, keep: int = 1 << 21) -> tuple[bool, 
         cut = np.clip(cf[item] - (cum[:-1] - cum[offs[:-1]][item]), 0, L)     # context tokens of each piece
         key = sid_of[rows] << np.int64(32)
         o, c = np.flatnonzero(cut < L), np.flatnonzero(cut > 0)
-        own.append((key[o] + p_lo[o] + cut[o], key[o] + p_hi[o], item[o] + i0))
-        ctx.append((key[c] + p_lo[c], key[c] + p_lo[c] + cut[c], item[c] + i0))
+        oa.append(key[o] + p_lo[o] + cut[o])
+        ob.append(key[o] + p_hi[o])
+        oi.append((item[o] + i0).astype(np.int32))
+        ctx.append((key[c] + p_lo[c], key[c] + p_lo[c] + cut[c], (item[c] + i0).astype(np.int32)))
         i0 += offs.shape[0] - 1
-    if not ok or not own:
+    if not ok or not oa:
         return ok, got
-    oa, ob, oi = (np.concatenate([x[j] for x in own]) for j in range(3))
-    k = np.argsort(oa)
-    oa, ob, oi = oa[k], ob[k], oi[k]
+    # NOTE (memory): each column concatenated, its parts dropped, then put in order; item numbers int32; chunks
+    # kept up to ``keep`` pieces only (irminsul's 0.37 M Mooncake runs: the count's traced peak 62 -> 24 MB;
+    # 28.5 MB before this check)
+    k = np.argsort(oa := _joined(oa))
+    oa, ob, oi = oa[k], _joined(ob)[k], _joined(oi)[k]
+    del k
     if (oa[1:] < ob[:-1]).any():
         return False, got                      # an own token in two pieces
     ca, cb, ci = (np.concatenate([x[j] for x in ctx]) for j in range(3))
@@ -159,8 +164,15 @@ def covered_none(store, chunks, width: int, keep: int = 1 << 21) -> tuple[bool, 
     cnt = np.maximum(np.searchsorted(oa, cb, side="left") - f, 0)
     oi, ci = oi[np.repeat(f, cnt) + ramp(cnt)], np.repeat(ci, cnt)   # (item whose own content, item whose context)
     m = oi != ci
-    oi, ci = oi[m], ci[m]
+    oi, ci = oi[m].astype(np.int64), ci[m].astype(np.int64)
     return not np.isin(oi * i0 + ci, ci * i0 + oi).any(), got
+
+
+def _joined(parts: list) -> np.ndarray:
+    """``np.concatenate(parts)``, ``parts`` emptied."""
+    out = np.concatenate(parts)
+    parts.clear()
+    return out
 
 
 _CHUNK_PIECES = 1 << 15       # pieces per chunk of items (about; an item is never split)
@@ -182,7 +194,7 @@ def _pieces(store, rows, offs, p_lo, p_hi):
     """A chunk's pieces: ``(rows, p_lo, p_hi, cum)`` (defaults filled in; ``cum``: running token offsets)."""
     O = rows.shape[0]
     p_lo = np.zeros(O, np.int64) if p_lo is None else p_lo
-    p_hi = np.diff(store.offsets)[rows] if p_hi is None else p_hi
+    p_hi = _store_cols(store)[1][rows] if p_hi is None else p_hi
     cum = np.zeros(O + 1, np.int64)
     np.cumsum(p_hi - p_lo, out=cum[1:])
     return rows, p_lo, p_hi, cum
@@ -201,7 +213,7 @@ def _chunk(store, piece, offs, item0, W, cf, pf, sid_of, one, two, same=None):
     lo = cum[:-1] - cum[offs[:-1]][item]                      # offset of each piece in its item
     end = lo + L
     N = cum[offs[1:]] - cum[offs[:-1]]
-    opq = store.opaque_mask[rows]
+    opq = _store_cols(store)[2][rows]
     sid = sid_of[rows]
     last = N[item] - W                                        # last window start of the item
     hit_a, hit_b, hit_item, hash_a, hash_b, hash_item = [], [], [], [], [], []
@@ -265,16 +277,30 @@ def _mix_keys(*cols) -> np.ndarray:
     return z
 
 
+def _store_cols(store) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per segment row of ``store`` (read only): its content id (:func:`_content_ids`), length, opaque mask.
+    NOTE (speed): the last store's are kept (weak references to its arrays: no store is kept alive); a replay's
+    oracle and duplicate count read one trace's segments, a chunk at a time (Mooncake conversation: ~4 ms of
+    content ids, and ~3 ms of lengths and masks per chunk pass, each time)."""
+    import weakref
+
+    parts = (store.offsets, store.token_offsets, store.keys, store.salts)
+    if _COLS[0] is not None and all(r() is x for r, x in zip(_COLS[0], parts, strict=True)):
+        return _COLS[1]
+    cols = (_content_ids(store), np.diff(store.offsets), store.opaque_mask)
+    for c in cols:
+        c.flags.writeable = False
+    _COLS[:] = [tuple(weakref.ref(x) if x is not None else (lambda: None) for x in parts), cols]
+    return cols
+
+
+_COLS: list = [None, None]
+
+
 def _content_ids(store) -> np.ndarray:
     """int64 per segment row of ``store``: its content's identity. A stored segment is its row; an opaque
     segment is its ``(key, salt)`` stream (a shorter block of a stream is a prefix of a longer one),
-    numbered after the rows. NOTE (speed): the last store's answer is kept (a replay's oracle and duplicate
-    count read one trace's segments: Mooncake conversation ~4 ms each)."""
-    import weakref
-
-    parts = (store.offsets, store.keys, store.salts)
-    if _IDS[0] is not None and all(r() is x for r, x in zip(_IDS[0], parts, strict=True)):
-        return _IDS[1]
+    numbered after the rows."""
     sid = np.arange(len(store), dtype=np.int64)
     k = np.flatnonzero(store.opaque_mask)
     if k.shape[0]:
@@ -285,18 +311,12 @@ def _content_ids(store) -> np.ndarray:
         stream = np.empty(k.shape[0], np.int64)
         stream[order] = np.cumsum(head) - 1
         sid[k] = len(store) + stream
-    sid.flags.writeable = False
-    _IDS[:] = [tuple(weakref.ref(x) if x is not None else (lambda: None) for x in parts), sid]   # (no store kept)
     return sid
 
 
-_IDS: list = [None, None]
-
-
-def _one_length(store, sid_of: np.ndarray) -> np.ndarray:
+def _one_length(sid_of: np.ndarray, n: np.ndarray) -> np.ndarray:
     """bool per content id (:func:`_content_ids`): all its rows have one length (a stored row; an opaque
     stream met at one length)."""
-    n = np.diff(store.offsets)
     lo = np.full(int(sid_of.max()) + 1 if sid_of.shape[0] else 0, np.iinfo(np.int64).max, np.int64)
     hi = np.full(lo.shape[0], -1, np.int64)
     np.minimum.at(lo, sid_of, n)
