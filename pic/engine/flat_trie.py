@@ -75,32 +75,21 @@ class FlatTrie:
         n = hi - lo
         if n <= 0:
             node = 0
-        elif self.rev:
-            ck = q.token(hi - 1)
-            child = self.find(0, ck)
-            if child < 0:
-                node = self._leaf(0, q, hi, n, ck)
-                self.val[node] = fp
-                self.has[node] = 1
-                self.lock[node] = 1
-                self.evictable_tokens -= n
-                return node
-            pos, node, _, ck = self._walk_rev(q, hi, n, True, child)
-            if pos < n:
-                node = self._leaf(node, q, hi - pos, n - pos, ck)
         else:
-            ck = q.token(lo)
+            rev = self.rev
+            at = hi if rev else lo            # a reversed trie's node records where its run ends
+            ck = q.token(hi - 1 if rev else lo)
             child = self.find(0, ck)
             if child < 0:                     # (most chunks: a new leaf under the root, no walk)
-                node = self._leaf(0, q, lo, n, ck)
+                node = self._leaf(0, q, at, n, ck)
                 self.val[node] = fp
                 self.has[node] = 1
                 self.lock[node] = 1
                 self.evictable_tokens -= n
                 return node
-            pos, node, _, ck = self._walk(q, lo, n, True, child)
+            pos, node, _, ck = (self._walk_rev if rev else self._walk)(q, at, n, True, child)
             if pos < n:
-                node = self._leaf(node, q, lo + pos, n - pos, ck)
+                node = self._leaf(node, q, at - pos if rev else at + pos, n - pos, ck)
         if self.has[node] and self.val[node] != fp:
             return None
         self.val[node] = fp
