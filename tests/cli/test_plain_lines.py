@@ -57,9 +57,12 @@ def test_rich_decides_where_it_may_treat_stderr_as_a_terminal(monkeypatch) -> No
     assert not errors.plain_stderr()
 
 
-def test_replay_json_into_a_pipe_imports_no_rich(tmp_path) -> None:
+def _replay_into_a_pipe(tmp_path, *options: str) -> tuple[str, str]:
+    """`pic replay` of the sample (30 requests) in a child whose stdout is a pipe: its output, and the rich modules
+    it imported."""
+    argv = ["pic", "replay", SAMPLE, "--limit", "30", *options, "-o", str(tmp_path / "run")]
     code = ("import sys\nfrom pic.cli.app import main\n"
-            f"sys.argv = ['pic', 'replay', {SAMPLE!r}, '--limit', '30', '--json', '-o', {str(tmp_path / 'run')!r}]\n"
+            f"sys.argv = {argv!r}\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
             "print('RICH', sorted(m for m in sys.modules if m.split('.')[0] == 'rich'))\n")
     env = {k: v for k, v in os.environ.items() if k not in errors._RICH_ENV}
@@ -67,5 +70,16 @@ def test_replay_json_into_a_pipe_imports_no_rich(tmp_path) -> None:
                        env={**env, "PYTHONPATH": str(ROOT)})
     assert p.returncode == 0, p.stderr
     out, last = p.stdout.rsplit("RICH", 1)
+    return out, last.strip()
+
+
+def test_replay_json_into_a_pipe_imports_no_rich(tmp_path) -> None:
+    out, rich_modules = _replay_into_a_pipe(tmp_path, "--json")
     assert json.loads(out)["policies"]["prefix"]["requests"] == 30
-    assert last.strip() == "[]"
+    assert rich_modules == "[]"
+
+
+def test_replay_table_into_a_pipe_imports_no_rich(tmp_path) -> None:
+    out, rich_modules = _replay_into_a_pipe(tmp_path)
+    assert "┃ policy" in out and "│ prefix" in out
+    assert rich_modules == "[]"
