@@ -295,7 +295,7 @@ class FlatTrie:
     def _walk_rev(self, q: Seq, hi: int, n: int, split: bool, child: int) -> tuple[int, int, int, int]:
         """:meth:`_walk` of a reversed trie: ``q[hi - n:hi]`` read backwards (``pos`` tokens matched: the query's
         position is ``hi - pos``, its next token ``q[hi - pos - 1]``)."""
-        nn, lo_, src, tab, mask, par, cks = self.n, self.lo, self.src, self.tab, self.mask, self.par, self.ck
+        nn, lo_, src = self.n, self.lo, self.src
         node, pos, x = 0, 0, hi
         while True:
             e = nn[child]
@@ -313,14 +313,9 @@ class FlatTrie:
                 return pos, node, _NIL, _NIL
             x = hi - pos
             ck = q.token(x - 1)
-            h = hash((node, ck)) & mask
-            while True:
-                child = tab[h]
-                if child < 0:
-                    return pos, node, _NIL, ck
-                if par[child] == node and cks[child] == ck:
-                    break
-                h = (h + 1) & mask
+            child = self.find(node, ck)       # (a tail trie's walks are few: the probe not inlined as in _walk)
+            if child < 0:
+                return pos, node, _NIL, ck
 
     def _new(self) -> int:
         """A free node id (its columns those of an empty leaf). NOTE (speed): the columns grow by blocks of
