@@ -135,26 +135,12 @@ def test_duplicate_tokens_by_reference_equals_tokens(monkeypatch, seed: int, anc
     context, opaque streams cut anywhere) count what their tokens count, with the anchor filter (its second
     pass from the kept run columns) and without it (above ``_ANCHOR_TOKENS``), in blocks down to one run."""
     from pic.engine import oracle
-    from pic.engine.radix import RadixTree
-    from pic.engine.replay import workload_from_trace
 
     monkeypatch.setattr(oracle, "_REF_BLOCK", block)
     if not anchors:
         monkeypatch.setattr(oracle, "_ANCHOR_TOKENS", 0)
 
-    t = _tricky_trace(seed, n=80)
-    work = workload_from_trace(t)
-    seqs = [work.view(i).seq for i in range(work.num_requests)]
-    tree = RadixTree()
-    for i, q in enumerate(seqs):
-        tree.insert(q, i)
-    rng = np.random.default_rng(seed)
-    cuts = []
-    for _ in range(150):
-        q = seqs[int(rng.integers(len(seqs)))]
-        lo = int(rng.integers(0, q.end))
-        hi = int(rng.integers(lo, q.end + 1))
-        cuts.append((q, lo, hi, int(rng.integers(0, min(80, hi - lo) + 1))))
+    seqs, tree, cuts = _tree_and_cuts(_tricky_trace(seed, n=80), seed, 150, 80)
     for refs in (tree.run_refs(), cuts, tree.run_refs(context=100) + cuts):
         toks = [(q.tokens(lo, hi), c) for q, lo, hi, c in refs]
         for m in (8, 16, 64):
@@ -336,17 +322,7 @@ def test_covered_none_decides_zero_counts(monkeypatch, seed: int, repeats: bool,
 
     monkeypatch.setattr(coverage, "covered_none", spy)
     for t in (_opaque_trace(seed, repeats=repeats), _tricky_trace(seed)):
-        work = workload_from_trace(t)
-        seqs = [work.view(i).seq for i in range(work.num_requests)]
-        tree = RadixTree()
-        for i, q in enumerate(seqs):
-            tree.insert(q, i)
-        rng = np.random.default_rng(seed)
-        cuts = []
-        for _ in range(60):
-            q = seqs[int(rng.integers(len(seqs)))]
-            lo = int(rng.integers(0, q.end))
-            cuts.append((q, lo, int(rng.integers(lo, q.end + 1)), 0))
+        _, tree, cuts = _tree_and_cuts(t, seed, 60, None)
         for refs in (tree.run_refs(), tree.run_refs(context=7), tree.run_refs(context=100), cuts):
             toks = [(q.tokens(lo, hi), c) for q, lo, hi, c in refs]
             for m in (8, 16, 64):
@@ -358,3 +334,25 @@ def test_covered_none_decides_zero_counts(monkeypatch, seed: int, repeats: bool,
             runs.insert(work.view(i).seq, i)
         told.clear()
         assert oracle.duplicate_tokens(runs.run_refs(), 16) == 0 and told == [True]
+
+
+def _tree_and_cuts(trace: Trace, seed: int, num_cuts: int, max_context: int | None):
+    """The trace's prompts (Seqs), a radix tree of them (request order) and ``num_cuts`` random sub-ranges
+    ``(seq, lo, hi, context)`` of them, each with a random context of up to ``max_context`` tokens (None: 0)."""
+    from pic.engine.radix import RadixTree
+    from pic.engine.replay import workload_from_trace
+
+    work = workload_from_trace(trace)
+    seqs = [work.view(i).seq for i in range(work.num_requests)]
+    tree = RadixTree()
+    for i, q in enumerate(seqs):
+        tree.insert(q, i)
+    rng = np.random.default_rng(seed)
+    cuts = []
+    for _ in range(num_cuts):
+        q = seqs[int(rng.integers(len(seqs)))]
+        lo = int(rng.integers(0, q.end))
+        hi = int(rng.integers(lo, q.end + 1))
+        ctx = 0 if max_context is None else int(rng.integers(0, min(max_context, hi - lo) + 1))
+        cuts.append((q, lo, hi, ctx))
+    return seqs, tree, cuts
