@@ -131,17 +131,11 @@ class FlatTrie:
         ends (pre-order, children in order); ``(0, None)`` when nothing matches or no value lies below."""
         if q.end <= 0:
             return 0, None
-        if self.rev:                          # (q read backwards from its end)
-            child = self.find(0, q.token(q.end - 1))
-            if child < 0:
-                return 0, None
-            pos, node, child, _ = self._walk_rev(q, q.end, q.end, False, child)
-            v = self.first_value(node if child < 0 else child)
-            return (0, None) if v is None else (pos, v)
-        child = self.find(0, q.token(0))
+        rev, n = self.rev, q.end              # (a reversed trie: q read backwards from its end)
+        child = self.find(0, q.token(n - 1 if rev else 0))
         if child < 0:
             return 0, None
-        pos, node, child, _ = self._walk(q, 0, q.end, False, child)
+        pos, node, child, _ = self._walk_rev(q, n, n, False, child) if rev else self._walk(q, 0, n, False, child)
         v = self.first_value(node if child < 0 else child)
         return (0, None) if v is None else (pos, v)
 
