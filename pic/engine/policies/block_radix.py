@@ -231,28 +231,25 @@ class RadixAnswers:
         return self._answer(req) * self.block
 
     def start(self, req: RequestView, now_us: int) -> int:
-        """:meth:`lookup`, then :meth:`admit` of all it found (inlined: one check, one dict write)."""
-        k, rid = self.next, req.request_id
-        if k >= len(self.ids) or self.ids[k] != rid or self.pending >= 0:
-            self._answer(req)          # (raises)
-        bs = self.block
-        b = self.reuse[k] // bs
-        need = req.num_tokens // bs - b
-        self.reserved += need
-        self.pending, self.next = k, k + 1
-        self.live[rid] = (need, b)
-        return b * bs
+        """:meth:`lookup`, then :meth:`admit` of all it found."""
+        b = self._answer(req)
+        self._hold(req, b, b)
+        return b * self.block
 
     def admit(self, req: RequestView, want: int, now_us: int) -> int:
         b = self._answer(req)
         if b < want:
             return b
+        self._hold(req, want, b)
+        return want
+
+    def _hold(self, req: RequestView, want: int, b: int) -> None:
+        """Reserve ``req``'s whole blocks past ``want`` (its answer: ``b`` blocks) until its commit."""
         need = req.num_tokens // self.block - want
         self.reserved += need
         self.pending = self.next
         self.next += 1
         self.live[req.request_id] = (need, b)
-        return want
 
     def commit(self, req: RequestView, now_us: int) -> None:
         need, b = self.live[req.request_id]
