@@ -269,8 +269,9 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
             sims[name] = sim = _simulate(name, work, ctx, cost, config, tick, answers and sims.get("prefix"))
             # a radix tree's parent links are cycles: freed only by the cyclic GC; after the last simulation
             # only at scale (free_cycles); nor before block-hash answering (it builds no tree: after it, if need be)
-            nxt = order[p + 1:p + 2]
-            collect = nxt not in ([], ["block-hash"] * answers) or work.num_requests >= COLLECT_LAST_MIN
+            nxt = order[p + 1] if p + 1 < len(order) else None
+            collect = (nxt is not None and not (answers and nxt == "block-hash")
+                       or work.num_requests >= COLLECT_LAST_MIN)
             if name in config.policies:
                 release_freed()      # NOTE (memory): what the simulation freed, before the footprint's work
                 sim.held = _held(sim.pols, min_match, collect)      # (empties sim.pols)
