@@ -2,8 +2,8 @@
 
 A :class:`Seq` is a prompt ``[0, end)`` described by the trace segments it concatenates (``rows`` into a
 :class:`~pic.traces.content.Segments`, ``bounds`` their prompt offsets) or by one private token array.
-:meth:`Seq.sub` and :meth:`Seq.rev` give a run of a prompt, forward or reversed, as a Seq of its own over
-the same segments (a chunk trie's edges: no token copy).
+:meth:`Seq.sub` gives a run of a prompt as a Seq of its own over the same segments (no token copy);
+:func:`lcp_rev` compares two runs read backwards (a tail trie's edges) without reversing them.
 :func:`lcp` compares two sequences piece by piece: a piece of the same segment at the same offset on both
 sides is equal without looking at a token, so an exact-prefix walk over prompts that share segments costs
 O(segments), and tokens are read (or, for opaque segments, derived) only where two different segments
@@ -20,7 +20,7 @@ import numpy as np
 
 _M64 = (1 << 64) - 1
 _GOLD, _M1, _M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-_PRIVATE = -1       # piece id of a Seq's own token array; a row r <= -2 is segment -2 - r reversed
+_PRIVATE = -1       # piece id of a Seq's own token array
 _PROBE = 32         # tokens compared first where two different pieces meet
 _I32 = 1 << 31
 
@@ -31,8 +31,7 @@ class Seq:
 
     ``bounds`` are where each segment would start and end: a piece may begin before 0 or end after ``end``
     (a run cut from a prompt, :meth:`sub`), so that the same segment at the same offset reads as such in any
-    Seq. A row ``r <= -2`` is segment ``-2 - r`` reversed (:meth:`rev`): its local offset ``o`` is the
-    segment's token ``L - 1 - o``, ``L`` the piece's bounds' span (the segment's length)."""
+    Seq."""
 
     __slots__ = ("rows", "bounds", "store", "arr", "end")
 
@@ -76,19 +75,6 @@ class Seq:
             return Seq.of_array(np.zeros(0, np.int32))
         return Seq(self.rows[i:j], array(b.typecode, [x - lo for x in b[i:j + 1]]), self.store, None, hi - lo)
 
-    def rev(self, lo: int, hi: int) -> Seq:
-        """Tokens ``[lo, hi)`` reversed, as a Seq of their own over the same pieces read backwards (no token
-        copied; a private array: a reversed view of it)."""
-        if self.arr is not None:
-            return Seq.of_array(self.arr[lo:hi][::-1])
-        b = self.bounds
-        i, j = bisect_right(b, lo) - 1, bisect_left(b, hi)
-        if hi <= lo or i < 0:
-            return Seq.of_array(np.zeros(0, np.int32))
-        rows = self.rows[i:j]
-        return Seq(array(rows.typecode, [-2 - r for r in reversed(rows)]),
-                   array(b.typecode, [hi - x for x in reversed(b[i:j + 1])]), self.store, None, hi - lo)
-
     def tokens(self, lo: int, hi: int) -> np.ndarray:
         """int32 tokens ``[lo, hi)`` (a view when they lie in one stored piece)."""
         if self.arr is not None:
@@ -110,8 +96,6 @@ class Seq:
         b = self.bounds
         i = bisect_right(b, pos) - 1
         r = self.rows[i]
-        if r < 0:
-            return _first(self, i, pos - b[i])
         if pos == b[i]:
             store = self.store
             last = _LAST_FIRST
@@ -355,8 +339,6 @@ def _first(S: Seq, i: int, o: int) -> int:
     if S.arr is not None:
         return int(S.arr[o])
     r = S.rows[i]
-    if r < 0:                                 # reversed segment
-        r, o = -2 - r, S.bounds[i + 1] - S.bounds[i] - 1 - o
     if o == 0:
         store = S.store
         last = _LAST_FIRST
@@ -368,8 +350,4 @@ def _piece(S: Seq, i: int, lo: int, hi: int) -> np.ndarray:
     """Tokens at local offsets ``[lo, hi)`` of piece ``i``."""
     if S.arr is not None:
         return S.arr[lo:hi]
-    r = S.rows[i]
-    if r < 0:                                 # reversed segment
-        n = S.bounds[i + 1] - S.bounds[i]
-        return S.store.segment(-2 - r, n - hi, n - lo)[::-1]
-    return S.store.segment(r, lo, hi)
+    return S.store.segment(S.rows[i], lo, hi)
