@@ -28,6 +28,8 @@ ids from a 2^17 vocabulary: a 64-token coincidence has probability ~2^-1088) or 
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from pic.engine import anchors
@@ -375,4 +377,25 @@ def prompt_oracle(trace, order: np.ndarray, min_match: int) -> np.ndarray:
     np.cumsum(cnt, out=item_offs[1:])
     rows = idx[np.repeat(offs[order], cnt) + ramp(cnt)]
     pfx = resident_prefixes(trace.segments, rows, item_offs)
+    _PREFIXES[:] = [(weakref.ref(trace), order, pfx)]
     return covered_counts(trace.segments, rows, item_offs, min_match, prefix=pfx)
+
+
+def prompt_prefixes(trace, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(pfx, rows, item_offs)`` of the requests ``order`` of ``trace`` (as :func:`prompt_oracle`): each one's
+    longest prefix shared with an earlier one (:func:`engine.resident.resident_prefixes`) and their segment rows.
+    NOTE (speed): the prefixes the last :func:`prompt_oracle` of this trace and order computed are not computed
+    again (the ``oracle`` policy answering from the trace-level oracle, engine.policies.oracle)."""
+    offs, idx = trace._csr
+    order = np.asarray(order, np.int64)
+    cnt = offs[order + 1] - offs[order]
+    item_offs = np.zeros(order.shape[0] + 1, np.int64)
+    np.cumsum(cnt, out=item_offs[1:])
+    rows = idx[np.repeat(offs[order], cnt) + ramp(cnt)]
+    got = _PREFIXES[0] if _PREFIXES else None
+    if got is not None and got[0]() is trace and np.array_equal(got[1], order):
+        return got[2], rows, item_offs
+    return resident_prefixes(trace.segments, rows, item_offs), rows, item_offs
+
+
+_PREFIXES: list = []      # [(weak reference to the trace, order, its prefixes)]: the last prompt_oracle's

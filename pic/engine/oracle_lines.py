@@ -96,6 +96,30 @@ class Lines:
         self.crow_ok = (~near).astype(np.int64)
 
 
+def line_groups(store) -> np.ndarray | None:
+    """int64 per row of ``store``: its group of overlapping or touching stretches, as :class:`Lines` groups them
+    (-1: an empty row), or None where :class:`Lines` names nothing (``ok`` False). Tokens of two groups sit at
+    distinct line positions (equal only by chance, 1 in 2^17 a token), as do a piece's own tokens."""
+    L = np.diff(store.offsets)
+    t = store.token_offsets
+    if t is None or store.keys is None or not ((np.diff(t) == 0) | (L == 0)).all():
+        return None
+    live = np.flatnonzero(L > 0)
+    with np.errstate(over="ignore"):
+        x = opaque_bases(store.keys[live], store.salts[live]) * _GINV
+        ln = L[live].astype(np.uint64)
+        if (x > ~ln).any():
+            return None
+        order = np.argsort(x)                 # (rows of one start: one group, in any order)
+        xs = x[order]
+        ends = xs + ln[order]
+    new = np.ones(xs.shape[0], bool)
+    new[1:] = xs[1:] > np.maximum.accumulate(ends)[:-1]
+    group = np.full(L.shape[0], -1, np.int64)
+    group[live[order]] = np.cumsum(new) - 1
+    return group
+
+
 class Layout:
     """One prompt's named window ranges: the first ``ins`` inside pieces, then the pairs, each in position order:
     ``key`` (stream id, or the pair's packed key), offsets ``a..b`` (inclusive) at positions ``pos + a .. pos +

@@ -249,7 +249,7 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
     # policy's final state too); each simulation's policy state is reduced to the summary values it feeds
     # and dropped before the next one is built; a baseline keeps only the row columns read from it.
     min_match = _min_match(config)
-    oracle = _oracle(trace, work, min_match)
+    oracle, told = _oracle(trace, work, min_match, config)
     sims: dict[str, _Sim] = {}
     # NOTE (speed): the baselines are simulated first and the replayed policies last (each simulation is
     # independent: same seed, a fresh policy), so the state left for the cyclic GC at the end is the
@@ -266,7 +266,7 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
         for p, name in enumerate(order):
             base = p * work.num_requests
             tick = None if progress is None else (lambda done, _n, base=base: progress(base + done, total))
-            sims[name] = sim = _simulate(name, work, ctx, cost, config, tick, answers and sims.get("prefix"))
+            sims[name] = sim = _simulate(name, work, ctx, cost, config, tick, answers and sims.get("prefix"), told)
             # a radix tree's parent links are cycles: freed only by the cyclic GC; after the last simulation
             # only at scale (free_cycles); nor before block-hash answering (it builds no tree: after it, if need be)
             nxt = order[p + 1] if p + 1 < len(order) else None
@@ -368,11 +368,11 @@ class _Sim:
 
 
 def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, config: ReplayConfig,
-              tick: Callable[[int, int], None] | None, answers: _Sim | None = None) -> _Sim:
-    """``answers``: the prefix replay block-hash answers from (block_radix.answers_apply; no prompts made)."""
+              tick: Callable[[int, int], None] | None, answers: _Sim | None = None, told: Any = None) -> _Sim:
+    """``answers``/``told``: what block-hash (the prefix replay: block_radix.answers_apply)/oracle (OracleCache.told) answer from."""
     pols = [registry.build(name, ctx, config.policy_options.get(name)) for _ in range(config.replicas)]
-    if name == "block-hash" and answers:
-        answer_from_prefix(pols[0], work.request_ids, answers.reuse)
+    if name == "block-hash" and answers or name == "oracle" and told:
+        answer_from_prefix(pols[0], work.request_ids, answers.reuse) if name == "block-hash" else pols[0].tell(told)
         work = dataclasses.replace(work, view=asked_views(work.request_ids, work.num_prompt))
     kv_bpt = getattr(pols[0], "kv_bytes_per_token", ctx.bytes_per_token)   # compressed KV (rdr)
     pcost = cost if kv_bpt == ctx.bytes_per_token else cost.with_kv_read_bytes(kv_bpt)
@@ -398,14 +398,14 @@ def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, co
     return out
 
 
-def _oracle(trace: Trace, work: Workload, m: int) -> np.ndarray:
-    """The trace-level oracle's reuse (``min_match`` ``m``) of each workload request (engine.oracle; once
-    per trace)."""
+def _oracle(trace: Trace, work: Workload, m: int, config: ReplayConfig) -> tuple[np.ndarray, Any]:
+    """The trace-level oracle's reuse (``min_match`` ``m``) of each workload request (engine.oracle; once per trace;
+    from the segment structure: engine.coverage), and what a replayed oracle policy answers from (OracleCache.told)."""
     prompts = (work.view(i).tokens for i in range(work.num_requests))
     order = np.lexsort((trace.column("request_id"), trace.column("arrival_us")))[:work.num_requests]
-    # NOTE: decided from the segment structure, hashing only what it cannot tell (engine.coverage)
-    return cached_oracle(trace, prompts, request_ids=work.request_ids, min_match=m,
-                         compute=lambda: prompt_oracle(trace, order, m))
+    reuse = cached_oracle(trace, prompts, request_ids=work.request_ids, min_match=m,
+                          compute=lambda: prompt_oracle(trace, order, m))
+    return reuse, "oracle" in config.policies and registry.get("oracle").told(trace, work, reuse, m, config)
 
 
 def _summary(sim: _Sim, rows: RequestRows, best: str, base: _Sim, window_us: int, cost: CostModel,

@@ -22,13 +22,14 @@ oracle does (requests in flight at the same time cannot share).
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from pic import accel
 from pic.engine.oracle import DEFAULT_MIN_MATCH, WindowIndex
-from pic.engine.oracle_lines import Layout, LineIndex, Lines, PromptHashes
+from pic.engine.oracle_lines import Layout, LineIndex, Lines, PromptHashes, line_groups
 from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
@@ -67,10 +68,13 @@ class OracleCache(CachePolicy):
         self._mode = None                          # "lines" / "hashed", on the first request
         self._lay: tuple[RequestView, int, int, object] | None = None   # req, commits, off, its Layout
         self._hash_memo: PromptHashes | None = None   # the last request's (_hasher)
+        self._told: _Told | None = None           # answers from the trace-level oracle (answer_from_trace)
         self.stats.extra.update(indexed_windows=0)
 
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
+        if self._told is not None:
+            return Plan.from_prefix(req.num_tokens, self._answer(req, now_us))
         self.stats.lookups += 1
         m = self._m
         pfx = self._tree.match_prefix(req.seq, None, split=False)[0]
@@ -104,6 +108,16 @@ class OracleCache(CachePolicy):
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:
+        told = self._told
+        if told is not None:
+            k = told.pending
+            if k < 0 or told.ids[k] != req.request_id:
+                raise RuntimeError(f"oracle: request {req.request_id} committed out of the order of the answers "
+                                   "from the trace-level oracle")
+            told.pending = -1
+            told.done = k + 1
+            self.stats.extra["indexed_windows"] = told.windows[k]
+            return
         if req.num_tokens < self._m:
             self._tree.insert(req.seq, now_us)
             return
@@ -151,9 +165,39 @@ class OracleCache(CachePolicy):
 
     def footprint(self) -> Footprint:
         """Registry entries = indexed windows; it stores no KV (no runs)."""
+        if self._told is not None:
+            told = self._told
+            return Footprint(told.windows[told.done - 1] if told.done else 0, [])
         return Footprint(len(self._lines) if self._lines is not None else len(self._index), [])
 
+    @staticmethod
+    def told(trace, work, reuse: np.ndarray, m: int, config) -> tuple | bool:
+        """What this policy answers from in a replay of ``config`` over ``work`` (the first requests of ``trace`` in
+        arrival order), whose trace-level oracle (``min_match`` ``m``) gave ``reuse``, instead of its index
+        (:meth:`tell`); False where that is not known (:func:`answers_apply`, :func:`trace_answers`)."""
+        got = trace_answers(trace, work, reuse, m) if answers_apply(config) else None
+        return False if got is None else (work.request_ids, *got)
+
+    def tell(self, told: tuple) -> None:
+        """Answer from :meth:`told`'s answers (:func:`answer_from_trace`)."""
+        answer_from_trace(self, *told)
+
     # ---- Internal helpers -------------------------------------------------------------------------
+    def _answer(self, req: RequestView, now_us: int) -> int:
+        """The lookup's reuse told by the trace-level oracle (:func:`answer_from_trace`): the request's exact
+        prefix (its plan ``Plan.from_prefix``), admitted (``start_prefix``: the serving model's exact-prefix path)."""
+        told = self._told
+        k = told.next
+        if k >= len(told.ids) or told.ids[k] != req.request_id or told.pending >= 0:
+            raise RuntimeError(f"oracle: request {req.request_id} looked up out of the order of the answers from "
+                               "the trace-level oracle")
+        told.next, told.pending = k + 1, k
+        self.stats.lookups += 1
+        r = told.pfx[k]
+        if r:
+            self.stats.hits += 1
+        return r
+
     def _layout(self, req: RequestView):
         """The prompt's named windows (:class:`engine.oracle_lines.Layout`), or None: all windows hashed. The
         first request decides: named when the prompts come from one store of opaque segments,
@@ -232,6 +276,7 @@ _NAMED = True
 # probability 2^-136 (10^8 windows: ~10^-25 for the whole index)
 _NAMED_MIN = 8
 _LINES_MEMO: list = []          # [(store, Lines)]: the last store's (each replica's policy shares it)
+_GROUPS_MEMO: list = []         # [(store, line_groups(store))]: the last store's (trace_answers)
 
 
 def _lines_of(store) -> Lines | None:
@@ -240,6 +285,95 @@ def _lines_of(store) -> Lines | None:
         _LINES_MEMO[:] = [(store, Lines(store))]
     lines = _LINES_MEMO[0][1]
     return lines if lines.ok else None
+
+
+class _Told:
+    """The plans of one replay told by the trace-level oracle (:func:`answer_from_trace`): per request in the
+    workload's order its id, exact prefix ``pfx`` and the windows indexed once it is committed (``windows``,
+    cumulative); ``next``: the next to look up; ``pending``: the one looked up, not yet committed (-1: none);
+    ``done``: requests committed."""
+
+    __slots__ = ("ids", "pfx", "windows", "next", "pending", "done")
+
+    def __init__(self, ids: array, pfx: array, windows: array) -> None:
+        self.ids, self.pfx, self.windows = ids, pfx, windows
+        self.next, self.pending, self.done = 0, -1, 0
+
+
+def answers_apply(config) -> bool:
+    """Whether, in a replay of ``config`` (an ``engine.config.ReplayConfig``), each ``oracle`` lookup sees every
+    earlier request committed and nothing else (:func:`trace_answers`): one replica, open loop (prefills one at
+    a time in arrival order, each committed before the next lookup), nothing watching it (``--verify``,
+    ``--check-invariants``). Its capacity does not matter: it never evicts nor refuses."""
+    return config.replicas == 1 and not (config.closed_loop or config.verify or config.check_invariants)
+
+
+def trace_answers(trace, work, reuse: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(pfx, windows)``: the ``oracle`` policy's answers in a replay of ``work`` (the first requests of ``trace``
+    in arrival order, replayed as :func:`answers_apply` says) whose trace-level oracle (``min_match`` ``m``) gave
+    ``reuse``, where they are known without its index: else None.
+
+    A lookup finds the longest prefix shared with a committed prompt (``pfx``: engine.coverage.prompt_prefixes)
+    and the windows seen in one; the trace-level oracle counts the same of every earlier request. Where it
+    counts the prefix alone (``reuse == pfx`` for every request: Azure and Mooncake conversation), no window
+    from ``pfx - m + 1`` on was seen earlier (it would cover a token past the prefix), so every plan is
+    ``Plan.from_prefix(N, pfx)`` and a commit adds that window range's distinct windows (the earlier ones lie
+    in the prefix, held). On opaque content (the policy's named windows: ``_NAMED_MIN`` or more tokens, every
+    row opaque) two windows are equal only where their tokens sit at the same line positions
+    (engine.oracle_lines), so a prompt's windows are distinct unless two of its pieces lie in one group of
+    stretches; such prompts' windows are hashed and counted (as the policy's index does). ``windows``:
+    cumulative, per request."""
+    if not _NAMED or m < _NAMED_MIN:
+        return None
+    store = trace.segments
+    if not _GROUPS_MEMO or _GROUPS_MEMO[0][0] is not store:
+        _GROUPS_MEMO[:] = [(store, line_groups(store))]
+    group = _GROUPS_MEMO[0][1]
+    if group is None:
+        return None
+    from pic.engine.coverage import prompt_prefixes
+    from pic.engine.rolling import window_hashes
+
+    order = np.lexsort((trace.column("request_id"), trace.column("arrival_us")))[:work.num_requests]
+    pfx, rows, item_offs = prompt_prefixes(trace, order)
+    if not np.array_equal(pfx, reuse):
+        return None
+    L = np.diff(store.offsets)[rows]
+    cnt = np.diff(item_offs)
+    cum = np.zeros(L.shape[0] + 1, np.int64)
+    np.cumsum(L, out=cum[1:])
+    num = cum[item_offs[1:]] - cum[item_offs[:-1]]
+    if not np.array_equal(num, np.asarray(work.num_prompt, np.int64)):
+        return None
+    off = np.maximum(pfx - (m - 1), 0)
+    win = np.maximum(num - (m - 1) - off, 0)
+    # prompts with two pieces in one group past ``off`` (their windows there may repeat within the prompt)
+    item = np.repeat(np.arange(cnt.shape[0], dtype=np.int64), cnt)
+    live = np.flatnonzero((L > 0) & (cum[1:] - cum[item_offs[:-1]][item] > off[item]))
+    G = int(group.max(initial=0)) + 1
+    key = item[live] * G + group[rows[live]]
+    key.sort()
+    twice = np.unique(key[1:][key[1:] == key[:-1]] // G)
+    for k in twice[win[twice] > 0].tolist():
+        win[k] = np.unique(window_hashes(work.view(k).tokens[int(off[k]):], m)).shape[0]
+    return pfx, np.cumsum(win)
+
+
+def answer_from_trace(cache: OracleCache, request_ids: np.ndarray, pfx: np.ndarray, windows: np.ndarray) -> None:
+    """Make ``cache`` (a fresh, unverified ``oracle`` policy) answer from :func:`trace_answers`' ``(pfx,
+    windows)`` instead of its index: its lookups are exact-prefix plans (``start_prefix``: the serving model's
+    exact-prefix path, no Plan made) in the workload's order; a request out of that order raises."""
+    if cache.stats.lookups or cache._commits or cache.ctx.verify:
+        raise ValueError("oracle: only a fresh unverified cache answers from the trace-level oracle")
+    cache._told = _Told(_int64s(request_ids), _int64s(pfx), _int64s(windows))
+    cache.start_prefix = cache._answer
+
+
+def _int64s(a: np.ndarray) -> array:
+    """``a`` as an ``array('q')`` (its items read as Python ints)."""
+    out = array("q")
+    out.frombytes(np.ascontiguousarray(a, np.int64).tobytes())
+    return out
 
 
 def _cover(hit: np.ndarray, src: np.ndarray, m: int, start: int = 0,
@@ -281,4 +415,4 @@ def _cover_at(idx: np.ndarray, src: np.ndarray, m: int, start: int = 0,
     return out
 
 
-__all__ = ["OracleCache", "OracleConfig"]
+__all__ = ["OracleCache", "OracleConfig", "answer_from_trace", "answers_apply", "trace_answers"]
