@@ -381,6 +381,18 @@ def prompt_oracle(trace, order: np.ndarray, min_match: int) -> np.ndarray:
     return covered_counts(trace.segments, rows, item_offs, min_match, prefix=pfx)
 
 
+def workload_oracle(trace, work, m: int) -> np.ndarray:
+    """The trace-level oracle's reuse (``min_match`` ``m``) of each request of ``work`` (an
+    ``engine.serving.Workload``: the first requests of ``trace`` in arrival order), once per trace
+    (:func:`engine.oracle.cached_oracle`), from the segment structure (:func:`prompt_oracle`)."""
+    from pic.engine.oracle import cached_oracle
+
+    prompts = (work.view(i).tokens for i in range(work.num_requests))
+    order = np.lexsort((trace.column("request_id"), trace.column("arrival_us")))[:work.num_requests]
+    return cached_oracle(trace, prompts, request_ids=work.request_ids, min_match=m,
+                         compute=lambda: prompt_oracle(trace, order, m))
+
+
 def prompt_prefixes(trace, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(pfx, rows, item_offs)`` of the requests ``order`` of ``trace`` (as :func:`prompt_oracle`): each one's
     longest prefix shared with an earlier one (:func:`engine.resident.resident_prefixes`) and their segment rows.

@@ -22,12 +22,12 @@ import numpy as np
 from pic.engine import policies as registry
 from pic.engine.config import ReplayConfig, build_config
 from pic.engine.cost import CostConfig, CostModel
-from pic.engine.coverage import prompt_oracle
+from pic.engine.coverage import workload_oracle as _oracle
 from pic.engine.latency import serving_summary
 from pic.engine.memory import COLLECT_LAST_MIN, free_cycles, release_freed
 from pic.engine.memory import no_cyclic_gc as _no_cyclic_gc
 from pic.engine.metrics import SUMMARY_VERSION, request_rows, summarize
-from pic.engine.oracle import DEFAULT_MIN_MATCH, cached_oracle, duplicate_tokens, join_runs
+from pic.engine.oracle import DEFAULT_MIN_MATCH, duplicate_tokens, join_runs
 from pic.engine.policies.base import PolicyContext
 from pic.engine.policies.block_radix import answer_from_prefix, answers_apply, asked_views
 from pic.engine.request import Labels
@@ -249,7 +249,9 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
     # policy's final state too); each simulation's policy state is reduced to the summary values it feeds
     # and dropped before the next one is built; a baseline keeps only the row columns read from it.
     min_match = _min_match(config)
-    oracle, told = _oracle(trace, work, min_match, config)
+    oracle = _oracle(trace, work, min_match)
+    # NOTE (speed): oracle answers from the trace-level oracle, and takes prefix's timeline, where they are its own
+    told = "oracle" in config.policies and registry.get("oracle").told(trace, work, oracle, min_match, config)
     sims: dict[str, _Sim] = {}
     # NOTE (speed): the baselines are simulated first and the replayed policies last (each simulation is
     # independent: same seed, a fresh policy), so the state left for the cyclic GC at the end is the
@@ -371,6 +373,10 @@ def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, co
               tick: Callable[[int, int], None] | None, answers: _Sim | None = None, told: Any = None) -> _Sim:
     """``answers``/``told``: what block-hash (the prefix replay: block_radix.answers_apply)/oracle (OracleCache.told) answer from."""
     pols = [registry.build(name, ctx, config.policy_options.get(name)) for _ in range(config.replicas)]
+    if name == "oracle" and told and told.twin is not None:     # prefix's simulation: its plans (Told.see)
+        t, _ = told.twin, pols[0].tell(told, done=True)
+        return _Sim(name, type(t.rows)(name, t.rows.session, dict(t.rows.cols), t.rows.valid), t.order, t.busy_s,
+                    t.last_finish_us, pols[0].usage().total, t.num_events, 0.0, pols, t.itl, pols[0].describe(), _stats(pols))
     if name == "block-hash" and answers or name == "oracle" and told:
         answer_from_prefix(pols[0], work.request_ids, answers.reuse) if name == "block-hash" else pols[0].tell(told)
         work = dataclasses.replace(work, view=asked_views(work.request_ids, work.num_prompt))
@@ -395,17 +401,9 @@ def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, co
     sm.sim.handlers.clear()
     if name == "prefix":
         out.reuse = reqs.column("num_reused")
+        if told:
+            told.see(dataclasses.replace(out, pols=[]))     # (its rows and ITL kept: replay() drops them)
     return out
-
-
-def _oracle(trace: Trace, work: Workload, m: int, config: ReplayConfig) -> tuple[np.ndarray, Any]:
-    """The trace-level oracle's reuse (``min_match`` ``m``) of each workload request (engine.oracle; once per trace;
-    from the segment structure: engine.coverage), and what a replayed oracle policy answers from (OracleCache.told)."""
-    prompts = (work.view(i).tokens for i in range(work.num_requests))
-    order = np.lexsort((trace.column("request_id"), trace.column("arrival_us")))[:work.num_requests]
-    reuse = cached_oracle(trace, prompts, request_ids=work.request_ids, min_match=m,
-                          compute=lambda: prompt_oracle(trace, order, m))
-    return reuse, "oracle" in config.policies and registry.get("oracle").told(trace, work, reuse, m, config)
 
 
 def _summary(sim: _Sim, rows: RequestRows, best: str, base: _Sim, window_us: int, cost: CostModel,

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
+from pic.engine import coverage as coverage_mod
 from pic.engine import oracle as oracle_mod
-from pic.engine import replay as replay_mod
 from pic.engine.config import ReplayConfig
 from pic.engine.replay import replay, write_run
 from pic.traces.schema import SegmentTable, Trace, requests_frame
@@ -90,8 +90,8 @@ def test_oracle_is_computed_once_per_trace(monkeypatch, tmp_path):
     """A second replay of the same trace (another capacity) reuses the oracle; with PIC_CACHE_DIR set it is
     stored there and read back by a fresh process (memo cleared); without it nothing is written."""
     calls = []
-    real = replay_mod.prompt_oracle      # the segment-structure oracle replay() computes it with
-    monkeypatch.setattr(replay_mod, "prompt_oracle", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = coverage_mod.prompt_oracle    # the segment-structure oracle replay() computes it with (workload_oracle)
+    monkeypatch.setattr(coverage_mod, "prompt_oracle", lambda *a, **k: calls.append(1) or real(*a, **k))
     monkeypatch.setattr(oracle_mod, "_MEMO", {})
     monkeypatch.delenv(oracle_mod.CACHE_ENV, raising=False)
     tr = _trace(20, seed=5)

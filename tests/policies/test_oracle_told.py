@@ -94,15 +94,19 @@ def _equal(on, off) -> None:
     assert json.dumps(_strip(on.resolved), sort_keys=True) == json.dumps(_strip(off.resolved), sort_keys=True)
 
 
-CONFIGS = [{}, {"token_budget": 64}, {"capacity_bytes": 2e8, "policies": ("oracle", "prefix")},
-           {"max_requests": 90, "rate": 3000.0}, {"policy_options": {"oracle": {"min_match": 16}}, "token_budget": 256}]
+# (twin: prefix's simulation taken, Told.see; not where prefix evicts, nor where its pages cut its reuse; prefix
+# replayed too: simulated before block-hash, first; but after oracle without block-hash)
+CONFIGS = [({}, True), ({"token_budget": 64}, True), ({"capacity_bytes": 2e8, "policies": ("oracle", "prefix")}, False),
+           ({"max_requests": 90, "rate": 3000.0}, True), ({"policies": ("oracle", "prefix")}, True),
+           ({"policies": ("prefix", "oracle")}, True), ({"policies": ("oracle", "prefix"), "baselines": ("prefix",)}, False), ({"policy_options": {"prefix": {"page_size": 16}}}, False),
+           ({"policy_options": {"oracle": {"min_match": 16}}, "token_budget": 256}, True)]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
-@pytest.mark.parametrize("change", CONFIGS)
-def test_told_equals_the_index(seed, change, monkeypatch):
-    """Told (every reuse an exact prefix): the same outputs as the index; windows repeated inside a prompt counted
-    by hashing that prompt's new windows."""
+@pytest.mark.parametrize("change, twin", CONFIGS)
+def test_told_equals_the_index(seed, change, twin, monkeypatch):
+    """Told (every reuse an exact prefix): the same outputs as the index, with prefix's simulation (twin) or its
+    own; windows repeated inside a prompt counted by hashing that prompt's new windows."""
     trace = _grown_trace(seed)
     cfg = ReplayConfig(**{"policies": ("oracle",), **change})
     on, off, told, hashed = _both(trace, cfg, monkeypatch)
@@ -111,6 +115,8 @@ def test_told_equals_the_index(seed, change, monkeypatch):
     _equal(on, off)
     s = on.resolved["policies"]["oracle"]["stats"]
     assert s["hits"] > 0 and s["indexed_windows"] == on.summary["policies"]["oracle"]["registry_entries"] > 0
+    assert (on.summary["policies"]["oracle"]["wall_seconds"] == 0.0) == twin      # (no simulation of its own)
+    assert off.summary["policies"]["oracle"]["wall_seconds"] > 0.0
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -144,7 +150,8 @@ def test_told_order_is_checked():
     """A request looked up or committed out of the answers' order raises."""
     trace = _grown_trace(3, 20)
     work = R.workload_from_trace(trace)
-    reuse, told = R._oracle(trace, work, 64, ReplayConfig(policies=("oracle",)))
+    reuse = R._oracle(trace, work, 64)
+    told = OracleCache.told(trace, work, reuse, 64, ReplayConfig(policies=("oracle",)))
     assert told
     from tests.policies.conftest import make_ctx
 
@@ -153,7 +160,7 @@ def test_told_order_is_checked():
     v0, v1 = work.view(0), work.view(1)
     with pytest.raises(RuntimeError, match="out of the order"):
         pol.lookup(v1, 0)
-    assert pol.start_prefix(v0, 0) == told[1][0]
+    assert pol.start_prefix(v0, 0) == told.pfx[0]
     with pytest.raises(RuntimeError, match="out of the order"):
         pol.lookup(v1, 0)                      # (request 0 not committed yet)
     with pytest.raises(RuntimeError, match="out of the order"):

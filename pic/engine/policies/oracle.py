@@ -171,16 +171,24 @@ class OracleCache(CachePolicy):
         return Footprint(len(self._lines) if self._lines is not None else len(self._index), [])
 
     @staticmethod
-    def told(trace, work, reuse: np.ndarray, m: int, config) -> tuple | bool:
+    def told(trace, work, reuse: np.ndarray, m: int, config) -> Told | bool:
         """What this policy answers from in a replay of ``config`` over ``work`` (the first requests of ``trace`` in
         arrival order), whose trace-level oracle (``min_match`` ``m``) gave ``reuse``, instead of its index
         (:meth:`tell`); False where that is not known (:func:`answers_apply`, :func:`trace_answers`)."""
         got = trace_answers(trace, work, reuse, m) if answers_apply(config) else None
-        return False if got is None else (work.request_ids, *got)
+        return False if got is None else Told(work.request_ids, *got)
 
-    def tell(self, told: tuple) -> None:
-        """Answer from :meth:`told`'s answers (:func:`answer_from_trace`)."""
-        answer_from_trace(self, *told)
+    def tell(self, told: Told, done: bool = False) -> None:
+        """Answer from :meth:`told`'s answers (:func:`answer_from_trace`); ``done``: every request looked up and
+        committed (the stats and windows a replay of them leaves: :attr:`Told.twin`)."""
+        answer_from_trace(self, told.ids, told.pfx, told.windows)
+        if done:
+            t, n = self._told, len(told.ids)
+            t.next = t.done = n
+            self.stats.lookups += n
+            self.stats.hits += int(np.count_nonzero(told.pfx))
+            if n:
+                self.stats.extra["indexed_windows"] = t.windows[n - 1]
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _answer(self, req: RequestView, now_us: int) -> int:
@@ -285,6 +293,28 @@ def _lines_of(store) -> Lines | None:
         _LINES_MEMO[:] = [(store, Lines(store))]
     lines = _LINES_MEMO[0][1]
     return lines if lines.ok else None
+
+
+class Told:
+    """:meth:`OracleCache.told`'s answers: per workload request (its order) its id, exact prefix ``pfx`` and the
+    windows indexed once it is committed (``windows``, cumulative); ``twin``: a simulation of the same workload
+    whose plans were these (:meth:`see`), else None."""
+
+    __slots__ = ("ids", "pfx", "windows", "twin")
+
+    def __init__(self, ids: np.ndarray, pfx: np.ndarray, windows: np.ndarray) -> None:
+        self.ids, self.pfx, self.windows, self.twin = ids, pfx, windows, None
+
+    def see(self, sim) -> None:
+        """Keep ``sim`` (an exact-prefix policy's simulation of this workload, ``engine.replay._Sim``: its rows and
+        ``reuse`` per workload request) as :attr:`twin` where its plans were ``Plan.from_prefix(N, pfx)``: its reuse
+        ``pfx``, every request admitted, nothing evicted. The serving model reads a policy only through its plans,
+        admissions and evictions (and its resident bytes, for the peak), so the oracle's simulation would be
+        the same: its rows, events and timeline are that one's."""
+        rows = sim.rows
+        if (sim.reuse is not None and np.array_equal(sim.reuse, self.pfx) and not rows["evictions"].any()
+                and not rows["uncached"].any()):
+            self.twin = sim
 
 
 class _Told:
@@ -415,4 +445,4 @@ def _cover_at(idx: np.ndarray, src: np.ndarray, m: int, start: int = 0,
     return out
 
 
-__all__ = ["OracleCache", "OracleConfig", "answer_from_trace", "answers_apply", "trace_answers"]
+__all__ = ["OracleCache", "OracleConfig", "Told", "answer_from_trace", "answers_apply", "trace_answers"]
