@@ -356,3 +356,49 @@ def _tree_and_cuts(trace: Trace, seed: int, num_cuts: int, max_context: int | No
         ctx = 0 if max_context is None else int(rng.integers(0, min(max_context, hi - lo) + 1))
         cuts.append((q, lo, hi, ctx))
     return seqs, tree, cuts
+
+
+def _stream_cases() -> list[Trace]:
+    """Opaque prompts where a stream's rows meet past a prefix: an earlier row shorter than the later one's part
+    past the prefix (unmet), the same, or longer (met: windows seen), and a row met again within one prompt only."""
+    out = []
+    for blocks in ([[(1, 30), (2, 100)], [(1, 30), (2, 300)]],            # the longer row continues the shorter: unmet
+                   [[(2, 100)], [(3, 20), (2, 300)]],                      # the shorter row's tokens, after another prefix
+                   [[(2, 300)], [(3, 20), (2, 100)]],                      # a longer row met before
+                   [[(4, 90), (4, 90)], [(4, 90), (5, 70)]],               # repeated inside the first prompt only
+                   [[(2, 101)], [(5, 40), (2, 100)], [(5, 40), (2, 300)]]):  # one token more met elsewhere
+        table = SegmentTable()
+        rows = {c: [] for c in ("request_id", "session_id", "agent_id", "arrival_us", "output_tokens", "segment_ids")}
+        for i, b in enumerate(blocks):
+            sids = [table.add_opaque(k, 5, ln, "block") for k, ln in b]
+            for c, v in zip(rows, (i, "s", "a", i, 1, sids), strict=True):
+                rows[c].append(v)
+        out.append(Trace(table.build(), requests_frame(rows), source="<streams>"))
+    return out
+
+
+@pytest.mark.parametrize("m", [4, 8, 64])
+def test_prompt_oracle_unmet_past_prefix(monkeypatch, m: int) -> None:
+    """coverage._unmet_past_prefix: where every token past each prefix is met for the first time, the reuse is the
+    prefix, with no window looked at; where it cannot tell (a stream met before, stored tokens, windows under
+    ``_UNMET_MIN`` tokens), the windows decide. Equal to the token-level oracle either way."""
+    from pic.engine import coverage
+
+    calls = []
+    real = coverage.covered_counts
+    monkeypatch.setattr(coverage, "covered_counts", lambda *a, **k: calls.append(1) or real(*a, **k))
+    told: dict[str, list[bool]] = {}
+    cases = [("grown", _opaque_trace(seed)) for seed in range(6)] + [("again", _opaque_trace(s, repeats=True))
+                                                                     for s in range(6)]
+    cases += [("tricky", _tricky_trace(s)) for s in range(3)] + [("streams", t) for t in _stream_cases()]
+    for kind, t in cases:
+        order = np.arange(t.num_requests)
+        want = trace_oracle((t.prompt(i) for i in order), m)
+        calls.clear()
+        assert prompt_oracle(t, order, m).tolist() == want.tolist()
+        told.setdefault(kind, []).append(not calls)
+    assert not any(told["tricky"])                             # (stored tokens)
+    if m < 8:
+        assert not any(v for k in told for v in told[k])       # (too short to tell)
+    else:           # grown conversations and a continued row told; a stream met before not
+        assert all(told["grown"]) and not all(told["again"]) and told["streams"] == [True, False, False, True, False]
