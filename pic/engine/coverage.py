@@ -377,11 +377,12 @@ def prompt_oracle(trace, order: np.ndarray, min_match: int) -> np.ndarray:
     np.cumsum(cnt, out=item_offs[1:])
     rows = idx[np.repeat(offs[order], cnt) + ramp(cnt)]
     pfx = resident_prefixes(trace.segments, rows, item_offs)
-    _PREFIXES[:] = [(weakref.ref(trace), order, pfx)]
+    _PREFIXES.clear()
     # NOTE (speed): where nothing past the prefixes was met earlier, the reuse is the prefixes (Azure and Mooncake
     # conversation: ~0.09 CPU s of covered_counts on Mooncake)
     if _unmet_past_prefix(trace.segments, rows, item_offs, pfx, min_match):
-        return pfx.copy()
+        _PREFIXES[:] = [(weakref.ref(trace), _digest(order))]
+        return pfx
     return covered_counts(trace.segments, rows, item_offs, min_match, prefix=pfx)
 
 
@@ -430,11 +431,13 @@ def workload_oracle(trace, work, m: int) -> np.ndarray:
                          compute=lambda: prompt_oracle(trace, order, m))
 
 
-def prompt_prefixes(trace, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(pfx, rows, item_offs)`` of the requests ``order`` of ``trace`` (as :func:`prompt_oracle`): each one's
-    longest prefix shared with an earlier one (:func:`engine.resident.resident_prefixes`) and their segment rows.
-    NOTE (speed): the prefixes the last :func:`prompt_oracle` of this trace and order computed are not computed
-    again (the ``oracle`` policy answering from the trace-level oracle, engine.policies.oracle)."""
+def prompt_prefixes(trace, order: np.ndarray, reuse: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(pfx, rows, item_offs)`` of the requests ``order`` of ``trace`` (as :func:`prompt_oracle`), whose trace-level
+    oracle (``min_match`` ``m``) gave ``reuse``: each one's longest prefix shared with an earlier one
+    (:func:`engine.resident.resident_prefixes`) and their segment rows. NOTE (speed): ``reuse`` itself where the
+    last :func:`prompt_oracle` of this trace and order found nothing past the prefixes met earlier
+    (:func:`_unmet_past_prefix`: then the reuse is the prefixes at every ``m >= _UNMET_MIN``), not computed again
+    (the ``oracle`` policy answering from the trace-level oracle, engine.policies.oracle)."""
     offs, idx = trace._csr
     order = np.asarray(order, np.int64)
     cnt = offs[order + 1] - offs[order]
@@ -442,9 +445,17 @@ def prompt_prefixes(trace, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     np.cumsum(cnt, out=item_offs[1:])
     rows = idx[np.repeat(offs[order], cnt) + ramp(cnt)]
     got = _PREFIXES[0] if _PREFIXES else None
-    if got is not None and got[0]() is trace and np.array_equal(got[1], order):
-        return got[2], rows, item_offs
+    if m >= _UNMET_MIN and got is not None and got[0]() is trace and got[1] == _digest(order):
+        return reuse, rows, item_offs
     return resident_prefixes(trace.segments, rows, item_offs), rows, item_offs
 
 
-_PREFIXES: list = []      # [(weak reference to the trace, order, its prefixes)]: the last prompt_oracle's
+def _digest(order: np.ndarray) -> str:
+    """A content digest of an int64 array (the requests' order)."""
+    import xxhash
+
+    return xxhash.xxh64(np.ascontiguousarray(order, np.int64).tobytes()).hexdigest()
+
+
+_PREFIXES: list = []      # [(weak reference to the trace, its order's digest)]: the last prompt_oracle's whose reuse
+#                           was its prefixes

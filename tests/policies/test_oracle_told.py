@@ -146,13 +146,22 @@ def test_not_told_on_stored_tokens(monkeypatch):
     _equal(on, off)
 
 
-def test_told_order_is_checked():
+def test_told_order_is_checked(monkeypatch):
     """A request looked up or committed out of the answers' order raises."""
+    from pic.engine import oracle as oracle_mod
+
+    monkeypatch.setattr(oracle_mod, "_MEMO", {})
     trace = _grown_trace(3, 20)
     work = R.workload_from_trace(trace)
     reuse = R._oracle(trace, work, 64)
     told = OracleCache.told(trace, work, reuse, 64, ReplayConfig(policies=("oracle",)))
     assert told
+    from pic.engine import coverage
+
+    assert coverage._PREFIXES                  # (the prefixes were the reuse: not computed again) ...
+    coverage._PREFIXES.clear()                 # ... else computed: the same answers
+    again = OracleCache.told(trace, work, reuse, 64, ReplayConfig(policies=("oracle",)))
+    assert again.pfx.tolist() == told.pfx.tolist() and again.windows.tolist() == told.windows.tolist()
     from tests.policies.conftest import make_ctx
 
     pol = oracle_policy.OracleCache(make_ctx(float("inf")))

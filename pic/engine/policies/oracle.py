@@ -365,7 +365,7 @@ def trace_answers(trace, work, reuse: np.ndarray, m: int) -> tuple[np.ndarray, n
     from pic.engine.rolling import window_hashes
 
     order = np.lexsort((trace.column("request_id"), trace.column("arrival_us")))[:work.num_requests]
-    pfx, rows, item_offs = prompt_prefixes(trace, order)
+    pfx, rows, item_offs = prompt_prefixes(trace, order, reuse, m)
     if not np.array_equal(pfx, reuse):
         return None
     L = np.diff(store.offsets)[rows]
