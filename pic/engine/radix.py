@@ -148,8 +148,7 @@ class RadixTree:
             x = lo + pos
             if pieces:
                 j = bisect_right(qb, x) - 1
-                r = qr[j]
-                ck = first[r] if r >= 0 and x == qb[j] else q.token(x)
+                ck = first[qr[j]] if x == qb[j] else q.token(x)     # (q.arr is None: every piece a segment row)
             else:
                 ck = self._child_key(q, x)
             child = node.children.get(ck)

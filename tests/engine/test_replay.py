@@ -167,3 +167,29 @@ def test_every_registered_policy_replays_within_contract(name):
     assert (rows["reused_tokens"] <= rows["prompt_tokens"]).all()
     assert (rows.filter(pl.col("uncached"))["reused_tokens"] == 0).all()
     assert (rows["first_token_us"] >= rows["start_us"]).all() and (rows["finish_us"] >= rows["first_token_us"]).all()
+
+
+@pytest.mark.parametrize("policies", [("fixed-chunk",), ("prefix",), ("block-hash", "prefix")])
+def test_a_baseline_not_replayed_is_simulated_lean_with_the_same_outputs(monkeypatch, policies):
+    """A baseline that is not itself replayed runs lean (its unread columns not priced, ServingModel ``lean``);
+    the summary (but wall times) and rows are those of a run where every simulation is fully priced."""
+    import pic.engine.replay as R
+
+    seen, real = {}, R.ServingModel
+
+    def model(*a, lean=False, **k):
+        m = real(*a, lean=lean, **k)
+        seen[a[1][0].name] = lean
+        return m
+
+    def strip(d):
+        return {k: strip(v) for k, v in d.items() if k != "wall_seconds"} if isinstance(d, dict) else d
+
+    trace, config = _trace(), ReplayConfig(policies=policies)
+    monkeypatch.setattr(R, "ServingModel", model)
+    got = replay(trace, config)
+    assert seen == {n: n not in policies for n in ("prefix", "block-hash", *policies)}
+    monkeypatch.setattr(R, "ServingModel", lambda *a, lean=False, **k: real(*a, **k))
+    want = replay(trace, config)
+    assert got.table.equals(want.table)
+    assert strip(got.summary) == strip(want.summary)

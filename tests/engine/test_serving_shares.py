@@ -128,3 +128,33 @@ def test_folded_schedules_count_as_the_loop_would(closed_loop, span_us, budget):
     assert a[:4] == b[:4]
     assert b[4] == b[3]              # the observer saw every counted event
     assert a[-1]._fold and not b[-1]._fold
+
+
+@pytest.mark.parametrize("policy", ["brute", "prefix"])
+@pytest.mark.parametrize("span_us, budget", [(3_000_000, 8192), (1_000, 256)])
+def test_lean_model_gives_a_baselines_columns_and_timeline(policy, span_us, budget):
+    """``lean`` (a baseline replay read only for its reuse, prefill joules and timeline: engine.replay) gives those
+    exactly as the fully priced run does, and skips the rest (no counterfactual prefills, no plan columns)."""
+    from pic.engine import policies as registry
+
+    w = _workload(90, seed=budget + 1, span_us=span_us)
+
+    def run(lean):
+        ctx = PolicyContext(float("inf"), 1)
+        pol = BrutePrefix(ctx) if policy == "brute" else registry.build("prefix", ctx)
+        m = ServingModel(w, [pol], _cost(), token_budget=budget, lean=lean)
+        reqs = m.run()
+        return {f: np.asarray(reqs.cols[f]).tolist() for f in reqs.cols}, m
+
+    (full, a), (lean, b) = run(False), run(True)
+    assert a._book is not None and b._book is None and b._lean
+    for f in ("start_us", "first_token_us", "finish_us", "num_reused", "num_prompt_tokens", "prefill_joules",
+              "uncached", "num_recomputed"):
+        assert lean[f] == full[f], f
+    assert (a.replicas[0].busy_us, a.sim.num_events) == (b.replicas[0].busy_us, b.sim.num_events)
+    assert sum(1 for x in full["num_reused"] if x) > 0
+    assert full["nocache_prefill_joules"] != full["prefill_joules"]
+    assert lean["nocache_prefill_joules"] == lean["prefill_joules"]        # (not priced: the prefill's own)
+    if policy == "prefix":                # (exact-prefix plans' priced columns left at zero; a miss's priced)
+        hit = [k for k, (r, n) in enumerate(zip(full["num_reused"], full["num_prompt_tokens"], strict=True)) if 0 < r < n]
+        assert hit and all(full["prefill_flops"][k] > 0 and lean["prefill_flops"][k] == 0 for k in hit)

@@ -132,7 +132,7 @@ class RadixBlocks:
         k = len(self.seqs)
         self.rids.append(req.request_id)
         self.seqs.append(q)
-        self.ops.extend((ADMIT, k, now_us, want))
+        self.ops.fromlist([ADMIT, k, now_us, want])
         self.live[req.request_id] = (node, need, k, num)
         return num
 
@@ -149,7 +149,7 @@ class RadixBlocks:
         k = len(self.seqs)
         self.rids.append(req.request_id)
         self.seqs.append(req.seq)
-        self.ops.extend((ADMIT, k, now_us, want))
+        self.ops.fromlist([ADMIT, k, now_us, want])
         self.live[req.request_id] = (node, need, k, num)
         return want
 
@@ -163,13 +163,13 @@ class RadixBlocks:
         num_new, leaf = self.tree.insert_move(req.seq, now_us, num, node, full)
         self.num_resident += full // bs - (full - num_new) // bs
         self.live[req.request_id] = (leaf, 0, k, full)
-        self.ops.extend((COMMIT, k, now_us, 0))
+        self.ops.fromlist([COMMIT, k, now_us, 0])
 
     def release(self, req: RequestView, now_us: int) -> None:
         node, need, k, _ = self.live.pop(req.request_id)
         self.reserved -= need
         self.tree.dec_lock(node)
-        self.ops.extend((RELEASE, k, now_us, 0))
+        self.ops.fromlist([RELEASE, k, now_us, 0])
 
     def replay(self, cache) -> None:
         """Apply the logged events, in order, to ``cache`` (an exact ``block-hash`` cache, empty): it ends in

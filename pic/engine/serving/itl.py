@@ -30,7 +30,7 @@ class ItlLog:
         """Append segment ``[d0, step, n, w]``; returns its position (for :meth:`set_count`)."""
         a = self._a
         pos = len(a)
-        a.extend((d0, step, n, w))
+        a.fromlist([d0, step, n, w])
         return pos
 
     def add_step(self, d: float, w: int) -> None:
@@ -40,7 +40,7 @@ class ItlLog:
         if a and a[-3] == 0.0 and a[-4] == d and a[-1] == w:
             a[-2] += 1
             return
-        a.extend((d, 0.0, 1, w))
+        a.fromlist([d, 0.0, 1, w])
 
     def set_count(self, pos: int, n: int) -> None:
         """Segment at ``pos`` (from :meth:`append`) holds ``n`` values; ``n == 0`` drops it (it must be the

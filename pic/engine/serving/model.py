@@ -56,7 +56,8 @@ class ServingModel:
     """Builds the Simulator for one policy and runs the workload through it."""
 
     def __init__(self, workload: Workload, policies: Sequence[Any], cost: Any, *, token_budget: int = 8192, router: str = "round-robin",
-                 closed_loop: bool = False, progress: Callable[[int, int], None] | None = None) -> None:
+                 closed_loop: bool = False, progress: Callable[[int, int], None] | None = None,
+                 lean: bool = False) -> None:
         self.w = workload
         self.policies = list(policies)
         self.cost = cost
@@ -98,7 +99,12 @@ class ServingModel:
                         else getattr(p, "start_prefix", None) for p in self.policies]
         self._watts = cost.busy_watts
         # the counterfactual full prefills, priced in batches (None: one at a time, Replica.prefill_share)
-        shares = prefill_shares_fn(cost) if isinstance(cost, CostModel) else None
+        # NOTE (speed): ``lean``: a baseline replay whose rows are read only for their reuse and prefill joules (and its
+        # timeline: busy seconds, last finish; engine.replay): the counterfactual full prefill (nocache joules) and an
+        # exact-prefix plan's priced columns (FLOPs, HBM and cache-read bytes, attention seconds) are not computed
+        # (their columns keep their zeros, the no-cache joules the prefill's own); the timeline is the same
+        self._lean = lean
+        shares = prefill_shares_fn(cost) if isinstance(cost, CostModel) and not lean else None
         self._book = None if shares is None else ShareBook(shares, cost.busy_watts, self._prefill_cols[15:17])
         # ... and an exact-prefix plan's priced columns (None: as it starts)
         terms = one_chunk_terms_np(cost) if shares is not None and self._terms is not None else None
@@ -406,7 +412,7 @@ class ServingModel:
             if needs_extra:
                 # rotation / correction / tier-transfer time beyond a plain chunked prefill of num_new tokens
                 extra = max(0.0, pc.time_s - self.cost.step_time(((num_new, n - num_new),), 0, 0))
-            full = None if plain else self._full_share(rep, i, n)       # before this prefill changes the batch
+            full = None if plain or self._lean else self._full_share(rep, i, n)   # before this prefill changes the batch
         elif not r:
             # NOTE (speed): a full recompute (a miss, an unadmitted request), the general path below specialised:
             # _plan_stats gives (0, 0, False), so reused / rotated stay at their zeros, every token is recomputed,
@@ -434,7 +440,9 @@ class ServingModel:
                 num_new = 1
             # (priced as one chunk, not looked up in _tmemo: a prefix plan's (tokens, reused) pair is seldom seen
             # twice; Mooncake conversation: never)
-            if self._tbook is not None:
+            if self._lean:
+                pass
+            elif self._tbook is not None:
                 if m == n:      # (marked: Plan.from_prefix(n, r), r its reused column, priced at the end)
                     self._tmarks[i] = 1
                 else:
@@ -449,7 +457,7 @@ class ServingModel:
                 c_nc_attn[i] = (nc if nc is not None else self._full_terms(n))[4]
             extra = 0.0
             book = self._book               # (_full_share, inlined: before this prefill changes the batch)
-            full = rep.prefill_share(n, n) if book is None else book.add(rep, i, n)
+            full = (rep.prefill_share(n, n) if book is None else book.add(rep, i, n)) if not self._lean else None
         end, finishes, share = rep.run_prefill(now, n, num_new, extra, i, self._num_output[i])
         watts = self._watts
         joules = watts * share

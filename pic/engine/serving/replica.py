@@ -99,7 +99,7 @@ class Replica:
                 if a and a[-3] == 0.0 and a[-4] == d and a[-1] == nd:
                     a[-2] += 1
                 else:
-                    a.extend((d, 0.0, 1, nd))
+                    a.fromlist([d, 0.0, 1, nd])
             t += dt
             done += chunk
             s += 1
@@ -171,7 +171,7 @@ class Replica:
         self._decode_phase = (now, s, fixed, per, ctx, n)
         a = self._itl_a         # ItlLog.append, inlined
         self._itl_pos = len(a)
-        a.extend((fixed + per * ctx, per * nd, n, nd))
+        a.fromlist([fixed + per * ctx, per * nd, n, nd])
         self.steps = s + n
         self.phase = DECODE
         self.version += 1

@@ -53,7 +53,7 @@ class ShareBook:
                     self.flush()
                 return -1.0
         notes = self._notes
-        notes.extend((i, num_tokens, nd, rep.ctx_base + nd * rep.steps if nd else 0, m))
+        notes.fromlist([i, num_tokens, nd, rep.ctx_base + nd * rep.steps if nd else 0, m])
         if len(notes) >= 5 * _FLUSH:
             self.flush()
         return -1.0
@@ -132,7 +132,7 @@ class TermsBook:
     def add(self, i: int, num_tokens: int, num_new: int, start: int, n: int) -> None:
         """Request ``i``: a plan of ``num_tokens`` recomputing ``[start, start + num_new)``; its prompt ``n``."""
         notes = self._notes
-        notes.extend((i, num_tokens, num_new, start, n))
+        notes.fromlist([i, num_tokens, num_new, start, n])
         if len(notes) >= 5 * _FLUSH:
             self.flush()
 
