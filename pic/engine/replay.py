@@ -382,10 +382,10 @@ def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, co
         work = dataclasses.replace(work, view=asked_views(work.request_ids, work.num_prompt))
     kv_bpt = getattr(pols[0], "kv_bytes_per_token", ctx.bytes_per_token)   # compressed KV (rdr)
     pcost = cost if kv_bpt == ctx.bytes_per_token else cost.with_kv_read_bytes(kv_bpt)
-    # NOTE (speed): a baseline not replayed itself is read for its reuse, prefill joules and timeline only
-    # (_BASELINE_COLUMNS, busy seconds, last finish): its other columns are not priced (ServingModel ``lean``)
-    sm = ServingModel(work, pols, pcost, token_budget=config.token_budget, router=config.router,
-                      closed_loop=config.closed_loop, progress=tick, lean=name not in config.policies)
+    # (lean: read as a baseline only; not prefix's where the oracle may take its simulation: Told.see)
+    lean = name not in config.policies and not (name == "prefix" and told)
+    sm = ServingModel(work, pols, pcost, token_budget=config.token_budget, router=config.router, progress=tick,
+                      closed_loop=config.closed_loop, lean=lean)
     if config.check_invariants or config.verify:
         sm.sim.observers.append(_invariant_observer(name, pols))
     t0 = time.perf_counter()

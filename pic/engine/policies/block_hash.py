@@ -43,7 +43,7 @@ from pic.engine.plan import Plan
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
 from pic.engine.policies.block_chains import BlockChains, cat_pieces, chain_runs, head_pieces, tail_pieces
-from pic.engine.policies.block_radix import RadixBlocks
+from pic.engine.policies.block_radix import RadixAnswers, RadixBlocks
 from pic.engine.rolling import BlockHasher
 
 
@@ -81,11 +81,9 @@ class BlockHashCache(CachePolicy):
         self._log = array("q")                               # lean: (first, end) slot of each run released
         self._num_resident = 0
         self._num_born = 0
-        # NOTE: per-slot state lives in numpy arrays so ref counting and eviction are vectorized
-        # (NOTE (memory): 5 B per block, 17 with the tree's, 9 while lean; hashes, parents, storing order and
-        # tokens, read only by the --verify check and footprint, are kept only under --verify).
-        # NOTE (memory): ref is uint8 while at most 255 requests are live (a request holds a block once), then
-        # int32 (_widen_ref)
+        # NOTE: per-slot state lives in numpy arrays so ref counting and eviction are vectorized (NOTE (memory): 5 B
+        # per block, 17 with the tree's, 9 while lean; hashes, parents, storing order and tokens, read only by the
+        # --verify check and footprint, only under --verify). ref: uint8 while <= 255 requests are live, then int32
         self._ref = np.zeros(0, np.uint8)
         self._ref_max = 255
         # order in the LRU free queue (ref == 0; None while lean). NOTE (memory): int32 until 2^31 releases,
@@ -118,6 +116,10 @@ class BlockHashCache(CachePolicy):
         self._cap_blocks = cap if cap == float("inf") else cap // bs
         self._bpb = bs * ctx.bytes_per_token                  # bytes per block
         self.peak_bytes = 0      # the most resident_bytes() at the end of an admission (PrefixCache.peak_bytes)
+
+    @property
+    def order_only(self) -> bool:     # (answering from the prefix replay: engine.serving.timeline)
+        return type(self._radix) is RadixAnswers
 
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:

@@ -62,6 +62,12 @@ class PrefixCache(CachePolicy):
         #: at the end instead of asked after every admission)
         self.peak_bytes = 0
 
+    @property
+    def order_only(self) -> bool:
+        """Unbounded and unverified: it never refuses nor evicts, and its answer to a request depends only on the
+        prompts committed before it (engine.serving.timeline: asked in arrival order ahead of the timeline)."""
+        return self._unbounded and not self.ctx.verify
+
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
         return Plan.from_prefix(req.num_tokens, self._lookup(req, now_us))

@@ -27,6 +27,7 @@ from pic.engine.serving.plans import _one_chunk, _plan_stats, arrival_order
 from pic.engine.serving.replica import Phase, Replica
 from pic.engine.serving.router import Router
 from pic.engine.serving.shares import ShareBook, TermsBook
+from pic.engine.serving.timeline import run_two_pass
 
 INF = float("inf")
 FINISH, PREFILL_DONE, ARRIVAL, SCHEDULE = (EventKind.FINISH, EventKind.PREFILL_DONE, EventKind.ARRIVAL,
@@ -99,10 +100,8 @@ class ServingModel:
                         else getattr(p, "start_prefix", None) for p in self.policies]
         self._watts = cost.busy_watts
         # the counterfactual full prefills, priced in batches (None: one at a time, Replica.prefill_share)
-        # NOTE (speed): ``lean``: a baseline replay whose rows are read only for their reuse and prefill joules (and its
-        # timeline: busy seconds, last finish; engine.replay): the counterfactual full prefill (nocache joules) and an
-        # exact-prefix plan's priced columns (FLOPs, HBM and cache-read bytes, attention seconds) are not computed
-        # (their columns keep their zeros, the no-cache joules the prefill's own); the timeline is the same
+        # NOTE (speed): ``lean``: a baseline replay read for its reuse, prefill joules and timeline only (engine.replay):
+        # no counterfactual full prefill (nocache joules: the prefill's own), an exact-prefix plan's columns unpriced
         self._lean = lean
         shares = prefill_shares_fn(cost) if isinstance(cost, CostModel) and not lean else None
         self._book = None if shares is None else ShareBook(shares, cost.busy_watts, self._prefill_cols[15:17])
@@ -145,14 +144,15 @@ class ServingModel:
         for k, p in enumerate(self.policies):
             if not self._note_admit[k] and p.peak_bytes:     # (admitted before: its peak is not this run's)
                 self._note_admit[k] = True
-        if self._next_turn is None:        # open loop: every arrival known in advance, fed in order
-            if self._n:
-                self._next_at = self._arrival[0]
-            self.sim.feed(self.w.arrival_us, ARRIVAL, self._arrive)
-        elif self._chain.size:
-            first = int(self._chain[0])
-            self.sim.schedule(Event(ARRIVAL, -1, first), int(self.w.arrival_us[first]))
-        self.sim.run()
+        if not run_two_pass(self):         # (one replica, answers known from the arrival order: engine.serving.timeline)
+            if self._next_turn is None:    # open loop: every arrival known in advance, fed in order
+                if self._n:
+                    self._next_at = self._arrival[0]
+                self.sim.feed(self.w.arrival_us, ARRIVAL, self._arrive)
+            elif self._chain.size:
+                first = int(self._chain[0])
+                self.sim.schedule(Event(ARRIVAL, -1, first), int(self.w.arrival_us[first]))
+            self.sim.run()
         for k, p in enumerate(self.policies):
             if not self._note_admit[k] and p.peak_bytes > self.peak_resident:     # (one replica)
                 self.peak_resident = p.peak_bytes
@@ -440,14 +440,12 @@ class ServingModel:
                 num_new = 1
             # (priced as one chunk, not looked up in _tmemo: a prefix plan's (tokens, reused) pair is seldom seen
             # twice; Mooncake conversation: never)
-            if self._lean:
-                pass
-            elif self._tbook is not None:
+            if self._tbook is not None and not self._lean:
                 if m == n:      # (marked: Plan.from_prefix(n, r), r its reused column, priced at the end)
                     self._tmarks[i] = 1
                 else:
                     self._tbook.add(i, m, m - r, r, n)
-            else:
+            elif not self._lean:
                 flops, hbm, _, read, attn_s, _ = self._terms(m, m - r, r)
                 nc = self._full.get(n)
                 c_flops[i] = flops
@@ -470,9 +468,7 @@ class ServingModel:
 
     def _full_share(self, rep: Replica, i: int, n: int) -> float:
         """``rep.prefill_share(n, n)``, or -1.0 where the ShareBook prices it later (and writes its joules)."""
-        if self._book is None:
-            return rep.prefill_share(n, n)
-        return self._book.add(rep, i, n)
+        return rep.prefill_share(n, n) if self._book is None else self._book.add(rep, i, n)
 
     def _finish(self, i: int, now: int) -> list[tuple[int, Event]] | None:
         k = self._replica[i]
