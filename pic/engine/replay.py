@@ -375,6 +375,7 @@ def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, co
     pols = [registry.build(name, ctx, config.policy_options.get(name)) for _ in range(config.replicas)]
     if name == "oracle" and told and told.twin is not None:     # prefix's simulation: its plans (Told.see)
         t, _ = told.twin, pols[0].tell(told, done=True)
+        _ = tick is not None and tick(work.num_requests, work.num_requests)       # (every request done)
         return _Sim(name, type(t.rows)(name, t.rows.session, dict(t.rows.cols), t.rows.valid), t.order, t.busy_s,
                     t.last_finish_us, pols[0].usage().total, t.num_events, 0.0, pols, t.itl, pols[0].describe(), _stats(pols))
     if name == "block-hash" and answers or name == "oracle" and told:

@@ -178,3 +178,12 @@ def test_told_order_is_checked(monkeypatch):
     assert pol.lookup(v1, 0).num_tokens == v1.num_tokens
     with pytest.raises(ValueError, match="fresh"):
         pol.tell(told)
+
+
+def test_twin_progress_reaches_the_total():
+    """Taking prefix's simulation, the progress still counts oracle's requests: the last tick is the total."""
+    trace = _grown_trace(5, 40)
+    ticks = []
+    got = R.replay(trace, ReplayConfig(policies=("oracle",)), progress=lambda done, total: ticks.append((done, total)))
+    assert got.summary["policies"]["oracle"]["wall_seconds"] == 0.0
+    assert ticks[-1] == (3 * 40, 3 * 40)
