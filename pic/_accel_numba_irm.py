@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit, typeof, types
 
 from pic import _accel_numba_table, accel
-from pic._accel_numba import _OPTS, _U64
+from pic._accel_numba import _I64, _OPTS, _U64
 from pic._accel_numba_table import _find, _slot
 
 _TAB = types.uint64[::1]
@@ -102,6 +102,31 @@ def kt_hot(t1, s1, t2, s2, ask2, k1, k2, base, add1, add2):
     return out[:m + 2]
 
 
+def kt_fresh(tab, shift, kx, lens, rows, pos, n, add):
+    """A prompt's content from ``pos`` on is new to table ``tab``: first the segments ``add`` (rows: those of the prompts
+    analyzed since the last call) count their keys ``kx[row]`` into ``tab``; then whether no segment of ``rows`` (the prompt's, ``lens[row]`` tokens each, the prompt ``n`` tokens long) that
+    holds a token at or after ``pos`` has its key in ``tab``. Returns ``2 * (keys new to tab) + (1 if so else 0)``.
+    The caller keeps the table below its load limit with what is added."""
+    new = np.int64(0)
+    for i in range(len(add)):
+        k = kx[add[i]]
+        j = _find(tab, shift, k)
+        if tab[2 * j + 1] == ZERO:
+            tab[2 * j] = k
+            new += 1
+        tab[2 * j + 1] += ONE
+    s = 0
+    for p in range(rows.shape[0]):
+        if s >= n:
+            break
+        r = rows[p]
+        e = s + lens[r]
+        if e > pos and lens[r] > 0 and tab[2 * _find(tab, shift, kx[r]) + 1] != ZERO:
+            return 2 * new
+        s = e
+    return 2 * new + 1
+
+
 _HELD = typeof(array("Q"))      # (numba's type of an array('Q') argument)
 
 
@@ -114,4 +139,5 @@ __getattr__ = accel.lazy(globals(), {
     "kt_count": types.int64(_RTAB, types.uint64, types.uint64),
     "kt_hot": types.int64[::1](_TAB, types.uint64, _TAB, types.uint64, types.boolean, _U64, _U64, types.int64, _HELD,
                                _HELD),
+    "kt_fresh": types.int64(_TAB, types.uint64, _U64, _I64, _I64, types.int64, types.int64, _I64),
 }, _OPTS, {"table_rehash": _accel_numba_table})

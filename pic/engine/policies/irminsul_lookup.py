@@ -14,6 +14,7 @@ import numpy as np
 
 from pic.engine import cdc
 from pic.engine.policies.base import PolicyContext, PolicyStats, RequestView
+from pic.engine.policies.irminsul_fresh import FreshContent, start_fresh
 from pic.engine.policies.irminsul_index import KeyTable
 from pic.engine.policies.irminsul_layout import (
     NO_CUTS,
@@ -34,10 +35,8 @@ _START = itemgetter(0)
 
 
 def _flags(anchors: np.ndarray) -> bytes:
-    """A layout's anchors as the policy keeps them: one byte (0/1) per bound.
-
-    NOTE (memory): the prompt index keeps every committed prompt's layout: 1 B per bound instead of a list's
-    8 B pointer (bytes concatenate by memcpy and index to the cached ints 0 and 1)"""
+    """A layout's anchors as the policy keeps them: one byte (0/1) per bound. NOTE (memory): the prompt index keeps every
+    committed prompt's layout: 1 B per bound, not a list's 8 B pointer (bytes concatenate by memcpy, index to 0 and 1)"""
     return anchors.astype(np.bool_, copy=False).tobytes()
 
 if TYPE_CHECKING:
@@ -60,10 +59,13 @@ class ChunkWalk:
     # its chunks' edge keys, when the layout's call made them: (heads, tails, meta, q: where its query key is of)
     _tail_keys: tuple[list, list, np.ndarray, int] | None
     _shortcuts = True                 # the walk's answers without the walk where they are known (off: tests)
+    _fresh: FreshContent | None | int = 0
 
     def _analyze(self, req: RequestView) -> Analysis:
         """The prompt's CDC layout and, for each reused target range, ``(start, end, extent, offset in the
         extent)`` in prompt order (the source position is ``extent.base_pos + offset``)."""
+        if self._fresh is not None:           # (FreshContent: the segments of the prompts so far; 0: not started)
+            self._fresh = self._fresh.note(req) if self._fresh else start_fresh(self, req)
         best, best_len, shared, other = self._store.prompts.best_layout(req.seq)
         got = self._layout(req, shared, other, best_len) if other is not None else None
         if got is None:
@@ -89,8 +91,7 @@ class ChunkWalk:
         heads_at: list[int] = []
         skip = -1                             # the straddling chunk, when it misses every stage (below)
         if fast:
-            # the chunks starting at or after ``pos`` that some stage may serve ("hot"), in one pass; the walk
-            # below jumps from a missed chunk to the next hot one
+            # the chunks from ``pos`` on that some stage may serve ("hot"), in one pass; the walk jumps from a miss to the next
             st = self._store
             entries, heads, tails = self._entries, st._heads, st._tails if st.rtrie is not None else {}
             # keys from the chunk holding ``pos`` (kc: new when it straddles the end of the exact prefix)
@@ -107,6 +108,10 @@ class ChunkWalk:
                 eb = tb[kc - kb:] if kc >= kb else np.array(bl[kc:], np.int64)
                 ha, ta = cdc.edge_keys(toks, eb - off if off else eb, m)
                 heads_at, tails_at = ha.tolist(), ta.tolist()
+            if meta is not None and type(heads) is KeyTable and self._fresh and self._fresh.nothing_past(req, pos, kc, k0, bl, fl, m, entries):
+                ex["chunk_lookups"] += len(fl) - k0      # (nothing stored past pos: the walk's answer, no probe)
+                return Analysis(got.bounds, got.fps, got.anchors, got.hard, got.marked, toks, off, uses, kc, heads_at,
+                                tails_at, got.chunks, (k0, [len(fl)], st._admissions), got.whole)
             ks = range(k0, len(fl))
             hot = [] if entries.keys().isdisjoint(fl[k0:]) else [*compress(ks, map(entries.__contains__, fl[k0:]))]
             # NOTE (speed): the chunk straddling the exact prefix's end (kc < k0; most lookups of a continued
