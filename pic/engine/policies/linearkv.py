@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pic import accel
 from pic.engine import cdc, eviction, selectors
 from pic.engine.plan import Action, Correction, Plan, Span
 from pic.engine.policies import register
@@ -157,6 +158,9 @@ class _Layout:
 class LinearKV(CachePolicy):
     name = "linearkv"
     Config = LinearKVConfig
+    # (commit stores at most what admit reserved: the prefix stage's pages past the locked prefix; the new chunks
+    # were added at admit: resident_bytes() never rises)
+    commit_never_grows = True
 
     def __init__(self, ctx: PolicyContext, config: LinearKVConfig | None = None) -> None:
         super().__init__(ctx, config)
@@ -185,16 +189,25 @@ class LinearKV(CachePolicy):
         # admission of a bounded store (seen-twice, prefix-first): per chunk admitted requests computed, the
         # context tag it was last computed in, in the slot of its fingerprint's top bits with 8 check bits
         # (a one-hash filter, cleared when half its slots are set)
-        self._gate = ctx.capacity_bytes != float("inf") and c.admission != "always"
+        self._unbounded = ctx.capacity_bytes == float("inf")
+        self._gate = not self._unbounded and c.admission != "always"
         self._prefix_first = self._tree is not None and c.admission == "prefix-first"
         self._seen, self._seen_n = array("H", bytes(2 * _SEEN_SLOTS if self._gate else 0)), 0
         self.stats.extra.update(chunk_lookups=0, chunk_hits=0, rotated_tokens=0, recompute_tokens=0,
                                 probe_tokens=0, state_loads=0, state_compositions=0, state_store_tokens=0,
                                 stored_chunks=0, unstored_chunks=0, prefix_tokens=0)
+        #: the most :meth:`resident_bytes` at the end of an admission (the serving model's peak, one replica: read
+        #: at the end instead of asked after every admission)
+        self.peak_bytes = 0
 
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
         self.stats.lookups += 1
+        if self.stats.lookups == 1 and req.source is not None:
+            # NOTE (speed): every prompt is chunked whole, so the trace's distinct tokens (a lower bound on what
+            # this policy chunks) are announced up front: the compiled kernels load now when that is worth it
+            # (pic.accel), not after 2^22 tokens chunked by numpy (Azure conversation: its first ~900 requests)
+            accel.kernels(int(req.source.offsets[-1]))
         lay = self._analyze(req, self._prefix(req, now_us))
         for fp in lay.used:
             e = self._entries[fp]
@@ -236,7 +249,8 @@ class LinearKV(CachePolicy):
         num_new = sum(b - a for a, b in lay.new.values())
         need = num_new * bpt + len(lay.new) * per
         need_pages = self._pages(req, lay.prefix) * bpt
-        over = self.usage().total + need + need_pages - self.ctx.capacity_bytes
+        # (unbounded: ``over`` is -inf; not computed)
+        over = 0 if self._unbounded else self.resident_bytes() + need + need_pages - self.ctx.capacity_bytes
         if over > 0 and self.evict(int(over), now_us) < over:
             for fp in lay.used:
                 st.unlock(self._entries[fp])
@@ -256,6 +270,9 @@ class LinearKV(CachePolicy):
         self.stats.extra["state_store_tokens"] += num_new if self._hybrid else 0
         self._locks[rid] = lay.used + list(lay.new)
         self._admitted[rid] = list(lay.new)
+        b = self.resident_bytes()
+        if b > self.peak_bytes:
+            self.peak_bytes = b
         return True
 
     def commit(self, req: RequestView, now_us: int) -> None:
@@ -320,6 +337,11 @@ class LinearKV(CachePolicy):
         self.stats.evictions += tree.num_evicted - before
         self.stats.evicted_bytes += b
         return b
+
+    def resident_bytes(self) -> int:
+        st, t = self._store, self._tree     # usage().total
+        b = st.evictable + st.protected + self._reserved
+        return b if t is None else b + t.total_tokens * self.ctx.bytes_per_token
 
     def usage(self) -> Usage:
         st, t, bpt = self._store, self._tree, self.ctx.bytes_per_token
@@ -411,7 +433,7 @@ class LinearKV(CachePolicy):
         evictable = st.evictable - sum(e.nbytes for e in map(entries.__getitem__, used) if e.refs == 0)
         if self._tree is not None and not self._prefix_first:
             evictable += max(0, self._tree.evictable_tokens - prefix) * bpt
-        free = self.ctx.capacity_bytes - self.usage().total - self._pages(req, prefix) * bpt
+        free = self.ctx.capacity_bytes - self.resident_bytes() - self._pages(req, prefix) * bpt
         room, seen, keep, cold = free + evictable, self._seen, {}, set()
         for fp, (a, b) in new.items():
             cost = (b - a) * bpt + per
