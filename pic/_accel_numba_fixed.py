@@ -85,48 +85,61 @@ def prefix_hashes(toks):
 
 
 @njit(**_OPTS)
-def _segment_prefix_hashes(buf, lo, hi, keys, lengths, mask):
+def _segment_prefix_hashes(buf, lo, hi, keys, lengths, mask, skip, h0):
     """:func:`prefix_hashes` of a prompt given as its segments' pieces (:meth:`traces.content.Segments.pieces`):
     piece ``p`` is ``buf[lo[p]:hi[p]]`` when ``hi[p] > lo[p]``, else ``lengths[p]`` opaque tokens derived
     from ``keys[p]`` as :func:`pic._accel_numba.opaque_fill` derives them (keys given as ``key ^ salt``). The
-    same values as ``prefix_hashes(Segments.gather(rows))``, without gathering the tokens."""
+    same values as ``prefix_hashes(Segments.gather(rows))``, without gathering the tokens. ``skip``: its first
+    ``skip`` tokens are not read, ``h0`` is their hash: the values from ``H[skip]`` on (``n - skip + 1``)."""
     n = 0
     for p in range(lengths.shape[0]):
         n += lengths[p]
-    h = np.empty(n + 1, np.uint64)
-    acc = np.uint64(0)
+    h = np.empty(n - skip + 1, np.uint64)
+    acc = h0
     h[0] = acc
     k = 1
+    at = 0                       # the piece's first token in the prompt
     for p in range(lengths.shape[0]):
+        size = lengths[p]
+        if at + size <= skip:
+            at += size
+            continue
+        o = skip - at if skip > at else 0
         if hi[p] > lo[p]:
-            for j in range(lo[p], hi[p]):
+            for j in range(lo[p] + o, hi[p]):
                 acc = _horner(acc, buf[j])
                 h[k] = acc
                 k += 1
         else:
             b = _mix(keys[p])
-            for j in range(lengths[p]):
+            for j in range(o, size):
                 acc = _horner(acc, np.int32(_mix(b + np.uint64(j) * _GOLDEN) & mask))
                 h[k] = acc
                 k += 1
+        at += size
     return h
 
 
 @njit(types.uint64[::1](_I32, _I64, _I64, _U64, _I64, types.uint64), **_OPTS)
 def segment_prefix_hashes(buf, lo, hi, keys, lengths, mask):
-    """:func:`_segment_prefix_hashes`."""
-    return _segment_prefix_hashes(buf, lo, hi, keys, lengths, mask)
+    """:func:`_segment_prefix_hashes` of the whole prompt."""
+    return _segment_prefix_hashes(buf, lo, hi, keys, lengths, mask, 0, np.uint64(0))
 
 
 @njit(types.Tuple((types.uint64[::1], types.int64[::1], types.uint64[::1], types.uint64[::1]))(
     _I32, _I64, _I64, _U64, _U64, _I64, types.uint64, types.int64, types.uint64, types.int64, _BITS, _BITS,
-    types.uint64, types.uint64), **_OPTS)
-def prompt_scan(buf, tok_offs, offs, keys, salts, rows, mask, width, bw, start, bits1, bits2, shift, fmask):
+    types.uint64, types.uint64, _U64), **_OPTS)
+def prompt_scan(buf, tok_offs, offs, keys, salts, rows, mask, width, bw, start, bits1, bits2, shift, fmask, known):
     """``fixed-chunk``'s lookup work on a prompt in one call: its prefix hashes ``h`` (:func:`segment_prefix_hashes`
     of segment rows ``rows`` of a :class:`traces.content.Segments` given as ``tokens``, ``token_offsets`` (or
     ``offsets`` where it has none), ``offsets``, ``keys``, ``salts`` (both empty: no opaque segments), as
     :meth:`~traces.content.Segments.pieces` reads them), the filters' candidate windows from ``start``
-    (:func:`window_candidates`) and the keys of its grid chunks (window ``j * width`` of each whole chunk)."""
+    (:func:`window_candidates`) and the keys of its grid chunks (window ``j * width`` of each whole chunk).
+
+    ``known``: the keys of the prompt's first grid chunks, when known (another prompt with the same first
+    ``g = len(known) * width`` tokens gave them; ``start >= g``): those tokens are not read, their hash is
+    ``H[g] = sum(known[j] * bw^(len - 1 - j))`` (``H[(j + 1) * width] = H[j * width] * bw + key_j``), and ``h`` starts
+    at ``H[g]`` (its ``n - g + 1`` values); the candidates' offsets and the grid are the whole prompt's."""
     m = rows.shape[0]
     lo, hi = np.empty(m, np.int64), np.empty(m, np.int64)
     ks, lengths = np.zeros(m, np.uint64), np.empty(m, np.int64)
@@ -135,10 +148,19 @@ def prompt_scan(buf, tok_offs, offs, keys, salts, rows, mask, width, bw, start, 
         lo[p], hi[p], lengths[p] = tok_offs[r], tok_offs[r + 1], offs[r + 1] - offs[r]
         if keys.shape[0]:
             ks[p] = keys[r] ^ salts[r]
-    h = _segment_prefix_hashes(buf, lo, hi, ks, lengths, mask)
-    pos, cand = _window_candidates(h, width, bw, start, bits1, bits2, shift, fmask)
-    k = (h.shape[0] - 1) // width
+    k0 = known.shape[0]
+    g = k0 * width
+    if start < g:
+        raise ValueError("prompt_scan: start before the known grid chunks' end")
+    h0 = np.uint64(0)
+    for j in range(k0):
+        h0 = h0 * bw + known[j]
+    h = _segment_prefix_hashes(buf, lo, hi, ks, lengths, mask, g, h0)
+    pos, cand = _window_candidates(h, width, bw, start - g, bits1, bits2, shift, fmask)
+    pos += g
+    k = (h.shape[0] - 1 + g) // width
     grid = np.empty(k, np.uint64)
-    for j in range(k):
-        grid[j] = h[(j + 1) * width] - h[j * width] * bw
+    grid[:k0] = known
+    for j in range(k0, k):
+        grid[j] = h[(j + 1) * width - g] - h[j * width - g] * bw
     return h, pos, cand, grid

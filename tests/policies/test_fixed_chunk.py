@@ -409,9 +409,6 @@ def test_compiled_prompt_scan_equals_its_parts() -> None:
                 start = int(rng.integers(0, h.shape[0] + 3))
                 t = seg.offsets if seg.token_offsets is None else seg.token_offsets
                 none = np.zeros(0, np.uint64)
-                got = k.prompt_scan(seg.tokens, t, seg.offsets, none if seg.keys is None else seg.keys,
-                                    none if seg.keys is None else seg.salts, rows, _MASK, width, bw, start, *f.bits,
-                                    np.uint64(_FILTER_SHIFT), np.uint64(_FILTER_MASK))
                 q = (h.shape[0] - 1) // width
                 grid = h[width:q * width + 1:width] - h[0:(q - 1) * width + 1:width] * bw if q else h[:0]
                 accel.set_mode("0")
@@ -419,8 +416,20 @@ def test_compiled_prompt_scan_equals_its_parts() -> None:
                     want = (h, *f.candidates(h, width, start), grid)
                 finally:
                     accel.set_mode(None)
-                for a, b in zip(want, got, strict=True):
-                    assert a.dtype == b.dtype and np.array_equal(a, b)
+                # the first k0 grid keys known (0: none; at most up to start): those tokens are not hashed, the
+                # hashes start at H[k0 * width], the candidates and the grid are the whole prompt's
+                for k0 in {0, min(q, start // width), int(rng.integers(0, min(q, start // width) + 1))}:
+                    got = k.prompt_scan(seg.tokens, t, seg.offsets, none if seg.keys is None else seg.keys,
+                                        none if seg.keys is None else seg.salts, rows, _MASK, width, bw, start,
+                                        *f.bits, np.uint64(_FILTER_SHIFT), np.uint64(_FILTER_MASK), grid[:k0].copy())
+                    for a, b in zip((h[k0 * width:], *want[1:]), got, strict=True):
+                        assert a.dtype == b.dtype and np.array_equal(a, b)
+                if start // width < q:      # known keys past the start: refused
+                    with pytest.raises(ValueError):
+                        k.prompt_scan(seg.tokens, t, seg.offsets, none if seg.keys is None else seg.keys,
+                                      none if seg.keys is None else seg.salts, rows, _MASK, width, bw, start, *f.bits,
+                                      np.uint64(_FILTER_SHIFT), np.uint64(_FILTER_MASK),
+                                      grid[:start // width + 1].copy())
 
 
 @pytest.mark.parametrize("opts", [{}, {"save_unfull_chunk": "true"}, {"prefix_stage": "false"}])

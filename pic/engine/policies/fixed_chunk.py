@@ -45,6 +45,7 @@ from pic.engine.policies.fixed_chunk_filters import _FILTER_BITS, _FILTER_MASK, 
 from pic.engine.policies.fixed_chunk_store import _add_hit, _Chunk, _runs
 from pic.engine.radix import RadixNode, RadixTree
 from pic.engine.rolling import BASE, prefix_hashes, span_hashes
+from pic.engine.seq import Seq
 from pic.traces.content import _MASK as _OPAQUE_MASK
 
 _SHIFT_U, _MASK_U = np.uint64(_FILTER_SHIFT), np.uint64(_FILTER_MASK)
@@ -94,7 +95,11 @@ class FixedChunkCache(CachePolicy):
         # request -> (held, reserved, its node, the node's depth, grid chunks missing at admit)
         self._live: dict[int, tuple[list[_Chunk], int, RadixNode | None, int, list | None]] = {}
         self._pending: dict[int, tuple[int, list[tuple[int, int, _Chunk]]]] = {}  # rid -> lookup's scan
-        self._memo: tuple | None = None     # request, its prefix hashes, its grid keys (or None)
+        self._memo: tuple | None = None     # request, its prefix hashes (or None), its grid keys (or None)
+        # id(prompt) -> (prompt, its grid keys) of every admitted prompt (the tree's edges' sources among them), kept
+        # where every prompt's chunks are kept anyway (unbounded) and the hashes are not needed past the grid
+        self._known: dict[int, tuple[Seq, np.ndarray]] = {}
+        self._knows = c.prefix_stage and not c.save_unfull_chunk and ctx.capacity_tokens == float("inf")
         self._bw = pow(BASE, self._c, 1 << 64)   # B^chunk_size: window i's hash is h[i + C] - h[i] * B^C
         self._bw_u = np.uint64(self._bw)
         self._heap: list[tuple[tuple[int, ...], int, _Chunk]] = []
@@ -296,9 +301,26 @@ class FixedChunkCache(CachePolicy):
         rolling lookup takes from its end (greedy, left to right, no overlap). ``now_us`` None: no
         recency bookkeeping (a re-scan in ``admit``)."""
         c = self._c
-        pfx = self._tree.match_prefix(req.seq, now_us, split=False)[0] if self._tree is not None else 0
+        known = _NO_KEYS
+        if self._tree is not None:
+            pfx, node = self._tree.match_prefix(req.seq, now_us, split=False)
+            # NOTE (speed): the prompt that made the deepest node of the match has the same tokens down to it (an
+            # edge's source holds its whole root path): its grid keys are this prompt's there, which is not hashed
+            # again (Mooncake conversation: the prefix stage serves ~37 % of the tokens)
+            depth, src = node.lo + node.n, node.src
+            if pfx > depth and self._knows and self._tree.page_size == 1:
+                # (the match ends inside the edge of the child the prompt's next token keys: its source too)
+                child = node.children.get(req.seq.token(depth))
+                if child is not None:
+                    depth, src = pfx, child.src
+            if depth >= c and self._knows:
+                got = self._known.get(id(src))
+                if got is not None:
+                    known = got[1][:depth // c]
+        else:
+            pfx = 0
         # greedy from the prefix end: the first candidate at or after the cursor that is a stored chunk
-        cand, keys = self._candidates(req, pfx)
+        cand, keys = self._candidates(req, pfx, known)
         uses: list[tuple[int, int, _Chunk]] = []
         # NOTE (speed): the candidates' keys looked up in one pass (most are the filters' false positives: tens per
         # Mooncake lookup), then the greedy walks the stored ones only (a candidate not stored is skipped anyway)
@@ -340,11 +362,13 @@ class FixedChunkCache(CachePolicy):
             lo = a + size
         return out
 
-    def _candidates(self, req: RequestView, start: int) -> tuple[np.ndarray, np.ndarray]:
+    def _candidates(self, req: RequestView, start: int, known: np.ndarray = _NO_KEYS) -> tuple[np.ndarray, np.ndarray]:
         """The filters' candidate windows of the request from ``start`` (:meth:`_Filters.candidates`): ``(offsets,
         hashes)``. NOTE (speed): with the compiled kernels, a request not hashed yet is hashed from its segments,
         scanned and its grid keys taken in one call (:func:`pic._accel_numba_fixed.prompt_scan`; was ~10 numpy
-        and numba calls: ~25 -> ~10 us a request on Azure conversation, ~1,150 tokens)."""
+        and numba calls: ~25 -> ~10 us a request on Azure conversation, ~1,150 tokens). ``known``: the keys of the
+        prompt's first grid chunks, when known (``start`` at or after them): their tokens are not hashed (the memo
+        then keeps the grid, not the hashes)."""
         m, src, rows = self._memo, req.source, req.segment_rows
         fast = accel.kernels(req.num_tokens, "fixed") if m is None or m[0] is not req else None
         if fast is None or src is None or rows is None:
@@ -353,8 +377,8 @@ class FixedChunkCache(CachePolicy):
         t = src.offsets if src.token_offsets is None else src.token_offsets
         h, cand, keys, grid = fast.prompt_scan(src.tokens, t, src.offsets, _NO_KEYS if src.keys is None else src.keys,
                                                _NO_KEYS if src.keys is None else src.salts, rows, _OPAQUE_MASK,
-                                               self._c, self._bw_u, start, b[0], b[1], _SHIFT_U, _MASK_U)
-        self._memo = (req, h, grid)
+                                               self._c, self._bw_u, start, b[0], b[1], _SHIFT_U, _MASK_U, known)
+        self._memo = (req, None if known.shape[0] else h, grid)
         return cand, keys
 
     def _hashes(self, req: RequestView) -> np.ndarray:
@@ -363,7 +387,8 @@ class FixedChunkCache(CachePolicy):
         NOTE (speed): derived where needed (grid points, candidates), never stored for every offset; a
         prompt is hashed from its segments (the trace's stored tokens read in place, opaque ones derived
         on the fly: :meth:`traces.content.Segments.pieces`), its tokens never gathered."""
-        if self._memo is None or self._memo[0] is not req:
+        m = self._memo
+        if m is None or m[0] is not req or m[1] is None:
             fast = accel.kernels(req.num_tokens, "fixed")
             src, rows = req.source, req.segment_rows
             if fast is not None and src is not None and rows is not None:
@@ -372,20 +397,25 @@ class FixedChunkCache(CachePolicy):
                 h = fast.prefix_hashes(np.ascontiguousarray(req.tokens, np.int32))
             else:
                 h = prefix_hashes(req.tokens)
-            self._memo = (req, h, None)
+            self._memo = (req, h, None if m is None or m[0] is not req else m[2])
         return self._memo[1]
 
     def _grid(self, req: RequestView) -> tuple[list[int], tuple[int, int, int] | None]:
         """The keys of the request's whole grid chunks in order (chunk ``j`` at ``j * C``), and with
         ``save_unfull_chunk`` its partial tail chunk ``(start, key, size)`` (None: none)."""
         c, n = self._c, req.num_tokens
-        h = self._hashes(req)
-        k = n // c
-        keys = self._memo[2]
+        m = self._memo
+        keys = m[2] if m is not None and m[0] is req else None
         if keys is None:
+            h = self._hashes(req)
+            k = n // c
             keys = h[c:k * c + 1:c] - h[0:(k - 1) * c + 1:c] * self._bw_u if k else h[:0]
-        m = n % c
-        tail = (n - m, int(span_hashes(h, [n - m], [m])[0]), m) if m and self.config.save_unfull_chunk else None
+            self._memo = (req, h, keys)
+        r = n % c
+        tail = (n - r, int(span_hashes(self._hashes(req), [n - r], [r])[0]), r) \
+            if r and self.config.save_unfull_chunk else None
+        if self._knows and keys.shape[0]:
+            self._known[id(req.seq)] = (req.seq, keys)      # (the prompt is in the tree once committed)
         return keys.tolist(), tail
 
     def _same(self, ch: _Chunk, req: RequestView, lo: int, hi: int) -> bool:
