@@ -75,7 +75,7 @@ def test_opaque_prompts_chunk_as_their_gathered_tokens(seed: int) -> None:
         accel.set_mode("1")
         try:
             req = _view(store, rows, rid)
-            bl, fl, tokens = pol._chunks(req)
+            bl, fl, tokens, _ = pol._chunks(req)
         finally:
             accel.set_mode(None)
         assert (req._tokens is None) == (req.num_tokens > 64), rows        # (the one call: nothing gathered)

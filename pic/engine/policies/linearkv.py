@@ -54,10 +54,10 @@ from pic.engine import cdc, eviction, selectors
 from pic.engine.plan import Action, Correction, Plan, Span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, PolicyContext, RequestView, Usage
-from pic.engine.policies.irminsul import marker_boundaries
-from pic.engine.policies.irminsul_layout import _may_mark, opaque_layout
+from pic.engine.policies.linearkv_layout import _context_tags, _Layout, prompt_chunks
 from pic.engine.policies.linearkv_store import Entry, Store
 from pic.engine.radix import RadixNode, RadixTree
+from pic.engine.seq import Seq
 from pic.traces.markers import BOUNDARY_MARKER
 
 COMPOSE = ("single-block", "exact")
@@ -65,8 +65,6 @@ ADMISSION = ("seen-twice", "prefix-first", "always")
 #: slots of the seen-elsewhere filter (indexed by a fingerprint's top 22 bits; each holds 8 more bits of the
 #: fingerprint and a context tag; cleared when half full)
 _SEEN_SLOTS = 1 << 22
-#: edge-key length given to ``opaque_layout``: longer than any prompt, so it makes none (linearkv reads none)
-_NO_EDGES = 1 << 62
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,28 +130,6 @@ class LinearKVConfig:
         return np.array([int(x) for x in self.marker_tokens.split(",")], dtype=np.int32)
 
 
-def _context_tags(bl: list[int], fl: list[int], new: dict[int, tuple[int, int]]) -> dict[int, int]:
-    """Per new chunk a 16-bit tag: 8 more bits of its fingerprint (the filter's slot takes the top 22) and
-    a nonzero byte of its context, its position and the chunk before it (in place again: the same tag)."""
-    first = {a: k for k, a in enumerate(bl)}
-    return {fp: (fp >> 34 & 0xFF) << 8 | ((fl[first[a] - 1] if first[a] else 0) ^ a * 0x9E3779B97F4A7C15) % 255 + 1
-            for fp, (a, _) in new.items()}
-
-
-@dataclass(frozen=True, slots=True)
-class _Layout:
-    """One prompt's chunks: bounds, fingerprints, which are hits (entry fp), and what to add."""
-
-    bounds: list[int]
-    fps: list[int]
-    prefix: int                      # tokens the prefix stage serves (chunk hits start at or after it)
-    hits: list[int]                  # chunk indices reused
-    used: list[int]                  # distinct entry fingerprints read, first-use order
-    new: dict[int, tuple[int, int]]  # fingerprint -> [a, b) of chunks to store
-    computed: tuple[tuple[int, int], ...] = ()  # seen-twice: (fingerprint, context tag) of every new chunk
-    cold: frozenset[int] = frozenset()  # seen-twice: new chunks stored in free room, first to be evicted
-
-
 @register
 class LinearKV(CachePolicy):
     name = "linearkv"
@@ -191,6 +167,12 @@ class LinearKV(CachePolicy):
         # (a one-hash filter, cleared when half its slots are set)
         self._unbounded = ctx.capacity_bytes == float("inf")
         self._gate = not self._unbounded and c.admission != "always"
+        # id(prompt) -> (prompt, its CDC bounds, fingerprints, anchors) of every admitted prompt chunked whole by one
+        # compiled call (the prefix stage's edges' sources among them), kept while unbounded and unverified: a prompt
+        # sharing a prefix with one resumes CDC from its last anchor there (_chunks)
+        self._layouts: dict[int, tuple] = {}
+        self._keeps = self._tree is not None and self._unbounded and not ctx.verify
+        self._anc: tuple = (None, b"")      # (request, anchors) of the last layout made by that call
         self._prefix_first = self._tree is not None and c.admission == "prefix-first"
         self._seen, self._seen_n = array("H", bytes(2 * _SEEN_SLOTS if self._gate else 0)), 0
         self.stats.extra.update(chunk_lookups=0, chunk_hits=0, rotated_tokens=0, recompute_tokens=0,
@@ -270,6 +252,8 @@ class LinearKV(CachePolicy):
         self.stats.extra["state_store_tokens"] += num_new if self._hybrid else 0
         self._locks[rid] = lay.used + list(lay.new)
         self._admitted[rid] = list(lay.new)
+        if self._keeps and self._anc[0] is req and self._anc[1] is not None:
+            self._layouts[id(req.seq)] = (req.seq, array("q", lay.bounds), array("Q", lay.fps), self._anc[1])
         b = self.resident_bytes()
         if b > self.peak_bytes:
             self.peak_bytes = b
@@ -358,16 +342,28 @@ class LinearKV(CachePolicy):
         p = self._tree.page_size
         return max(0, req.num_tokens // p * p - prefix)
 
-    def _prefix(self, req: RequestView, now_us: int | None) -> int:
-        """Tokens of ``req``'s longest committed exact prefix in the prefix stage (0 without one)."""
+    def _prefix(self, req: RequestView, now_us: int | None) -> tuple[int, Seq | None, int]:
+        """``(num, src, shared)``: tokens of ``req``'s longest committed exact prefix in the prefix stage (0 without
+        one), and (kept layouts only) a committed prompt ``src`` whose first ``shared`` tokens are ``req``'s (the
+        source of the deepest node of the match, or of the child whose edge it ends inside; None: none)."""
         if self._tree is None:
-            return 0
-        return self._tree.match_prefix(req.seq, now_us, split=False)[0]
+            return 0, None, 0
+        num, node = self._tree.match_prefix(req.seq, now_us, split=False)
+        if not self._keeps or not num:
+            return num, None, 0
+        depth = node.lo + node.n
+        if num > depth and self._tree.page_size == 1:
+            child = node.children.get(req.seq.token(depth))
+            if child is not None:
+                return num, child.src, num
+        return num, node.src, depth
 
-    def _analyze(self, req: RequestView, prefix: int) -> _Layout:
+    def _analyze(self, req: RequestView, match: tuple[int, Seq | None, int]) -> _Layout:
         """Chunk ``req``; hits are resident chunks that start at or after the prefix stage's ``prefix``
-        tokens (those before are served in place by the prefix stage); every chunk not resident is new."""
-        bl, fl, toks = self._chunks(req)
+        tokens (those before are served in place by the prefix stage); every chunk not resident is new.
+        ``match``: :meth:`_prefix`'s answer."""
+        prefix = match[0]
+        bl, fl, toks, known = self._chunks(req, match[1], match[2])
         hits: list[int] = []
         new: dict[int, tuple[int, int]] = {}
         # seen-twice: a chunk inside the prefix stage's prefix is neither computed nor stored again
@@ -379,7 +375,11 @@ class LinearKV(CachePolicy):
             # NOTE (speed): a chunk that starts inside the prefix is never a hit: only a missing one matters
             # (most are resident: the prompt that left the prefix stored them); one C-level pass over them
             k0 = bisect_left(bl, prefix, 0, len(fl))
-            for k in [k for k, e in enumerate(map(get, fl[:k0])) if e is None]:
+            # NOTE (speed): the first ``known`` chunks are a committed prompt's, each resident once it was admitted;
+            # while nothing ever left the store (ungated), they still are: not asked (Mooncake conversation: ~37 %
+            # of the chunks)
+            k1 = min(known, k0) if not self._gate and not self._store.num_removed else 0
+            for k in [k for k, e in enumerate(map(get, fl[k1:k0]), k1) if e is None]:
                 b = bl[k + 1]
                 if b > inside and fl[k] not in new:
                     new[fl[k]] = (bl[k], b)
@@ -401,19 +401,14 @@ class LinearKV(CachePolicy):
         keep, cold = self._admissible(req, prefix, used, new, ctx)
         return _Layout(bl, fl, prefix, hits, used, keep, tuple(ctx.items()), cold)
 
-    def _chunks(self, req: RequestView) -> tuple[list[int], list[int], Callable[[], np.ndarray]]:
-        """``(bounds, fingerprints, tokens)`` of the prompt's CDC chunks (lists; ``tokens()`` gives its tokens).
-        NOTE (speed): a prompt of opaque segments with no marker (Mooncake, Azure) is derived, chunked and
-        fingerprinted by one compiled call, as ``irminsul`` does (:func:`irminsul_layout.opaque_layout`; was
-        gather, chunk, fingerprints: three calls and ~20 numpy calls per prompt), its tokens never gathered."""
-        if not self.config.s2 or (req.source is not None and not _may_mark(req.source, self._marker)):
-            got = opaque_layout(req, 0, 0, 0, self._cdc, _NO_EDGES)      # (no hard boundary)
-            if got is not None:
-                return got[1], got[3], lambda: got[0]
-        toks = req.tokens
-        hard = marker_boundaries(req, self._marker) if self.config.s2 else None
-        bounds, _, fps = cdc.layout_fps(toks, self._cdc, hard)
-        return bounds.tolist(), fps.tolist(), lambda: toks
+    def _chunks(self, req: RequestView, src: Seq | None = None, shared: int = 0
+                ) -> tuple[list[int], list[int], Callable[[], np.ndarray], int]:
+        """``(bounds, fingerprints, tokens, known)`` of the prompt's CDC chunks (:func:`linearkv_layout.prompt_chunks`,
+        from the kept layout of ``src`` where it shares ``shared`` tokens)."""
+        bl, fl, toks, known, anc = prompt_chunks(req, self.config, self._cdc, self._marker,
+                                                 self._layouts.get(id(src)) if shared else None, shared)
+        self._anc = (req, anc)
+        return bl, fl, toks, known
 
     def _admissible(self, req: RequestView, prefix: int, used: list[int], new: dict[int, tuple[int, int]],
                     ctx: dict[int, int]) -> tuple[dict[int, tuple[int, int]], frozenset[int]]:

@@ -45,6 +45,7 @@ class Store:
         self.entries: dict[int, Entry] = {}
         self.evictable = self.protected = 0
         self.evicts = evicts        # False: no eviction heap until the first peek/evict (then built)
+        self.num_removed = 0        # entries removed so far (evicted or dropped): none, every entry added is here
         self._heap: list[tuple[tuple[int, ...], int, int]] = []
         self._seq = itertools.count()
 
@@ -96,6 +97,7 @@ class Store:
             if not e.ready:
                 del entries[e.fp]
                 dropped += e.nbytes
+                self.num_removed += 1
         self.protected -= freed
         self.evictable += freed - dropped
 
@@ -155,6 +157,7 @@ class Store:
     def drop(self, e: Entry) -> None:
         """Remove an unlocked entry."""
         del self.entries[e.fp]
+        self.num_removed += 1
         self.evictable -= e.nbytes
 
     def _rebuild_heap(self) -> None:
