@@ -61,6 +61,18 @@ def filter_add(keys, counts1, counts2, bits1, bits2, shift, mask):
         bits2[b >> three] |= one << np.uint8(b & seven)
 
 
+@njit(types.void(_U64, types.uint8[::1], types.uint8[::1], types.uint64, types.uint64), **_OPTS)
+def bits_add(keys, bits1, bits2, shift, mask):
+    """Set each key's bit in both bitsets (:func:`filter_add` without the counts: a filter whose keys are never
+    removed, :meth:`engine.policies.fixed_chunk_filters._Filters.add`)."""
+    one, seven, three = np.uint8(1), np.uint64(7), np.uint64(3)
+    for x in keys:
+        a = x >> shift
+        bits1[a >> three] |= one << np.uint8(a & seven)
+        b = x & mask
+        bits2[b >> three] |= one << np.uint8(b & seven)
+
+
 _BASE = np.uint64(0x9E3779B97F4A7C15 | 1)       # engine.rolling.BASE
 
 

@@ -37,12 +37,11 @@ import numpy as np
 
 from pic import accel
 from pic.engine import eviction
-from pic.engine.oracle import HeldRuns
 from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
 from pic.engine.policies.fixed_chunk_filters import _FILTER_BITS, _FILTER_MASK, _FILTER_SHIFT, _Filters  # noqa: F401
-from pic.engine.policies.fixed_chunk_store import _add_hit, _Chunk, _runs
+from pic.engine.policies.fixed_chunk_store import _add_hit, _Chunk, chunk_footprint, tail_uses
 from pic.engine.radix import RadixNode, RadixTree
 from pic.engine.rolling import BASE, prefix_hashes, span_hashes
 from pic.engine.seq import Seq
@@ -86,8 +85,11 @@ class FixedChunkCache(CachePolicy):
         self._c = c.chunk_size
         self._key = eviction.key(c.eviction)
         self._store: dict[int, _Chunk] = {}
-        self._tree = RadixTree(c.prefix_page_size, self._key) if c.prefix_stage else None
-        self._filters = _Filters()
+        # (an unbounded cache's tree keeps no eviction heap until asked to evict, as prefix's: RadixTree evicts)
+        self._tree = (RadixTree(c.prefix_page_size, self._key, evicts=ctx.capacity_tokens != float("inf"))
+                      if c.prefix_stage else None)
+        # (no counts while nothing is removed: _evict_tokens counts the keys then, every full chunk's in the store)
+        self._filters = _Filters(counted=ctx.capacity_tokens != float("inf"))
         self._tails: dict[int, int] = {}          # stored partial-chunk length -> how many
         self._chunk_tokens = 0                    # tokens in the chunk store
         self._locked_tokens = 0                   # chunk-store tokens with ref > 0
@@ -279,21 +281,7 @@ class FixedChunkCache(CachePolicy):
         tree by the commit that stored the chunk: while the tree never evicted, each chunk inside those pages
         is held by the edges' runs (every window of up to 64 tokens: their context is 63), and is counted as
         such (:class:`engine.oracle.HeldRuns`)."""
-        store, tree = self._store, self._tree
-        every = list(store.values())
-        if tree is None or tree.num_evicted:
-            return Footprint(len(store), (tree.run_refs() if tree is not None else []) + _runs(every))
-        edges, p = tree.run_refs(63), tree.page_size
-        rest = [] if p == 1 else [ch for ch in every if ch.pos + ch.size > ch.src.end // p * p]
-        out = {id(ch) for ch in rest}
-        held = [ch for ch in every if id(ch) not in out] if out else every
-        sizes: dict[int, int] = {}
-        for ch in held if p > 1 or self._tails else ():
-            sizes[ch.size] = sizes.get(ch.size, 0) + 1
-        if p == 1 and not self._tails and held:
-            sizes[self._c] = len(held)
-        return Footprint(len(store), HeldRuns(edges + _runs(rest), lambda: _runs(held), sizes, 64,
-                                              (lambda: edges + _runs(every)) if rest else None))
+        return chunk_footprint(self._store, self._tree, self._c, bool(self._tails))
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _scan(self, req: RequestView, now_us: int | None) -> tuple[int, list[tuple[int, int, _Chunk]]]:
@@ -344,23 +332,7 @@ class FixedChunkCache(CachePolicy):
                    ) -> list[tuple[int, int, _Chunk]]:
         """Add stored partial chunks found where an uncovered stretch ends (before a hit or at N): the
         longest stored tail length that fits and matches."""
-        h = self._hashes(req)
-        n = req.num_tokens
-        lengths = np.array(sorted(self._tails, reverse=True), np.int64)
-        out, lo = [], pfx
-        for a, size, ch in [*uses, (n, 0, None)]:
-            fit = lengths[lengths <= a - lo]
-            if fit.size:
-                keys = span_hashes(h, a - fit, fit).tolist()       # hashes of toks[a-m:a], m in fit
-                for m, key in zip(fit.tolist(), keys, strict=True):
-                    t = self._store.get(key)
-                    if t is not None and t.size == m and self._same(t, req, a - m, a):
-                        out.append((a - m, m, t))
-                        break
-            if ch is not None:
-                out.append((a, size, ch))
-            lo = a + size
-        return out
+        return tail_uses(self._hashes(req), req, pfx, uses, self._tails, self._store, self._same)
 
     def _candidates(self, req: RequestView, start: int, known: np.ndarray = _NO_KEYS) -> tuple[np.ndarray, np.ndarray]:
         """The filters' candidate windows of the request from ``start`` (:meth:`_Filters.candidates`): ``(offsets,
@@ -494,6 +466,7 @@ class FixedChunkCache(CachePolicy):
         tree, store, freed = self._tree, self._store, 0
         if self._lean:
             self._lean = False
+            self._filters.count(np.array([k for k, ch in store.items() if ch.size == self._c], np.uint64))
             self._heap = [(self._key(ch), next(self._seq), ch) for ch in store.values() if ch.ref == 0]
             heapq.heapify(self._heap)
         gone: list[int] = []
