@@ -475,11 +475,12 @@ class LinearKV(CachePolicy):
             src = self._entries[lay.fps[k]].base_pos
             spans.append(Span(a, b, Action.REUSE if src == a else Action.REUSE_ROTATED, src))
         store = sum(b - a for a, b in lay.new.values()) if self._hybrid else 0
-        if not spans:
-            return Plan(n, (Span(0, n, Action.RECOMPUTE),), Correction(state_store_tokens=store))
         k = len(lay.hits)
-        if not k:                        # the prefix stage alone: what an exact-prefix cache does
-            return Plan.from_spans(n, spans, Correction(state_store_tokens=store))
+        if not k:                        # the prefix stage alone (or nothing): what an exact-prefix cache does
+            # NOTE (speed): with no correction, the shared plans of Plan.from_prefix (NO_CORRECTION: the serving
+            # model prices them on its exact-prefix path)
+            return Plan.from_prefix(n, lay.prefix) if not store else \
+                Plan.from_spans(n, spans, Correction(state_store_tokens=store))
         # an in-place run of chunks from position 0 is an exact prefix: its KV needs no quality recompute
         # (with a prefix-stage prefix, chunk hits start after it and none is such a run)
         lead = 0
