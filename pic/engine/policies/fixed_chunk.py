@@ -211,13 +211,10 @@ class FixedChunkCache(CachePolicy):
     def commit(self, req: RequestView, now_us: int) -> None:
         held, need, node, pfx, missing = self._live[req.request_id]
         self._reserved -= need
-        if self._tree is not None:     # (node: the prefix's, locked since admit)
+        if self._tree is not None:     # (node: the prefix's, locked since admit; none: the root's, always locked)
+            # NOTE (speed): insert_move walks below it, or not at all right after this prompt's lookup and admit
             tree = self._tree
-            _, leaf = tree.insert(req.seq, now_us) if node is None else tree.insert_below(req.seq, now_us, pfx, node)
-            self._tree.inc_lock(leaf)
-            if node is not None:
-                self._tree.dec_lock(node)
-            node = leaf
+            node = tree.insert_move(req.seq, now_us, pfx, tree.root if node is None else node)[1]
         store, seq, seen, c = self._store, req.seq, None, self._c
         keys = [h for _, h, _ in missing]
         if keys and missing[-1][2] == c and len(set(keys)) == len(keys) and not any(map(store.__contains__, keys)):

@@ -160,7 +160,7 @@ class LinearKV(CachePolicy):
         # the prefix-stage tokens it reserved until commit
         self._tree = (RadixTree(c.prefix_page_size, eviction.key(c.eviction),
                                 evicts=ctx.capacity_bytes != float("inf")) if c.prefix_stage else None)
-        self._nodes: dict[int, tuple[RadixNode | None, int]] = {}
+        self._nodes: dict[int, tuple[RadixNode | None, int, int]] = {}   # (locked node, pages reserved, its depth)
         self._reserved = 0
         # admission of a bounded store (seen-twice, prefix-first): per chunk admitted requests computed, the
         # context tag it was last computed in, in the slot of its fingerprint's top bits with 8 check bits
@@ -241,7 +241,7 @@ class LinearKV(CachePolicy):
             self.stats.rejected += 1
             return False
         self._reserved += need_pages
-        self._nodes[rid] = (node, need_pages)
+        self._nodes[rid] = (node, need_pages, lay.prefix)
         # new chunks: protected until release (admission: until commit); cold ones first in eviction order (an
         # access promotes them)
         st.add_new(lay.new, req.seq, bpt, per, now_us, lay.cold)
@@ -262,14 +262,14 @@ class LinearKV(CachePolicy):
     def commit(self, req: RequestView, now_us: int) -> None:
         for fp in self._admitted.pop(req.request_id, []):
             self._entries[fp].ready = True
-        node, need_pages = self._nodes.get(req.request_id, (None, 0))
+        node, need_pages, num = self._nodes.get(req.request_id, (None, 0, 0))
         if self._tree is not None:
             self._reserved -= need_pages
-            _, leaf = self._tree.insert(req.seq, now_us)
-            self._tree.inc_lock(leaf)
-            if node is not None:
-                self._tree.dec_lock(node)
-            self._nodes[req.request_id] = (leaf, 0)
+            # (the prefix's node, locked since admit, or the root, always locked; NOTE (speed): insert_move walks
+            # below it, or not at all right after this prompt's lookup and admit)
+            tree = self._tree
+            leaf = tree.insert_move(req.seq, now_us, num, tree.root if node is None else node)[1]
+            self._nodes[req.request_id] = (leaf, 0, 0)
             if self._gate:
                 # the committed prompt's KV is the prefix stage's locked leaf now: what the running request
                 # holds is there; its chunks (and their recurrent states) are no longer needed by it
@@ -277,7 +277,7 @@ class LinearKV(CachePolicy):
 
     def release(self, req: RequestView, now_us: int) -> None:
         self._admitted.pop(req.request_id, None)
-        node, need_pages = self._nodes.pop(req.request_id, (None, 0))
+        node, need_pages, _ = self._nodes.pop(req.request_id, (None, 0, 0))
         self._reserved -= need_pages
         if node is not None:
             self._tree.dec_lock(node)
