@@ -370,12 +370,8 @@ def _first_held(levels: list[np.ndarray], wh: np.ndarray, wi: np.ndarray) -> tup
 def prompt_oracle(trace, order: np.ndarray, min_match: int) -> np.ndarray:
     """int64 [len(order)]: the trace-level oracle's reuse (:func:`engine.oracle.trace_oracle`) of the
     requests ``order`` (rows of ``trace.requests``, arrival order), from the segment structure."""
-    offs, idx = trace._csr
     order = np.asarray(order, np.int64)
-    cnt = offs[order + 1] - offs[order]
-    item_offs = np.zeros(order.shape[0] + 1, np.int64)
-    np.cumsum(cnt, out=item_offs[1:])
-    rows = idx[np.repeat(offs[order], cnt) + ramp(cnt)]
+    rows, item_offs = _order_rows(trace, order)
     pfx = resident_prefixes(trace.segments, rows, item_offs)
     _PREFIXES.clear()
     # NOTE (speed): where nothing past the prefixes was met earlier, the reuse is the prefixes (Azure and Mooncake
@@ -438,16 +434,22 @@ def prompt_prefixes(trace, order: np.ndarray, reuse: np.ndarray, m: int) -> tupl
     last :func:`prompt_oracle` of this trace and order found nothing past the prefixes met earlier
     (:func:`_unmet_past_prefix`: then the reuse is the prefixes at every ``m >= _UNMET_MIN``), not computed again
     (the ``oracle`` policy answering from the trace-level oracle, engine.policies.oracle)."""
-    offs, idx = trace._csr
     order = np.asarray(order, np.int64)
-    cnt = offs[order + 1] - offs[order]
-    item_offs = np.zeros(order.shape[0] + 1, np.int64)
-    np.cumsum(cnt, out=item_offs[1:])
-    rows = idx[np.repeat(offs[order], cnt) + ramp(cnt)]
+    rows, item_offs = _order_rows(trace, order)
     got = _PREFIXES[0] if _PREFIXES else None
     if m >= _UNMET_MIN and got is not None and got[0]() is trace and got[1] == _digest(order):
         return reuse, rows, item_offs
     return resident_prefixes(trace.segments, rows, item_offs), rows, item_offs
+
+
+def _order_rows(trace, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, item_offs)``: the segment rows of the requests ``order`` (int64 rows of ``trace.requests``), one
+    request after another, and where each one's start (CSR offsets, ``len(order) + 1``)."""
+    offs, idx = trace._csr
+    cnt = offs[order + 1] - offs[order]
+    item_offs = np.zeros(order.shape[0] + 1, np.int64)
+    np.cumsum(cnt, out=item_offs[1:])
+    return idx[np.repeat(offs[order], cnt) + ramp(cnt)], item_offs
 
 
 def _digest(order: np.ndarray) -> str:

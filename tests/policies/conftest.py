@@ -130,3 +130,30 @@ class History:
 @pytest.fixture
 def stream() -> list[RequestView]:
     return request_stream(seed=7, num_requests=40)
+
+
+def conversations(seed: int, n: int, shared_piece, new_piece):
+    """A trace of ``n`` turns that continue one of the last six turns (all or a leading part of its segments, then
+    one to three new pieces) or start fresh: each new piece is one of four shared ones (``shared_piece(rng,
+    table)``: a segment id) with probability 0.3, else ``new_piece(rng, table, r)`` (``r``: the draw, in [0.3,
+    1)). Tests of a policy's conversation shortcuts (fixed-chunk's known keys, linearkv's resumed CDC)."""
+    from pic.traces.schema import SegmentTable, Trace, requests_frame
+
+    rng = np.random.default_rng(seed)
+    table = SegmentTable()
+    shared = [shared_piece(rng, table) for _ in range(4)]
+    rows = {c: [] for c in ("request_id", "session_id", "agent_id", "arrival_us", "output_tokens", "segment_ids")}
+    prompts: list[list] = []
+    for i in range(n):
+        if prompts and rng.random() < 0.75:
+            prev = prompts[int(rng.integers(max(0, len(prompts) - 6), len(prompts)))]
+            sids = list(prev if rng.random() < 0.7 else prev[:int(rng.integers(0, len(prev) + 1))])
+        else:
+            sids = []
+        for _ in range(int(rng.integers(1, 4))):
+            r = rng.random()
+            sids.append(shared[int(rng.integers(len(shared)))] if r < 0.3 else new_piece(rng, table, r))
+        prompts.append(sids)
+        for c, v in zip(rows, (i, f"s{i}", "a", i, 1, sids), strict=True):
+            rows[c].append(v)
+    return Trace(table.build(), requests_frame(rows), source="<conversations>")

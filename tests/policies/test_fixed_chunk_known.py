@@ -15,35 +15,21 @@ from pic import accel
 from pic.engine import policies
 from pic.engine.replay import workload_from_trace
 from pic.traces.schema import SegmentTable, Trace, requests_frame
-from tests.policies.conftest import make_ctx
+from tests.policies.conftest import conversations, make_ctx
 
 
 def _conversations(seed: int, n: int) -> Trace:
-    """Turns that continue an earlier turn (all or a leading part of its segments, then new ones), or start fresh;
-    segments stored (a low vocabulary: chance matches) or opaque, of lengths cutting chunks anywhere."""
-    rng = np.random.default_rng(seed)
-    table = SegmentTable()
-    shared = [table.add(rng.integers(0, 30, int(rng.integers(5, 90)), dtype=np.int32), "document") for _ in range(4)]
-    rows = {c: [] for c in ("request_id", "session_id", "agent_id", "arrival_us", "output_tokens", "segment_ids")}
-    prompts: list[list] = []
-    for i in range(n):
-        if prompts and rng.random() < 0.75:
-            prev = prompts[int(rng.integers(max(0, len(prompts) - 6), len(prompts)))]
-            sids = list(prev if rng.random() < 0.7 else prev[:int(rng.integers(0, len(prev) + 1))])
-        else:
-            sids = []
-        for _ in range(int(rng.integers(1, 4))):
-            r = rng.random()
-            if r < 0.3:
-                sids.append(shared[int(rng.integers(len(shared)))])
-            elif r < 0.6:
-                sids.append(table.add_opaque(int(rng.integers(0, 1 << 30)), 3, int(rng.integers(1, 200)), "block"))
-            else:
-                sids.append(table.add(rng.integers(0, 30, int(rng.integers(1, 150)), dtype=np.int32), "user"))
-        prompts.append(sids)
-        for c, v in zip(rows, (i, f"s{i}", "a", i, 1, sids), strict=True):
-            rows[c].append(v)
-    return Trace(table.build(), requests_frame(rows), source="<conversations>")
+    """Conversation turns (conftest.conversations) of stored segments (a low vocabulary: chance matches) and opaque
+    ones, of lengths cutting chunks anywhere."""
+    def stored(lo: int, hi: int, kind: str):
+        return lambda rng, table: table.add(rng.integers(0, 30, int(rng.integers(lo, hi)), dtype=np.int32), kind)
+    user = stored(1, 150, "user")
+
+    def new(rng, table, r):
+        if r < 0.6:
+            return table.add_opaque(int(rng.integers(0, 1 << 30)), 3, int(rng.integers(1, 200)), "block")
+        return user(rng, table)
+    return conversations(seed, n, stored(5, 90, "document"), new)
 
 
 def _run(work, opts: dict, knows: bool, mode: str, group: int) -> tuple:

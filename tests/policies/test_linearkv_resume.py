@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
 from pic import accel
@@ -16,35 +15,21 @@ from pic.engine import policies
 from pic.engine.policies.base import PolicyContext
 from pic.engine.replay import workload_from_trace
 from pic.engine.specs import model_from_name
-from pic.traces.schema import SegmentTable, Trace, requests_frame
+from pic.traces.schema import Trace
+from tests.policies.conftest import conversations
 
 QNEXT = model_from_name("qwen3-next-80b-a3b")
 OPTS = {"avg_chunk": "64", "min_chunk": "16", "max_chunk": "256"}
 
 
 def _conversations(seed: int, n: int) -> Trace:
-    """Turns that continue one of the last turns (all or a leading part of its segments, then new ones), or start
-    fresh; opaque segments only (Mooncake's kind), a few shared."""
-    rng = np.random.default_rng(seed)
-    table = SegmentTable()
-    shared = [table.add_opaque(int(rng.integers(0, 1 << 30)), 3, int(rng.integers(20, 300)), "block") for _ in range(4)]
-    rows = {c: [] for c in ("request_id", "session_id", "agent_id", "arrival_us", "output_tokens", "segment_ids")}
-    prompts: list[list] = []
-    for i in range(n):
-        if prompts and rng.random() < 0.75:
-            prev = prompts[int(rng.integers(max(0, len(prompts) - 6), len(prompts)))]
-            sids = list(prev if rng.random() < 0.7 else prev[:int(rng.integers(0, len(prev) + 1))])
-        else:
-            sids = []
-        for _ in range(int(rng.integers(1, 4))):
-            if rng.random() < 0.3:
-                sids.append(shared[int(rng.integers(len(shared)))])
-            else:
-                sids.append(table.add_opaque(int(rng.integers(0, 1 << 30)), 3, int(rng.integers(1, 400)), "block"))
-        prompts.append(sids)
-        for c, v in zip(rows, (i, f"s{i}", "a", i, 1, sids), strict=True):
-            rows[c].append(v)
-    return Trace(table.build(), requests_frame(rows), source="<conversations>")
+    """Conversation turns (conftest.conversations) of opaque segments only (Mooncake's kind), a few shared."""
+    def shared(rng, table):
+        return table.add_opaque(int(rng.integers(0, 1 << 30)), 3, int(rng.integers(20, 300)), "block")
+
+    def new(rng, table, r):
+        return table.add_opaque(int(rng.integers(0, 1 << 30)), 3, int(rng.integers(1, 400)), "block")
+    return conversations(seed, n, shared, new)
 
 
 def _run(work, opts: dict, keeps: bool, group: int, evict_at: int = -1) -> tuple:
