@@ -28,9 +28,11 @@ from pic.engine.memory import COLLECT_LAST_MIN, free_cycles, release_freed
 from pic.engine.memory import no_cyclic_gc as _no_cyclic_gc
 from pic.engine.metrics import SUMMARY_VERSION, request_rows, summarize
 from pic.engine.oracle import DEFAULT_MIN_MATCH, duplicate_tokens, join_runs
+from pic.engine.policies import irminsul_told
 from pic.engine.policies.base import PolicyContext
 from pic.engine.policies.block_radix import answer_from_prefix, answers_apply, asked_views
 from pic.engine.request import Labels
+from pic.engine.retime import retime
 from pic.engine.runconfig import provenance
 from pic.engine.sanity import below_prefix_warning, fit_warnings, resident_warnings, saturation_warning
 from pic.engine.serving import ServingModel, Workload
@@ -88,27 +90,6 @@ def read_trace_file(path: str | os.PathLike) -> Trace:
         return trace
     from pic.traces.ingest import read_sources
     return read_sources([Path(path)])[0]
-
-
-def retime(arrival_us: np.ndarray, time_scale: float = 1.0, rate: float | None = None) -> tuple[np.ndarray, float]:
-    """Sorted arrivals re-timed about the first one: ``time_scale`` multiplies every gap; ``rate`` (requests/s)
-    rescales them so that (n − 1) / span equals it, the pattern kept; ``inf`` puts every arrival at the first.
-    Returns (new int64 µs arrivals, the factor applied). Raises ValueError when a rate cannot be reached."""
-    a = np.asarray(arrival_us, dtype=np.int64)
-    if rate is None and time_scale == 1.0:
-        return a, 1.0
-    if a.size == 0:
-        return a, time_scale
-    origin, rel = int(a[0]), a - a[0]
-    if rate is not None and math.isinf(rate):
-        return np.full_like(a, origin), 0.0
-    if rate is not None:
-        span = int(rel[-1])
-        if a.size < 2 or span <= 0:
-            raise ValueError(f"rate: the {a.size} request(s) all arrive at one instant; there is no pattern to "
-                             "re-time to a rate (use --rate inf, or a trace with arrival times)")
-        time_scale = (a.size - 1) / (span / 1e6) / rate
-    return origin + np.rint(rel * time_scale).astype(np.int64), time_scale
 
 
 def workload_from_trace(trace: Trace, max_requests: int | None = None) -> Workload:
@@ -252,6 +233,7 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
     oracle = _oracle(trace, work, min_match)
     # NOTE (speed): oracle answers from the trace-level oracle, and takes prefix's timeline, where they are its own
     told = "oracle" in config.policies and registry.get("oracle").told(trace, work, oracle, min_match, config)
+    itwin = irminsul_told.wanted(config, ctx)     # (irminsul takes prefix's simulation where its plans are prefix's)
     sims: dict[str, _Sim] = {}
     # NOTE (speed): the baselines are simulated first and the replayed policies last (each simulation is
     # independent: same seed, a fresh policy), so the state left for the cyclic GC at the end is the
@@ -268,7 +250,7 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
         for p, name in enumerate(order):
             base = p * work.num_requests
             tick = None if progress is None else (lambda done, _n, base=base: progress(base + done, total))
-            sims[name] = sim = _simulate(name, work, ctx, cost, config, tick, answers and sims.get("prefix"), told)
+            sims[name] = sim = _simulate(name, work, ctx, cost, config, tick, answers and sims.get("prefix"), told, itwin)
             # a radix tree's parent links are cycles: freed only by the cyclic GC; after the last simulation
             # only at scale (free_cycles); nor before block-hash answering (it builds no tree: after it, if need be)
             nxt = order[p + 1] if p + 1 < len(order) else None
@@ -370,12 +352,15 @@ class _Sim:
 
 
 def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, config: ReplayConfig,
-              tick: Callable[[int, int], None] | None, answers: _Sim | None = None, told: Any = None) -> _Sim:
-    """``answers``/``told``: what block-hash (the prefix replay: block_radix.answers_apply)/oracle (OracleCache.told) answer from."""
+              tick: Callable[[int, int], None] | None, answers: _Sim | None = None, told: Any = None,
+              itwin: Any = None) -> _Sim:
+    """``answers``/``told``/``itwin``: what block-hash (the prefix replay: block_radix.answers_apply)/oracle
+    (OracleCache.told)/irminsul (irminsul_told.take) answer from."""
     pols = [registry.build(name, ctx, config.policy_options.get(name)) for _ in range(config.replicas)]
-    if name == "oracle" and told and told.twin is not None:     # prefix's simulation: its plans (Told.see)
-        t, _ = told.twin, pols[0].tell(told, done=True)
-        _ = tick is not None and tick(work.num_requests, work.num_requests)       # (every request done)
+    taken = irminsul_told.take(name, pols, work, itwin)      # (False: asked, pols[0] a fresh one)
+    t = told.twin if name == "oracle" and told else itwin.sim if taken else None
+    if t is not None:        # prefix's simulation: its plans (Told.see, irminsul_told.take)
+        _ = name == "oracle" and pols[0].tell(told, done=True), tick and tick(work.num_requests, work.num_requests)
         return _Sim(name, type(t.rows)(name, t.rows.session, dict(t.rows.cols), t.rows.valid), t.order, t.busy_s,
                     t.last_finish_us, pols[0].usage().total, t.num_events, 0.0, pols, t.itl, pols[0].describe(), _stats(pols))
     if name == "block-hash" and answers or name == "oracle" and told:
@@ -384,7 +369,7 @@ def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, co
     kv_bpt = getattr(pols[0], "kv_bytes_per_token", ctx.bytes_per_token)   # compressed KV (rdr)
     pcost = cost if kv_bpt == ctx.bytes_per_token else cost.with_kv_read_bytes(kv_bpt)
     # (lean: read as a baseline only; not prefix's where the oracle may take its simulation: Told.see)
-    lean = name not in config.policies and not (name == "prefix" and told)
+    lean = name not in config.policies and not (name == "prefix" and (told or itwin is not None))
     sm = ServingModel(work, pols, pcost, token_budget=config.token_budget, router=config.router, progress=tick,
                       closed_loop=config.closed_loop, lean=lean)
     if config.check_invariants or config.verify:
@@ -404,8 +389,8 @@ def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, co
     sm.sim.handlers.clear()
     if name == "prefix":
         out.reuse = reqs.column("num_reused")
-        if told:
-            told.see(dataclasses.replace(out, pols=[]))     # (its rows and ITL kept: replay() drops them)
+        for t in (told or None, itwin):
+            _ = t is not None and t.see(dataclasses.replace(out, pols=[]))  # (its rows, ITL kept: replay() drops them)
     return out
 
 

@@ -1,0 +1,103 @@
+"""irminsul taking ``prefix``'s simulation where its plans are ``prefix``'s (``irminsul_told.take``, #12): every
+output of a replay (requests.parquet's rows, summary.json less wall times, config.json's stats) equals the one that
+simulates irminsul; where a plan is not ``prefix``'s (reuse past the exact prefix, tails, S1), capacity is bounded,
+several replicas or something watches, it is not taken."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import pic.engine.replay as R
+from pic.engine.config import ReplayConfig
+from pic.engine.policies import irminsul_told as I
+from tests.policies.test_block_answers import _strip, _trace
+from tests.policies.test_oracle_lines import _opaque_trace
+from tests.policies.test_oracle_told import _grown_trace
+
+_TAKE = I.take
+
+
+def _both(trace, cfg, monkeypatch, spoil=None) -> tuple:
+    """(taken shortcut's run, the simulated run, whether irminsul took prefix's simulation)."""
+    took, real = [], _TAKE
+
+    def spy(name, pols, *a):
+        got = real(name, pols, *a)
+        if name in I.NAMES:
+            took.append(bool(got))
+            if got and spoil is not None:
+                spoil(pols[0])
+        return got
+
+    monkeypatch.setattr(I, "take", spy)
+    on = R.replay(trace, cfg)
+    monkeypatch.setattr(I, "take", lambda *a: None)       # (the simulation)
+    off = R.replay(trace, cfg)
+    return on, off, any(took)
+
+
+def _same(on, off) -> bool:
+    return (on.table.equals(off.table)
+            and json.dumps(_strip(on.summary), sort_keys=True) == json.dumps(_strip(off.summary), sort_keys=True)
+            and json.dumps(_strip(on.resolved), sort_keys=True) == json.dumps(_strip(off.resolved), sort_keys=True))
+
+
+CONFIGS = [({}, True), ({"token_budget": 64}, True), ({"max_requests": 90, "rate": 3000.0}, True),
+           ({"policies": ("prefix", "irminsul")}, True), ({"policies": ("irminsul", "oracle")}, True),
+           ({"policies": ("irminsul", "prefix")}, True),        # (prefix simulated first: before block-hash)
+           ({"policies": ("irminsul", "prefix"), "baselines": ("prefix",)}, False),    # (irminsul first)
+           ({"capacity_bytes": 2e8}, False), ({"replicas": 2}, False), ({"verify": True}, False),
+           ({"check_invariants": True}, False), ({"closed_loop": True}, False),
+           ({"policy_options": {"irminsul": {"s1": True}}}, False),
+           ({"policy_options": {"irminsul": {"avg_chunk": 64, "min_chunk": 16}}}, None)]   # (taken or not)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("change, taken", CONFIGS)
+def test_taken_equals_the_simulation(seed, change, taken, monkeypatch):
+    """Prompts whose only content met earlier is a prefix: the same outputs, prefix's simulation taken where the
+    replay allows it."""
+    trace = _grown_trace(seed)
+    on, off, took = _both(trace, ReplayConfig(**{"policies": ("irminsul",), **change}), monkeypatch)
+    assert _same(on, off)
+    assert took == taken or taken is None
+    assert (on.summary["policies"]["irminsul"]["wall_seconds"] == 0.0) == took
+
+
+@pytest.mark.parametrize("seed", [0, 4])
+def test_not_taken_where_a_plan_rotates(seed, monkeypatch):
+    """A window repeated inside a prompt: irminsul reuses the prefix's tokens as prefix does, part of them rotated
+    (its plan is not prefix's): not taken."""
+    on, off, took = _both(_grown_trace(seed), ReplayConfig(policies=("irminsul",)), monkeypatch)
+    assert _same(on, off) and not took
+    assert on.summary["policies"]["irminsul"]["wall_seconds"] > 0.0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_not_taken_past_the_prefix(seed, monkeypatch):
+    """Rows met again at other positions (irminsul reuses past the exact prefix) and block-cut prompts: not
+    taken where a plan is not prefix's; the outputs equal either way."""
+    for trace in (_opaque_trace(seed, 120), _trace(150, seed)):
+        on, off, took = _both(trace, ReplayConfig(policies=("irminsul",)), monkeypatch)
+        assert _same(on, off)
+        if took:
+            s = on.resolved["policies"]["irminsul"]["stats"]
+            assert s["extended_tokens"] == s["chunk_hits"] == s["tail_tokens"] == 0
+
+
+def test_a_wrong_stat_fails(monkeypatch):
+    """The comparison sees a stat that the shortcut would get wrong."""
+    trace = _grown_trace(1)
+    cfg = ReplayConfig(policies=("irminsul",))
+
+    def chunks(pol):
+        pol.stats.extra["chunk_lookups"] += 1
+
+    def hits(pol):
+        pol.stats.hits += 1
+
+    for spoil in (chunks, hits):
+        on, off, took = _both(trace, cfg, monkeypatch, spoil)
+        assert took and not _same(on, off)
