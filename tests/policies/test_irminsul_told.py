@@ -101,3 +101,22 @@ def test_a_wrong_stat_fails(monkeypatch):
     for spoil in (chunks, hits):
         on, off, took = _both(trace, cfg, monkeypatch, spoil)
         assert took and not _same(on, off)
+
+
+def test_not_taken_where_lookup_is_watched(monkeypatch):
+    """A caller watching the lookups (benchmarks' plan digests: the plans and when they were asked) sees the
+    simulation's."""
+    from pic.engine import policies as registry
+
+    build, seen = registry.build, []
+
+    def watched(name, ctx, opts=None):
+        pol = build(name, ctx, opts)
+        if name == "irminsul":
+            inner = pol.lookup
+            pol.lookup = lambda req, now: seen.append(now) or inner(req, now)
+        return pol
+
+    monkeypatch.setattr(registry, "build", watched)
+    on, off, took = _both(_grown_trace(1), ReplayConfig(policies=("irminsul",)), monkeypatch)
+    assert not took and _same(on, off) and seen

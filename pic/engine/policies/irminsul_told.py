@@ -57,6 +57,8 @@ def take(name: str, pols: list, work: Any, twin: Twin | None) -> bool | None:
     if getattr(pol.config, "s1", False) or getattr(pol, "kv_bytes_per_token", pol.ctx.bytes_per_token) != \
             pol.ctx.bytes_per_token or pol.ctx.verify or len(t.reuse) != work.num_requests:
         return None
+    if {"lookup", "admit", "commit", "release"} & getattr(pol, "__dict__", {}).keys():
+        return None         # (watched by a caller, e.g. benchmarks' plan digests: asked when the timeline asks)
     if _asked(pol, work, np.asarray(t.reuse).tolist()):
         return True
     pols[0] = type(pol)(pol.ctx, pol.config)        # (registry.build's: the simulation's own, fresh)
