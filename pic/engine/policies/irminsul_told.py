@@ -40,9 +40,11 @@ class Twin:
 def wanted(config, ctx) -> Twin | None:
     """A :class:`Twin` to fill where irminsul may take ``prefix``'s simulation in a replay of ``config``: irminsul
     replayed, one replica, open loop, nothing watching, unbounded."""
-    from pic.engine.policies.oracle import answers_apply
+    if not any(n in config.policies for n in NAMES):
+        return None
+    from pic.engine.policies.oracle import answers_apply  # (only then: a replay imports it for oracle alone)
 
-    if not any(n in config.policies for n in NAMES) or not answers_apply(config):
+    if not answers_apply(config):
         return None
     return Twin() if math.isinf(ctx.capacity_tokens) else None
 
