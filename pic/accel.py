@@ -91,6 +91,11 @@ def _kernels(num_tokens: int) -> ModuleType | None:
     return mod
 
 
+def loaded() -> bool:
+    """Whether the compiled kernels are loaded already in this process (their load paid)."""
+    return _state["mod"] is not None
+
+
 def available() -> bool:
     """Whether the compiled kernels load here (loads them)."""
     return _load() is not None

@@ -12,7 +12,7 @@ the kernels do not load (tests compare both).
 
 NOTE (speed): the event loop's work per request (events, prefill steps, decode phases, pricing) is ~10-12 us of
 Python per simulation (Mooncake conversation: ~0.13 CPU s of each baseline replay); the kernel does it in
-well under a microsecond. Its load (numba, ~0.13 s) is paid only for workloads of ``_MIN_REQUESTS`` or more.
+well under a microsecond. Its load (numba, ~0.15 s) is paid only for a simulation of ``_MIN_REQUESTS`` or more.
 """
 
 from __future__ import annotations
@@ -25,9 +25,11 @@ import numpy as np
 
 from pic import accel
 
-#: requests a simulation needs for the compiled timeline to pay for numba's load (``accel.kernels``' count)
-_MIN_REQUESTS = 4096
-_PER_REQUEST = -(-accel.AUTO_TOKENS // _MIN_REQUESTS)
+#: requests one simulation needs for the compiled timeline to pay for numba's load where nothing loaded it yet
+#: (auto mode). NOTE (speed): the load is ~0.15 CPU s and the kernel saves ~11 us a request of each of the two
+#: baseline simulations: 4,096 cost Mooncake synthetic (3,993 requests: its second simulation, counted with the
+#: first by ``accel.kernels``, loaded numba) 0.69 -> 0.84 CPU s end to end.
+_MIN_REQUESTS = 8192
 _CHUNK = 1 << 16      # requests whose values are made at once (bounded memory)
 
 
@@ -80,7 +82,9 @@ def run_two_pass(sm: Any) -> bool:
     consts = constants(sm.cost)
     if consts is None:
         return False
-    fast = accel.kernels(sm._n * _PER_REQUEST, "serve")
+    if sm._n < _MIN_REQUESTS and accel.mode() == "auto" and not accel.loaded():
+        return False
+    fast = accel.kernels(accel.AUTO_TOKENS, "serve")
     if fast is None:
         return False
     fc, ic, wtab = consts
