@@ -357,14 +357,20 @@ def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, co
     """``answers``/``told``/``itwin``: what block-hash (the prefix replay: block_radix.answers_apply)/oracle
     (OracleCache.told)/irminsul (irminsul_told.take) answer from."""
     pols = [registry.build(name, ctx, config.policy_options.get(name)) for _ in range(config.replicas)]
-    taken = irminsul_told.take(name, pols, work, itwin)      # (False: asked, pols[0] a fresh one)
+    taken = irminsul_told.take(name, pols, work, itwin, tick)   # (False: asked, pols[0] a fresh one)
     t = told.twin if name == "oracle" and told else itwin.sim if taken else None
     if t is not None:        # prefix's simulation: its plans (Told.see, irminsul_told.take)
-        _ = name == "oracle" and pols[0].tell(told, done=True), tick and tick(work.num_requests, work.num_requests)
+        if name == "oracle":
+            pols[0].tell(told, done=True)
+        if tick is not None:
+            tick(work.num_requests, work.num_requests)      # (every request done)
         return _Sim(name, type(t.rows)(name, t.rows.session, dict(t.rows.cols), t.rows.valid), t.order, t.busy_s,
                     t.last_finish_us, pols[0].usage().total, t.num_events, 0.0, pols, t.itl, pols[0].describe(), _stats(pols))
     if name == "block-hash" and answers or name == "oracle" and told:
-        answer_from_prefix(pols[0], work.request_ids, answers.reuse) if name == "block-hash" else pols[0].tell(told)
+        if name == "block-hash":
+            answer_from_prefix(pols[0], work.request_ids, answers.reuse)
+        else:
+            pols[0].tell(told)
         work = dataclasses.replace(work, view=asked_views(work.request_ids, work.num_prompt))
     kv_bpt = getattr(pols[0], "kv_bytes_per_token", ctx.bytes_per_token)   # compressed KV (rdr)
     pcost = cost if kv_bpt == ctx.bytes_per_token else cost.with_kv_read_bytes(kv_bpt)
@@ -390,7 +396,8 @@ def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, co
     if name == "prefix":
         out.reuse = reqs.column("num_reused")
         for t in (told or None, itwin):
-            _ = t is not None and t.see(dataclasses.replace(out, pols=[]))  # (its rows, ITL kept: replay() drops them)
+            if t is not None:
+                t.see(dataclasses.replace(out, pols=[]))     # (its rows, ITL kept: replay() drops them)
     return out
 
 

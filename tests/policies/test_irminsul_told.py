@@ -120,3 +120,27 @@ def test_not_taken_where_lookup_is_watched(monkeypatch):
     monkeypatch.setattr(registry, "build", watched)
     on, off, took = _both(_grown_trace(1), ReplayConfig(policies=("irminsul",)), monkeypatch)
     assert not took and _same(on, off) and seen
+
+
+def test_progress_moves_while_irminsul_is_asked(monkeypatch):
+    """The bar moves through irminsul's asked pass (its own lookups are most of its time), never backwards while
+    taken, and ends at the total."""
+    monkeypatch.setattr(I, "_TICK", 8)
+    took = []
+    real = I.take
+
+    def spy(name, pols, *a):
+        got = real(name, pols, *a)
+        if name in I.NAMES:
+            took.append(got)
+        return got
+    monkeypatch.setattr(I, "take", spy)
+    n = 40
+    ticks = []
+    R.replay(_grown_trace(5, n), ReplayConfig(policies=("irminsul",)),
+             progress=lambda done, total: ticks.append((done, total)))
+    assert took == [True]
+    total = 3 * n
+    mine = [d for d, _ in ticks if d > 2 * n]      # (irminsul is simulated last: after prefix and block-hash)
+    assert [d - 2 * n for d in mine[:4]] == [8, 16, 24, 32]
+    assert mine == sorted(mine) and ticks[-1] == (total, total)

@@ -21,6 +21,7 @@ from pic.engine.plan import Plan
 
 #: the policies this applies to (``irminsul+rdr``: its own KV bytes per token, priced otherwise: not taken)
 NAMES = ("irminsul",)
+_TICK = 1024          # requests between progress ticks while asking (the bar moves through irminsul's own work)
 
 
 class Twin:
@@ -49,10 +50,10 @@ def wanted(config, ctx) -> Twin | None:
     return Twin() if math.isinf(ctx.capacity_tokens) else None
 
 
-def take(name: str, pols: list, work: Any, twin: Twin | None) -> bool | None:
+def take(name: str, pols: list, work: Any, twin: Twin | None, tick=None) -> bool | None:
     """True where irminsul (``pols[0]``, asked in arrival order: its stats and footprint) takes ``prefix``'s
     simulation (``twin.sim``: its rows and timeline); False where that is not proven once asked (``pols[0]`` then
-    replaced by a fresh one, for the simulation); None: not asked."""
+    replaced by a fresh one, for the simulation); None: not asked. ``tick(done, total)``: progress while asking."""
     if name not in NAMES or twin is None or twin.sim is None or len(pols) != 1:
         return None
     pol, t = pols[0], twin.sim
@@ -61,19 +62,21 @@ def take(name: str, pols: list, work: Any, twin: Twin | None) -> bool | None:
         return None
     if {"lookup", "admit", "commit", "release"} & getattr(pol, "__dict__", {}).keys():
         return None         # (watched by a caller, e.g. benchmarks' plan digests: asked when the timeline asks)
-    if _asked(pol, work, np.asarray(t.reuse).tolist()):
+    if _asked(pol, work, np.asarray(t.reuse).tolist(), tick):
         return True
     pols[0] = type(pol)(pol.ctx, pol.config)        # (registry.build's: the simulation's own, fresh)
     return False
 
 
-def _asked(pol, work: Any, reuse: list) -> bool:
+def _asked(pol, work: Any, reuse: list, tick=None) -> bool:
     """Whether ``pol`` asked in arrival order plans ``Plan.from_prefix(N, reuse[i])`` for each request, admits
-    each, evicts nothing and its resident bytes never fall."""
+    each, evicts nothing and its resident bytes never fall; ``tick(done, total)`` every ``_TICK`` requests."""
     view, arr, ntok = work.view, work.arrival_us.tolist(), work.num_prompt.tolist()
     lookup, admit, commit, release, res = pol.lookup, pol.admit, pol.commit, pol.release, pol.resident_bytes
-    last = res()
+    last, n = res(), len(arr)
     for i, now in enumerate(arr):
+        if tick is not None and i and i % _TICK == 0:
+            tick(i, n)
         v = view(i)
         plan = lookup(v, now)
         if v.num_tokens != ntok[i] or plan != Plan.from_prefix(ntok[i], reuse[i]) or not admit(v, plan, now):
