@@ -157,3 +157,27 @@ def conversations(seed: int, n: int, shared_piece, new_piece):
         for c, v in zip(rows, (i, f"s{i}", "a", i, 1, sids), strict=True):
             rows[c].append(v)
     return Trace(table.build(), requests_frame(rows), source="<conversations>")
+
+
+def in_groups(policy, work, group: int, admitted, before=None) -> list[tuple]:
+    """Every request of ``work`` looked up and admitted at ``10 * rid`` (``admitted(rid, plan)`` right after),
+    then, every ``group`` requests and after the last, the group committed and released; ``before(rid)`` ahead of
+    a lookup. Returns the usage ``(evictable, protected, total)`` after each group."""
+    states, live = [], []
+    for rid in range(work.num_requests):
+        if before is not None:
+            before(rid)
+        req = work.view(rid)
+        plan = policy.lookup(req, 10 * rid)
+        assert policy.admit(req, plan, 10 * rid)
+        admitted(rid, plan)
+        live.append(req)
+        if len(live) == group or rid == work.num_requests - 1:
+            for q in live:
+                policy.commit(q, 10 * rid + 1)
+            for q in live:
+                policy.release(q, 10 * rid + 2)
+            live = []
+            u = policy.usage()
+            states.append((u.evictable, u.protected, u.total))
+    return states

@@ -15,7 +15,7 @@ from pic import accel
 from pic.engine import policies
 from pic.engine.replay import workload_from_trace
 from pic.traces.schema import SegmentTable, Trace, requests_frame
-from tests.policies.conftest import conversations, make_ctx
+from tests.policies.conftest import conversations, in_groups, make_ctx
 
 
 def _conversations(seed: int, n: int) -> Trace:
@@ -47,23 +47,13 @@ def _run(work, opts: dict, knows: bool, mode: str, group: int) -> tuple:
             known[0] += k.shape[0]
             return inner(req, start, k)
         p._candidates = candidates
-        plans, states, live = [], [], []
-        for rid in range(work.num_requests):
-            req = work.view(rid)
-            plan = p.lookup(req, 10 * rid)
-            assert p.admit(req, plan, 10 * rid)
+        plans = []
+
+        def admitted(rid, plan):
             held, _, _, _, missing = p._live[rid]
             plans.append([(s.start, s.end, int(s.action), s.source_pos) for s in plan.spans])
             plans.append(([ch.key for ch in held], [m[1] for m in missing]))    # the chunks it locks and stores
-            live.append(req)
-            if len(live) == group or rid == work.num_requests - 1:
-                for q in live:
-                    p.commit(q, 10 * rid + 1)
-                for q in live:
-                    p.release(q, 10 * rid + 2)
-                live = []
-                u = p.usage()
-                states.append((u.evictable, u.protected, u.total))
+        states = in_groups(p, work, group, admitted)
         store = sorted((ch.key, ch.pos, ch.size, ch.ref) for ch in p._store.values())
         return (plans, states, p.stats.as_dict(), store), known[0]
     finally:

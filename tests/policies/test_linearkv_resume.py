@@ -16,7 +16,7 @@ from pic.engine.policies.base import PolicyContext
 from pic.engine.replay import workload_from_trace
 from pic.engine.specs import model_from_name
 from pic.traces.schema import Trace
-from tests.policies.conftest import conversations
+from tests.policies.conftest import conversations, in_groups
 
 QNEXT = model_from_name("qwen3-next-80b-a3b")
 OPTS = {"avg_chunk": "64", "min_chunk": "16", "max_chunk": "256"}
@@ -47,24 +47,13 @@ def _run(work, opts: dict, keeps: bool, group: int, evict_at: int = -1) -> tuple
         layouts.append((got[0], got[1], p._anc[1] if p._anc[0] is req else None))
         return got
     p._chunks = chunks
-    plans, states, live = [], [], []
-    for rid in range(work.num_requests):
+    plans = []
+
+    def before(rid):
         if rid == evict_at:               # (chunks evicted, the prefix stage kept: the store has lost entries)
             p._store.evict(p._store.evictable // 2, p.stats)
             assert p._store.num_removed
-        req = work.view(rid)
-        plan = p.lookup(req, 10 * rid)
-        assert p.admit(req, plan, 10 * rid)
-        plans.append((plan, sorted(p._locks[rid])))
-        live.append(req)
-        if len(live) == group or rid == work.num_requests - 1:
-            for q in live:
-                p.commit(q, 10 * rid + 1)
-            for q in live:
-                p.release(q, 10 * rid + 2)
-            live = []
-            u = p.usage()
-            states.append((u.evictable, u.protected, u.total))
+    states = in_groups(p, work, group, lambda rid, plan: plans.append((plan, sorted(p._locks[rid]))), before)
     store = sorted((e.fp, e.base_pos, e.size, e.refs, e.ready, e.nbytes) for e in p._entries.values())
     return (plans, states, layouts, p.stats.as_dict(), store), known[0]
 
