@@ -274,13 +274,21 @@ def answer_from_prefix(cache, request_ids: np.ndarray, reuse: np.ndarray) -> Non
     cache._radix = RadixAnswers(r.block, _int64s(request_ids), _int64s(reuse))
 
 
+def in_arrival_order(config) -> bool:
+    """Whether a replay of ``config`` (an ``engine.config.ReplayConfig``) asks each cache in arrival order, each
+    lookup seeing every earlier request committed and nothing else: one replica, open loop (prefills one at a time
+    in arrival order, each committed before the next lookup), nothing watching (``--verify``,
+    ``--check-invariants``). What block-hash (:func:`answers_apply`), oracle and irminsul answering from a replay or
+    the trace-level oracle start from."""
+    return config.replicas == 1 and not (config.closed_loop or config.verify or config.check_invariants)
+
+
 def answers_apply(config, capacity_tokens: float, resolved: dict) -> bool:
     """Whether, in a replay of ``config`` (an ``engine.config.ReplayConfig``; ``resolved``: its policies' configs),
     ``block-hash``'s reuse of each request is ``prefix``'s cut to whole blocks (:class:`RadixAnswers`): one replica,
     open loop (prefills one at a time in arrival order, each committed before the next lookup), both caches
     unbounded, prefix's pages dividing the block, nothing watching them (``--verify``, ``--check-invariants``)."""
-    return (config.replicas == 1 and not (config.closed_loop or config.verify or config.check_invariants)
-            and capacity_tokens == float("inf")
+    return (in_arrival_order(config) and capacity_tokens == float("inf")
             and resolved["block-hash"].block_size % resolved["prefix"].page_size == 0)
 
 

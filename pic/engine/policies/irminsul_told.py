@@ -1,7 +1,7 @@
 """irminsul taking ``prefix``'s simulation where its plans are ``prefix``'s (issue #12; the oracle's ``Told.see``).
 
 The serving model reads a policy only through its plans, admissions, evictions and resident bytes (the peak). With
-one replica, the open loop, unbounded capacity and nothing watching (``oracle.answers_apply``), requests are
+one replica, the open loop, unbounded capacity and nothing watching (``block_radix.in_arrival_order``), requests are
 prefilled one at a time in arrival order, each committed before the next lookup (``engine.serving.timeline``), and
 an unbounded irminsul never evicts nor refuses, so its answers follow from the arrival order. :func:`take` asks it
 in that order (lookup, admit, commit, release: the same calls); where every plan is ``Plan.from_prefix(N, r)`` with
@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pic.engine.plan import Plan
+from pic.engine.policies.block_radix import in_arrival_order
 
 #: the policies this applies to (``irminsul+rdr``: its own KV bytes per token, priced otherwise: not taken)
 NAMES = ("irminsul",)
@@ -43,9 +44,7 @@ def wanted(config, ctx) -> Twin | None:
     replayed, one replica, open loop, nothing watching, unbounded."""
     if not any(n in config.policies for n in NAMES):
         return None
-    from pic.engine.policies.oracle import answers_apply  # (only then: a replay imports it for oracle alone)
-
-    if not answers_apply(config):
+    if not in_arrival_order(config):
         return None
     return Twin() if math.isinf(ctx.capacity_tokens) else None
 

@@ -33,6 +33,7 @@ from pic.engine.oracle_lines import Layout, LineIndex, Lines, PromptHashes, line
 from pic.engine.plan import Action, Plan, Span
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
+from pic.engine.policies.block_radix import in_arrival_order
 from pic.engine.radix import RadixTree
 from pic.engine.rolling import prefix_hashes, prefix_windows, window_hashes
 from pic.traces.content import _MASK as _OPAQUE_MASK
@@ -334,8 +335,9 @@ def answers_apply(config) -> bool:
     """Whether, in a replay of ``config`` (an ``engine.config.ReplayConfig``), each ``oracle`` lookup sees every
     earlier request committed and nothing else (:func:`trace_answers`): one replica, open loop (prefills one at
     a time in arrival order, each committed before the next lookup), nothing watching it (``--verify``,
-    ``--check-invariants``). Its capacity does not matter: it never evicts nor refuses."""
-    return config.replicas == 1 and not (config.closed_loop or config.verify or config.check_invariants)
+    ``--check-invariants``: ``block_radix.in_arrival_order``). Its capacity does not matter: it never evicts nor
+    refuses."""
+    return in_arrival_order(config)
 
 
 def trace_answers(trace, work, reuse: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray] | None:
