@@ -412,7 +412,7 @@ def _unmet_past_prefix(store, rows: np.ndarray, item_offs: np.ndarray, pfx: np.n
     return bool(((before <= past[o]) | (past[o] >= n)).all())
 
 
-_UNMET_MIN = 8          # (below it, windows of opaque tokens met elsewhere by chance are counted: hashed)
+UNMET_MIN = _UNMET_MIN = 8          # (below it, windows of opaque tokens met elsewhere by chance are counted: hashed)
 
 
 def workload_oracle(trace, work, m: int) -> np.ndarray:
@@ -436,10 +436,17 @@ def prompt_prefixes(trace, order: np.ndarray, reuse: np.ndarray, m: int) -> tupl
     (the ``oracle`` policy answering from the trace-level oracle, engine.policies.oracle)."""
     order = np.asarray(order, np.int64)
     rows, item_offs = _order_rows(trace, order)
-    got = _PREFIXES[0] if _PREFIXES else None
-    if m >= _UNMET_MIN and got is not None and got[0]() is trace and got[1] == _digest(order):
+    if m >= _UNMET_MIN and unmet_past_prefix(trace, order):
         return reuse, rows, item_offs
     return resident_prefixes(trace.segments, rows, item_offs), rows, item_offs
+
+
+def unmet_past_prefix(trace, order: np.ndarray) -> bool:
+    """Whether the last :func:`prompt_oracle` of ``trace`` and ``order`` found every token past each request's
+    prefix met there for the first time (:func:`_unmet_past_prefix`): its reuse is then the prefixes at every
+    ``min_match`` of :data:`UNMET_MIN` or more."""
+    got = _PREFIXES[0] if _PREFIXES else None
+    return got is not None and got[0]() is trace and got[1] == _digest(np.asarray(order, np.int64))
 
 
 def _order_rows(trace, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

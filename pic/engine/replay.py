@@ -28,7 +28,7 @@ from pic.engine.memory import COLLECT_LAST_MIN, free_cycles, release_freed
 from pic.engine.memory import no_cyclic_gc as _no_cyclic_gc
 from pic.engine.metrics import SUMMARY_VERSION, request_rows, summarize
 from pic.engine.oracle import DEFAULT_MIN_MATCH, duplicate_tokens, join_runs
-from pic.engine.policies import irminsul_told
+from pic.engine.policies import prefix_twin
 from pic.engine.policies.base import PolicyContext
 from pic.engine.policies.block_radix import answer_from_prefix, answers_apply, asked_views
 from pic.engine.request import Labels
@@ -233,7 +233,8 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
     oracle = _oracle(trace, work, min_match)
     # NOTE (speed): oracle answers from the trace-level oracle, and takes prefix's timeline, where they are its own
     told = "oracle" in config.policies and registry.get("oracle").told(trace, work, oracle, min_match, config)
-    itwin = irminsul_told.wanted(config, ctx)     # (irminsul takes prefix's simulation where its plans are prefix's)
+    # (irminsul, fixed-chunk, linearkv take prefix's simulation where their plans are prefix's: told where proven)
+    itwin = prefix_twin.wanted(config, ctx, lambda: (trace, work, oracle, min_match))
     sims: dict[str, _Sim] = {}
     # NOTE (speed): the baselines are simulated first and the replayed policies last (each simulation is
     # independent: same seed, a fresh policy), so the state left for the cyclic GC at the end is the
@@ -355,11 +356,11 @@ def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, co
               tick: Callable[[int, int], None] | None, answers: _Sim | None = None, told: Any = None,
               itwin: Any = None) -> _Sim:
     """``answers``/``told``/``itwin``: what block-hash (the prefix replay: block_radix.answers_apply)/oracle
-    (OracleCache.told)/irminsul (irminsul_told.take) answer from."""
+    (OracleCache.told)/irminsul, fixed-chunk, linearkv (prefix_twin.take) answer from."""
     pols = [registry.build(name, ctx, config.policy_options.get(name)) for _ in range(config.replicas)]
-    taken = irminsul_told.take(name, pols, work, itwin, tick)   # (False: asked, pols[0] a fresh one)
+    taken = prefix_twin.take(name, pols, work, itwin, tick)   # (False: asked, pols[0] a fresh one)
     t = told.twin if name == "oracle" and told else itwin.sim if taken else None
-    if t is not None:        # prefix's simulation: its plans (Told.see, irminsul_told.take)
+    if t is not None:        # prefix's simulation: its plans (Told.see, prefix_twin.take)
         if name == "oracle":
             pols[0].tell(told, done=True)
         if tick is not None:

@@ -363,13 +363,12 @@ def trace_answers(trace, work, reuse: np.ndarray, m: int) -> tuple[np.ndarray, n
     group = _GROUPS_MEMO[0][1]
     if group is None:
         return None
-    from pic.engine.coverage import prompt_prefixes
     from pic.engine.rolling import window_hashes
 
-    order = np.lexsort((trace.column("request_id"), trace.column("arrival_us")))[:work.num_requests]
-    pfx, rows, item_offs = prompt_prefixes(trace, order, reuse, m)
-    if not np.array_equal(pfx, reuse):
+    got = _proven(trace, work, reuse, m)
+    if got is None:
         return None
+    pfx, rows, item_offs = got
     L = np.diff(store.offsets)[rows]
     cnt = np.diff(item_offs)
     cum = np.zeros(L.shape[0] + 1, np.int64)
@@ -389,6 +388,30 @@ def trace_answers(trace, work, reuse: np.ndarray, m: int) -> tuple[np.ndarray, n
     for k in twice[win[twice] > 0].tolist():
         win[k] = np.unique(window_hashes(work.view(k).tokens[int(off[k]):], m)).shape[0]
     return pfx, np.cumsum(win)
+
+def proven_prefixes(trace, work, reuse: np.ndarray, m: int) -> tuple[np.ndarray, int] | None:
+    """``(pfx, w)``: every workload request's longest prefix shared with an earlier one (``work``: the first requests
+    of ``trace`` in arrival order) where the trace-level oracle (``min_match`` ``m``) gave ``reuse`` equal to it, and
+    the smallest ``w`` for which that proves that no request holds a run of ``w`` tokens past its prefix equal to one
+    of an earlier request (``m``; ``coverage.UNMET_MIN`` where every token past the prefixes is met there first:
+    ``coverage.unmet_past_prefix``); else None."""
+    from pic.engine.coverage import UNMET_MIN, unmet_past_prefix
+
+    got = _proven(trace, work, reuse, m)
+    if got is None:
+        return None
+    order = np.lexsort((trace.column("request_id"), trace.column("arrival_us")))[:work.num_requests]
+    return got[0], min(m, UNMET_MIN) if m >= UNMET_MIN and unmet_past_prefix(trace, order) else m
+
+
+def _proven(trace, work, reuse: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(pfx, rows, item_offs)`` (engine.coverage.prompt_prefixes) where ``pfx`` is ``reuse``, else None."""
+    from pic.engine.coverage import prompt_prefixes
+
+    order = np.lexsort((trace.column("request_id"), trace.column("arrival_us")))[:work.num_requests]
+    got = prompt_prefixes(trace, order, reuse, m)
+    return got if np.array_equal(got[0], reuse) else None
+
 
 
 def answer_from_trace(cache: OracleCache, request_ids: np.ndarray, pfx: np.ndarray, windows: np.ndarray) -> None:

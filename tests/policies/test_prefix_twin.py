@@ -1,7 +1,8 @@
-"""irminsul taking ``prefix``'s simulation where its plans are ``prefix``'s (``irminsul_told.take``, #12): every
-output of a replay (requests.parquet's rows, summary.json less wall times, config.json's stats) equals the one that
-simulates irminsul; where a plan is not ``prefix``'s (reuse past the exact prefix, tails, S1), capacity is bounded,
-several replicas or something watches, it is not taken."""
+"""irminsul, fixed-chunk and linearkv taking ``prefix``'s simulation where their plans are ``prefix``'s
+(``prefix_twin.take``, #12): every output of a replay (requests.parquet's rows, summary.json less wall times,
+config.json's stats) equals the one that simulates the policy; where a plan is not ``prefix``'s (reuse past the
+exact prefix, tails, S1), capacity is bounded, several replicas or something watches, it is not taken. A policy told
+(its ``tally``) where the trace-level oracle proves its plans: told only there, asked where it declines."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 import pic.engine.replay as R
 from pic.engine.config import ReplayConfig
-from pic.engine.policies import irminsul_told as I
+from pic.engine.policies import prefix_twin as I
 from tests.policies.test_block_answers import _strip, _trace
 from tests.policies.test_oracle_lines import _opaque_trace
 from tests.policies.test_oracle_told import _grown_trace
@@ -20,7 +21,7 @@ _TAKE = I.take
 
 
 def _both(trace, cfg, monkeypatch, spoil=None) -> tuple:
-    """(taken shortcut's run, the simulated run, whether irminsul took prefix's simulation)."""
+    """(taken shortcut's run, the simulated run, whether a policy took prefix's simulation)."""
     took, real = [], _TAKE
 
     def spy(name, pols, *a):
@@ -144,3 +145,62 @@ def test_progress_moves_while_irminsul_is_asked(monkeypatch):
     mine = [d for d, _ in ticks if d > 2 * n]      # (irminsul is simulated last: after prefix and block-hash)
     assert [d - 2 * n for d in mine[:4]] == [8, 16, 24, 32]
     assert mine == sorted(mine) and ticks[-1] == (total, total)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("name", ["fixed-chunk", "linearkv"])
+@pytest.mark.parametrize("change, taken", [({}, True), ({"token_budget": 64}, True), ({"capacity_bytes": 2e8}, False),
+                                           ({"replicas": 2}, False), ({"closed_loop": True}, False)])
+def test_chunk_policies_take_it_too(seed, name, change, taken, monkeypatch):
+    """fixed-chunk and linearkv: the same outputs, prefix's simulation taken where the replay allows it."""
+    on, off, took = _both(_grown_trace(seed), ReplayConfig(**{"policies": (name,), **change}), monkeypatch)
+    assert _same(on, off)
+    assert took == taken
+    assert (on.summary["policies"][name]["wall_seconds"] == 0.0) == took
+
+
+def _tallied(monkeypatch, answer):
+    """irminsul given a ``tally`` that records what it was told and answers ``answer(pol, work, pfx, m)``."""
+    from pic.engine.policies.irminsul import Irminsul
+
+    told = []
+
+    def tally(self, work, pfx, m):
+        told.append((work.num_requests, pfx.copy(), m))
+        return answer(self, work, pfx, m)
+
+    monkeypatch.setattr(Irminsul, "tally", tally, raising=False)
+    return told
+
+
+def test_told_only_where_proven(monkeypatch):
+    """``tally`` is offered the proven prefixes (prefix's reuse, the oracle's ``min_match``) where nothing past
+    them is met earlier, never where content past a prefix is met again; declining it, the policy is asked from a
+    fresh state: the outputs equal the simulation's."""
+    told = _tallied(monkeypatch, lambda pol, work, pfx, m: pol.stats.extra.__setitem__("chunk_lookups", -7) or False)
+    cfg = ReplayConfig(policies=("irminsul",))
+    on, off, took = _both(_grown_trace(1), cfg, monkeypatch)
+    assert took and _same(on, off) and len(told) == 1
+    n, pfx, m = told[0]
+    assert n == len(pfx) and m in (8, 64) and pfx.sum() == on.table.column("reused_tokens").to_numpy().sum() > 0
+    del told[:]
+    on, off, took = _both(_opaque_trace(0, 120), cfg, monkeypatch)
+    assert _same(on, off) and not told
+
+
+def test_told_answers_are_used(monkeypatch):
+    """A ``tally`` answering True stands for the asked pass: its state is what the run reports (a right one: the
+    same outputs; a wrong stat: not)."""
+    def right(pol, work, pfx, m):
+        return I._asked(pol, work, pfx.tolist())
+
+    def wrong(pol, work, pfx, m):
+        ok = I._asked(pol, work, pfx.tolist())
+        pol.stats.extra["chunk_lookups"] += 1
+        return ok
+
+    cfg = ReplayConfig(policies=("irminsul",))
+    for answer, same in ((right, True), (wrong, False)):
+        told = _tallied(monkeypatch, answer)
+        on, off, took = _both(_grown_trace(2), cfg, monkeypatch)
+        assert took and told and _same(on, off) == same
