@@ -447,8 +447,12 @@ def _footprint(pols: list, min_match: int, collect: bool = False) -> dict[str, A
     pols.clear()
     if collect:
         free_cycles()
-    dup = None if any(fp.runs is None for fp in fps) else duplicate_tokens(join_runs([fp.runs for fp in fps]),
-                                                                           min_match)
+    if len(fps) == 1 and fps[0].duplicates is not None:
+        dup = fps[0].duplicates                 # (known without the runs: a policy told, prefix_twin)
+    elif any(fp.runs is None for fp in fps):
+        dup = None
+    else:
+        dup = duplicate_tokens(join_runs([fp.runs for fp in fps]), min_match)
     if collect:
         del fps
         release_freed()    # (the count's freed arrays, before the summary's columns stack on them)

@@ -165,8 +165,8 @@ def _tallied(monkeypatch, answer):
 
     told = []
 
-    def tally(self, work, pfx, m):
-        told.append((work.num_requests, pfx.copy(), m))
+    def tally(self, work, pfx, m, window):
+        told.append((work.num_requests, pfx.copy(), m, window))
         return answer(self, work, pfx, m)
 
     monkeypatch.setattr(Irminsul, "tally", tally, raising=False)
@@ -181,8 +181,8 @@ def test_told_only_where_proven(monkeypatch):
     cfg = ReplayConfig(policies=("irminsul",))
     on, off, took = _both(_grown_trace(1), cfg, monkeypatch)
     assert took and _same(on, off) and len(told) == 1
-    n, pfx, m = told[0]
-    assert n == len(pfx) and m in (8, 64) and pfx.sum() == on.table.column("reused_tokens").to_numpy().sum() > 0
+    n, pfx, m, window = told[0]
+    assert n == len(pfx) and m in (8, 64) and window == 64 and pfx.sum() == on.table.column("reused_tokens").to_numpy().sum() > 0
     del told[:]
     on, off, took = _both(_opaque_trace(0, 120), cfg, monkeypatch)
     assert _same(on, off) and not told
@@ -204,3 +204,18 @@ def test_told_answers_are_used(monkeypatch):
         told = _tallied(monkeypatch, answer)
         on, off, took = _both(_grown_trace(2), cfg, monkeypatch)
         assert took and told and _same(on, off) == same
+
+
+def test_a_known_duplicate_count_is_reported(monkeypatch):
+    """A told policy's ``Footprint.duplicates`` is the count the summary reports (not its runs')."""
+    from pic.engine.policies.base import Footprint
+    from pic.engine.policies.irminsul import Irminsul
+
+    def right(pol, work, pfx, m):
+        return I._asked(pol, work, pfx.tolist())
+
+    _tallied(monkeypatch, right)
+    real = Irminsul.footprint
+    monkeypatch.setattr(Irminsul, "footprint", lambda self: Footprint(real(self).entries, None, 12345))
+    on = R.replay(_grown_trace(2), ReplayConfig(policies=("irminsul",)))
+    assert on.summary["policies"]["irminsul"]["duplicate_stored_tokens"] == 12345

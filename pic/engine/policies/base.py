@@ -191,10 +191,13 @@ class Footprint:
     """What a policy holds at one instant. ``entries``: its registry entries (hash-keyed entries: blocks,
     chunks, S1 windows; for a radix tree, its nodes). ``runs``: the token runs whose KV it stores, each
     ``(tokens, context)`` where the first ``context`` tokens only give context (a radix edge's parent
-    path) and are not stored by that run; ``None`` when the policy keeps no tokens (duplicates unknown)."""
+    path) and are not stored by that run; ``None`` when the policy keeps no tokens (duplicates unknown).
+    ``duplicates``: the duplicate stored tokens (``engine.oracle.duplicate_tokens`` of the runs) where the policy
+    knows the count without its runs (told, not asked: ``prefix_twin``), else None (counted from ``runs``)."""
 
     entries: int
     runs: list[tuple[np.ndarray, int]] | None
+    duplicates: int | None = None
 
 
 @dataclass(slots=True)

@@ -13,8 +13,9 @@ exact, never approximated.
 **Told, not asked.** Where the trace-level oracle proves that no request meets content past its exact prefix
 (:meth:`Twin.proven`: ``oracle.proven_prefixes``; no run of ``m`` tokens past a prefix equals one met earlier), a
 policy may fill the state a replay in arrival order leaves without being asked request by request: its optional
-method ``tally(work, pfx, m) -> bool`` sets its stats and what its ``usage()``, ``footprint()``, ``describe()`` (and
-``merged_summary``) report, exactly as that replay leaves them, and returns True; False where it cannot show that
+method ``tally(work, pfx, m, window) -> bool`` sets its stats and what its ``usage()``, ``footprint()`` (its
+``duplicates``: ``engine.oracle.duplicate_tokens`` of its runs at ``min_match`` ``window``, the replay's), ``describe()``
+(and ``merged_summary``) report, exactly as that replay leaves them, and returns True; False where it cannot show that
 its plans would be ``Plan.from_prefix(N, pfx)`` (e.g. it matches runs shorter than ``m``): it is then asked, as a
 fresh policy.
 """
@@ -39,13 +40,13 @@ class Twin:
     """``prefix``'s simulation kept for a policy of :data:`NAMES` (:meth:`see`): ``sim`` (an ``engine.replay._Sim``),
     or None; :meth:`proven`: every request's exact prefix where the trace-level oracle proves that no request meets
     content past it (``oracle.proven_prefixes`` of what ``facts()`` gives: ``(trace, work, oracle reuse,
-    min_match)``), else None; :attr:`m`: the shortest run of tokens the proof covers (no run of ``m`` tokens past a
+    min_match)``; :attr:`window`: that ``min_match``, the duplicate count's), else None; :attr:`m`: the shortest run of tokens the proof covers (no run of ``m`` tokens past a
     request's prefix equals one of an earlier request)."""
 
-    __slots__ = ("sim", "facts", "m", "_pfx")
+    __slots__ = ("sim", "facts", "m", "window", "_pfx")
 
     def __init__(self, facts: Callable[[], tuple] | None = None) -> None:
-        self.sim, self.facts, self.m, self._pfx = None, facts, 0, False
+        self.sim, self.facts, self.m, self.window, self._pfx = None, facts, 0, 0, False
 
     def see(self, sim) -> None:
         rows = sim.rows
@@ -58,7 +59,9 @@ class Twin:
             if self.facts is not None:
                 from pic.engine.policies.oracle import proven_prefixes
 
-                got = proven_prefixes(*self.facts())
+                facts = self.facts()
+                self.window = facts[3]
+                got = proven_prefixes(*facts)
                 if got is not None:
                     self._pfx, self.m = got
         return self._pfx
@@ -90,7 +93,7 @@ def take(name: str, pols: list, work: Any, twin: Twin | None, tick=None) -> bool
     tally = getattr(pol, "tally", None)
     pfx = None if tally is None else twin.proven()
     if pfx is not None and np.array_equal(t.reuse, pfx):
-        if tally(work, pfx, twin.m):
+        if tally(work, pfx, twin.m, twin.window):
             if tick is not None:
                 tick(work.num_requests, work.num_requests)
             return True
