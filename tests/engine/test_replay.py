@@ -188,7 +188,9 @@ def test_a_baseline_not_replayed_is_simulated_lean_with_the_same_outputs(monkeyp
     trace, config = _trace(), ReplayConfig(policies=policies)
     monkeypatch.setattr(R, "ServingModel", model)
     got = replay(trace, config)
-    if policies != ("oracle",):     # (the oracle may take prefix's simulation: prefix then fully priced)
+    if policies == ("fixed-chunk",):     # (it may take prefix's simulation: prefix then fully priced)
+        assert seen.pop("fixed-chunk", False) is False and seen == {"prefix": False, "block-hash": True}
+    elif policies != ("oracle",):     # (the oracle may take prefix's simulation: prefix then fully priced)
         assert seen == {n: n not in policies for n in ("prefix", "block-hash", *policies)}
     monkeypatch.setattr(R, "ServingModel", lambda *a, lean=False, **k: real(*a, **k))
     want = replay(trace, config)
