@@ -78,6 +78,7 @@ class FixedChunkCache(CachePolicy):
     # (commit stores at most what admit reserved: the prefix stage's pages past the locked prefix, each new grid
     # key's chunk once, the tail: resident_bytes() never rises)
     commit_never_grows = True
+    from pic.engine.policies.fixed_chunk_tally import tally  # (told, not asked: prefix_twin)
 
     def __init__(self, ctx: PolicyContext, config: FixedChunkConfig | None = None) -> None:
         super().__init__(ctx, config)
