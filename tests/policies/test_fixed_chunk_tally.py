@@ -73,7 +73,7 @@ def fresh_trace(seed: int, n: int = 90, repeat: str = "") -> Trace:
 
 
 def _prefixes(work) -> np.ndarray:
-    src, rows, offs = prompt_rows(work)
+    src, rows, offs, _ = prompt_rows(work)
     return resident_prefixes(src, rows, offs)
 
 
@@ -93,12 +93,12 @@ def told_and_asked(trace: Trace, name: str, opts: dict | None = None, window: in
     told = pol.tally(work, pfx, 8, window)
     assert I._asked(ref, work, pfx.tolist()) or not told
 
-    def state(p, dup):
+    def state(p):
         fp = p.footprint()
-        return (p.stats.as_dict(), p.usage(), fp.entries, dup(fp), p.describe(), p.peak_bytes)
+        dup = duplicate_tokens(fp.runs, window) if fp.duplicates is None else fp.duplicates
+        return (p.stats.as_dict(), p.usage(), fp.entries, dup, p.describe(), p.peak_bytes)
 
-    return told, state(pol, lambda fp: fp.duplicates), \
-        state(ref, lambda fp: duplicate_tokens(fp.runs, window) if fp.duplicates is None else fp.duplicates)
+    return told, state(pol), state(ref)
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -36,8 +36,8 @@ _WIDTH = 64                   # the held runs' width (chunk_footprint: edges wit
 
 
 def prompt_rows(work) -> tuple | None:
-    """``(store, rows, item_offs)``: the workload's prompts as segment rows of one store (item ``i``: rows
-    ``rows[item_offs[i]:item_offs[i + 1]]``), or None (a prompt given by its tokens, two stores)."""
+    """``(store, rows, item_offs, views)``: the workload's prompts as segment rows of one store (item ``i``: rows
+    ``rows[item_offs[i]:item_offs[i + 1]]``) and their views, or None (a prompt given by its tokens, two stores)."""
     n = work.num_requests
     views = [work.view(i) for i in range(n)]
     if not n or views[0].source is None:
@@ -48,7 +48,7 @@ def prompt_rows(work) -> tuple | None:
         return None
     offs = np.zeros(n + 1, np.int64)
     np.cumsum([r.shape[0] for r in got], out=offs[1:])
-    return src, np.concatenate(got).astype(np.int64), offs
+    return src, np.concatenate(got).astype(np.int64), offs, views
 
 
 def fresh_past(work, pfx: np.ndarray) -> bool:
@@ -59,7 +59,7 @@ def fresh_past(work, pfx: np.ndarray) -> bool:
     got = prompt_rows(work)
     if got is None:
         return False
-    src, rows, offs = got
+    src, rows, offs, _ = got
     if src.keys is None:
         return False
     L = np.diff(src.offsets)[rows]

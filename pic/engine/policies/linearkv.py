@@ -137,6 +137,7 @@ class LinearKV(CachePolicy):
     # (commit stores at most what admit reserved: the prefix stage's pages past the locked prefix; the new chunks
     # were added at admit: resident_bytes() never rises)
     commit_never_grows = True
+    from pic.engine.policies.linearkv_tally import tally  # (told, not asked: prefix_twin)
 
     def __init__(self, ctx: PolicyContext, config: LinearKVConfig | None = None) -> None:
         super().__init__(ctx, config)
