@@ -26,14 +26,21 @@ def free_cycles(num_requests: int | None = None) -> None:
 
 
 def release_freed() -> None:
-    """Hand memory the C allocator holds free back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
+    """Hand memory the C allocator holds free back to the OS (glibc ``malloc_trim``; a no-op elsewhere), where it
+    holds ``TRIM_MIN_BYTES`` or more free.
 
     NOTE (memory): numpy arrays below glibc's mmap threshold live on the heap; after the oracle ~290 MB of
     it (chat 10^5) stays free but mapped, and Python's object arenas, which are mapped separately, cannot
-    reuse it: the next simulation's objects then stack on top of it."""
+    reuse it: the next simulation's objects then stack on top of it.
+    NOTE (speed): a page handed back is faulted in again when the heap grows over it (~3.5 us a page on the
+    2-core VM): below ``TRIM_MIN_BYTES`` free (Mooncake conversation: 5, 28 and 11 MB at its three calls) the
+    memory is left for the next arrays to reuse."""
     trim = _malloc_trim()
-    if trim is not None:
+    if trim is not None and _free_bytes() >= TRIM_MIN_BYTES:
         trim(0)
+
+
+TRIM_MIN_BYTES = 64 << 20
 
 
 @functools.cache
@@ -42,6 +49,27 @@ def _malloc_trim() -> Callable[[int], int] | None:
         return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                               "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+@functools.cache
+def _mallinfo2() -> Callable[[], _MallInfo2] | None:
+    try:
+        f = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None
+    f.restype = _MallInfo2
+    return f
+
+
+def _free_bytes() -> float:
+    """Bytes glibc's arenas hold free (``mallinfo2().fordblks``); unknown (glibc < 2.33): infinite (trim)."""
+    info = _mallinfo2()
+    return float("inf") if info is None else float(info().fordblks)
 
 
 @contextmanager
