@@ -149,17 +149,13 @@ def _greedy_steps(w, size, free, step_frac, eff, lim, level):
 @njit(**_OPTS)
 def _bits(x):
     """The IEEE bits of the float64 ``x`` as an int64 (for x >= 0 they order as the values)."""
-    t = np.empty(1, np.float64)
-    t[0] = x
-    return t.view(np.int64)[0]
+    return np.full(1, x, np.float64).view(np.int64)[0]
 
 
 @njit(**_OPTS)
 def _float(bits):
     """The float64 whose IEEE bits are ``bits``."""
-    t = np.empty(1, np.int64)
-    t[0] = bits
-    return t.view(np.float64)[0]
+    return np.full(1, bits, np.int64).view(np.float64)[0]
 
 
 @njit(**_FAST)
@@ -397,12 +393,9 @@ def rdr_greedy(block_w, sizes, prot, head_weight, hull, step_frac, eff, frac, nb
     return option, w, size, per, forced, exact
 
 
-@njit(types.Tuple((types.float64, types.float64, types.float64, types.float64, types.int64, types.float64[::1],
-                   types.boolean))(
-    _SPANS, types.int64, _F64, _I64, _U8, _B1, types.int64, types.int64, _F64, _I64, _F64, _F64, _F64, _F64,
-    types.int64, types.float64), **_FAST)
-def rdr_request(spans, n, rprior, bounds, kinds, protect, sinks, block, head_weight, hull, step_frac, eff, frac,
-                eps2, nbits, budget):
+@njit(**_FAST)
+def _request(spans, n, rprior, bounds, kinds, protect, sinks, block, head_weight, hull, step_frac, eff, frac,
+             eps2, nbits, budget):
     """One request of :meth:`RateDistortionRetention._allocate`: its new tokens are the positions of
     ``spans`` (rows ``[start, end)``, ascending) of a prompt of ``n`` tokens; ``rprior[L - 1 - d]`` is the
     importance prior at distance ``d`` from the last token (numpy's values; ``L = rprior.size >= n``, reversed
@@ -466,11 +459,7 @@ def rdr_request(spans, n, rprior, bounds, kinds, protect, sinks, block, head_wei
     level, w, size, per, forced, exact = _choose(block_w, sizes, protb[:nb], head_weight, hull, step_frac, eff,
                                                  frac, nbits, budget)
     U = w.shape[0]
-    hf = np.empty(hull.shape[0], np.float64)
-    he = np.empty(hull.shape[0], np.float64)
-    for L in range(hull.shape[0]):
-        hf[L], he[L] = frac[hull[L]], eps2[hull[L]]
-    prod = np.empty(U, np.float64)
+    hf, he, prod = frac[hull], eps2[hull], np.empty(U, np.float64)
     for u in range(U):
         prod[u] = size[u] * hf[level[u]]
     used = 0.0 + _pairwise(prod, 0, U)
@@ -478,3 +467,33 @@ def rdr_request(spans, n, rprior, bounds, kinds, protect, sinks, block, head_wei
         prod[u] = w[u] * he[level[u]]
     distortion = 0.0 + _pairwise(prod, 0, U)
     return used, forced, distortion, 0.0 + _pairwise(w, 0, U), npr, per, exact
+
+
+@njit(types.Tuple((types.float64, types.float64, types.float64, types.float64, types.int64, types.float64[::1],
+                   types.boolean))(
+    _SPANS, types.int64, _F64, _I64, _U8, _B1, types.int64, types.int64, _F64, _I64, _F64, _F64, _F64, _F64,
+    types.int64, types.float64), **_FAST)
+def rdr_request(spans, n, rprior, bounds, kinds, protect, sinks, block, head_weight, hull, step_frac, eff, frac,
+                eps2, nbits, budget):
+    return _request(spans, n, rprior, bounds, kinds, protect, sinks, block, head_weight, hull, step_frac, eff, frac,
+                    eps2, nbits, budget)
+
+
+_W = types.float64[::1]
+@njit(types.Tuple((_W, _W, _W, _W, types.int64[::1], types.float64[:, ::1]))(
+    _I64, _I64, _F64, _B1, types.int64, types.int64, _F64, _I64, _F64, _F64, _F64, _F64, types.int64, _F64), **_FAST)
+def rdr_batch(ntok, reuse, rprior, protect, sinks, block, head_weight, hull, step_frac, eff, frac, eps2, nbits,
+              budget):
+    """:func:`rdr_request` of requests ``q``: ``[reuse[q], ntok[q])`` new, one segment of kind 0, ``budget[q]``:
+    ``(used, forced, distortion, Σ w, protected tokens, tokens per option [q, nbits])`` (``rdr_told``)."""
+    m = ntok.shape[0]
+    used, forced, dist, wsum, npr = np.empty(m), np.empty(m), np.empty(m), np.empty(m), np.empty(m, np.int64)
+    per, spans, bounds = np.empty((m, nbits)), np.empty((1, 2), np.int64), np.zeros(2, np.int64)
+    kinds = np.zeros(1, np.uint8)
+    for q in range(m):
+        spans[0, 0], spans[0, 1], bounds[1] = reuse[q], ntok[q], ntok[q]
+        u, f, d, w, p, pq, _ = _request(spans, ntok[q], rprior, bounds, kinds, protect, sinks, block, head_weight,
+                                        hull, step_frac, eff, frac, eps2, nbits, budget[q])
+        used[q], forced[q], dist[q], wsum[q], npr[q] = u, f, d, w, p
+        per[q, :] = pq
+    return used, forced, dist, wsum, npr, per

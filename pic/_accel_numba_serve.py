@@ -191,13 +191,16 @@ def _itl_room(itl, ni):
     return out
 
 
-def _serve_one(arrival, ntok, reuse, nout, price_full, budget, fc, ic, wtab, start, first, fin, share, full):
+def _serve_one(arrival, ntok, reuse, nout, price_full, budget, fc, ic, wtab, extra, corr, start, first, fin, share,
+               full):
     """The timeline of one replica, open loop: requests in arrival order, request ``i`` reusing ``reuse[i]`` of its
-    ``ntok[i]`` prompt tokens (an exact prefix: it prefills the rest, at least one) and decoding ``nout[i]`` tokens.
-    Writes per request its prefill's start and end (``start``, ``first``), its finish (``fin``), its share of the
-    prefill steps' seconds (``share``) and, where ``price_full`` and it reused something, that of a full prefill
-    (``full``: ``Replica.prefill_share``; left as it is elsewhere). Returns the ITL segments (flat, as ``ItlLog``)
-    and ``stats``: busy µs, events (as the event loop counts them), scheduler steps."""
+    ``ntok[i]`` prompt tokens (an exact prefix: it prefills the rest, at least one), ``extra[i]`` seconds more (a
+    plan's correction: ``Replica.run_prefill``'s ``extra_s``; ``corr[i]``: it has one) and decoding ``nout[i]``
+    tokens. Writes per request its prefill's start and end (``start``, ``first``), its finish (``fin``), its share of
+    the prefill steps' seconds (``share``) and, where ``price_full`` and its plan is not plain (it reused something
+    or has a correction), that of a full prefill (``full``: ``Replica.prefill_share``; left as it is elsewhere).
+    Returns the ITL segments (flat, as ``ItlLog``) and ``stats``: busy µs, events (as the event loop counts them),
+    scheduler steps."""
     r_n = arrival.shape[0]
     dense, mla = ic[_DENSE] != 0, ic[_MLA] != 0
     itl = np.empty(1024, np.float64)
@@ -231,7 +234,7 @@ def _serve_one(arrival, ntok, reuse, nout, price_full, budget, fc, ic, wtab, sta
             n, r = ntok[i], reuse[i]
             num_new = n - r if n - r > 1 else 1
             start[i] = now
-            if price_full and r > 0:       # Replica.prefill_share(n, n), before this prefill changes the batch
+            if price_full and (r > 0 or corr[i]):    # Replica.prefill_share(n, n), before it changes the batch
                 sh, done, s2, nd2, base2 = 0.0, 0, s, nd, base
                 while done < n:
                     chunk, cap = n - done, budget - nd2
@@ -247,21 +250,23 @@ def _serve_one(arrival, ntok, reuse, nout, price_full, budget, fc, ic, wtab, sta
                             nd2 -= 1
                             base2 -= ht[k]
                 full[i] = sh
-            # Replica.run_prefill (no extra seconds)
+            # Replica.run_prefill
             num_cached = n - num_new
-            t, done, sh = 0.0, 0, 0.0
+            ex = extra[i]
+            t, done, sh = ex, 0, ex
             while done < num_new:
                 chunk, cap = num_new - done, budget - nd
                 if cap < chunk:
                     chunk = cap if cap > 1 else 1
                 dt, x = _step(chunk, num_cached + done, nd, base + nd * s if nd else 0, fc, wtab, dense, mla)
                 sh += x
-                if nd:
-                    if ni and itl[ni - 3] == 0.0 and itl[ni - 4] == dt and itl[ni - 1] == nd:
+                if nd:          # (the ITL of the first step: the extra seconds too)
+                    d = dt + ex if done == 0 else dt
+                    if ni and itl[ni - 3] == 0.0 and itl[ni - 4] == d and itl[ni - 1] == nd:
                         itl[ni - 2] += 1
                     else:
                         itl = _itl_room(itl, ni)
-                        itl[ni], itl[ni + 1], itl[ni + 2], itl[ni + 3] = dt, 0.0, 1, nd
+                        itl[ni], itl[ni + 1], itl[ni + 2], itl[ni + 3] = d, 0.0, 1, nd
                         ni += 4
                 t += dt
                 done += chunk
@@ -329,5 +334,6 @@ def _serve_one(arrival, ntok, reuse, nout, price_full, budget, fc, ic, wtab, sta
 
 
 _W64, _WF64 = _I64.copy(readonly=False), _F64.copy(readonly=False)
+_B1 = types.Array(types.boolean, 1, "C", readonly=True)
 serve_one = njit(types.Tuple((_WF64, _W64))(_I64, _I64, _I64, _I64, types.boolean, types.int64, _F64, _I64, _F64,
-                                            _W64, _W64, _W64, _WF64, _WF64), **_OPTS)(_serve_one)
+                                            _F64, _B1, _W64, _W64, _W64, _WF64, _WF64), **_OPTS)(_serve_one)

@@ -28,7 +28,7 @@ from pic.engine.memory import COLLECT_LAST_MIN, free_cycles, release_freed
 from pic.engine.memory import no_cyclic_gc as _no_cyclic_gc
 from pic.engine.metrics import SUMMARY_VERSION, request_rows, summarize
 from pic.engine.oracle import DEFAULT_MIN_MATCH, duplicate_tokens, join_runs
-from pic.engine.policies import prefix_twin
+from pic.engine.policies import prefix_twin, rdr_told
 from pic.engine.policies.base import PolicyContext
 from pic.engine.policies.block_radix import answer_from_prefix, answers_apply, asked_views
 from pic.engine.request import Labels
@@ -234,7 +234,7 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
     # NOTE (speed): oracle answers from the trace-level oracle, and takes prefix's timeline, where they are its own
     told = "oracle" in config.policies and registry.get("oracle").told(trace, work, oracle, min_match, config)
     # (irminsul, fixed-chunk, linearkv take prefix's simulation where their plans are prefix's: told where proven)
-    itwin = prefix_twin.wanted(config, ctx, lambda: (trace, work, oracle, min_match))
+    itwin = rdr_told.wanted(config, ctx, lambda: (trace, work, oracle, min_match))    # (and irminsul+rdr's)
     sims: dict[str, _Sim] = {}
     # NOTE (speed): the baselines are simulated first and the replayed policies last (each simulation is
     # independent: same seed, a fresh policy), so the state left for the cyclic GC at the end is the
@@ -359,6 +359,7 @@ def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, co
     (OracleCache.told)/irminsul, fixed-chunk, linearkv (prefix_twin.take) answer from."""
     pols = [registry.build(name, ctx, config.policy_options.get(name)) for _ in range(config.replicas)]
     taken = prefix_twin.take(name, pols, work, itwin, tick)   # (False: asked, pols[0] a fresh one)
+    rdr_told.tell(pols, work, itwin)      # (irminsul+rdr: told where proven; its timeline from its plans)
     t = told.twin if name == "oracle" and told else itwin.sim if taken else None
     if t is not None:        # prefix's simulation: its plans (Told.see, prefix_twin.take)
         if name == "oracle":

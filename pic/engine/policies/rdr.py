@@ -110,6 +110,11 @@ class RateDistortionRetention(CachePolicy):
         self._protect = np.zeros(256, bool)              # segment kind code -> protected (a lookup, not isin)
         self._protect[list(cfg.protect_kinds)] = True
         self._last: tuple[int, Plan, Plan] | None = None
+        # told, not asked (rdr_told.tally): (reuse, re-encoded tokens) of every request in arrival order, read by
+        # engine.serving.timeline; the plans answered then (_answer), by request id
+        self.told_plans: tuple[np.ndarray, np.ndarray] | None = None
+        self._told_ids: np.ndarray | None = None
+        self._told_at: dict[int, int] | None = None
         self._pending: dict[int, tuple[np.ndarray, int]] = {}     # request -> its new tokens' spans, their count
         self._rprior = np.zeros(0)                        # prior by distance from the last token, reversed
         self._dist = [0.0, 0.0]                          # Σ w·ε², Σ w  (allocated units)
@@ -120,6 +125,8 @@ class RateDistortionRetention(CachePolicy):
 
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
+        if self.told_plans is not None:
+            return self._answer(req)
         plan = self.inner.lookup(req, now_us)
         new = plan.tokens_by(Action.RECOMPUTE)
         out = plan.with_reencode(new) if new else plan
@@ -127,6 +134,8 @@ class RateDistortionRetention(CachePolicy):
         return out
 
     def admit(self, req: RequestView, plan: Plan, now_us: int) -> bool:
+        if self.told_plans is not None:
+            return True
         inner = plan
         if self._last is not None and self._last[0] == req.request_id and self._last[1] is plan:
             inner = self._last[2]
@@ -137,12 +146,16 @@ class RateDistortionRetention(CachePolicy):
         return ok
 
     def commit(self, req: RequestView, now_us: int) -> None:
+        if self.told_plans is not None:
+            return
         self.inner.commit(req, now_us)
         new = self._pending.pop(req.request_id, None)
         if new is not None and new[1]:
             self._allocate(req, *new)
 
     def release(self, req: RequestView, now_us: int) -> None:
+        if self.told_plans is not None:
+            return
         self._pending.pop(req.request_id, None)
         self.inner.release(req, now_us)
 
@@ -164,6 +177,13 @@ class RateDistortionRetention(CachePolicy):
                  hull=[self.opts.bits[i] for i in self.opts.hull])
         return d
 
+    def tally(self, work: Any, pfx: np.ndarray, m: int, window: int) -> bool:
+        """Told, not asked (``prefix_twin``; :func:`rdr_told.tally`): its final state where its plans are
+        ``Plan.from_prefix(N, pfx[i])`` re-encoding the rest; False where that is not shown."""
+        from pic.engine.policies.rdr_told import tally
+
+        return tally(self, work, pfx, m, window)
+
     @staticmethod
     def merged_summary(pols: list[RateDistortionRetention]) -> dict[str, float]:
         """summary.json fields over replicas: actual resident bytes/token and mean relative distortion."""
@@ -174,6 +194,14 @@ class RateDistortionRetention(CachePolicy):
                 "rdr_over_budget_bytes": float(sum(p.stats.extra["rdr_over_budget_bytes"] for p in pols))}
 
     # ---- Internal helpers -------------------------------------------------------------------------
+    def _answer(self, req: RequestView) -> Plan:
+        """The plan of a request once told (:attr:`told`): what :meth:`lookup` answered when asked."""
+        if self._told_at is None:
+            self._told_at = {r: i for i, r in enumerate(self._told_ids.tolist())}
+        r = int(self.told_plans[0][self._told_at[req.request_id]])
+        plan = Plan.from_prefix(req.num_tokens, r)
+        return plan.with_reencode(req.num_tokens - r) if r < req.num_tokens else plan
+
     def _allocate(self, req: RequestView, spans: np.ndarray, ntok: int | None = None) -> None:
         """Tiers for the request's new tokens: the positions of ``spans`` (rows ``[start, end)``, ascending),
         ``ntok`` of them."""

@@ -68,10 +68,12 @@ def constants(cost: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
 
 def applies(sm: Any) -> bool:
     """Whether :func:`run_two_pass` replays ``sm`` (a ServingModel about to run): one replica, the open loop, no
-    observer, an ``order_only`` policy with its fused lookup + admit, the cost model's plain pricing."""
-    return (sm._one and sm._open and not sm.sim.observers and sm._starts[0] is not None and sm._n > 0
-            and getattr(sm.policies[0], "order_only", False) and sm._terms is not None and not sm._hybrid
-            and sm.replicas[0].steps == 0 and not sm.replicas[0].itl)
+    observer, an ``order_only`` policy with its fused lookup + admit or a policy told its plans (its attribute
+    ``told_plans``: ``(reuse, re-encoded tokens)`` per request, ``rdr_told``), the cost model's plain pricing."""
+    pol = sm.policies[0] if sm.policies else None
+    known = _told(pol) is not None or (sm._starts[0] is not None and getattr(pol, "order_only", False))
+    return (sm._one and sm._open and not sm.sim.observers and known and sm._n > 0 and sm._terms is not None
+            and not sm._hybrid and sm.replicas[0].steps == 0 and not sm.replicas[0].itl)
 
 
 def run_two_pass(sm: Any) -> bool:
@@ -91,15 +93,24 @@ def run_two_pass(sm: Any) -> bool:
     w, n = sm.w, sm._n
     col = sm.requests.column
     ntok = np.ascontiguousarray(w.num_prompt, np.int64)
-    reuse = _answers(sm, ntok, col("num_reused"))
+    told = _told(sm.policies[0])
+    if told is None:
+        reuse = _answers(sm, ntok, col("num_reused"))
+        extra, corr, reenc = np.zeros(n), np.zeros(n, np.bool_), None
+    else:
+        reuse, reenc = col("num_reused"), told[1]
+        reuse[:] = told[0]
+        corr = reenc > 0
+        extra = _reencode_extra(sm.cost, ntok, reuse, reenc, corr)
+        sm._note_resident(0)        # (its resident bytes never fall: the peak, its final total)
     rep = sm.replicas[0]
     # NOTE (memory): the kernel writes the request columns in place (a joules column holds its seconds first)
     joules, nocache = col("prefill_joules"), col("nocache_prefill_joules")
     itl, stats = fast.serve_one(np.ascontiguousarray(w.arrival_us, np.int64), ntok, reuse,
                                 np.ascontiguousarray(w.num_output, np.int64), not sm._lean, int(rep.token_budget),
-                                fc, ic, wtab, col("start_us"), col("first_token_us"), col("finish_us"), joules,
-                                nocache)
-    _write(sm, reuse, ntok, joules, nocache)
+                                fc, ic, wtab, extra, corr, col("start_us"), col("first_token_us"), col("finish_us"),
+                                joules, nocache)
+    _write(sm, reuse, ntok, joules, nocache, corr, reenc)
     rep.busy_us = int(stats[0])
     rep.steps = int(stats[2])
     rep.itl._a.frombytes(memoryview(itl).cast("B"))      # (from the kernel's buffer: one copy)
@@ -111,6 +122,12 @@ def run_two_pass(sm: Any) -> bool:
         if n % sm._tick:
             sm.progress(n, n)
     return True
+
+
+def _told(pol: Any) -> tuple | None:
+    """``pol.told_plans`` where it has them (a tuple), else None."""
+    got = getattr(pol, "told_plans", None)
+    return got if type(got) is tuple else None
 
 
 def _answers(sm: Any, ntok: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -145,11 +162,13 @@ def _answers(sm: Any, ntok: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
-def _write(sm: Any, reuse: np.ndarray, ntok: np.ndarray, joules: np.ndarray, nocache: np.ndarray) -> None:
+def _write(sm: Any, reuse: np.ndarray, ntok: np.ndarray, joules: np.ndarray, nocache: np.ndarray, corr: np.ndarray,
+           reenc: np.ndarray | None) -> None:
     """The request columns the event loop writes (``ServingModel._start_prefill`` and the handlers) but the timeline's,
     from the answers: every plan an exact prefix (a full recompute where nothing is reused, a full hit's last token
-    recomputed), priced as one chunk (``cost_fns.one_chunk_terms_np``, as the TermsBook prices them); the joules from
-    the seconds the kernel wrote (``watts * share``, as the event loop multiplies)."""
+    recomputed), priced as one chunk (``cost_fns.one_chunk_terms_np``, as the TermsBook prices them; where the plan
+    re-encodes ``reenc`` tokens (``corr``), ``CostModel.prefill``'s values: the same but the HBM bytes, ``2 reenc
+    kvb`` more); the joules from the seconds the kernel wrote (``watts * share``, as the event loop multiplies)."""
     col = sm.requests.column
     col("replica")[:] = 0
     col("admitted")[:] = True
@@ -160,7 +179,7 @@ def _write(sm: Any, reuse: np.ndarray, ntok: np.ndarray, joules: np.ndarray, noc
         nocache[:] = joules
     else:
         np.multiply(nocache, watts, out=nocache)
-        np.copyto(nocache, joules, where=reuse == 0)
+        np.copyto(nocache, joules, where=(reuse == 0) & ~corr)      # (a plain plan: no counterfactual)
     col("prefix_prefill_joules")[:] = nocache
     if sm._lean:
         return
@@ -172,5 +191,44 @@ def _write(sm: Any, reuse: np.ndarray, ntok: np.ndarray, joules: np.ndarray, noc
     for lo in range(0, ntok.shape[0], _CHUNK):        # NOTE (memory): a block of requests at a time
         n, r = ntok[lo:lo + _CHUNK], reuse[lo:lo + _CHUNK]
         flops, hbm, _, read, attn_s = terms(n, n - r, r)
+        if reenc is not None:       # CostModel.prefill's HBM bytes: + 2.0 * reencode_tokens * kvb, in that order
+            k = reenc[lo:lo + _CHUNK]
+            np.add(hbm, 2.0 * k * sm.cost._kvb, out=hbm, where=k > 0)
         for c, v in zip(cols, (flops, hbm, read, attn_s, terms(n, n, np.zeros_like(n))[4]), strict=True):
             c[lo:lo + _CHUNK] = v
+
+
+def _reencode_extra(cost: Any, ntok: np.ndarray, reuse: np.ndarray, reenc: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """The extra seconds the event loop gives the prefill of ``Plan.from_prefix(n, r).with_reencode(k)`` (k > 0:
+    ``corr``; else 0.0): ``max(0.0, prefill(plan).time_s - step_time(((n - r, r),), 0, 0))`` (``ServingModel
+    ._start_prefill``), the same operations in the same order elementwise (``CostModel.prefill``: its zero terms
+    (rotation, compositions, transfers) add nothing; ``step_time`` of one chunk, no decode)."""
+    out = np.zeros(ntok.shape[0])
+    idx = np.flatnonzero(corr)
+    if not idx.size:
+        return out
+    n, r, k = ntok[idx], reuse[idx], reenc[idx]
+    kvb, peak, bw = cost._kvb, cost._peak, cost._bw
+    new = n - r
+    lin_f = cost._lin_per_token * new + cost._lm_flops
+    w0, w1 = cost._w_all
+    w = np.full(new.shape, w1)
+    few = np.flatnonzero(~(new >= w0))
+    if few.size:
+        w[few] = [cost._weights(x) for x in new[few].tolist()]
+    from pic.engine.cost_fns import attention_flops_np
+
+    lin_b = w + new * kvb
+    att_f = attention_flops_np(cost.model)(new, r)
+    att_b = (new + r) * kvb
+    t_lin = np.maximum(lin_f / peak, lin_b / bw)
+    t_att = np.maximum(att_f / peak, att_b / bw)
+    rec = max(0.0 / peak, 2.0 * 1 * cost._state / bw)      # _phase(0.0, rec_b)
+    over = cost.config.step_overhead_s
+    ph = 2.0 * k * kvb / bw
+    ph = np.where(ph > 0.0 / peak, ph, 0.0 / peak)             # _phase(0.0, reenc_b)
+    time_s = (t_lin + t_att + over) + (rec + ph)
+    step = ((t_lin + t_att) + rec) + over
+    d = time_s - step
+    out[idx] = np.where(d > 0.0, d, 0.0)
+    return out
