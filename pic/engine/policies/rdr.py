@@ -182,7 +182,7 @@ class RateDistortionRetention(CachePolicy):
         ``Plan.from_prefix(N, pfx[i])`` re-encoding the rest; False where that is not shown."""
         from pic.engine.policies.rdr_told import tally
 
-        return tally(self, work, pfx, m, window)
+        return bool(tally(self, work, pfx, m, window))
 
     @staticmethod
     def merged_summary(pols: list[RateDistortionRetention]) -> dict[str, float]:

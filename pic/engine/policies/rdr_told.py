@@ -58,19 +58,27 @@ def tell(pols: list, work: Any, twin: prefix_twin.Twin | None) -> None:
     pfx = twin.proven()
     if pfx is None or len(pfx) != work.num_requests:
         return
-    if not pol.tally(work, pfx, twin.m, twin.window):
+    ok = tally(pol, work, pfx, twin.m, twin.window)
+    if ok is None:          # (the wrapped policy's tally declined: asked, from a fresh one, as prefix_twin.take)
+        pols[0] = pol = type(pol)(pol.ctx, pol.config)
+        ok = tally(pol, work, pfx, twin.m, twin.window, ask=True)
+    if not ok:
         pols[0] = type(pol)(pol.ctx, pol.config)
 
 
-def tally(pol: Any, work: Any, pfx: np.ndarray, m: int, window: int) -> bool:
-    """``RateDistortionRetention.tally``: the wrapped policy told (its ``tally``) or asked in arrival order; True
-    where its plans were ``Plan.from_prefix(N, pfx[i])``, nothing evicted nor refused, rdr's allocation of each
-    request's new tokens ``[pfx[i], N)`` then made (:func:`allocate_all`) and :attr:`told` set."""
+def tally(pol: Any, work: Any, pfx: np.ndarray, m: int, window: int, ask: bool = False) -> bool | None:
+    """``RateDistortionRetention.tally``: the wrapped policy told (its ``tally``; ``ask``: not) or asked in arrival
+    order; True where its plans were ``Plan.from_prefix(N, pfx[i])``, nothing evicted nor refused, rdr's
+    allocation of each request's new tokens ``[pfx[i], N)`` then made (:func:`allocate_all`) and
+    :attr:`told_plans` set; None (falsy) where the wrapped policy's tally declined (it may be asked)."""
     inner = pol.inner
     pfx = np.ascontiguousarray(pfx, np.int64)
-    told = getattr(inner, "tally", None)
-    ok = told(work, pfx, m, window) if told is not None else prefix_twin._asked(inner, work, pfx.tolist())
-    if not ok or inner.stats.evictions or inner.stats.rejected:
+    told = None if ask else getattr(inner, "tally", None)
+    if told is not None and not told(work, pfx, m, window):
+        return None
+    if told is None and not prefix_twin._asked(inner, work, pfx.tolist()):
+        return False
+    if inner.stats.evictions or inner.stats.rejected:
         return False
     ntok = np.ascontiguousarray(work.num_prompt, np.int64)
     if np.any(pfx > ntok) or np.any(pfx < 0):
