@@ -54,7 +54,7 @@ import numpy as np
 from pic import accel
 from pic.engine import cdc, eviction
 from pic.engine.plan import Plan
-from pic.engine.policies import register
+from pic.engine.policies import irminsul_tally, register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
 from pic.engine.policies.irminsul_layout import Analysis, first_of, marker_boundaries, plan_of_uses
 from pic.engine.policies.irminsul_layout import gaps as layout_gaps
@@ -127,7 +127,7 @@ class IrminsulConfig:
 @register
 class Irminsul(ChunkWalk, CachePolicy):
     name = "irminsul"
-    Config = IrminsulConfig
+    Config, tally = IrminsulConfig, irminsul_tally.tally     # (tally: told, not asked: prefix_twin)
 
     def __init__(self, ctx: PolicyContext, config: IrminsulConfig | None = None) -> None:
         super().__init__(ctx, config)
