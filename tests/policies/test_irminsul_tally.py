@@ -88,7 +88,7 @@ def _told(monkeypatch, spoil=None) -> list:
     return got
 
 
-CONFIGS = [{}, {"token_budget": 64}, {"max_requests": 40},
+CONFIGS = [{}, {"token_budget": 64}, {"max_requests": 40}, {"trace": (100, 900, 3000, 7000)},
            {"policy_options": {"irminsul": {"avg_chunk": 64, "min_chunk": 16, "max_chunk": 128}}},
            {"policy_options": {"irminsul": {"gear": "table", "min_match": 8}}},
            {"policies": ("prefix", "irminsul")}]
@@ -100,7 +100,9 @@ def test_told_equals_asked(seed, change, mode, monkeypatch):
     """Prompts that repeat nothing inside: irminsul is told (its tally answers True), and the replay's outputs
     (rows, summary: registry entries, stored and duplicate tokens, peak; config.json's stats) are the asked one's."""
     told = _told(monkeypatch)
-    on, off, took = _both(_fresh_trace(seed), ReplayConfig(**{"policies": ("irminsul",), **change}), monkeypatch)
+    change = dict(change)
+    trace = _fresh_trace(seed, 60, change.pop("trace")) if "trace" in change else _fresh_trace(seed)   # (long prefixes)
+    on, off, took = _both(trace, ReplayConfig(**{"policies": ("irminsul",), **change}), monkeypatch)
     assert took and _same(on, off)
     assert told == [(True, True)]
     s = on.resolved["policies"]["irminsul"]["stats"]
@@ -172,10 +174,12 @@ def test_the_compiled_pass_is_the_reference():
     accel.set_mode("1")
     try:
         for seed in range(3):
-            trace = _fresh_trace(seed, 60)
-            work = workload_from_trace(trace)
-            got = _pass(trace, _prefixes(work))
-            assert got[0] == got[1] and got[0] is not None and got[0][0] > 0
+            for trace in (_fresh_trace(seed, 60), _fresh_trace(seed, 40, (100, 900, 3000, 7000))):
+                work = workload_from_trace(trace)
+                pfx = _prefixes(work)
+                got = _pass(trace, pfx)
+                assert got[0] == got[1] and got[0] is not None and got[0][0] > 0
+            assert (pfx >= 2048).sum() > 3          # (laid out from an anchor before the prefix: _accel_numba_tally)
         x, y = (7, 1, 900), (9, 2, 300)
         again = _trace_of([[x], [x]])
         assert _pass(again) == (None, None)                         # (met past a prefix of 0)

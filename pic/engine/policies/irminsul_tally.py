@@ -136,8 +136,10 @@ def _reference(cfg: cdc.CDCConfig, work, pfx: np.ndarray) -> tuple[int, int] | N
 
 
 def _repeats(cols: tuple, rows: np.ndarray, roffs: np.ndarray, pfx: np.ndarray) -> np.ndarray:
-    """The requests two of whose pieces past the exact prefix lie on one opaque line (overlapping stretches: a window
-    may repeat inside the prompt's stored tokens), or one of which wraps past 2^64 there (ascending)."""
+    """Requests with a piece past the exact prefix whose stretch of its opaque line overlaps another such piece's
+    (a window may repeat inside the prompt's stored tokens; two requests' overlapping: content met again, which the
+    proof excludes) or wraps past 2^64 (ascending). NOTE (speed): one sort of all the pieces by line position, each
+    compared with the next (an overlap anywhere shows there), not a sort per request."""
     cnt = np.diff(roffs)
     item = np.repeat(np.arange(cnt.shape[0], dtype=np.int64), cnt)
     ln = cols[2][rows]
@@ -152,8 +154,7 @@ def _repeats(cols: tuple, rows: np.ndarray, roffs: np.ndarray, pfx: np.ndarray) 
     with np.errstate(over="ignore"):
         x = opaque_bases(cols[1][rows[keep]]) * _GINV + (lo - start).astype(np.uint64)
         e = x + (end - lo).astype(np.uint64)
-    wrap = item[e < x]
-    o = np.lexsort((x, item))
-    item, x, e = item[o], x[o], e[o]
-    clash = item[1:][(item[1:] == item[:-1]) & (x[1:] < e[:-1])]
-    return np.unique(np.concatenate((wrap, clash)))
+    o = np.argsort(x)
+    x, e, it = x[o], e[o], item[o]
+    clash = np.flatnonzero(x[1:] < e[:-1])
+    return np.unique(np.concatenate((it[e < x], it[clash], it[clash + 1])))
