@@ -441,12 +441,18 @@ def prompt_prefixes(trace, order: np.ndarray, reuse: np.ndarray, m: int) -> tupl
     return resident_prefixes(trace.segments, rows, item_offs), rows, item_offs
 
 
-def unmet_past_prefix(trace, order: np.ndarray) -> bool:
-    """Whether the last :func:`prompt_oracle` of ``trace`` and ``order`` found every token past each request's
-    prefix met there for the first time (:func:`_unmet_past_prefix`): its reuse is then the prefixes at every
-    ``min_match`` of :data:`UNMET_MIN` or more."""
+def unmet_past_prefix(trace, order: np.ndarray, prefixes: tuple | None = None) -> bool:
+    """Whether every token past each request's prefix is met there for the first time (:func:`_unmet_past_prefix`):
+    the trace-level oracle's reuse is then the prefixes at every ``min_match`` of :data:`UNMET_MIN` or more. Known
+    where the last :func:`prompt_oracle` of ``trace`` and ``order`` found it; else tested on ``prefixes``
+    (:func:`prompt_prefixes`' ``(pfx, rows, item_offs)`` of that order) where given (an oracle taken from a cache)."""
     got = _PREFIXES[0] if _PREFIXES else None
-    return got is not None and got[0]() is trace and got[1] == _digest(np.asarray(order, np.int64))
+    if got is not None and got[0]() is trace and got[1] == _digest(np.asarray(order, np.int64)):
+        return True
+    if prefixes is None:
+        return False
+    pfx, rows, item_offs = prefixes
+    return _unmet_past_prefix(trace.segments, rows, item_offs, np.asarray(pfx, np.int64), _UNMET_MIN)
 
 
 def _order_rows(trace, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

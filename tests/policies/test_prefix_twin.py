@@ -219,3 +219,12 @@ def test_a_known_duplicate_count_is_reported(monkeypatch):
     monkeypatch.setattr(Irminsul, "footprint", lambda self: Footprint(real(self).entries, None, 12345))
     on = R.replay(_grown_trace(2), ReplayConfig(policies=("irminsul",)))
     assert on.summary["policies"]["irminsul"]["duplicate_stored_tokens"] == 12345
+
+
+def test_the_proof_survives_a_cached_oracle(monkeypatch):
+    """A second replay of the same content (the trace-level oracle then taken from its cache, not computed) is
+    proven at the same ``m`` as the first: the structure is tested again where the oracle was not computed."""
+    told = _tallied(monkeypatch, lambda pol, work, pfx, m: False)
+    for _ in range(2):
+        R.replay(_grown_trace(1), ReplayConfig(policies=("irminsul",)))      # (two trace objects, one content)
+    assert [t[2] for t in told] == [8, 8]

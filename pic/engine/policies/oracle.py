@@ -365,7 +365,8 @@ def trace_answers(trace, work, reuse: np.ndarray, m: int) -> tuple[np.ndarray, n
         return None
     from pic.engine.rolling import window_hashes
 
-    got = _proven(trace, work, reuse, m)
+    order = np.lexsort((trace.column("request_id"), trace.column("arrival_us")))[:work.num_requests]
+    got = _proven(trace, order, reuse, m)
     if got is None:
         return None
     pfx, rows, item_offs = got
@@ -397,21 +398,21 @@ def proven_prefixes(trace, work, reuse: np.ndarray, m: int) -> tuple[np.ndarray,
     ``coverage.unmet_past_prefix``); else None."""
     from pic.engine.coverage import UNMET_MIN, unmet_past_prefix
 
-    got = _proven(trace, work, reuse, m)
+    order = np.lexsort((trace.column("request_id"), trace.column("arrival_us")))[:work.num_requests]
+    got = _proven(trace, order, reuse, m)
     if got is None:
         return None
-    order = np.lexsort((trace.column("request_id"), trace.column("arrival_us")))[:work.num_requests]
-    return got[0], min(m, UNMET_MIN) if m >= UNMET_MIN and unmet_past_prefix(trace, order) else m
+    # (the oracle's own structural test where its result came from a cache: the memo or PIC_CACHE_DIR)
+    return got[0], min(m, UNMET_MIN) if m >= UNMET_MIN and unmet_past_prefix(trace, order, got) else m
 
 
-def _proven(trace, work, reuse: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """``(pfx, rows, item_offs)`` (engine.coverage.prompt_prefixes) where ``pfx`` is ``reuse``, else None."""
+def _proven(trace, order: np.ndarray, reuse: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(pfx, rows, item_offs)`` (engine.coverage.prompt_prefixes) of the requests ``order`` where ``pfx`` is
+    ``reuse``, else None."""
     from pic.engine.coverage import prompt_prefixes
 
-    order = np.lexsort((trace.column("request_id"), trace.column("arrival_us")))[:work.num_requests]
     got = prompt_prefixes(trace, order, reuse, m)
     return got if np.array_equal(got[0], reuse) else None
-
 
 
 def answer_from_trace(cache: OracleCache, request_ids: np.ndarray, pfx: np.ndarray, windows: np.ndarray) -> None:
