@@ -179,29 +179,46 @@ def test_replay_told_equals_the_simulation(seed, change, monkeypatch):
     assert took and told == [True] and _same(on, off)
 
 
-@pytest.mark.parametrize("spoil", ["entries", "hits", "duplicates", "usage"])
-def test_a_wrong_tally_fails(spoil, monkeypatch):
-    """A tally off by one anywhere fails both comparisons (the state's and the replay's outputs)."""
-    from pic.engine.policies.base import Footprint, Usage
+def one_more_usage(pol) -> None:
+    """Spoil a told state: one more evictable byte."""
+    from pic.engine.policies.base import Usage
 
-    cls = registry.get("fixed-chunk")
+    u = pol.usage()
+    pol.usage = lambda: Usage(u.evictable + 1, u.protected, u.total + 1, u.capacity)
+
+
+def wrong_tally_fails(monkeypatch, name: str, spoil) -> None:
+    """``name``'s tally followed by ``spoil(policy)`` fails both comparisons (the state's and the replay's
+    outputs)."""
+    cls = registry.get(name)
     real = cls.tally
 
     def wrong(self, *a):
         ok = real(self, *a)
-        fp, u = self.footprint(), self.usage()
-        if spoil == "entries":
-            self.footprint = lambda: Footprint(fp.entries + 1, None, fp.duplicates)
-        elif spoil == "duplicates":
-            self.footprint = lambda: Footprint(fp.entries, None, fp.duplicates + 1)
-        elif spoil == "hits":
-            self.stats.hits += 1
-        else:
-            self.usage = lambda: Usage(u.evictable + 1, u.protected, u.total + 1, u.capacity)
+        spoil(self)
         return ok
 
     monkeypatch.setattr(cls, "tally", wrong)
-    told, mine, theirs = told_and_asked(fresh_trace(2), "fixed-chunk")
+    told, mine, theirs = told_and_asked(fresh_trace(2), name)
     assert told and mine != theirs
-    on, off, took = _both(fresh_trace(2, 120), ReplayConfig(policies=("fixed-chunk",)), monkeypatch)
+    on, off, took = _both(fresh_trace(2, 120), ReplayConfig(policies=(name,)), monkeypatch)
     assert took and not _same(on, off)
+
+
+@pytest.mark.parametrize("spoil", ["entries", "hits", "duplicates", "usage"])
+def test_a_wrong_tally_fails(spoil, monkeypatch):
+    """A tally off by one anywhere fails both comparisons (the state's and the replay's outputs)."""
+    from pic.engine.policies.base import Footprint
+
+    def spoiled(pol):
+        fp = pol.footprint()
+        if spoil == "entries":
+            pol.footprint = lambda: Footprint(fp.entries + 1, None, fp.duplicates)
+        elif spoil == "duplicates":
+            pol.footprint = lambda: Footprint(fp.entries, None, fp.duplicates + 1)
+        elif spoil == "hits":
+            pol.stats.hits += 1
+        else:
+            one_more_usage(pol)
+
+    wrong_tally_fails(monkeypatch, "fixed-chunk", spoiled)

@@ -16,7 +16,14 @@ from pic.engine.policies import prefix_twin as I
 from pic.engine.policies.linearkv_tally import sources
 from pic.engine.replay import workload_from_trace
 from tests.policies.test_block_answers import _trace
-from tests.policies.test_fixed_chunk_tally import _policy, _prefixes, fresh_trace, told_and_asked
+from tests.policies.test_fixed_chunk_tally import (
+    _policy,
+    _prefixes,
+    fresh_trace,
+    one_more_usage,
+    told_and_asked,
+    wrong_tally_fails,
+)
 from tests.policies.test_linearkv_resume import OPTS, _conversations
 from tests.policies.test_oracle_lines import _opaque_trace
 from tests.policies.test_oracle_told import _grown_trace
@@ -101,24 +108,12 @@ def test_replay_told_equals_the_simulation(seed, monkeypatch):
 @pytest.mark.parametrize("spoil", ["stored", "lookups", "usage"])
 def test_a_wrong_tally_fails(spoil, monkeypatch):
     """A tally off by one fails both comparisons (the state's and the replay's outputs)."""
-    from pic.engine.policies.base import Usage
-
-    cls = registry.get("linearkv")
-    real = cls.tally
-
-    def wrong(self, *a):
-        ok = real(self, *a)
-        u = self.usage()
+    def spoiled(pol):
         if spoil == "stored":
-            self.stats.extra["stored_chunks"] += 1
+            pol.stats.extra["stored_chunks"] += 1
         elif spoil == "lookups":
-            self.stats.extra["chunk_lookups"] -= 1
+            pol.stats.extra["chunk_lookups"] -= 1
         else:
-            self.usage = lambda: Usage(u.evictable + 1, u.protected, u.total + 1, u.capacity)
-        return ok
+            one_more_usage(pol)
 
-    monkeypatch.setattr(cls, "tally", wrong)
-    told, mine, theirs = told_and_asked(fresh_trace(2), "linearkv")
-    assert told and mine != theirs
-    on, off, took = _both(fresh_trace(2, 120), ReplayConfig(policies=("linearkv",)), monkeypatch)
-    assert took and not _same(on, off)
+    wrong_tally_fails(monkeypatch, "linearkv", spoiled)
