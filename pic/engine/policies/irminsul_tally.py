@@ -76,20 +76,16 @@ def _prompts(work, c) -> tuple | None:
     """``(columns, rows, offsets)``: every prompt's segment rows (CSR) and their store's columns
     (:func:`~engine.policies.irminsul_layout._columns`) where every prompt is made of one store's opaque (or empty)
     segments that hold no S2 marker; else None."""
-    view, src, parts = work.view, None, []
-    for i in range(work.num_requests):
-        v = view(i)
-        r = v.segment_rows
-        if v._tokens is not None or r is None or (v.source is not src and src is not None):
-            return None
-        src = v.source
-        parts.append(r)
-    cols = _columns(src) if src is not None else None
+    from pic.engine.policies.fixed_chunk_tally import prompt_rows
+
+    got = prompt_rows(work)
+    if got is None or any(v._tokens is not None for v in got[3]):
+        return None
+    src, rows, roffs, _ = got
+    cols = _columns(src)
     if cols is None or not cols[5] or (c.s2 and _may_mark(src, c.marker)):
         return None
-    roffs = np.zeros(len(parts) + 1, np.int64)
-    np.cumsum([len(r) for r in parts], out=roffs[1:])
-    return cols, np.concatenate(parts).astype(np.int64), roffs
+    return cols, rows, roffs
 
 
 def _registry(cfg: cdc.CDCConfig, cols: tuple, rows: np.ndarray, roffs: np.ndarray, ntok: np.ndarray, pfx: np.ndarray,

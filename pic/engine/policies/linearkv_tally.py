@@ -25,6 +25,7 @@ from pic.engine import cdc
 from pic.engine.policies.base import Usage
 from pic.engine.policies.irminsul_layout import _may_mark, opaque_layout
 from pic.engine.policies.linearkv_layout import _NO_EDGES, prompt_chunks
+from pic.engine.rolling import ramp
 
 
 def _row_hashes(rows: np.ndarray, offs: np.ndarray) -> np.ndarray:
@@ -74,16 +75,10 @@ def sources(rows: np.ndarray, offs: np.ndarray, seg_len: np.ndarray, pfx: np.nda
     shared = np.where(best >= 0, cum[np.maximum(best, 0)], 0)
     # (the rows themselves compared: a hash met twice by chance gives no source)
     num = np.where(src >= 0, np.maximum(best, 0) - heads, 0)
-    at = np.repeat(offs[:-1], num) + _ramp(num)
-    bad = rows[at] != rows[np.repeat(offs[np.maximum(src, 0)], num) + _ramp(num)]
+    at = np.repeat(offs[:-1], num) + ramp(num)
+    bad = rows[at] != rows[np.repeat(offs[np.maximum(src, 0)], num) + ramp(num)]
     src[np.unique(np.repeat(np.arange(n, dtype=np.int64), num)[bad])] = -1
     return src, np.where(src >= 0, shared, 0)
-
-
-def _ramp(cnt: np.ndarray) -> np.ndarray:
-    """``0, 1, ..., c - 1`` for each ``c`` of ``cnt``, concatenated."""
-    tot = int(cnt.sum())
-    return np.arange(tot, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
 
 
 def tally(self, work, pfx: np.ndarray, m: int, window: int) -> bool:
