@@ -1,6 +1,8 @@
 """numba kernels of the ``rdr`` policy behind :mod:`pic.accel`: attributes of :mod:`pic._accel_numba`, loaded
 from there on first use (a run that never calls them does not load them). Same rules as there: each computes
-exactly what its numpy reference computes, tested both ways; compiled eagerly, cached on disk.
+exactly what its numpy reference computes, tested both ways; cached on disk, each loaded on its first use
+(:func:`pic.accel.lazy`). Its helpers shared with ``rdr`` told (numpy's pairwise sum) are in
+:mod:`pic._accel_numba_rdrsel`.
 
 NOTE (speed): one call per request (:func:`rdr_request`) does what the numpy path of
 :meth:`engine.policies.rdr.RateDistortionRetention._allocate` does in ~45 calls, with the same float operations in
@@ -13,87 +15,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
+from pic import accel
 from pic._accel_numba import _I64, _OPTS
+from pic._accel_numba_rdrsel import _EPS, _F64, _FAST, _bits, _float, _pairwise
 
-_F64 = types.Array(types.float64, 1, "C", readonly=True)
 _U8 = types.Array(types.uint8, 1, "C", readonly=True)
 _B1 = types.Array(types.boolean, 1, "C", readonly=True)
 _SPANS = types.Array(types.int64, 2, "C", readonly=True)
-_EPS = 2.0 ** -53                          # unit roundoff of float64
-# the greedy's passes: numpy's error model (a float division is IEEE's, no zero check: the loops vectorize)
-_FAST = dict(_OPTS, error_model="numpy")
 
 
-@njit(**_OPTS)
-def _pairwise_leaf(a, lo, n):
-    """numpy's pairwise sum of ``a[lo:lo + n]`` for ``n <= 128`` (no split)."""
-    if n < 8:
-        res = 0.0
-        for i in range(n):
-            res += a[lo + i]
-        return res
-    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
-    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
-    i = lo + 8
-    m = lo + n - n % 8
-    while i < m:
-        r0 += a[i]
-        r1 += a[i + 1]
-        r2 += a[i + 2]
-        r3 += a[i + 3]
-        r4 += a[i + 4]
-        r5 += a[i + 5]
-        r6 += a[i + 6]
-        r7 += a[i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < lo + n:
-        res += a[i]
-        i += 1
-    return res
-
-
-@njit(**_OPTS)
-def _pairwise(a, lo, n):
-    """``a[lo:lo + n]`` summed as numpy sums a contiguous float64 run (``DOUBLE_pairwise_sum``: below 8 values
-    one by one; up to 128 in 8 interleaved partial sums combined as a tree, then the rest; above that both
-    halves, split at a multiple of 8, left + right). ``np.sum(x) == 0.0 + _pairwise(x, 0, x.size)`` and
-    ``np.add.reduceat``'s segment ``[s, e)`` is ``x[s] + _pairwise(x, s + 1, e - s - 1)`` (tested). The
-    halving by an explicit stack (a recursive kernel does not load from numba's cache)."""
-    if n <= 128:
-        return _pairwise_leaf(a, lo, n)
-    slo = np.empty(64, np.int64)
-    sn = np.empty(64, np.int64)
-    st = np.empty(64, np.int64)
-    sv = np.empty(64, np.float64)
-    top = 0
-    slo[0], sn[0] = lo, n
-    while True:
-        cl, cn = slo[top], sn[top]
-        if cn > 128:                       # split: left half first
-            st[top] = 1
-            h = cn // 2
-            h -= h % 8
-            top += 1
-            slo[top], sn[top] = cl, h
-            continue
-        v = _pairwise_leaf(a, cl, cn)
-        while True:                        # hand v to the parents
-            top -= 1
-            if top < 0:
-                return v
-            if st[top] == 1:               # a left half: keep it, sum the right half
-                sv[top] = v
-                st[top] = 2
-                h = sn[top] // 2
-                h -= h % 8
-                slo[top + 1], sn[top + 1] = slo[top] + h, sn[top] - h
-                top += 1
-                break
-            v = sv[top] + v
-
-
-@njit(types.float64(types.float64[::1]), **_OPTS)
 def np_sum(a):
     """``np.sum(a)`` of a float64 array, the same additions (tests compare the two)."""
     return 0.0 + _pairwise(a, 0, a.shape[0])
@@ -144,18 +74,6 @@ def _greedy_steps(w, size, free, step_frac, eff, lim, level):
             return
         level[free[i]] += 1
         head[best] += 1
-
-
-@njit(**_OPTS)
-def _bits(x):
-    """The IEEE bits of the float64 ``x`` as an int64 (for x >= 0 they order as the values)."""
-    return np.full(1, x, np.float64).view(np.int64)[0]
-
-
-@njit(**_OPTS)
-def _float(bits):
-    """The float64 whose IEEE bits are ``bits``."""
-    return np.full(1, bits, np.int64).view(np.float64)[0]
 
 
 @njit(**_FAST)
@@ -376,9 +294,6 @@ def _choose(block_w, sizes, prot, head_weight, hull, step_frac, eff, frac, nbits
     return level, w, fsize, per, forced, exact
 
 
-@njit(types.Tuple((types.int64[::1], types.float64[::1], types.float64[::1], types.float64[::1], types.float64,
-                   types.boolean))(
-    _F64, _I64, _B1, _F64, _I64, _F64, _F64, _F64, types.int64, types.float64), **_FAST)
 def rdr_greedy(block_w, sizes, prot, head_weight, hull, step_frac, eff, frac, nbits, budget):
     """:func:`engine.rdr_alloc.allocate` over the units of :meth:`RateDistortionRetention._allocate` (block
     ``b`` x head ``h`` is unit ``b * H + h``: weight ``block_w[b] * head_weight[h]``, size ``sizes[b]``),
@@ -469,31 +384,21 @@ def _request(spans, n, rprior, bounds, kinds, protect, sinks, block, head_weight
     return used, forced, distortion, 0.0 + _pairwise(w, 0, U), npr, per, exact
 
 
-@njit(types.Tuple((types.float64, types.float64, types.float64, types.float64, types.int64, types.float64[::1],
-                   types.boolean))(
-    _SPANS, types.int64, _F64, _I64, _U8, _B1, types.int64, types.int64, _F64, _I64, _F64, _F64, _F64, _F64,
-    types.int64, types.float64), **_FAST)
 def rdr_request(spans, n, rprior, bounds, kinds, protect, sinks, block, head_weight, hull, step_frac, eff, frac,
                 eps2, nbits, budget):
     return _request(spans, n, rprior, bounds, kinds, protect, sinks, block, head_weight, hull, step_frac, eff, frac,
                     eps2, nbits, budget)
 
 
-_W = types.float64[::1]
-@njit(types.Tuple((_W, _W, _W, _W, types.int64[::1], types.float64[:, ::1]))(
-    _I64, _I64, _F64, _B1, types.int64, types.int64, _F64, _I64, _F64, _F64, _F64, _F64, types.int64, _F64), **_FAST)
-def rdr_batch(ntok, reuse, rprior, protect, sinks, block, head_weight, hull, step_frac, eff, frac, eps2, nbits,
-              budget):
-    """:func:`rdr_request` of requests ``q``: ``[reuse[q], ntok[q])`` new, one segment of kind 0, ``budget[q]``:
-    ``(used, forced, distortion, Σ w, protected tokens, tokens per option [q, nbits])`` (``rdr_told``)."""
-    m = ntok.shape[0]
-    used, forced, dist, wsum, npr = np.empty(m), np.empty(m), np.empty(m), np.empty(m), np.empty(m, np.int64)
-    per, spans, bounds = np.empty((m, nbits)), np.empty((1, 2), np.int64), np.zeros(2, np.int64)
-    kinds = np.zeros(1, np.uint8)
-    for q in range(m):
-        spans[0, 0], spans[0, 1], bounds[1] = reuse[q], ntok[q], ntok[q]
-        u, f, d, w, p, pq, _ = _request(spans, ntok[q], rprior, bounds, kinds, protect, sinks, block, head_weight,
-                                        hull, step_frac, eff, frac, eps2, nbits, budget[q])
-        used[q], forced[q], dist[q], wsum[q], npr[q] = u, f, d, w, p
-        per[q, :] = pq
-    return used, forced, dist, wsum, npr, per
+# NOTE (speed): each compiled (cached code loaded) on first use, not at import (pic.accel.lazy): ``rdr`` asked calls
+# rdr_request only, ``rdr`` told none of them (its group, pic._accel_numba_rdrsel, imports the helpers above)
+__getattr__ = accel.lazy(globals(), {
+    "np_sum": types.float64(types.float64[::1]),
+    "rdr_greedy": types.Tuple((types.int64[::1], types.float64[::1], types.float64[::1], types.float64[::1],
+                               types.float64, types.boolean))(
+        _F64, _I64, _B1, _F64, _I64, _F64, _F64, _F64, types.int64, types.float64),
+    "rdr_request": types.Tuple((types.float64, types.float64, types.float64, types.float64, types.int64,
+                                types.float64[::1], types.boolean))(
+        _SPANS, types.int64, _F64, _I64, _U8, _B1, types.int64, types.int64, _F64, _I64, _F64, _F64, _F64, _F64,
+        types.int64, types.float64),
+}, _FAST)

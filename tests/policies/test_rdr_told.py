@@ -93,6 +93,23 @@ def test_told_without_the_kernels(seed, monkeypatch):
     assert _same(on, off) and was and not two
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+def test_cuts_left_to_the_exact_merge(seed, monkeypatch):
+    """Requests the batched kernel answers ``redo`` (a cut within rounding of the budget) take ``rdr_request``'s
+    exact merge: here all of them, and the allocation is the same."""
+    accel.set_mode("1")
+    sel = accel.kernels(1, "rdrsel")
+    real, calls = sel.rdr_cases, []
+
+    def spoilt(*a):                                       # (every answer spoilt, every request to redo)
+        calls.append(a[0].size)
+        return (*[x * 0 + 7 for x in real(*a)[:6]], np.ones(a[0].size, bool))
+
+    monkeypatch.setattr(sel, "rdr_cases", spoilt)
+    on, off, was, _ = _both(_grown_trace(seed), ReplayConfig(policies=(_NAME,)), monkeypatch)
+    assert _same(on, off) and was and calls and calls[0] > 10
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_declined_past_the_prefix(seed, monkeypatch):
     """Rows met again at other positions (irminsul reuses past the exact prefix), block-cut prompts, windows

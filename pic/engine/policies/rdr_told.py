@@ -15,7 +15,7 @@ model then runs its timeline from those plans in one compiled call (:attr:`RateD
 NOTE (speed): rdr's allocation depends on a request's new tokens only through their count, their positions below
 ``protect_sinks`` and their segments' kinds: where no segment of the trace has a protected kind, one allocation per
 distinct ``(new tokens, min(reuse, protect_sinks))`` (Azure conversation: 2,344 of 19,366 requests; Mooncake
-conversation: 6,790 of 12,031), one compiled call for them all (:func:`pic._accel_numba_rdr.rdr_batch`).
+conversation: 6,790 of 12,031), one compiled call for them all (:func:`pic._accel_numba_rdrsel.rdr_cases`).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def allocate_all(pol: Any, work: Any, pfx: np.ndarray) -> None:
     idx = np.flatnonzero(new > 0)
     if not idx.size:
         return
-    fast = accel.kernels(int(new[idx].sum()), "rdr")
+    fast = accel.kernels(int(new[idx].sum()), "rdrsel")
     if fast is None or not _unprotected(pol, work):
         # the reference: one request at a time, as its commit (its view: the segments' kinds)
         for i in idx.tolist():
@@ -112,9 +112,14 @@ def allocate_all(pol: Any, work: Any, pfx: np.ndarray) -> None:
     d = np.arange(max(int(n.max()), 4096))
     rprior = ((1.0 + d / cfg.recency_tokens) ** -0.5)[::-1].copy()
     budget = cfg.budget * k * HL
-    used, forced, dist, wsum, npr, per = fast.rdr_batch(
-        n[first], r[first], rprior, np.zeros(256, np.bool_), sinks, cfg.block_tokens, pol.head_weight, opts.hull,
-        opts.step_frac, pol._eff, opts.frac, opts.eps2, len(opts.bits), budget[first])
+    args = (sinks, cfg.block_tokens, pol.head_weight, opts.hull, opts.step_frac, pol._eff, opts.frac, opts.eps2,
+            len(opts.bits))
+    used, forced, dist, wsum, npr, per, redo = fast.rdr_cases(n[first], r[first], rprior, *args, budget[first])
+    for q in np.flatnonzero(redo).tolist():     # (a cut within rounding of the budget: the exact merge, rdr_request)
+        nq, rq = int(n[first[q]]), int(r[first[q]])
+        used[q], forced[q], dist[q], wsum[q], npr[q], per[q], _ = accel.kernels(0, "rdr").rdr_request(
+            np.array([[rq, nq]], np.int64), nq, rprior, np.array([0, nq], np.int64), np.zeros(1, np.uint8),
+            np.zeros(256, np.bool_), *args, float(budget[first[q]]))
     used, forced, dist, wsum, npr, per = used[inv], forced[inv], dist[inv], wsum[inv], npr[inv], per[inv]
     unit_bytes = pol.ctx.bytes_per_token / HL
     over = forced - budget
