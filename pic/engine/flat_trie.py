@@ -1,5 +1,6 @@
 """A token radix trie in flat columns: the index ``irminsul``'s chunk store keeps over its ready chunks' tokens
-(:mod:`engine.policies.irminsul_index`: the chunk trie, and the tail trie over reversed tokens).
+(:mod:`engine.policies.irminsul_index`: the chunk trie, and the tail trie over reversed tokens), and an unbounded
+store's prompt index (:mod:`engine.policies.irminsul_prompts`: :meth:`FlatTrie.insert`, :meth:`FlatTrie.match`).
 
 The same tree as :class:`engine.radix.RadixTree` (page size 1, never evicting by key) makes of the operations
 the chunk store does (:meth:`FlatTrie.claim`, :meth:`FlatTrie.release`), node for node: the same edges, split
@@ -96,6 +97,37 @@ class FlatTrie:
         self.has[node] = 1
         self.inc_lock(node)
         return node
+
+    def insert(self, q: Seq, lo: int, hi: int) -> int:
+        """Insert ``q[lo:hi]`` (a forward trie), nothing locked nor valued: its end node (the root for an empty run).
+        ``RadixTree.insert``'s tree (a walk that stops inside an edge splits it there)."""
+        n = hi - lo
+        if n <= 0:
+            return 0
+        ck = q.token(lo)
+        child = self.find(0, ck)
+        if child < 0:
+            return self._leaf(0, q, lo, n, ck)
+        pos, node, _, ck = self._walk(q, lo, n, True, child)
+        return node if pos >= n else self._leaf(node, q, lo + pos, n - pos, ck)
+
+    def match(self, q: Seq) -> tuple[int, int, int]:
+        """``(num, node, depth)``: the longest prefix ``num`` of ``q`` the trie holds (a forward trie; no split), the
+        deepest node whose edge holds some of it (the edge it ends inside, or at the end of; the root where nothing
+        matches) and that node's parent's depth (tokens on the root path above its edge)."""
+        if q.end <= 0:
+            return 0, 0, 0
+        child = self.find(0, q.token(0))
+        if child < 0:
+            return 0, 0, 0
+        pos, node, child, _ = self._walk(q, 0, q.end, False, child)
+        if child >= 0:
+            node = child
+        d, up, nn, par = 0, self.par[node], self.n, self.par
+        while up > 0:
+            d += nn[up]
+            up = par[up]
+        return pos, node, d
 
     def node_of(self, q: Seq, fp: int, lo: int, hi: int) -> int | None:
         """The node :meth:`claim` ``(q, fp, lo, hi)`` returned, while that claim holds: the end node of ``q[lo:hi]``

@@ -197,7 +197,7 @@ def test_lean_layouts_keep_the_registrys_chunks_and_plan_as_the_exact_store(seed
     plans = _drive(pols, reqs, lag)
     assert sum(s[1] - s[0] for p in plans for s in p if s[2] != 2) > 0
     st = lean._store
-    kept = [nd.value for nd in _nodes(st.prompts.tree.root) if nd.value is not None]
+    kept = st.prompts.layouts()
     assert kept and all(v[5] is not None for v in kept) and st.prompts.lean
     # a layout keeps the registry's chunk of each fingerprint, or the run holding it at the layout's place
     assert any(type(c) is Run for v in kept for c in v[5])
@@ -207,17 +207,9 @@ def test_lean_layouts_keep_the_registrys_chunks_and_plan_as_the_exact_store(seed
             if type(c) is Run:
                 i = c.k + c.index(fp)
                 assert (c.bounds[i], c.bounds[i + 1]) == (bounds[j], bounds[j + 1])
-    assert all(nd.value[5] is None for nd in _nodes(exact._store.prompts.tree.root) if nd.value is not None)
+    assert all(v[5] is None for v in exact._store.prompts.layouts())
     st._exact()
     assert not st.prompts.lean
-
-
-def _nodes(root):
-    stack = [root]
-    while stack:
-        nd = stack.pop()
-        yield nd
-        stack.extend(nd.children.values())
 
 
 def test_lean_layout_of_a_prompt_repeating_a_chunk_keeps_every_chunk():
@@ -244,7 +236,7 @@ def test_lean_layout_of_a_prompt_repeating_a_chunk_keeps_every_chunk():
         assert got[0] == got[1]
         plans.append(got[0])
     st = pols[1]._store
-    kept = [nd.value for nd in _nodes(st.prompts.tree.root) if nd.value is not None]
+    kept = st.prompts.layouts()
     assert kept and all(v[5] is not None and None not in v[5] for v in kept)
     assert pols[0].stats.extra == pols[1].stats.extra and pols[1].stats.extra["prefix_tokens"] >= first.shape[0] - 64
 

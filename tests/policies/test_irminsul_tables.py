@@ -163,14 +163,8 @@ def test_admit_asks_only_hot_chunks_same_state(mode, seed, switch) -> None:
         finally:
             accel.set_mode(None)
             ChunkWalk._analyze = analyze
-        kept = []
-        stack = [pol._store.prompts.tree.root]
-        while stack:
-            nd = stack.pop()
-            stack.extend(nd.children.values())
-            if nd.value is not None:
-                kept.append((nd.value[1], None if nd.value[5] is None else
-                             [pol._store.chunk_of(c, fp).fp for fp, c in zip(nd.value[1], nd.value[5], strict=True)]))
+        kept = [(v[1], None if v[5] is None else [pol._store.chunk_of(c, fp).fp for fp, c in zip(v[1], v[5], strict=True)])
+                for v in pol._store.prompts.layouts()]
         assert pol._store.lean
         return out, dict(pol.stats.extra), sorted(kept, key=repr)
 

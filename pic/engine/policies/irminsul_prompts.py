@@ -1,5 +1,6 @@
 """Prompt index of the ``irminsul`` chunk store (:mod:`engine.policies.irminsul_store`): a radix tree over
-committed prompts (references to their segments, no KV) whose nodes carry each prompt's chunk layout, for
+committed prompts (references to their segments, no KV; an unbounded store's in flat columns,
+:class:`~engine.flat_trie.FlatTrie`) whose nodes carry each prompt's chunk layout, for
 the exact-prefix stage: which committed prompt's resident chunks serve the longest exact prefix of a new one,
 and which shares the longest prefix (its layout lets the new prompt resume CDC from an anchor)."""
 
@@ -10,8 +11,9 @@ from operator import attrgetter, lt, sub
 
 import numpy as np
 
+from pic.engine.flat_trie import FlatTrie
 from pic.engine.policies.irminsul_records import Chunk
-from pic.engine.radix import RadixTree
+from pic.engine.radix import RadixTree, as_seq
 from pic.engine.seq import Seq
 
 _LAYOUTS = 16  # committed-prompt layouts tried for the exact prefix
@@ -23,7 +25,13 @@ class PromptIndex:
 
     def __init__(self, entries: dict[int, Chunk], evicts: bool = True) -> None:
         self.entries = entries
-        self.tree = RadixTree(evicts=evicts)      # False: an unbounded cache's index never evicts (no heap)
+        # NOTE (memory): an unbounded cache's index never evicts: its prompts in a FlatTrie (columns, ~70 B per node),
+        # each node's layout in ``_lays`` at the index its ``val`` holds; a bounded one keeps a RadixTree (its
+        # recency and eviction). The same tree and walks either way (FlatTrie's module docstring): a RadixTree
+        # node with its children dict, key and boxed ints was ~550 B per chat request
+        self.tree: RadixTree | None = None if not evicts else RadixTree(evicts=True)
+        self.flat: FlatTrie | None = FlatTrie(bits=12) if not evicts else None
+        self._lays: list[tuple] = []
         self._walk: tuple | None = None           # the last best_layout walk: (tokens, tree version, num, node)
         # whether the layouts' chunks (``layout[5]``) are the registry's: the store is lean (ChunkStore._exact)
         self.lean = False
@@ -40,6 +48,18 @@ class PromptIndex:
             if layout[6] and self.lean and layout[5] is not None:
                 self._whole[id(layout[5])] = layout[5]
             layout = layout[:6]
+        flat = self.flat
+        if flat is not None:
+            q = as_seq(tokens)
+            self._walk = None
+            node = flat.insert(q, 0, q.end)
+            if flat.has[node]:
+                self._lays[flat.val[node]] = layout
+            else:
+                flat.val[node] = len(self._lays)
+                flat.has[node] = 1
+                self._lays.append(layout)
+            return
         w = self._walk
         if w is not None and w[0] is tokens and w[1] == self.tree.version:
             # NOTE (speed): the tree is as best_layout's walk of this prompt left it (its lookup, then admit and
@@ -55,6 +75,9 @@ class PromptIndex:
 
     def layouts(self) -> list[tuple]:
         """The layout of every indexed prompt."""
+        if self.flat is not None:
+            f = self.flat
+            return [self._lays[f.val[nd]] for nd in range(len(f.src)) if f.has[nd]]
         out, stack = [], [self.tree.root]
         while stack:
             nd = stack.pop()
@@ -68,6 +91,8 @@ class PromptIndex:
         resident chunks serve the longest exact prefix ``num`` of ``toks`` (trying at most ``_LAYOUTS``
         prompts, deepest shared prefix first; ``(None, 0)`` when none serves any), and the layout ``other``
         of a committed prompt sharing the longest prefix, ``shared`` tokens (None when none shares any)."""
+        if self.flat is not None:
+            return self._best_flat(as_seq(toks))
         num, node = self.tree.match_prefix(toks, None, split=True)
         self._walk = (toks, self.tree.version, num, node)
         best, best_len, tried, depth, skip, other = None, 0, 0, num, None, None
@@ -92,6 +117,43 @@ class PromptIndex:
                     if got > best_len:
                         best, best_len = nd.value, got
             skip, depth, node = node, depth - node.n, node.parent
+        return best, best_len, num, other
+
+    def _best_flat(self, q: Seq) -> tuple[tuple | None, int, int, tuple | None]:
+        """:meth:`best_layout` over the flat trie: the same layouts tried in the same order (pre-order below the node
+        the match ends in, then below each ancestor less the branch done; FlatTrie keeps a dict's child order)."""
+        f, lays = self.flat, self._lays
+        num, node, up = f.match(q)
+        has, val, kid, nxt, par, nn = f.has, f.val, f.kid, f.nxt, f.par, f.n
+        best, best_len, tried, depth, skip, other = None, 0, 0, num, -1, None
+        while node >= 0 and best_len < depth and tried < _LAYOUTS:
+            nd = node
+            while True:                       # pre-order below ``node``, ``skip``'s subtree left out
+                if nd != skip:
+                    if has[nd]:
+                        tried += 1
+                        lay = lays[val[nd]]
+                        if other is None and depth == num:
+                            other = lay
+                        got = self._served(lay, depth)
+                        if got > best_len:
+                            best, best_len = lay, got
+                        if tried >= _LAYOUTS or best_len >= depth:
+                            break
+                    c = kid[nd]
+                    if c >= 0:
+                        nd = c
+                        continue
+                while nd != node:
+                    s = nxt[nd]
+                    if s >= 0:
+                        nd = s
+                        break
+                    nd = par[nd]
+                else:
+                    break
+            skip, depth, node = node, up, par[node]
+            up = up - nn[node] if node > 0 else 0
         return best, best_len, num, other
 
     def _served(self, layout: tuple, num: int) -> int:

@@ -1,0 +1,54 @@
+"""An unbounded store's prompt index in a FlatTrie (``PromptIndex(evicts=False)``) answers as the RadixTree one a bounded
+store keeps (``evicts=True``, never over its cap here): the same layouts tried in the same order, so the same
+``best_layout`` answers (the layout objects themselves), over prompts of private arrays and of segments, with
+lookups that are never committed (the tree splits there, the flat trie does not), prompts that are prefixes of
+others and prompts committed twice (the later layout replaces the first)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from pic.engine.policies import irminsul_prompts
+from pic.engine.policies.irminsul_prompts import PromptIndex
+from tests.engine.test_flat_trie import _array_prompts, _segment_prompts
+
+
+def _layout(rng: np.random.Generator, end: int, entries: dict) -> tuple:
+    """A layout of chunks over ``[0, end)``: each fingerprint's chunk in ``entries`` ready, not ready, cut or absent."""
+    cuts = np.unique(rng.integers(1, max(end, 2), int(rng.integers(0, 5))))
+    bounds = [0, *[int(c) for c in cuts if c < end], end]
+    fps = [int(f) for f in rng.integers(0, 60, len(bounds) - 1)]
+    for fp, a, b in zip(fps, bounds, bounds[1:], strict=False):
+        if fp not in entries:
+            r = rng.random()
+            if r < 0.8:
+                entries[fp] = SimpleNamespace(ready=r < 0.7, size=b - a if r < 0.6 else max(1, (b - a) // 2))
+    return bounds, fps, None, None, False, None
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("tries", [16, 3])
+def test_flat_prompt_index_answers_as_the_radix_tree(seed, tries, monkeypatch):
+    monkeypatch.setattr(irminsul_prompts, "_LAYOUTS", tries)
+    rng = np.random.default_rng(seed)
+    prompts = _array_prompts(rng, 4) + _segment_prompts(rng) if seed % 2 else _array_prompts(rng, 3)
+    entries: dict = {}
+    flat, tree = PromptIndex(entries, evicts=False), PromptIndex(entries, evicts=True)
+    assert flat.flat is not None and flat.tree is None and tree.flat is None
+    asked = 0
+    for i in rng.permutation(3 * len(prompts)):
+        q = prompts[i % len(prompts)]
+        a, b = flat.best_layout(q), tree.best_layout(q)
+        assert a[1:3] == b[1:3] and a[0] is b[0] and a[3] is b[3]
+        asked += a[0] is not None
+        if rng.random() < 0.8:            # (else looked up only: the tree keeps the split, the flat trie none)
+            lay = _layout(rng, q.end, entries)
+            for idx in (flat, tree):
+                idx.add(q, lay, int(i), math.inf)
+    assert asked > 10
+    assert sorted(map(id, flat.layouts())) == sorted(map(id, tree.layouts()))
+    assert flat.flat.num_nodes <= tree.tree.num_nodes
