@@ -18,7 +18,7 @@ from pic.engine.policies import PolicyContext, RequestView
 from pic.engine.policies.irminsul_layout import gaps as layout_gaps
 from pic.engine.policies.irminsul_layout import pieces as layout_pieces
 from pic.engine.policies.irminsul_layout import tail_pieces as _tail_pieces
-from pic.engine.policies.irminsul_records import LEAN, Extent, Run, new_extent
+from pic.engine.policies.irminsul_records import LEAN, SMALL, Extent, Run, end_run, new_chunk, new_extent
 from pic.engine.seq import Seq
 from pic.traces.schema import KIND_CODE
 
@@ -36,6 +36,24 @@ def test_new_extent_is_the_class_call(users) -> None:
     b = new_extent(src, 10, 50, 50 * BPT, 7, 1, a.users if users is LEAN else set(a.users), 3)
     assert type(b) is Extent and _slots(a, Extent) == _slots(b, Extent)
     assert (b.users is LEAN) == (users is LEAN)
+
+
+@pytest.mark.parametrize("at", [300, SMALL - 1, SMALL, 3 * SMALL])
+def test_records_share_their_position_and_size_ints(at) -> None:
+    """Positions and sizes below SMALL, and bytes, are kept as one int object per value (not one per record); the
+    values are the ones given, at and above SMALL too."""
+    src = Seq.of_array(np.arange(4 * SMALL, dtype=np.int32))
+    xs = [new_extent(src, int(str(at)), int(str(at + 1)) - 1, int(str(at * BPT)), 7, 1, LEAN, 3) for _ in range(2)]
+    cs = [new_chunk(5, src, int(str(at)), int(str(at)), (), 3, []) for _ in range(2)]
+    for a, b in (xs, cs):
+        assert (a.base_pos if type(a) is Extent else a.pos) == at and a.size == at
+        small = at < SMALL
+        assert ((a.base_pos is b.base_pos) if type(a) is Extent else (a.pos is b.pos)) == small
+        assert (a.size is b.size) == small
+    assert xs[0].nbytes == at * BPT and xs[0].nbytes is xs[1].nbytes
+    for x in xs:
+        assert end_run(x, int(str(at + 2)) - 1, BPT) == at + 1 and x.size == at + 1 and x.nbytes == (at + 1) * BPT
+    assert (xs[0].size is xs[1].size) == (at + 1 < SMALL) and xs[0].nbytes is xs[1].nbytes
 
 
 @pytest.mark.parametrize("short", [False, True])

@@ -62,6 +62,7 @@ from pic.engine.policies.irminsul_layout import pieces as layout_pieces
 from pic.engine.policies.irminsul_layout import tail_pieces as _tail_pieces
 from pic.engine.policies.irminsul_lookup import ChunkWalk
 from pic.engine.policies.irminsul_records import LEAN, RELEASED, Chunk, Extent, Run, new_chunk, new_extent
+from pic.engine.policies.irminsul_records import end_run as _end_run
 from pic.engine.policies.irminsul_store import ChunkStore
 from pic.traces.markers import BOUNDARY_MARKER
 
@@ -340,9 +341,7 @@ class Irminsul(ChunkWalk, CachePolicy):
                         c = new_chunk(fp, src, a, n, ((run, a - rb, n),), tag, _RELEASED, keys)
                     else:
                         if run is not None:
-                            run.size = run_end - rb
-                            run.nbytes = run.size * bpt
-                            whole += run.size
+                            whole += _end_run(run, run_end - rb, bpt)
                         run, rb = new_extent(src, a, n, n * bpt, now_us, 1, LEAN, tag), a
                         c = new_chunk(fp, src, a, n, ((run, 0, n),), tag, [run], keys)
                         st.num_extents += 1
@@ -358,9 +357,7 @@ class Irminsul(ChunkWalk, CachePolicy):
                 if cs is not None:
                     cs[k] = c
             if run is not None:
-                run.size = run_end - rb
-                run.nbytes = run.size * bpt
-                whole += run.size
+                whole += _end_run(run, run_end - rb, bpt)
             if runs:
                 whole += st.add_runs(ks[j:], bounds, fps, hk, tk, k0, src, now_us, tag, chunks, cs)
             if post and len(entries) - n0 != len(ks):      # a fingerprint repeats: undone, its first chunk kept

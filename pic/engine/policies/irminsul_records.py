@@ -16,6 +16,12 @@ NONE: list[int] = []  # shared by every chunk without S1 windows (never appended
 # not kept there (no set per extent); made when the store turns exact (its first eviction or drop)
 LEAN: frozenset[int] = frozenset()
 RELEASED: list = []   # ``own`` of a chunk (or run) whose producer released its extents (never appended to)
+# NOTE (memory): the records keep their positions and sizes as these shared int objects where they are below SMALL
+# (Python caches only -5..256: each ``b - a`` is a new 28-32 B object), and an extent's bytes as one shared object
+# per value (``_NBYTES``): chat 10^5 kept ~3 such ints per extent and ~2 per chunk, each its own
+SMALL = 1 << 16
+INTS: list[int] = list(range(SMALL))
+_NBYTES: dict[int, int] = {}
 
 
 class Extent:
@@ -89,8 +95,8 @@ def new_chunk(fp: int, src: Seq, pos: int, size: int, pieces: list[list[Any]], o
     c = _new(Chunk)
     c.fp = fp
     c.src = src
-    c.pos = pos
-    c.size = size
+    c.pos = INTS[pos] if pos < SMALL else pos
+    c.size = INTS[size] if size < SMALL else size
     c.pieces = pieces
     c.owner = owner
     c.own = own
@@ -104,15 +110,33 @@ def new_chunk(fp: int, src: Seq, pos: int, size: int, pieces: list[list[Any]], o
     return c
 
 
+def end_run(x: Extent, size: int, bpt: int) -> int:
+    """A lean store's run extent ``x`` ends: its ``size`` (returned) and bytes (``bpt`` a token) set, as
+    :func:`new_extent` keeps them."""
+    x.size = INTS[size] if size < SMALL else size
+    x.nbytes = _NBYTES.setdefault(size * bpt, size * bpt)
+    return size
+
+
+def shared_size(n: int) -> int:
+    """``n`` (>= 0) as the one int object the records keep for that value where it is below :data:`SMALL`."""
+    return INTS[n] if n < SMALL else n
+
+
+def shared_bytes(nbytes: int) -> int:
+    """``nbytes`` as the one int object the records keep for that value."""
+    return _NBYTES.setdefault(nbytes, nbytes)
+
+
 def new_extent(src: Seq, base_pos: int, size: int, nbytes: int, now: int, refs: int, users: set[int] | frozenset,
                owner: int) -> Extent:
     """``Extent(src, base_pos, size, nbytes, now, refs, user, owner)`` whose ``users`` are given as they are kept (a
     set, or ``LEAN``) (the same slots, tested). NOTE (speed): as :func:`new_chunk`, without the class call."""
     x = _new(Extent)
     x.src = src
-    x.base_pos = base_pos
-    x.size = size
-    x.nbytes = nbytes
+    x.base_pos = INTS[base_pos] if base_pos < SMALL else base_pos
+    x.size = INTS[size] if size < SMALL else size
+    x.nbytes = _NBYTES.setdefault(nbytes, nbytes)
     x.refs = refs
     x.last_access_us = now
     x.hits = 0
