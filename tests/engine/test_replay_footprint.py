@@ -47,5 +47,7 @@ def test_state_is_freed_before_the_duplicate_count(monkeypatch, policy: str, col
         if was:
             gc.enable()
     assert sim.pols == [] and len(seen) == 1
-    assert (seen[0] == 0) == collect
+    # (an unbounded irminsul's state holds no reference cycle since its prompt index is flat columns, as its tries:
+    # dropped, it is freed at once, collected or not)
+    assert (seen[0] == 0) == (collect or policy == "irminsul")
     assert got == want and want["duplicate_stored_tokens"] is not None and want["stored_tokens"] > 0

@@ -18,7 +18,16 @@ from pic.engine.policies import PolicyContext, RequestView
 from pic.engine.policies.irminsul_layout import gaps as layout_gaps
 from pic.engine.policies.irminsul_layout import pieces as layout_pieces
 from pic.engine.policies.irminsul_layout import tail_pieces as _tail_pieces
-from pic.engine.policies.irminsul_records import LEAN, SMALL, Extent, Run, end_run, new_chunk, new_extent
+from pic.engine.policies.irminsul_records import (
+    LEAN,
+    SMALL,
+    Extent,
+    Run,
+    end_run,
+    new_chunk,
+    new_extent,
+    shared_ints,
+)
 from pic.engine.seq import Seq
 from pic.traces.schema import KIND_CODE
 
@@ -54,6 +63,9 @@ def test_records_share_their_position_and_size_ints(at) -> None:
     for x in xs:
         assert end_run(x, int(str(at + 2)) - 1, BPT) == at + 1 and x.size == at + 1 and x.nbytes == (at + 1) * BPT
     assert (xs[0].size is xs[1].size) == (at + 1 < SMALL) and xs[0].nbytes is xs[1].nbytes
+    vals = [0, 5, at, at + 7, 2 * at]
+    a, b = shared_ints([int(str(v)) for v in vals]), shared_ints(np.array(vals, np.int64).tolist())
+    assert a == b == vals and all((x is y) == (v < SMALL) for x, y, v in zip(a, b, vals, strict=True))
 
 
 @pytest.mark.parametrize("short", [False, True])

@@ -17,7 +17,7 @@ from pic.engine.plan import _trusted_plan as _plan
 from pic.engine.plan import _trusted_span as _span
 from pic.engine.policies.base import RequestView
 from pic.engine.policies.irminsul_index import KeyCounts
-from pic.engine.policies.irminsul_records import Extent
+from pic.engine.policies.irminsul_records import Extent, shared_ints
 from pic.traces.content import _MASK, OPAQUE_VOCAB
 from pic.traces.markers import find_markers
 from pic.traces.schema import KIND_CODE
@@ -94,7 +94,7 @@ def opaque_layout(req: RequestView, lo: int, base: int, start: int, cfg, m: int,
     v = meta.tolist()
     nb = (len(v) + 2) // 5
     h, t, a = 2 * nb - 1, 3 * nb - 2, 4 * nb - 3
-    return toks, v[:nb], bytes(v[a:-1]), v[nb:h], v[h:t], v[t:a], meta
+    return toks, shared_ints(v[:nb]), bytes(v[a:-1]), v[nb:h], v[h:t], v[t:a], meta
 
 
 def edge_arrays(meta: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:

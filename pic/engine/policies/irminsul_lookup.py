@@ -28,7 +28,7 @@ from pic.engine.policies.irminsul_layout import (
     query_key,
     tokens_from,
 )
-from pic.engine.policies.irminsul_records import Chunk, Extent, Run
+from pic.engine.policies.irminsul_records import Chunk, Extent, Run, shared_ints
 from pic.engine.policies.irminsul_store import ChunkStore
 
 _START = itemgetter(0)
@@ -217,7 +217,7 @@ class ChunkWalk:
         hard = cdc.clean_hard(hard, n)
         bounds, anchors, fps = cdc.layout_fps(toks, self._cdc, hard)    # (one compiled call: no hard boundary)
         self._tail_bounds = (0, bounds)
-        return Analysis(bounds.tolist(), fps.tolist(), _flags(anchors), hard, marked, toks, 0, [])
+        return Analysis(shared_ints(bounds.tolist()), fps.tolist(), _flags(anchors), hard, marked, toks, 0, [])
 
     def _layout(self, req: RequestView, shared: int, other: tuple, best_len: int) -> Analysis | None:
         """The layout from a committed prompt ``other`` that shares the first ``shared`` tokens: its cuts up
@@ -268,7 +268,7 @@ class ChunkWalk:
         # (bounds, anchors and the chunks' fingerprints from one compiled call when there is no hard boundary)
         tb, tanc, fps = cdc.layout_from_fps(toks[base - lo:], base, n, c, self._cdc, hard)
         self._tail_bounds = (k, tb)
-        return Analysis(pb[:k] + tb.tolist(), pf[:k] + fps.tolist(), bytes(panc[:k]) + _flags(tanc), hard, marked, toks,
+        return Analysis(pb[:k] + shared_ints(tb.tolist()), pf[:k] + fps.tolist(), bytes(panc[:k]) + _flags(tanc), hard, marked, toks,
                         lo, [], chunks=known, whole=whole)
 
     def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Chunk | None:

@@ -123,6 +123,12 @@ def shared_size(n: int) -> int:
     return INTS[n] if n < SMALL else n
 
 
+def shared_ints(xs) -> list[int]:
+    """``list(xs)`` (ints >= 0), those below :data:`SMALL` as the shared objects (a layout's chunk edges: kept by the
+    prompt index and the runs, while a prompt's new edges are a new int each)."""
+    return [INTS[v] if v < SMALL else v for v in xs]
+
+
 def shared_bytes(nbytes: int) -> int:
     """``nbytes`` as the one int object the records keep for that value."""
     return _NBYTES.setdefault(nbytes, nbytes)
