@@ -1,8 +1,8 @@
 """numba kernels of the ``rdr`` policy behind :mod:`pic.accel`: attributes of :mod:`pic._accel_numba`, loaded
 from there on first use (a run that never calls them does not load them). Same rules as there: each computes
 exactly what its numpy reference computes, tested both ways; cached on disk, each loaded on its first use
-(:func:`pic.accel.lazy`). Its helpers shared with ``rdr`` told (numpy's pairwise sum) are in
-:mod:`pic._accel_numba_rdrsel`.
+(:func:`pic.accel.lazy`). Numpy's pairwise sum is :mod:`pic._accel_numba_psum`'s (shared with ``rdr`` told,
+:mod:`pic._accel_numba_rdrsel`).
 
 NOTE (speed): one call per request (:func:`rdr_request`) does what the numpy path of
 :meth:`engine.policies.rdr.RateDistortionRetention._allocate` does in ~45 calls, with the same float operations in
@@ -17,7 +17,8 @@ from numba import njit, types
 
 from pic import accel
 from pic._accel_numba import _I64, _OPTS
-from pic._accel_numba_rdrsel import _EPS, _F64, _FAST, _bits, _float, _pairwise
+from pic._accel_numba_psum import _bits, _float, _pairwise
+from pic._accel_numba_rdrsel import _EPS, _F64, _FAST
 
 _U8 = types.Array(types.uint8, 1, "C", readonly=True)
 _B1 = types.Array(types.boolean, 1, "C", readonly=True)

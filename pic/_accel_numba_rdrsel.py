@@ -1,8 +1,8 @@
 """numba kernel of ``rdr`` told (:func:`pic.engine.policies.rdr_told.allocate_all`): the allocation of many distinct
 requests in one call (:func:`rdr_cases`), each the value of :func:`pic._accel_numba_rdr.rdr_request` (its numpy
 reference :meth:`RateDistortionRetention._allocate`) bit for bit. Group ``"rdrsel"`` of :mod:`pic.accel`, its kernel
-loaded on first use (:func:`pic.accel.lazy`); it holds the helpers ``"rdr"`` shares (numpy's pairwise sum), so
-``"rdr"``'s kernels are not loaded with it.
+loaded on first use (:func:`pic.accel.lazy`); ``"rdr"``'s kernels are not loaded with it (the pairwise sum they
+share is :mod:`pic._accel_numba_psum`'s).
 
 NOTE (speed): the greedy's cut from the units' product structure instead of passes over every unit (Mooncake
 conversation, 6,789 distinct requests of ~5,100 units: ``rdr_batch`` 0.37 -> ``rdr_cases`` 0.14 CPU s). A unit is a
@@ -16,17 +16,17 @@ those pairs sorted and walked, with ``_accel_numba_rdr._greedy_select``'s error 
 bounds do not prove (or with more than ``_BAND_MAX`` equal keys there) is answered ``redo``: the caller takes
 ``rdr_request``'s exact merge for it. A full block's weight (the prior summed over it) is computed once per position
 of the prior table; the sums are numpy's pairwise sums with the eight partial sums of a leaf in one vector
-(:func:`_lanes8`)."""
+(:func:`pic._accel_numba_psum._lanes8`). With two hull steps (MLA's), the levels of the blocks the lists run over
+are counted in the last pass over the units, options chosen by selects (0.117 -> 0.099 CPU s on Mooncake)."""
 
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
 from numba import njit, types
-from numba.core.extending import intrinsic
 
 from pic import accel
 from pic._accel_numba import _I64, _OPTS
+from pic._accel_numba_psum import _bits, _float, _pairwise
 
 _F64 = types.Array(types.float64, 1, "C", readonly=True)
 _EPS = 2.0 ** -53                          # unit roundoff of float64
@@ -34,121 +34,6 @@ _EPS = 2.0 ** -53                          # unit roundoff of float64
 _FAST = dict(_OPTS, error_model="numpy")
 _BAND = 24                     # pairs between the two thresholds at which the search stops
 _BAND_MAX = 1024               # more pairs there (equal keys): the exact path
-_VD = ir.VectorType(ir.DoubleType(), 8)
-
-
-@intrinsic
-def _lanes8(typingctx, a, lo, m):
-    """``((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))`` where ``r_q`` sums ``a[lo + q + 8 j]`` in order of ``j``
-    over ``[0, m / 8)`` (``m`` a multiple of 8, >= 8): numpy's eight partial sums of a pairwise leaf. NOTE (speed):
-    one vector of 8 lanes (numba keeps the eight sums scalar: ~0.65 ns an addition -> ~0.1); each lane's additions
-    are the scalar ones, in the same order."""
-    sig = types.float64(a, lo, m)
-
-    def codegen(context, builder, sig, args):
-        arr = context.make_array(sig.args[0])(context, builder, args[0])
-        lov, mv = args[1], args[2]
-        i64 = ir.IntType(64)
-
-        def vload(i):
-            ptr = builder.gep(arr.data, [builder.add(lov, i)])
-            return builder.load(builder.bitcast(ptr, _VD.as_pointer()), align=8)
-        acc0 = vload(ir.Constant(i64, 0))
-        entry = builder.block
-        loop = builder.append_basic_block("lanes8_loop")
-        body = builder.append_basic_block("lanes8_body")
-        out = builder.append_basic_block("lanes8_out")
-        builder.branch(loop)
-        builder.position_at_end(loop)
-        i, acc = builder.phi(i64), builder.phi(_VD)
-        i.add_incoming(ir.Constant(i64, 8), entry)
-        acc.add_incoming(acc0, entry)
-        builder.cbranch(builder.icmp_signed("<", i, mv), body, out)
-        builder.position_at_end(body)
-        nacc = builder.fadd(acc, vload(i))
-        ni = builder.add(i, ir.Constant(i64, 8))
-        i.add_incoming(ni, body)
-        acc.add_incoming(nacc, body)
-        builder.branch(loop)
-        builder.position_at_end(out)
-        r = [builder.extract_element(acc, ir.Constant(ir.IntType(32), q)) for q in range(8)]
-        f = builder.fadd
-        return f(f(f(r[0], r[1]), f(r[2], r[3])), f(f(r[4], r[5]), f(r[6], r[7])))
-    return sig, codegen
-
-
-@intrinsic
-def _bits(typingctx, x):
-    """The IEEE bits of the float64 ``x`` as an int64 (for x >= 0 they order as the values)."""
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.IntType(64))
-    return types.int64(types.float64), codegen
-
-
-@intrinsic
-def _float(typingctx, bits):
-    """The float64 whose IEEE bits are ``bits``."""
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-    return types.float64(types.int64), codegen
-
-
-@njit(**_OPTS)
-def _pairwise_leaf(a, lo, n):
-    """numpy's pairwise sum of ``a[lo:lo + n]`` for ``n <= 128`` (no split): below 8 values one by one, else 8
-    interleaved partial sums combined as a tree (:func:`_lanes8`), then the rest."""
-    if n < 8:
-        res = 0.0
-        for i in range(n):
-            res += a[lo + i]
-        return res
-    m = n - n % 8
-    res = _lanes8(a, np.int64(lo), np.int64(m))
-    for i in range(lo + m, lo + n):
-        res += a[i]
-    return res
-
-
-@njit(**_OPTS)
-def _pairwise(a, lo, n):
-    """``a[lo:lo + n]`` summed as numpy sums a contiguous float64 run (``DOUBLE_pairwise_sum``: below 8 values
-    one by one; up to 128 in 8 interleaved partial sums combined as a tree, then the rest; above that both
-    halves, split at a multiple of 8, left + right). ``np.sum(x) == 0.0 + _pairwise(x, 0, x.size)`` and
-    ``np.add.reduceat``'s segment ``[s, e)`` is ``x[s] + _pairwise(x, s + 1, e - s - 1)`` (tested). The
-    halving by an explicit stack (a recursive kernel does not load from numba's cache)."""
-    if n <= 128:
-        return _pairwise_leaf(a, lo, n)
-    slo = np.empty(64, np.int64)
-    sn = np.empty(64, np.int64)
-    st = np.empty(64, np.int64)
-    sv = np.empty(64, np.float64)
-    top = 0
-    slo[0], sn[0] = lo, n
-    while True:
-        cl, cn = slo[top], sn[top]
-        if cn > 128:                       # split: left half first
-            st[top] = 1
-            h = cn // 2
-            h -= h % 8
-            top += 1
-            slo[top], sn[top] = cl, h
-            continue
-        v = _pairwise_leaf(a, cl, cn)
-        while True:                        # hand v to the parents
-            top -= 1
-            if top < 0:
-                return v
-            if st[top] == 1:               # a left half: keep it, sum the right half
-                sv[top] = v
-                st[top] = 2
-                h = sn[top] // 2
-                h -= h % 8
-                slo[top + 1], sn[top + 1] = slo[top] + h, sn[top] - h
-                top += 1
-                break
-            v = sv[top] + v
-
-
 @njit(**_FAST)
 def _isort(ix, n, v):
     """``ix[:n]`` sorted by ``v[ix]`` ascending, stably (insertion: short or nearly sorted runs)."""
@@ -200,7 +85,7 @@ def _select(bw, w, bsz, bprot, B, H, horder, hwp, hwe, step_frac, eff, lim, nf, 
     then the heads by weight), its key ``(w[unit] / lfs[l]) * leff[l]``. NOTE (speed): written out in every loop (a
     helper taking the arrays costs ~100 ns a call in reference counts)."""
     K = step_frac.shape[0]
-    ln, lk, ltok, lbase, lmul, loff, b0, b1, bm, ix, tok, bws, fac, lfs, leff = ws
+    ln, lk, ltok, lbase, lmul, loff, b0, b1, bm, ix, tok, bws, fac, lfs, leff, rk = ws
     # regular blocks: free, of the largest size (the full block); lists over them where they outnumber heads
     full = 0
     for b in range(B):
@@ -382,7 +267,9 @@ def _select(bw, w, bsz, bprot, B, H, horder, hwp, hwe, step_frac, eff, lim, nf, 
             for h in range(H):
                 bm[k * H + h] = b1[h * K + k]
         uH = np.uint64(H)
-        for i in range(nr):
+        for i in range(nr if K == 2 else 0):       # (two steps: the caller counts these in its last pass)
+            rk[ix[i]] = i
+        for i in range(0 if K == 2 else nr):
             ub = np.uint64(ix[i]) * uH
             for k in range(K):
                 kb = np.uint64(k) * uH
@@ -407,6 +294,8 @@ def _case(n, r, rprior, memo, have, sinks, block, head_weight, horder, hwp, hwe,
     H, K = head_weight.shape[0], step_frac.shape[0]
     top = hull.shape[0] - 1
     B = _blocks(n, r, sinks, block, rprior, memo, have, bw, bsz, bprot)
+    rk, bk = ws[15], ws[8]                         # (regular blocks' ranks, boundaries: _select, two steps)
+    rk[:B] = -1
     U = B * H
     ptok, ftok, nf = 0, 0, 0
     uH = np.uint64(H)                              # (unsigned indices: no wraparound test, the loops vectorize)
@@ -447,7 +336,14 @@ def _case(n, r, rprior, memo, have, sinks, block, head_weight, horder, hwp, hwe,
         prev = c
     per[hull[top]] = np.float64(prev)
     for b in range(B):
-        s, u0 = np.float64(bsz[b]), np.uint64(b) * uH
+        s, u0, i = np.float64(bsz[b]), np.uint64(b) * uH, rk[b]
+        if i >= 0:                                 # NOTE (speed): levels and options in one pass, by selects
+            a0, a1, a2, e0, e1, e2 = s * hf[0], s * hf[1], s * hf[2], he[0], he[1], he[2]
+            for h in range(uH):
+                lv = level[u0 + h] + (i >= bk[h]) + (i >= bk[uH + h])
+                p1[u0 + h] = a2 if lv >= 2 else (a1 if lv >= 1 else a0)
+                p2[u0 + h] = w[u0 + h] * (e2 if lv >= 2 else (e1 if lv >= 1 else e0))
+            continue
         for h in range(uH):
             lv = np.uint64(level[u0 + h])
             p1[u0 + h] = s * hf[lv]
@@ -472,7 +368,7 @@ def rdr_cases(ntok, reuse, rprior, sinks, block, head_weight, hull, step_frac, e
     ws = (np.empty(nlc, np.int64), np.empty(nlc, np.int64), np.empty(nlc, np.int64), np.empty(nlc, np.int64),
           np.empty(nlc, np.int64), np.empty(nlc, np.int64), np.empty(nlc, np.int64), np.empty(nlc, np.int64),
           np.empty(nlc, np.int64), np.empty(cap + H, np.int64), np.empty(K + 1, np.int64), np.empty(cap),
-          np.empty(nlc), np.empty(nlc), np.empty(nlc))
+          np.empty(nlc), np.empty(nlc), np.empty(nlc), np.empty(cap, np.int64))
     memo, have = np.empty(rprior.shape[0]), np.zeros(rprior.shape[0], np.bool_)
     horder, hwe = np.arange(H), np.arange(H * K)
     _isort(horder, H, head_weight)
