@@ -372,7 +372,7 @@ def prompt_oracle(trace, order: np.ndarray, min_match: int) -> np.ndarray:
     requests ``order`` (rows of ``trace.requests``, arrival order), from the segment structure."""
     order = np.asarray(order, np.int64)
     rows, item_offs = _order_rows(trace, order)
-    pfx = resident_prefixes(trace.segments, rows, item_offs)
+    pfx = _prefixes(trace, order, rows, item_offs)
     _PREFIXES.clear()
     # NOTE (speed): where nothing past the prefixes was met earlier, the reuse is the prefixes (Azure and Mooncake
     # conversation: ~0.09 CPU s of covered_counts on Mooncake)
@@ -472,5 +472,29 @@ def _digest(order: np.ndarray) -> str:
     return xxhash.xxh64(np.ascontiguousarray(order, np.int64).tobytes()).hexdigest()
 
 
+def prefix_points(trace, order: np.ndarray) -> tuple | None:
+    """``(pfx, shared, last, partial)`` of the requests ``order`` of ``trace`` where their prompts are opaque rows (the
+    prefixes, their radix points: ``resident._from_structure``), else None; from its last :func:`prompt_oracle`."""
+    order, seg = np.asarray(order, np.int64), trace.segments
+    got = _POINTS[0] if _POINTS else None
+    if got is None or got[0]() is not trace or got[1] != _digest(order):
+        if seg.keys is None or not seg.opaque_mask.all():
+            return None
+        _prefixes(trace, order, *_order_rows(trace, order))
+        got = _POINTS[0]
+    return got[3:] if got[2] else None
+
+
+def _prefixes(trace, order: np.ndarray, rows: np.ndarray, item_offs: np.ndarray) -> np.ndarray:
+    """:func:`resident_prefixes` of the requests ``order``; their points kept (:func:`prefix_points`) where their
+    prompts are opaque rows (NOTE (memory): nothing kept elsewhere, e.g. chat's stored tokens)."""
+    seg = trace.segments
+    pts = [] if seg.keys is not None and seg.opaque_mask[rows].all() else None
+    pfx = resident_prefixes(seg, rows, item_offs, pts)
+    _POINTS[:] = [(weakref.ref(trace), _digest(order), bool(pts), pfx, *(pts or ()))]
+    return pfx
+
+
+_POINTS: list = []        # [(weak reference to the trace, its order's digest, known, pfx, shared, last, partial)]
 _PREFIXES: list = []      # [(weak reference to the trace, its order's digest)]: the last prompt_oracle's whose reuse
 #                           was its prefixes

@@ -20,27 +20,26 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pic.engine import policies as registry
-from pic.engine.config import ReplayConfig, build_config
-from pic.engine.cost import CostConfig, CostModel
+from pic.engine.config import ReplayConfig
+from pic.engine.cost import CostModel
 from pic.engine.coverage import workload_oracle as _oracle
 from pic.engine.latency import serving_summary
 from pic.engine.memory import COLLECT_LAST_MIN, free_cycles, release_freed
 from pic.engine.memory import no_cyclic_gc as _no_cyclic_gc
 from pic.engine.metrics import SUMMARY_VERSION, request_rows, summarize
-from pic.engine.oracle import DEFAULT_MIN_MATCH, duplicate_tokens, join_runs
-from pic.engine.policies import prefix_twin, rdr_told
+from pic.engine.oracle import duplicate_tokens, join_runs
+from pic.engine.policies import prefix_told, prefix_twin, rdr_told
 from pic.engine.policies.base import PolicyContext
 from pic.engine.policies.block_radix import answer_from_prefix, answers_apply, asked_views
+from pic.engine.replay_config import _min_match, _unit_bytes, check_config, cost_config, usable_baselines  # noqa: F401
 from pic.engine.request import Labels
 from pic.engine.retime import retime
 from pic.engine.runconfig import provenance
 from pic.engine.sanity import below_prefix_warning, fit_warnings, resident_warnings, saturation_warning
 from pic.engine.serving import ServingModel, Workload
-from pic.engine.specs import gpu_from_name, model_from_name
 from pic.engine.views import make_view
 from pic.traces.io import atomic_dir
 from pic.traces.schema import Trace
-from pic.traces.suggest import did_you_mean
 
 if TYPE_CHECKING:
     import polars as pl
@@ -52,8 +51,6 @@ if TYPE_CHECKING:
 _BASELINE_COLUMNS = ("reused_tokens", "prefill_joules", "prompt_tokens")
 #: requests.parquet columns written with dictionary pages (write_run)
 _DICTIONARY_COLUMNS = ["policy", "session_id"]
-#: policy config fields naming the smallest unit a cache stores (capacity must hold one)
-_UNIT_FIELDS = ("page_size", "block_size", "chunk_size", "min_chunk")
 
 
 @dataclass(frozen=True)
@@ -138,75 +135,6 @@ def _labels(trace: Trace, name: str, order: np.ndarray) -> Labels | list[str]:
     return Labels(codes[order].astype(np.int32 if len(names) < 1 << 31 else np.int64), names)
 
 
-def cost_config(overrides: dict[str, Any]) -> CostConfig:
-    """CostConfig from ``{field: value}`` (strings coerced to the field's type); unknown keys raise."""
-    known = {f.name: f for f in dataclasses.fields(CostConfig)}
-    unknown = sorted(set(overrides) - set(known))
-    if unknown:
-        hint = did_you_mean(unknown[0], known) if len(unknown) == 1 else ""
-        raise ValueError(f"unknown cost option(s): {', '.join(unknown)}{hint}; known: {', '.join(known)}")
-    return build_config(CostConfig, overrides, "cost")
-
-
-def check_config(config: ReplayConfig) -> tuple[Any, Any, CostModel, dict[str, Any]]:
-    """Resolve model/GPU/cost/policy configs; every impossible setting raises before any work."""
-    model = model_from_name(config.model)
-    gpu = gpu_from_name(config.gpu)
-    profile = None
-    if config.profile:
-        from pic.engine.calibration import load_profile
-        profile = load_profile(config.profile)
-    cost = CostModel(model, gpu, cost_config(config.cost), profile=profile)
-    if config.capacity_bytes < model.kv_bytes_per_token:
-        raise ValueError(f"capacity: {config.capacity_bytes:.0f} B is below one token of {model.name} KV "
-                         f"({model.kv_bytes_per_token} B)")
-    resolved = {}
-    for name in (*config.policies, *config.baselines):
-        registry.get(name)
-        resolved[name] = cfg = registry.make_config(name, config.policy_options.get(name))
-        need = _unit_bytes(cfg, model)
-        if need is not None and config.capacity_bytes < need[1] and name in config.policies:
-            unit, _ = need
-            raise ValueError(f"capacity: {config.capacity_bytes:.0f} B is below one {name} {unit} "
-                             f"({getattr(cfg, unit)} tokens x {model.kv_bytes_per_token} B = {need[1]} B)")
-    _min_match(config)
-    # a policy may check more when it is built (rdr's `over`, a marker's ids): build each once, here
-    ctx = PolicyContext(config.capacity_bytes, model.kv_bytes_per_token, model, config.seed, config.verify)
-    for name in config.policies:
-        try:
-            registry.build(name, ctx, config.policy_options.get(name))
-        except (ValueError, TypeError, OverflowError, ZeroDivisionError) as e:
-            raise ValueError(str(e) if str(e).startswith(name) else f"{name}: {e}") from None
-    return model, gpu, cost, resolved
-
-
-def _min_match(config: ReplayConfig) -> int:
-    """The trace-level oracle's ``min_match`` (the ``oracle`` policy's option; its options checked).
-    NOTE (speed): without oracle options the default, the ``oracle`` policy's module (and engine.oracle_lines,
-    ~6 ms CPU to import) not imported for it."""
-    opts = config.policy_options.get("oracle")
-    if not opts and "oracle" not in config.policies and "oracle" not in config.baselines:
-        return DEFAULT_MIN_MATCH
-    return registry.make_config("oracle", opts).min_match
-
-
-def _unit_bytes(cfg: Any, model: Any) -> tuple[str, int] | None:
-    """(field, bytes) of the smallest unit a policy config stores, if it names one."""
-    unit = next((f for f in _UNIT_FIELDS if hasattr(cfg, f)), None)
-    return None if unit is None else (unit, getattr(cfg, unit) * model.kv_bytes_per_token)
-
-
-def usable_baselines(config: ReplayConfig, model: Any) -> list[str]:
-    """The exact-prefix baselines that can hold one unit at this capacity (a baseline that cannot store
-    anything reuses nothing, so leaving it out changes no maximum); replayed policies always count."""
-    out = []
-    for b in config.baselines:
-        need = _unit_bytes(registry.make_config(b, config.policy_options.get(b)), model)
-        if b in config.policies or need is None or config.capacity_bytes >= need[1]:
-            out.append(b)
-    return out or [config.baselines[0]]
-
-
 def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], None] | None = None, *,
            command: str | None = None) -> RunResult:
     """Replay ``trace`` once per policy in ``config.policies`` (same seed, same workload), and once per
@@ -251,7 +179,8 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
         for p, name in enumerate(order):
             base = p * work.num_requests
             tick = None if progress is None else (lambda done, _n, base=base: progress(base + done, total))
-            sims[name] = sim = _simulate(name, work, ctx, cost, config, tick, answers and sims.get("prefix"), told, itwin)
+            sims[name] = sim = _simulate(name, work, ctx, cost, config, tick, answers and sims.get("prefix"), told, itwin,
+                                          trace)
             # a radix tree's parent links are cycles: freed only by the cyclic GC; after the last simulation
             # only at scale (free_cycles); nor before block-hash answering (it builds no tree: after it, if need be)
             nxt = order[p + 1] if p + 1 < len(order) else None
@@ -354,7 +283,7 @@ class _Sim:
 
 def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, config: ReplayConfig,
               tick: Callable[[int, int], None] | None, answers: _Sim | None = None, told: Any = None,
-              itwin: Any = None) -> _Sim:
+              itwin: Any = None, trace: Trace | None = None) -> _Sim:
     """``answers``/``told``/``itwin``: what block-hash (the prefix replay: block_radix.answers_apply)/oracle
     (OracleCache.told)/irminsul, fixed-chunk, linearkv (prefix_twin.take) answer from."""
     pols = [registry.build(name, ctx, config.policy_options.get(name)) for _ in range(config.replicas)]
@@ -382,6 +311,8 @@ def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, co
                       closed_loop=config.closed_loop, lean=lean)
     if config.check_invariants or config.verify:
         sm.sim.observers.append(_invariant_observer(name, pols))
+    if name == "prefix":
+        prefix_told.tell(pols, sm, trace, work)     # (its final state and plans from the trace, where it can)
     t0 = time.perf_counter()
     reqs = sm.run()
     wall = time.perf_counter() - t0

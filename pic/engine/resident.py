@@ -33,11 +33,12 @@ from pic.engine.rolling import ramp, unique_inverse
 from pic.traces.content import OPAQUE_VOCAB, splitmix64
 
 
-def resident_prefixes(seg, rows: np.ndarray, item_offs: np.ndarray) -> np.ndarray:
+def resident_prefixes(seg, rows: np.ndarray, item_offs: np.ndarray, points: list | None = None) -> np.ndarray:
     """int64 per item: its longest prefix (tokens) shared with an earlier item. Item ``i`` concatenates the
     segment rows ``rows[item_offs[i]:item_offs[i+1]]`` of ``seg`` (a :class:`~pic.traces.content.Segments`).
-    Same values as :func:`resident_prefixes_radix`."""
-    got = _from_structure(seg, np.asarray(rows, np.int64), np.asarray(item_offs, np.int64))
+    Same values as :func:`resident_prefixes_radix`. ``points``: a list, given :func:`_from_structure`'s points
+    where it answered (else left empty)."""
+    got = _from_structure(seg, np.asarray(rows, np.int64), np.asarray(item_offs, np.int64), points)
     return got if got is not None else resident_prefixes_radix(seg, rows, item_offs)
 
 
@@ -71,9 +72,13 @@ def resident_prefixes_radix(seg, rows: np.ndarray, item_offs: np.ndarray) -> np.
     return pfx
 
 
-def _from_structure(seg, rows: np.ndarray, offs: np.ndarray) -> np.ndarray | None:
+def _from_structure(seg, rows: np.ndarray, offs: np.ndarray, points: list | None = None) -> np.ndarray | None:
     """:func:`resident_prefixes` from the segment trie, or None where a sibling group holds a segment that
-    is a proper prefix of another (the trie's answer could then be short).
+    is a proper prefix of another (the trie's answer could then be short). ``points``: where it answers, a list
+    given ``(shared, last, partial)``: per item the trie node (an int64 id, -1: none) of its shared whole
+    segments and of all its (non-empty) segments, and whether its prefix goes on inside its next segment. Two
+    nodes are the same token string exactly when their ids are equal (a sibling that is a proper prefix of
+    another declines the trie; rows of equal tokens are one class): a radix tree's nodes (``prefix_told``).
 
     NOTE (memory): besides ``rows``, three arrays per piece (lengths, classes, nodes); a depth's pieces are
     found from the items (sorted by piece count, those deep enough are a prefix), not by sorting the pieces
@@ -91,6 +96,8 @@ def _from_structure(seg, rows: np.ndarray, offs: np.ndarray) -> np.ndarray | Non
     del keep
     P = rows.shape[0]
     if not P:
+        if points is not None:
+            points[:] = [np.full(I, -1, np.int64), np.full(I, -1, np.int64), np.full(I, -1, np.int64)]
         return out
     start = np.zeros(I, np.int64)
     np.cumsum(cnt[:-1], out=start[1:])
@@ -104,6 +111,8 @@ def _from_structure(seg, rows: np.ndarray, offs: np.ndarray) -> np.ndarray | Non
     # an item's pieces down to its deepest node made by an earlier item are shared with it
     node = np.empty(P, np.int32 if small else np.int64)
     made = 0
+    if points is not None:
+        shared, last = np.full(I, -1, np.int64), np.full(I, -1, np.int64)
     news = []                                       # per depth: (item, parent node + 1, class) of the new nodes
     for d in range(deep.shape[0]):
         it = by_cnt[:deep[d]]
@@ -123,6 +132,9 @@ def _from_structure(seg, rows: np.ndarray, offs: np.ndarray) -> np.ndarray | Non
         made += born.shape[0]
         old = born[ids] < it
         out[it[old]] += L[p[old]]
+        if points is not None:
+            last[it] = node[p]
+            shared[it[old]] = node[p[old]]
         nw = ~old
         news.append((it[nw], par[nw] + 1, cls[p[nw]]))
     del node
@@ -134,24 +146,36 @@ def _from_structure(seg, rows: np.ndarray, offs: np.ndarray) -> np.ndarray | Non
     g = unique_inverse(parent * (int(f.max()) + 1) + f)[1]
     size = np.bincount(g)
     multi = np.flatnonzero(size[g] > 1)
+    partial = np.full(I, -1, np.int64) if points is not None else None
     if not multi.shape[0]:
+        if points is not None:
+            points[:] = [shared, last, partial]
         return out
     # nodes of groups of two or more siblings, by group then item: the longest prefix shared with earlier ones
     m = multi[np.lexsort((item[multi], g[multi]))]
-    extra = _sibling_lcps(seg, rep, g[m], c[m])
+    key = None if points is None else np.full(m.shape[0], -1, np.int64)
+    extra = _sibling_lcps(seg, rep, g[m], c[m], key)
     if extra is None:
         return None
     np.add.at(out, item[m], extra)
+    if points is not None:
+        k = np.flatnonzero(extra > 0)
+        partial[item[m][k]] = key[k]
+        points[:] = [shared, last, partial]
     return out
 
 
 _HEAD = 32          # tokens of each sibling read first; all of them only where two siblings agree on these
 
 
-def _sibling_lcps(seg, rep: np.ndarray, group: np.ndarray, cls: np.ndarray) -> np.ndarray | None:
+def _sibling_lcps(seg, rep: np.ndarray, group: np.ndarray, cls: np.ndarray,
+                  key: np.ndarray | None = None) -> np.ndarray | None:
     """int64 per sibling (``group`` sorted, each group's members in the order they were made, ``cls`` their
     content classes, ``rep`` a row per class): the longest common prefix with an earlier member of its
     group (neighbours in the group's sorted order); None when a member is a proper prefix of another.
+    ``key``: filled, for each member whose value ``e`` is above 0, with an id of the point ``e`` tokens into it
+    (equal for two members exactly when they agree on their first ``e`` tokens: the first member, in the
+    group's sorted order, of the run of neighbours sharing ``e`` tokens, and ``e``).
 
     NOTE (speed): the first ``_HEAD`` tokens of every member are read in one vectorized call; a member's
     whole segment only when another one of its group starts with the same ``_HEAD`` tokens."""
@@ -188,7 +212,26 @@ def _sibling_lcps(seg, rep: np.ndarray, group: np.ndarray, cls: np.ndarray) -> n
                 best = max(best, _lcp(arrs[i], arrs[order[seen[j]]]))
             extra[i] = best
             insort(seen, q)
+        if key is not None:
+            _point_keys(arrs, order, rank, extra, key, range(h, e))
     return extra
+
+
+def _point_keys(arrs: list, order: list, rank: dict, extra: np.ndarray, key: np.ndarray, mem: range) -> None:
+    """:func:`_sibling_lcps`' ``key`` of one group's members (``order``: sorted, ``rank`` their places there)."""
+    adj: dict[int, int] = {}
+    for i in mem:
+        e = int(extra[i])
+        if e <= 0:
+            continue
+        q = rank[i]
+        while q:
+            if q not in adj:
+                adj[q] = _lcp(arrs[order[q - 1]], arrs[order[q]])
+            if adj[q] < e:
+                break
+            q -= 1
+        key[i] = order[q] * (1 << 32) + e
 
 
 def _classes(seg, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
