@@ -199,6 +199,7 @@ def _cached_overloads() -> Iterator[None]:
         with self._guard_against_spurious_io_errors():
             got = self._load_overload(sig, target_context)
         if got is None:            # a miss: compiled next, as numba does it (contexts refreshed)
+            _compiling()
             target_context.refresh()
         return got
 
@@ -221,6 +222,20 @@ def _cached_overloads() -> Iterator[None]:
         yield
     finally:
         cache.load_overload, environment._rebuild_env = orig, orig_env
+
+
+def _compiling() -> None:
+    """One line on stderr, once per process, where a kernel is not in numba's cache (the first run after an install
+    or an edit compiles them for ~10-25 s, silent otherwise); only on an interactive terminal (a pipe, a log or a
+    test reading stderr gets nothing)."""
+    if _state.get("told"):
+        return
+    _state["told"] = True
+    try:
+        if sys.stderr is not None and sys.stderr.isatty():
+            print("pic: compiling kernels once (about 20 s; cached for later runs) ...", file=sys.stderr, flush=True)
+    except (AttributeError, OSError, ValueError):
+        pass
 
 
 _RUNTIME_DIR: str | None = None     # where the runtime's machine code is kept (None: beside the kernels'; tests)
