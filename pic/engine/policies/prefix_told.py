@@ -91,7 +91,13 @@ def radix_nodes(pfx: np.ndarray, ntok: np.ndarray, shared: np.ndarray, last: np.
     inside = partial[(pfx > 0) & (partial >= 0)]
     if (ends < 0).any():
         return None
-    return int(np.unique(ends).shape[0] + np.unique(inside).shape[0])
+    return _distinct(ends) + _distinct(inside)
+
+
+def _distinct(x: np.ndarray) -> int:
+    """The distinct values of ``x``. NOTE (speed): one sort; ``np.unique`` imports ``numpy.ma`` (~8 ms CPU)."""
+    s = np.sort(x)
+    return int(np.count_nonzero(s[1:] != s[:-1])) + 1 if s.shape[0] else 0
 
 
 def own_once(seg, rows: np.ndarray, item_offs: np.ndarray, pfx: np.ndarray) -> bool:
