@@ -32,12 +32,11 @@ import weakref
 
 import numpy as np
 
-from pic.engine import anchors
-from pic.engine.intervals import _add_level, _complement, _Earlier, _in_levels_sorted, _union, _union_length
 from pic.engine.resident import resident_prefixes
 from pic.engine.rolling import ramp
-from pic.engine.window_parts import HashedWindows
 from pic.traces.content import splitmix64
+
+# NOTE (speed): anchors, intervals, window_parts (~6 ms CPU to import) only where windows are counted (covered_counts*)
 
 
 def covered_counts(store, rows: np.ndarray, item_offs: np.ndarray, width: int,
@@ -75,6 +74,10 @@ def covered_counts_chunked(store, chunks, width: int, again=None, whole: bool = 
     the windows whose anchor is met twice (:mod:`engine.anchors`) are hashed exactly, read on that pass.
     ``whole``: every piece of every chunk is a whole segment (``p_lo``/``p_hi`` None): a name whose content
     has one length then has one interval, and is decided by whether an earlier item met it."""
+    from pic.engine import anchors
+    from pic.engine.intervals import _Earlier, _union_length
+    from pic.engine.window_parts import HashedWindows
+
     W = int(width)
     sid_of, lens, _ = _store_cols(store)
     same = _one_length(sid_of, lens) if whole else None
@@ -208,6 +211,8 @@ def _chunk(store, piece, offs, item0, W, cf, pf, sid_of, one, two, same=None):
     ``counted_from``, as ``(a, b, item)`` half-open; and the windows the structure cannot decide, as
     ranges ``ha, hb, hi`` (inclusive window starts, local items). ``same`` (bool per content id, whole pieces
     only): the content has one length, so each of its names has one interval (:meth:`_Earlier.cover`)."""
+    from pic.engine.intervals import _complement, _union
+
     rows, p_lo, p_hi, cum = piece
     I, O = offs.shape[0] - 1, rows.shape[0]
     L = p_hi - p_lo
@@ -333,6 +338,8 @@ def _first_held(levels: list[np.ndarray], wh: np.ndarray, wi: np.ndarray) -> tup
     NOTE (speed): one ``np.sort`` of the hashes (2x cheaper than an argsort) tells which hashes are
     held by a level or repeated in the batch; only windows with such a hash are located and ordered
     (content met for the first time is nearly all unique)."""
+    from pic.engine.intervals import _add_level, _in_levels_sorted
+
     sh = np.sort(wh)
     seen = _in_levels_sorted(levels, sh)
     first = np.ones(sh.shape[0], bool)
@@ -472,21 +479,8 @@ def _digest(order: np.ndarray) -> str:
     return xxhash.xxh64(np.ascontiguousarray(order, np.int64).tobytes()).hexdigest()
 
 
-def prefix_points(trace, order: np.ndarray) -> tuple | None:
-    """``(pfx, shared, last, partial)`` of the requests ``order`` of ``trace`` where their prompts are opaque rows (the
-    prefixes, their radix points: ``resident._from_structure``), else None; from its last :func:`prompt_oracle`."""
-    order, seg = np.asarray(order, np.int64), trace.segments
-    got = _POINTS[0] if _POINTS else None
-    if got is None or got[0]() is not trace or got[1] != _digest(order):
-        if seg.keys is None or not seg.opaque_mask.all():
-            return None
-        _prefixes(trace, order, *_order_rows(trace, order))
-        got = _POINTS[0]
-    return got[3:] if got[2] else None
-
-
 def _prefixes(trace, order: np.ndarray, rows: np.ndarray, item_offs: np.ndarray) -> np.ndarray:
-    """:func:`resident_prefixes` of the requests ``order``; their points kept (:func:`prefix_points`) where their
+    """:func:`resident_prefixes` of the requests ``order``; their points kept (``prefix_told.points``) where their
     prompts are opaque rows (NOTE (memory): nothing kept elsewhere, e.g. chat's stored tokens)."""
     seg = trace.segments
     pts = [] if seg.keys is not None and seg.opaque_mask[rows].all() else None

@@ -53,11 +53,11 @@ def tell(pols: list, sm: Any, trace: Any, work: Any) -> bool:
     if getattr(type(pol), "name", None) != "prefix" or pol.config.page_size != 1 or not pol._unbounded \
             or pol.ctx.verify or pol.stats.lookups or pol._live or _WATCHED & vars(pol).keys() or not _compiled(sm):
         return False
-    from pic.engine.coverage import _order_rows, prefix_points
+    from pic.engine.coverage import _order_rows
 
     n = work.num_requests
     order = np.lexsort((trace.column("request_id"), trace.column("arrival_us")))[:n]
-    got = prefix_points(trace, order)
+    got = points(trace, order)
     if got is None:
         return False
     pfx, shared, last, partial = got
@@ -78,6 +78,22 @@ def tell(pols: list, sm: Any, trace: Any, work: Any) -> bool:
     pol.footprint = lambda: Footprint(nodes, None, 0)
     pol.told_plans = (np.ascontiguousarray(pfx, np.int64), np.zeros(n, np.int64))
     return True
+
+
+def points(trace, order: np.ndarray) -> tuple | None:
+    """``(pfx, shared, last, partial)`` of the requests ``order`` of ``trace`` where their prompts are opaque rows (the
+    prefixes, their radix points: ``resident._from_structure``), else None; from its last ``coverage.prompt_oracle``
+    (else made here: an oracle from a cache)."""
+    from pic.engine import coverage
+
+    order, seg = np.asarray(order, np.int64), trace.segments
+    got = coverage._POINTS[0] if coverage._POINTS else None
+    if got is None or got[0]() is not trace or got[1] != coverage._digest(order):
+        if seg.keys is None or not seg.opaque_mask.all():
+            return None
+        coverage._prefixes(trace, order, *coverage._order_rows(trace, order))
+        got = coverage._POINTS[0]
+    return got[3:] if got[2] else None
 
 
 def radix_nodes(pfx: np.ndarray, ntok: np.ndarray, shared: np.ndarray, last: np.ndarray,
