@@ -15,7 +15,7 @@ from numba import njit, types
 
 from pic import _accel_numba_cdc, accel
 from pic._accel_numba import _GOLDEN, _I64, _M1, _OPTS, _U64, _mix
-from pic._accel_numba_table import _find, _prefetch, _slot
+from pic._accel_numba_table import _find, _grown, _prefetch, _slot
 from pic._accel_numba_xxh import _xxh
 
 _gear_layout = _accel_numba_cdc._gear_layout
@@ -86,19 +86,6 @@ def _sources(rows, roffs, lens, pfx, src, shared):
                     break
         src[i] = bo if best >= 0 else -1
         shared[i] = bcum if src[i] >= 0 else 0
-
-
-@njit(inline="always", **_OPTS)
-def _grown(tab, shift):
-    """``tab`` moved into a table twice its size (its keys distinct)."""
-    new = np.zeros(2 * tab.shape[0], np.uint64)
-    for s in range(tab.shape[0] >> 1):
-        v = tab[2 * s + 1]
-        if v != 0:
-            j = _find(new, shift - np.uint64(1), tab[2 * s])
-            new[2 * j] = tab[2 * s]
-            new[2 * j + 1] = v
-    return new
 
 
 @njit(inline="always", **_OPTS)

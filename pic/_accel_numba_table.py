@@ -1,9 +1,11 @@
 """An open-addressing hash table of ``uint64`` keys, shared by the ``oracle`` group (:mod:`pic._accel_numba_oracle`:
-the window index, a key's first value) and the ``irm`` group (:mod:`pic._accel_numba_irm`: irminsul's prefilter
-counts). The table is one ``uint64`` array of ``(key, value)`` pairs, so a probe touches one cache line; a slot
+the window index, a key's first value), the ``irm`` group (:mod:`pic._accel_numba_irm`: irminsul's prefilter
+counts) and the told tallies (``tally``, ``lkvtally``: the chunk fingerprints stored so far; :func:`_grown`).
+The table is one ``uint64`` array of ``(key, value)`` pairs, so a probe touches one cache line; a slot
 whose value is 0 is empty (a new table is ``np.zeros``: pages the OS zeroes when first touched, no initializing
 pass); the slot of a key is its Fibonacci hash (the top bits of ``key * golden``), collisions probe linearly.
-Imported by both groups (each re-exports :func:`table_rehash`), so it loads with whichever loads first.
+Imported by each of them (``oracle`` and ``irm`` re-export :func:`table_rehash`), so it loads with whichever loads
+first.
 
 NOTE (speed): a table of millions of keys is far larger than the caches, so a probe is a cache miss, and a loop
 over a batch of keys waits for them one after another (its next probe depends on a branch on this one). The
@@ -66,6 +68,19 @@ def _find(tab, shift, key):
     while tab[2 * j + 1] != EMPTY and tab[2 * j] != key:
         j = (j + 1) & mask
     return j
+
+
+@njit(inline="always", **_OPTS)
+def _grown(tab, shift):
+    """``tab`` moved into a table twice its size (its keys distinct)."""
+    new = np.zeros(2 * tab.shape[0], np.uint64)
+    for s in range(tab.shape[0] >> 1):
+        v = tab[2 * s + 1]
+        if v != 0:
+            j = _find(new, shift - np.uint64(1), tab[2 * s])
+            new[2 * j] = tab[2 * s]
+            new[2 * j + 1] = v
+    return new
 
 
 def table_rehash(tab, shift, old):

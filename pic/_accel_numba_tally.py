@@ -15,7 +15,7 @@ from numba import njit, types
 
 from pic import _accel_numba_cdc, accel
 from pic._accel_numba import _GOLDEN, _I64, _OPTS, _U64, _mix
-from pic._accel_numba_table import _find
+from pic._accel_numba_table import _find, _grown
 from pic._accel_numba_xxh import _xxh
 
 _gear_layout = _accel_numba_cdc._gear_layout
@@ -23,19 +23,6 @@ _gear_candidates, _mix_candidates = _accel_numba_cdc._gear_candidates, _accel_nu
 DONE, NUMPY, INEXACT = 0, 1, 2       # status: every prompt tallied / prompt i needs the numpy layout / not exact at i
 _TAB = types.uint64[::1]
 _OUT = types.Tuple((types.int64, types.int64, _TAB, types.uint64, types.int64, types.int64))
-
-
-@njit(inline="always", **_OPTS)
-def _grown(tab, shift):
-    """``tab`` moved into a table twice its size (its keys distinct)."""
-    new = np.zeros(2 * tab.shape[0], np.uint64)
-    for s in range(tab.shape[0] >> 1):
-        v = tab[2 * s + 1]
-        if v != 0:
-            j = _find(new, shift - np.uint64(1), tab[2 * s])
-            new[2 * j] = tab[2 * s]
-            new[2 * j + 1] = v
-    return new
 
 
 @njit(inline="always", **_OPTS)

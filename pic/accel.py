@@ -13,8 +13,11 @@ kernels each on their own first use, :func:`lazy`): the main module
 fingerprints of ``irminsul`` and ``linearkv``; the fingerprints in :mod:`pic._accel_numba_xxh`, which it imports), ``"fixed"`` (``fixed-chunk``: prefix hashes of a prompt made
 from its segments, the window scan against its two filters over 512 KB bitsets, the filter insert; the
 ``oracle`` policy's window hashes too), ``"oracle"`` (the ``oracle`` policy's window index as a hash table),
-``"irm"`` (``irminsul``'s prefilter key tables, loaded only once its walks are long: :mod:`pic._accel_numba_irm`)
-and ``"rdr"`` (``rdr``'s blocks and greedy allocation).
+``"irm"`` (``irminsul``'s prefilter key tables, loaded only once its walks are long: :mod:`pic._accel_numba_irm`),
+``"rdr"`` (``rdr``'s blocks and greedy allocation), ``"rdrsel"`` (``rdr``'s allocation for every distinct case of
+a told replay at once), ``"serve"`` (the compiled two-pass serving timeline), ``"tally"`` (``irminsul`` told) and
+``"lkvtally"`` (``linearkv`` told, one pass). Shared pieces with no kernel of their own: :mod:`pic._accel_numba_table`
+(the open-addressing ``uint64`` table), :mod:`pic._accel_numba_psum` (numpy's pairwise sum, for ``rdr``).
 
 NOTE (cost of the accelerator itself): importing numba and loading the cached machine code costs ~0.2-0.3 s
 CPU per process (the first import after an install compiles them: ~10-17 s, once, on the loaded 2-core VM);
@@ -60,7 +63,7 @@ def mode() -> str:
 def kernels(num_tokens: int, group: str | None = None) -> ModuleType | None:
     """The compiled kernels (:mod:`pic._accel_numba`) for a call over ``num_tokens`` tokens, or None: use the
     numpy path (mode ``0``, numba absent or failing, or ``auto`` below ``AUTO_TOKENS`` tokens seen so far).
-    ``group`` names a module of kernels (``"cdc"``, ``"fixed"``, ``"irm"``, ``"oracle"``, ``"rdr"``:
+    ``group`` names a module of kernels (``"cdc"``, ``"fixed"``, ``"irm"``, ``"oracle"``, ``"rdr"``, ...:
     :mod:`pic._accel_numba_<group>`), loaded on its first use; one that fails to load answers None (the numpy
     path) like the main module."""
     mod = _kernels(num_tokens)
