@@ -246,12 +246,20 @@ def stored_once(runs: list[tuple]) -> bool:
     st = bd[gb]
     a = np.maximum(np.repeat(lo, cnt)[sel], st) - st
     b = np.minimum(np.repeat(hi, cnt)[sel], bd[gb + 1]) - st
-    o = np.lexsort((a, ident[sel]))
-    ident, a, b = ident[sel][o], a[o], b[o]
+    return disjoint(ident[sel], a, b)
+
+
+def disjoint(ident: np.ndarray, a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether no two pieces ``[a, b)`` of the same stream ``ident`` overlap (offsets within the stream)."""
+    if not ident.shape[0]:
+        return True
+    o = np.lexsort((a, ident))
+    ident, a, b = ident[o], a[o], b[o]
     new = np.ones(o.shape[0], bool)
     new[1:] = ident[1:] != ident[:-1]
+    span = int(b.max()) + 1
     grp = np.cumsum(new) - 1
-    top = np.maximum.accumulate(grp * (int(b.max()) + 1) + b) - grp * (int(b.max()) + 1)   # (a stream's end so far)
+    top = np.maximum.accumulate(grp * span + b) - grp * span       # (a stream's end so far)
     return not (~new[1:] & (a[1:] < top[:-1])).any()
 
 

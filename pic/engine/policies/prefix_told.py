@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from pic.engine.policies.base import Footprint
+from pic.engine.policies.prefix import disjoint
 
 _WATCHED = {"lookup", "admit", "commit", "release", "start_prefix"}
 
@@ -134,18 +135,7 @@ def own_once(seg, rows: np.ndarray, item_offs: np.ndarray, pfx: np.ndarray) -> b
     own = np.flatnonzero(a < L)
     if not seg.opaque_mask[rows[own]].all():
         return False
-    ident = (seg.keys ^ seg.salts)[rows[own]]
-    a, b = a[own], L[own]
-    o = np.lexsort((a, ident))
-    ident, a, b = ident[o], a[o], b[o]
-    if not ident.shape[0]:
-        return True
-    new = np.ones(ident.shape[0], bool)
-    new[1:] = ident[1:] != ident[:-1]
-    span = int(b.max()) + 1
-    grp = np.cumsum(new) - 1
-    top = np.maximum.accumulate(grp * span + b) - grp * span       # (a stream's end so far)
-    return not (~new[1:] & (a[1:] < top[:-1])).any()
+    return disjoint((seg.keys ^ seg.salts)[rows[own]], a[own], L[own])
 
 
 def _compiled(sm: Any) -> bool:
