@@ -50,8 +50,8 @@ def census(root: object, exclude: set[int], depth: int) -> dict[str, list[int]]:
             if id(o) in seen:
                 continue
             seen.add(id(o))
-            if isinstance(o, _OPAQUE):
-                continue            # code and modules: the process's, not the state's
+            if isinstance(o, _OPAQUE) or type(o).__module__.startswith("numba"):
+                continue            # code, modules and compiled kernels: the process's, not the state's
             rec = out[path]
             rec[0] += 1
             rec[1] += sys.getsizeof(o)
