@@ -111,6 +111,13 @@ class FlatTrie:
         pos, node, _, ck = self._walk(q, lo, n, True, child)
         return node if pos >= n else self._leaf(node, q, lo + pos, n - pos, ck)
 
+    def insert_at(self, q: Seq, num: int, node: int, up: int) -> int:
+        """:meth:`insert` ``(q, 0, q.end)`` where :meth:`match` ``(q)`` gave ``(num, node, up)`` and the trie has not
+        changed since: the same tree (``node``'s edge split where the match ends inside it; the rest a leaf), no walk."""
+        if node and num - up < self.n[node]:
+            node = self._split(node, num - up)
+        return node if num >= q.end else self._leaf(node, q, num, q.end - num, q.token(num))
+
     def match(self, q: Seq) -> tuple[int, int, int]:
         """``(num, node, depth)``: the longest prefix ``num`` of ``q`` the trie holds (a forward trie; no split), the
         deepest node whose edge holds some of it (the edge it ends inside, or at the end of; the root where nothing

@@ -297,3 +297,21 @@ def test_node_of_is_the_claims_end_node_only():
               [t.node_of(s, 10, 4, 6), t.node_of(s, 11, 1, 6), t.node_of(s, 10, 2, 6), t.node_of(s, 12, 1, 6),
                t.node_of(s, 10, 0, 2)]
         assert got == [a, b, None, None, None]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_insert_at_a_match_is_insert(seed):
+    """:meth:`FlatTrie.insert_at` where :meth:`FlatTrie.match` stopped builds the tree :meth:`FlatTrie.insert` does
+    (node for node, the same end nodes): a match ending inside an edge, at its end, at the root, past the query."""
+    rng = np.random.default_rng(seed)
+    prompts = _array_prompts(rng, 3) + _segment_prompts(rng) + [Seq.of_array(np.zeros(0, np.int32))]
+    a, b = FlatTrie(bits=2), FlatTrie(bits=2)
+    ends = set()
+    for i in rng.permutation(2 * len(prompts)):
+        q = prompts[i % len(prompts)]
+        num, node, up = b.match(q)
+        ends.add((num == q.end, node == 0, bool(node) and num - up < b.n[node]))
+        assert a.insert(q, 0, q.end) == b.insert_at(q, num, node, up)
+    assert len(ends) >= 4
+    cols = ("par", "lo", "n", "ck", "kid", "nxt", "prv", "tab")
+    assert all(getattr(a, c) == getattr(b, c) for c in cols) and a.src == b.src and a.num_nodes == b.num_nodes

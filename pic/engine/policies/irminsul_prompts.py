@@ -32,7 +32,8 @@ class PromptIndex:
         self.tree: RadixTree | None = None if not evicts else RadixTree(evicts=True)
         self.flat: FlatTrie | None = FlatTrie(bits=12) if not evicts else None
         self._lays: list[tuple] = []
-        self._walk: tuple | None = None           # the last best_layout walk: (tokens, tree version, num, node)
+        # the last best_layout walk: (tokens, tree version, num, node); a flat index's: (tokens, num, node, depth)
+        self._walk: tuple | None = None
         # whether the layouts' chunks (``layout[5]``) are the registry's: the store is lean (ChunkStore._exact)
         self.lean = False
         # NOTE (speed): a lean store's kept chunk lists found all ready and whole (id -> the list): a lean store
@@ -51,8 +52,14 @@ class PromptIndex:
         flat = self.flat
         if flat is not None:
             q = as_seq(tokens)
-            self._walk = None
-            node = flat.insert(q, 0, q.end)
+            w, self._walk = self._walk, None
+            if w is not None and w[0] is tokens:
+                # NOTE (speed): the trie is as best_layout's match of this prompt left it (no add since: every
+                # chat request): the new leaf goes where that match stopped, without walking the prompt again
+                # (chat 10^4: PromptIndex.add 0.71 -> 0.2 s cumulative, profiled)
+                node = flat.insert_at(q, w[1], w[2], w[3])
+            else:
+                node = flat.insert(q, 0, q.end)
             if flat.has[node]:
                 self._lays[flat.val[node]] = layout
             else:
@@ -92,7 +99,7 @@ class PromptIndex:
         prompts, deepest shared prefix first; ``(None, 0)`` when none serves any), and the layout ``other``
         of a committed prompt sharing the longest prefix, ``shared`` tokens (None when none shares any)."""
         if self.flat is not None:
-            return self._best_flat(as_seq(toks))
+            return self._best_flat(toks, as_seq(toks))
         num, node = self.tree.match_prefix(toks, None, split=True)
         self._walk = (toks, self.tree.version, num, node)
         best, best_len, tried, depth, skip, other = None, 0, 0, num, None, None
@@ -119,11 +126,12 @@ class PromptIndex:
             skip, depth, node = node, depth - node.n, node.parent
         return best, best_len, num, other
 
-    def _best_flat(self, q: Seq) -> tuple[tuple | None, int, int, tuple | None]:
+    def _best_flat(self, toks: Seq | np.ndarray, q: Seq) -> tuple[tuple | None, int, int, tuple | None]:
         """:meth:`best_layout` over the flat trie: the same layouts tried in the same order (pre-order below the node
         the match ends in, then below each ancestor less the branch done; FlatTrie keeps a dict's child order)."""
         f, lays = self.flat, self._lays
         num, node, up = f.match(q)
+        self._walk = (toks, num, node, up)
         has, val, kid, nxt, par, nn = f.has, f.val, f.kid, f.nxt, f.par, f.n
         best, best_len, tried, depth, skip, other = None, 0, 0, num, -1, None
         while node >= 0 and best_len < depth and tried < _LAYOUTS:
