@@ -127,6 +127,30 @@ def test_plans_with_key_tables_are_the_counters_plans(capacity, seed, at, switch
     assert sum(s[1] - s[0] for p in got[0] for s in p if s[2] != 2) > 0      # the stream reuses
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_prefilters_past_their_key_limit_turn_tables_same_plans(seed, monkeypatch) -> None:
+    """An unbounded store whose walks are too short for the tables (never switched by lookups) turns its prefilters
+    tables once they hold more than ``_TABLE_KEYS`` keys (mid-stream): the counters' plans, stats and counts."""
+    from pic.engine.policies import irminsul, irminsul_index
+
+    monkeypatch.setattr(irminsul, "_TABLES_AT", 10**9)
+    monkeypatch.setattr(irminsul_index, "_TABLE_KEYS", 40)
+    reqs = _views(_stream(seed), seed)
+    try:
+        accel.set_mode("0")
+        want = _plans(reqs, math.inf, s1=seed == 1)
+        accel.set_mode("1")
+        got = _plans(reqs[:1], math.inf, s1=seed == 1)
+        assert not got[2]                 # (under the limit: counters)
+        got = _plans(reqs, math.inf, s1=seed == 1)
+        bounded = _plans(reqs, 3000, s1=seed == 1)
+    finally:
+        accel.set_mode(None)
+    assert not want[2] and got[2] and not bounded[2]
+    assert got[:2] == want[:2]
+    assert sum(got[1]["counts"][0].values()) > 40
+
+
 @pytest.mark.parametrize("mode", ["0", "1"])
 @pytest.mark.parametrize("seed", [0, 2])
 def test_admit_asks_only_hot_chunks_same_state(mode, seed, switch) -> None:

@@ -21,6 +21,7 @@ from types import ModuleType
 
 import numpy as np
 
+from pic import accel
 from pic.engine import cdc
 from pic.engine.flat_trie import FlatTrie
 from pic.engine.policies.irminsul_records import NONE as _NONE
@@ -29,6 +30,11 @@ from pic.engine.seq import Seq
 
 _KEYS, _SIZE = attrgetter("keys"), attrgetter("size")
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
+# NOTE (memory): an unbounded store's prefilters past this many keys (heads and tails) turn compiled key tables
+# (ChunkIndexes._compact) whatever their walks' length: a counter keeps ~72 B a key (a dict entry, a 64-bit int), a
+# table 16 B a slot, at most 3/4 full (chat 10^5: 434 k keys, 312 -> ~130 B per request). Not reached on chat 10^4
+# (43,717 keys at most); the Azure and Mooncake traces count none (told, or tables from their 64th lookup)
+_TABLE_KEYS = 1 << 16
 
 
 class ChunkIndexes:
@@ -60,6 +66,7 @@ class ChunkIndexes:
         # keys: cdc.fingerprint of the run (a hash: a collision at worst walks a trie for nothing)
         self._heads: KeyCounts | KeyTable = KeyCounts()
         self._tails: KeyCounts | KeyTable = KeyCounts()
+        self._table_at = 0 if keep_keys else _TABLE_KEYS     # (0: no turn to tables for memory)
         self._log: list = []        # index?, chunk, how many of its tokens; flat (no tuple per entry: fewer GC objects)
 
     # ---- Public API --------------------------------------------------------------------------------------
@@ -67,6 +74,7 @@ class ChunkIndexes:
         """Keep the prefilters in compiled key tables (``fast``: the kernels of :mod:`pic._accel_numba_irm`; room for
         ``2^(bits - 1)`` keys each before they grow) from now on: same counts, moved; lookups then ask them in one
         call (:meth:`hot`)."""
+        self._table_at = 0
         if isinstance(self._heads, KeyTable):
             return
         self._heads = KeyTable(fast, [k for k, n in self._heads.items() for _ in range(n)], bits)
@@ -96,6 +104,8 @@ class ChunkIndexes:
         """The chunks' KV exists: index their tokens in the trie(s) (and their S1 windows when ``windows``),
         in order (:meth:`_index`, inline: one call per request)."""
         m, keep = self.min_match, self._keep_keys
+        if self._table_at and len(self._heads) + len(self._tails) > self._table_at:
+            self._compact()
         if 0 < len(chunks) < 3 and not windows and not keep:
             # NOTE (speed): a lean store's request of one run of chunks, none made (Azure conversation: most), or of the
             # chunk straddling the reused prefix's end (its keys known, >= min_match tokens) and such a run (Mooncake
@@ -258,6 +268,14 @@ class ChunkIndexes:
         self._log += (True, c, n)
         self._log_bounded()
 
+    def _compact(self) -> None:
+        """The prefilters as compiled key tables from now on (:meth:`use_tables`, sized for their keys), where the
+        kernels are loaded; else they stay counters."""
+        fast = accel.kernels(0, "irm")
+        self._table_at = 0
+        if fast is not None:
+            self.use_tables(fast)
+
     def _log_bounded(self) -> None:
         """Keep the trie log bounded: replay it (:meth:`_flush`) once it outgrows the registry."""
         if len(self._log) > 3 * (2 * len(self.entries) + 4096):
@@ -350,7 +368,7 @@ class KeyCounts(Counter):
 class KeyTable:
     """:class:`KeyCounts` as an open-addressing hash table of ``uint64`` keys (``tab``: ``(key, count)`` pairs,
     :mod:`pic._accel_numba_irm`; its kernels are ``fast``): ``in``, :meth:`get`, :meth:`update`, :meth:`add`,
-    :meth:`remove`, :meth:`items` as a Counter answers them. Kept at most half full (grows by doubling).
+    :meth:`remove`, :meth:`items` as a Counter answers them. Kept at most 3/4 full (grows by doubling).
 
     NOTE (speed): what :meth:`update` and :meth:`add` count is held back (``pending``, an ``array('Q')``: one
     C-level extend) and counted at the next read, or by the store's next lookup (:meth:`take`): one compiled call
@@ -413,12 +431,12 @@ class KeyTable:
         return keys
 
     def reserve(self, more: int) -> None:
-        """Room for ``more`` new keys at most half full (rehashed into a table twice as large as needed)."""
+        """Room for ``more`` new keys at most 3/4 full (rehashed into a table of twice the slots or more)."""
         cap = self.tab.shape[0] >> 1
-        if 2 * (self.used + more) <= cap:
+        if 4 * (self.used + more) <= 3 * cap:
             return
-        bits = 64 - int(self.shift)
-        while 2 * (self.used + more) > (1 << bits):
+        bits = 64 - int(self.shift) + 1
+        while 4 * (self.used + more) > 3 << bits:
             bits += 1
         old, self.tab, self.shift = self.tab, np.zeros(2 << bits, np.uint64), np.uint64(64 - bits)
         self.fast.table_rehash(self.tab, self.shift, old)
