@@ -28,17 +28,21 @@ def test_lists_kept_whole_at_commit_are_whole(seed: int, tables: bool, monkeypat
     served, add = PromptIndex._served, PromptIndex.add
     asked = {"kept": 0, "slow": 0}
 
-    def checked(self, layout: tuple, num: int) -> int:
+    def checked(self, layout: tuple, num: int, i: int = -1) -> int:
         cs = layout[5] if len(layout) > 5 else None
-        kept = cs is not None and id(cs) in self._whole
-        got = served(self, layout, num)
+        kept = cs is not None and (self._wf[i] if i >= 0 else id(cs) in self._whole)
+        got = served(self, layout, num, i)
         if kept:
             asked["kept"] += 1
             whole, self._whole = self._whole, {}
+            if i >= 0:
+                self._wf[i] = 0
             try:
-                assert served(self, layout, num) == got == num and id(cs) in self._whole     # (asked chunk by chunk)
+                assert served(self, layout, num, i) == got == num and (self._wf[i] if i >= 0 else id(cs) in self._whole)
             finally:
                 self._whole = whole
+                if i >= 0:
+                    self._wf[i] = 1
         else:
             asked["slow"] += 1
         return got
@@ -49,7 +53,7 @@ def test_lists_kept_whole_at_commit_are_whole(seed: int, tables: bool, monkeypat
         plans = plans_of(pol, _turns(seed))
         st = pol._store
         return plans, dict(pol.stats.extra), pol.stats.hits, len(st.entries), st.num_extents, st.protected, \
-            st.evictable, len(st.prompts._whole)
+            st.evictable, len(st.prompts._whole) + sum(st.prompts._wf)
 
     monkeypatch.setattr(PromptIndex, "_served", checked)
     try:

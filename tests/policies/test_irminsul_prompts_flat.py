@@ -52,3 +52,53 @@ def test_flat_prompt_index_answers_as_the_radix_tree(seed, tries, monkeypatch):
     assert asked > 10
     assert sorted(map(id, flat.layouts())) == sorted(map(id, tree.layouts()))
     assert flat.flat.num_nodes <= tree.tree.num_nodes
+
+
+def _same(a: tuple | None, b: tuple | None) -> bool:
+    """Two layouts alike: the same lists of edges and fingerprints, the same chunk objects in order."""
+    if a is None or b is None:
+        return a is b
+    return a[0] is b[0] and a[1] is b[1] and len(a) == len(b) == 6 and (
+        a[5] is b[5] is None or a[5] is not None and b[5] is not None and len(a[5]) == len(b[5]) and
+        all(x is y for x, y in zip(a[5], b[5], strict=True)))
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize(("chain", "recent"), [(4, 0), (2, 0), (4, 3), (16, 4096)])
+def test_lean_chunk_lists_continued_answer_as_kept_whole(seed, chain, recent, monkeypatch):
+    """A lean flat index keeps a chunk list that begins as best_layout's ``other``'s as that one's (how many it
+    shares, its own rest): read back (best_layout's answers, found_whole, layouts()) it is the whole list the tree
+    index keeps, chunk for chunk, over chains of continued prompts (some longer than ``_CHAIN``, some lists sharing
+    none, some chunks turning ready or whole later), with or without the latest whole lists at hand."""
+    monkeypatch.setattr(irminsul_prompts, "_CHAIN", chain)
+    monkeypatch.setattr(irminsul_prompts, "_RECENT", recent)      # (0: every list read back by its chain)
+    rng = np.random.default_rng(seed)
+    prompts = _array_prompts(rng, 4) + _segment_prompts(rng) if seed % 2 else _array_prompts(rng, 3)
+    entries: dict = {}
+    flat, tree = PromptIndex(entries, evicts=False), PromptIndex(entries, evicts=True)
+    flat.lean = tree.lean = True
+    made: list = []
+    for i in rng.permutation(4 * len(prompts)):
+        q = prompts[i % len(prompts)]
+        a, b = flat.best_layout(q), tree.best_layout(q)
+        assert a[1:3] == b[1:3] and _same(a[0], b[0]) and _same(a[3], b[3])
+        assert a[3] is None or flat.found_whole(a[3]) == tree.found_whole(b[3])
+        for c in made[-3:]:               # (chunks turn ready and whole later)
+            c.ready, c.size = True, max(c.size, 10**9)
+        bounds, fps = _layout(rng, q.end, entries)[:2]
+        n = len(fps)
+        other = a[3][5] if a[3] is not None and rng.random() < 0.9 else []
+        k = min(n, len(other), int(rng.integers(0, len(other) + 1)))
+        new = [SimpleNamespace(ready=rng.random() < 0.7, size=int(rng.integers(1, 50))) for _ in range(n - k)]
+        made += new
+        cs = [*other[:k], *new]
+        lay = (bounds, fps, None, None, False, cs, bool(rng.random() < 0.3))
+        for idx in (flat, tree):
+            idx.add(q, lay, int(i), math.inf)
+    assert sum(u >= 0 for u in flat._up) > 10 and (chain > 4 or max(flat._dep) == chain)
+    assert len(flat._full) <= recent
+    assert sorted(map(repr, map(_key, flat.layouts()))) == sorted(map(repr, map(_key, tree.layouts())))
+
+
+def _key(lay: tuple) -> tuple:
+    return id(lay[0]), [id(c) for c in lay[5]]

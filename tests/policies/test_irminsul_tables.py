@@ -215,6 +215,14 @@ class _Forgets(dict):
         pass
 
 
+class _ForgetsFlags(bytearray):
+    def __setitem__(self, key, value) -> None:
+        pass
+
+    def append(self, item) -> None:
+        super().append(0)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_layouts_found_whole_once_are_not_asked_again(seed, monkeypatch) -> None:
     """A lean store's prompt index remembers the kept chunk lists it found all ready and whole: the plans and
@@ -227,6 +235,7 @@ def test_layouts_found_whole_once_are_not_asked_again(seed, monkeypatch) -> None
                                                                        "max_chunk": 256})
         if forget:
             pol._store.prompts._whole = _Forgets()
+            pol._store.prompts._wf = _ForgetsFlags()
         out = []
         for rid, req in enumerate(reqs):
             plan = pol.lookup(req, 10 * rid)
@@ -235,7 +244,7 @@ def test_layouts_found_whole_once_are_not_asked_again(seed, monkeypatch) -> None
                 pol.commit(req, 10 * rid + 1)
                 pol.release(req, 10 * rid + 2)
             out.append([(s.start, s.end, int(s.action), s.source_pos) for s in plan.spans])
-        return out, dict(pol.stats.extra), len(pol._store.prompts._whole)
+        return out, dict(pol.stats.extra), len(pol._store.prompts._whole) + sum(pol._store.prompts._wf)
 
     got, want = run(False), run(True)
     assert got[:2] == want[:2] and got[2] > 0 and want[2] == 0

@@ -245,7 +245,7 @@ class ChunkWalk:
         # (a lean store: the chunks of the first k fingerprints as the prompt index keeps them, for admit; whether
         # that list was found all ready and whole)
         known = other[5][:k] if len(other) > 5 and other[5] is not None and self._store.lean else None
-        whole = known is not None and id(other[5]) in self._store.prompts._whole
+        whole = known is not None and self._store.prompts.found_whole(other)
         if not phard.size and (not self.config.s2 or (req.source is not None and not _may_mark(req.source, self._marker))):
             # no hard boundary here nor in ``other``: tokens, layout and edge keys from one call
             got = opaque_layout(req, lo, base, c, self._cdc, self.config.min_match, best_len)

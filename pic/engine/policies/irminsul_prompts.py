@@ -6,8 +6,10 @@ and which shares the longest prefix (its layout lets the new prompt resume CDC f
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
-from operator import attrgetter, lt, sub
+from itertools import compress, count
+from operator import attrgetter, is_not, lt, sub
 
 import numpy as np
 
@@ -18,6 +20,8 @@ from pic.engine.seq import Seq
 
 _LAYOUTS = 16  # committed-prompt layouts tried for the exact prefix
 _READY, _SIZE = attrgetter("ready"), attrgetter("size")
+_CHAIN = 16     # a flat index's kept chunk list continues another's at most this many deep (else kept whole)
+_RECENT = 4096  # the whole chunk lists of the latest layouts a flat index keeps at hand (PromptIndex._full)
 
 
 class PromptIndex:
@@ -32,8 +36,19 @@ class PromptIndex:
         self.tree: RadixTree | None = None if not evicts else RadixTree(evicts=True)
         self.flat: FlatTrie | None = FlatTrie(bits=12) if not evicts else None
         self._lays: list[tuple] = []
-        # the last best_layout walk: (tokens, tree version, num, node); a flat index's: (tokens, num, node, depth)
+        # NOTE (memory): a flat index keeps a lean layout's chunk list as the prompt it continues keeps it (``_up``: the
+        # index in ``_lays`` of best_layout's ``other`` for the prompt; ``_k``: how many leading chunks the two share;
+        # the rest in the layout's tuple from ``[5]`` on, no list), read as the whole list (:meth:`_chunks`); ``_wf``:
+        # whether it was found all ready and whole (``_whole`` for a tree). Chat 10^4: ~30 chunks a prompt, all but
+        # ~2.7 the previous turn's (99 % of layouts; the chunk list and its ``_whole`` entry were ~300 B a request)
+        self._up, self._k, self._dep, self._wf = array("i"), array("i"), bytearray(), bytearray()
+        # the last best_layout walk: (tokens, tree version, num, node); a flat index's: (tokens, num, node, depth,
+        # index of ``other`` or -1)
         self._walk: tuple | None = None
+        self._other: tuple = (None, -1)            # a flat index's last ``other``: (layout, index)
+        # NOTE (speed): the whole chunk lists of the latest ``_RECENT`` layouts added (index -> list): a conversation's
+        # next turn reads its previous one's without a walk up its chain (~1.2 MB)
+        self._full: dict[int, list] = {}
         # whether the layouts' chunks (``layout[5]``) are the registry's: the store is lean (ChunkStore._exact)
         self.lean = False
         # NOTE (speed): a lean store's kept chunk lists found all ready and whole (id -> the list): a lean store
@@ -45,28 +60,13 @@ class PromptIndex:
         layout (``(bounds, fps, anchors, hard, marked, chunks)``: what the policy keeps of it; ``chunks``: those
         of ``fps`` in a lean store, else None; a 7th item, dropped: whether those are all ready and whole, which a
         lean store keeps so: :meth:`_served` then asks nothing of them); keep the index under ``cap_tokens``."""
+        if self.flat is not None:
+            self._add_flat(tokens, layout)
+            return
         if len(layout) > 6:
             if layout[6] and self.lean and layout[5] is not None:
                 self._whole[id(layout[5])] = layout[5]
             layout = layout[:6]
-        flat = self.flat
-        if flat is not None:
-            q = as_seq(tokens)
-            w, self._walk = self._walk, None
-            if w is not None and w[0] is tokens:
-                # NOTE (speed): the trie is as best_layout's match of this prompt left it (no add since: every
-                # chat request): the new leaf goes where that match stopped, without walking the prompt again
-                # (chat 10^4: PromptIndex.add 0.71 -> 0.2 s cumulative, profiled)
-                node = flat.insert_at(q, w[1], w[2], w[3])
-            else:
-                node = flat.insert(q, 0, q.end)
-            if flat.has[node]:
-                self._lays[flat.val[node]] = layout
-            else:
-                flat.val[node] = len(self._lays)
-                flat.has[node] = 1
-                self._lays.append(layout)
-            return
         w = self._walk
         if w is not None and w[0] is tokens and w[1] == self.tree.version:
             # NOTE (speed): the tree is as best_layout's walk of this prompt left it (its lookup, then admit and
@@ -80,11 +80,90 @@ class PromptIndex:
         if self.tree.total_tokens > cap_tokens:
             self.tree.evict(int(self.tree.total_tokens - cap_tokens))
 
+    def _add_flat(self, tokens: Seq | np.ndarray, layout: tuple) -> None:
+        """:meth:`add` to a flat index (it never evicts): a prompt committed again takes a new slot in ``_lays``
+        (the old one may be a later prompt's ``_up``)."""
+        flat, lays = self.flat, self._lays
+        q = as_seq(tokens)
+        w, self._walk = self._walk, None
+        cs = layout[5]
+        whole = len(layout) > 6 and layout[6] and self.lean and cs is not None
+        k = p = -1
+        if w is not None and w[0] is tokens:
+            # NOTE (speed): the trie is as best_layout's match of this prompt left it (no add since: every
+            # chat request): the new leaf goes where that match stopped, without walking the prompt again
+            # (chat 10^4: PromptIndex.add 0.71 -> 0.2 s cumulative, profiled)
+            node = flat.insert_at(q, w[1], w[2], w[3])
+            p = w[4]
+            if p >= 0 and cs is not None and self.lean and self._dep[p] < _CHAIN:
+                o, oi = self._other           # (its whole list, as best_layout read it: no second walk up)
+                pcs = o[5] if oi == p else self._chunks(p)
+                if pcs is not None:           # (the chunks both lists begin with, by identity: one C-level pass)
+                    k = next(compress(count(), map(is_not, cs, pcs)), min(len(cs), len(pcs)))
+        else:
+            node = flat.insert(q, 0, q.end)
+        if k > 0:
+            layout = (layout[0], layout[1], layout[2], layout[3], layout[4], *cs[k:])
+            self._up.append(p)
+            self._k.append(k)
+            self._dep.append(self._dep[p] + 1)
+        else:
+            if len(layout) > 6:
+                layout = layout[:6]
+            self._up.append(-1)
+            self._k.append(0)
+            self._dep.append(0)
+        self._wf.append(whole)
+        if cs is not None:
+            full = self._full
+            full[len(lays)] = cs
+            if len(full) > _RECENT:
+                del full[next(iter(full))]
+        flat.val[node] = len(lays)
+        flat.has[node] = 1
+        lays.append(layout)
+
+    def _chunks(self, i: int) -> list | None:
+        """The whole chunk list of ``_lays[i]`` (a new list where it continues another's; None where it keeps none)."""
+        lays, up, ks = self._lays, self._up, self._k
+        p = up[i]
+        if p < 0:
+            return lays[i][5]
+        got = self._full.get(i)
+        if got is not None:
+            return got
+        parts, lim = [lays[i][5:]], ks[i]
+        while True:                           # full(p)[:lim] = full(up[p])[:min(lim, k[p])] + own(p)[:lim - k[p]]
+            u = up[p]
+            if u < 0:
+                out = lays[p][5][:lim]
+                break
+            kp = ks[p]
+            if lim > kp:
+                parts.append(lays[p][5:5 + lim - kp])
+                lim = kp
+            p = u
+        for part in reversed(parts):
+            out += part
+        return out
+
+    def _view(self, i: int) -> tuple:
+        """``_lays[i]`` with its whole chunk list."""
+        lay = self._lays[i]
+        return lay if self._up[i] < 0 else (lay[0], lay[1], lay[2], lay[3], lay[4], self._chunks(i))
+
+    def found_whole(self, layout: tuple) -> bool:
+        """Whether ``layout`` (the last :meth:`best_layout`'s ``other``) keeps a chunk list found all ready and whole."""
+        if self.flat is not None:
+            lay, i = self._other
+            return layout is lay and i >= 0 and bool(self._wf[i])
+        return id(layout[5]) in self._whole
+
     def layouts(self) -> list[tuple]:
         """The layout of every indexed prompt."""
         if self.flat is not None:
             f = self.flat
-            return [self._lays[f.val[nd]] for nd in range(len(f.src)) if f.has[nd]]
+            return [self._view(f.val[nd]) for nd in range(len(f.src)) if f.has[nd]]
         out, stack = [], [self.tree.root]
         while stack:
             nd = stack.pop()
@@ -129,21 +208,22 @@ class PromptIndex:
     def _best_flat(self, toks: Seq | np.ndarray, q: Seq) -> tuple[tuple | None, int, int, tuple | None]:
         """:meth:`best_layout` over the flat trie: the same layouts tried in the same order (pre-order below the node
         the match ends in, then below each ancestor less the branch done; FlatTrie keeps a dict's child order)."""
-        f, lays = self.flat, self._lays
+        f, view = self.flat, self._view
         num, node, up = f.match(q)
-        self._walk = (toks, num, node, up)
+        walk = (num, node, up)
         has, val, kid, nxt, par, nn = f.has, f.val, f.kid, f.nxt, f.par, f.n
-        best, best_len, tried, depth, skip, other = None, 0, 0, num, -1, None
+        best, best_len, tried, depth, skip, other, oi = None, 0, 0, num, -1, None, -1
         while node >= 0 and best_len < depth and tried < _LAYOUTS:
             nd = node
             while True:                       # pre-order below ``node``, ``skip``'s subtree left out
                 if nd != skip:
                     if has[nd]:
                         tried += 1
-                        lay = lays[val[nd]]
+                        i = val[nd]
+                        lay = view(i)
                         if other is None and depth == num:
-                            other = lay
-                        got = self._served(lay, depth)
+                            other, oi = lay, i
+                        got = self._served(lay, depth, i)
                         if got > best_len:
                             best, best_len = lay, got
                         if tried >= _LAYOUTS or best_len >= depth:
@@ -162,17 +242,19 @@ class PromptIndex:
                     break
             skip, depth, node = node, up, par[node]
             up = up - nn[node] if node > 0 else 0
+        self._walk = (toks, *walk, oi)
+        self._other = (other, oi)
         return best, best_len, num, other
 
-    def _served(self, layout: tuple, num: int) -> int:
+    def _served(self, layout: tuple, num: int, i: int = -1) -> int:
         """How many of the first ``num`` tokens the layout's resident chunks serve (up to its first chunk not
-        ready, or a cut chunk's head)."""
+        ready, or a cut chunk's head); ``i``: its index in a flat index's ``_lays`` (its whole flag)."""
         bounds, fps = layout[0], layout[1]
         # NOTE (speed): a lean store's layouts keep their chunks (``layout[5]``, Irminsul.admit): read there, not
         # asked of the registry (the key's hash, the table's slot and entry: three memory reads fewer per chunk)
         cs = layout[5] if self.lean and len(layout) > 5 and layout[5] is not None else None
         if cs is not None:
-            if id(cs) in self._whole:
+            if self._wf[i] if i >= 0 else id(cs) in self._whole:
                 return num
             # NOTE (speed): every chunk starting before ``num`` ready and whole (a lean store cuts none; the
             # common case) told in C-level passes; the loop below finds where one is not
@@ -182,7 +264,10 @@ class PromptIndex:
                 rest = cs[jn:]
                 if all(map(_READY, rest)) and not any(map(lt, map(_SIZE, rest), map(sub, bounds[jn + 1:],
                                                                                       bounds[jn:]))):
-                    self._whole[id(cs)] = cs
+                    if i < 0:
+                        self._whole[id(cs)] = cs
+                    else:
+                        self._wf[i] = 1
                 return num
         else:
             cs = map(self.entries.get, fps)
