@@ -18,7 +18,7 @@ previous sibling, the first child's previous being the last). A child is found u
 in one open-addressing table of node ids (linear probing, at most half full, the key read back from the
 columns; deletion by backward shift). Freed ids are reused.
 
-NOTE (memory): ~60-70 B per node (the columns ~53 B, the table 8-16 B), against ~145 B for a ``RadixNode`` and
+NOTE (memory): ~56-66 B per node (the columns ~49 B, the table 8-16 B), against ~145 B for a ``RadixNode`` and
 ~200-290 B for each internal node's children dict plus the boxed ints of its fields (chat 10^4: the chunk and
 tail tries were ~1.5 KB per request).
 """
@@ -47,7 +47,7 @@ class FlatTrie:
         """An empty trie, its child table of ``2^bits`` slots (it doubles at half full). ``rev``: a trie of
         reversed runs whose edges are runs of forward sources read backwards (see :meth:`claim`)."""
         self.par = array("i", [_NIL])
-        self.lo = array("q", [0])
+        self.lo = array("i", [0])           # (a position in a prompt: below 2^31)
         self.n = array("i", [0])
         self.ck = array("i", [0])
         self.val = array("Q", [0])
