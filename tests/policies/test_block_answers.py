@@ -12,7 +12,13 @@ import pic.engine.replay as R
 from pic.engine.config import ReplayConfig
 from pic.engine.policies.base import PolicyContext, RequestView
 from pic.engine.policies.block_hash import BlockHashCache, BlockHashConfig
-from pic.engine.policies.block_radix import RadixAnswers, answer_from_prefix, answers_apply, asked_views
+from pic.engine.policies.block_radix import (
+    Asked,
+    RadixAnswers,
+    answer_from_prefix,
+    answers_apply,
+    asked_views,
+)
 from pic.traces.schema import SegmentTable, Trace, requests_frame
 
 
@@ -188,3 +194,91 @@ def test_no_gc_pass_before_an_answering_block_hash(monkeypatch):
     assert calls == []
     R.replay(trace, ReplayConfig(policies=("none",)))
     assert len(calls) == 1
+
+
+def _asked_one_by_one(cache, ids, ntok) -> list[int]:
+    out = []
+    for k, (rid, n) in enumerate(zip(ids.tolist(), ntok.tolist(), strict=True)):
+        v = Asked(rid, n)
+        out.append(cache.start_prefix(v, k))
+        cache.commit(v, k)
+        cache.release(v, k)
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_answer_all_equals_the_calls(seed):
+    """block_radix.answer_all: the answers, counts, peak and state that start_prefix + commit + release of every
+    request in order leave (reuse of every kind: none, whole blocks, past a block's end, a whole prompt)."""
+    rng = np.random.default_rng(seed)
+    n = 200
+    ntok = rng.integers(1, 100, n)
+    reuse = np.minimum(ntok, rng.choice([0, 0, 5, 16, 33, 99], n))
+    reuse[0] = 0
+    ids = rng.permutation(n) + 10
+    one, bulk = (BlockHashCache(PolicyContext(float("inf"), 3), BlockHashConfig(8)) for _ in range(2))
+    for c in (one, bulk):
+        answer_from_prefix(c, ids, reuse)
+    want = _asked_one_by_one(one, ids, ntok)
+    out = np.full(n, -1, np.int64)
+    assert bulk.answer_all(ids, ntok, out)
+    assert out.tolist() == want and want == (reuse // 8 * 8).tolist()
+    assert bulk.stats.as_dict() == one.stats.as_dict() and bulk.stats.hits == int(np.count_nonzero(reuse >= 8))
+    assert bulk.peak_bytes == one.peak_bytes > 0 and bulk.usage() == one.usage()
+    assert {k: getattr(bulk._radix, k) for k in RadixAnswers.__slots__} == \
+        {k: getattr(one._radix, k) for k in RadixAnswers.__slots__}
+    assert not bulk.answer_all(ids, ntok, out)                # (asked already)
+
+
+def test_answer_all_declines():
+    """Not the requests the answers were made for, a cache asked already or watched, a tree: nothing done."""
+    ids, ntok, reuse = np.array([3, 4, 5]), np.array([10, 20, 30]), np.array([0, 8, 16])
+    out = np.zeros(3, np.int64)
+
+    def fresh():
+        c = BlockHashCache(PolicyContext(float("inf"), 2), BlockHashConfig(4))
+        answer_from_prefix(c, ids, reuse)
+        return c
+
+    for c, args in ((fresh(), (ids[::-1], ntok)), (fresh(), (ids[:2], ntok[:2]))):
+        assert not c.answer_all(*args, out) and c.stats.lookups == 0 and c._radix.next == 0
+    c = fresh()
+    _asked_one_by_one(c, ids[:1], ntok[:1])
+    assert not c.answer_all(ids, ntok, out)
+    c = fresh()
+    c.commit = c.commit                                       # (a watcher's wrapper on the instance)
+    assert not c.answer_all(ids, ntok, out)
+    assert not BlockHashCache(PolicyContext(float("inf"), 2), BlockHashConfig(4)).answer_all(ids, ntok, out)
+    assert not out.any()
+
+
+def test_answer_all_in_the_timeline(monkeypatch):
+    """The compiled timeline asks an answering block-hash all at once, with the outputs of asking it request by
+    request (engine.serving.timeline._answers)."""
+    from pic import accel
+    from pic.engine.serving import timeline
+
+    if not accel.available():
+        pytest.skip("numba not installed")
+    trace = _trace(300, 7)
+    cfg = ReplayConfig(policies=("block-hash", "prefix"))
+    calls = []
+    real = BlockHashCache.answer_all
+
+    def counted(self, *a):
+        calls.append(real(self, *a))
+        return calls[-1]
+
+    accel.set_mode("1")
+    try:
+        monkeypatch.setattr(BlockHashCache, "answer_all", counted)
+        on = R.replay(trace, cfg)
+        monkeypatch.setattr(BlockHashCache, "answer_all", None)
+        off = R.replay(trace, cfg)
+    finally:
+        accel.set_mode(None)
+    assert calls == [True]
+    assert on.table.equals(off.table)
+    assert json.dumps(_strip(on.summary), sort_keys=True) == json.dumps(_strip(off.summary), sort_keys=True)
+    assert json.dumps(_strip(on.resolved), sort_keys=True) == json.dumps(_strip(off.resolved), sort_keys=True)
+    assert timeline._MIN_REQUESTS > 300       # (the timeline ran for these 300 only as accel mode 1 loads it)

@@ -43,7 +43,7 @@ from pic.engine.plan import Plan
 from pic.engine.policies import register
 from pic.engine.policies.base import CachePolicy, Footprint, PolicyContext, RequestView, Usage
 from pic.engine.policies.block_chains import BlockChains, cat_pieces, chain_runs, head_pieces, tail_pieces
-from pic.engine.policies.block_radix import RadixAnswers, RadixBlocks
+from pic.engine.policies.block_radix import RadixAnswers, RadixBlocks, answer_all
 from pic.engine.rolling import BlockHasher
 
 
@@ -86,8 +86,7 @@ class BlockHashCache(CachePolicy):
         # --verify check and footprint, only under --verify). ref: uint8 while <= 255 requests are live, then int32
         self._ref = np.zeros(0, np.uint8)
         self._ref_max = 255
-        # order in the LRU free queue (ref == 0; None while lean). NOTE (memory): int32 until 2^31 releases,
-        # then int64
+        # order in the LRU free queue (ref == 0; None while lean). NOTE (memory): int32 until 2^31 releases, then int64
         self._free_seq = None if self._lean else np.zeros(0, np.int32)
         if not self._lean:
             self._tree.track()
@@ -113,13 +112,14 @@ class BlockHashCache(CachePolicy):
         self._memo: tuple[RequestView, np.ndarray] | None = None   # (request, hashes) of the last one
         self._walked: tuple | None = None       # (request, tree version, end, pieces, position) of the last walk
         cap = ctx.capacity_tokens
-        self._cap_blocks = cap if cap == float("inf") else cap // bs
-        self._bpb = bs * ctx.bytes_per_token                  # bytes per block
+        self._cap_blocks, self._bpb = (cap if cap == float("inf") else cap // bs), bs * ctx.bytes_per_token   # (per block)
         self.peak_bytes = 0      # the most resident_bytes() at the end of an admission (PrefixCache.peak_bytes)
 
     @property
     def order_only(self) -> bool:     # (answering from the prefix replay: engine.serving.timeline)
         return type(self._radix) is RadixAnswers
+
+    answer_all = answer_all           # (every request at once, there: block_radix.answer_all)
 
     # ---- Public API -------------------------------------------------------------------------------
     def lookup(self, req: RequestView, now_us: int) -> Plan:
@@ -244,8 +244,8 @@ class BlockHashCache(CachePolicy):
 
     # ---- Internal helpers -------------------------------------------------------------------------
     def _end_radix(self) -> None:
-        """Before the first eviction of an unbounded cache: its per-block state, by replaying what it served
-        into an exact cache (its stats are this cache's own)."""
+        """Before the first eviction of an unbounded cache: its per-block state, by replaying what it served into an
+        exact cache (its stats are this cache's own)."""
         exact = BlockHashCache(self.ctx, self.config, radix=False)
         self._radix.replay(exact)
         vars(self).update({**vars(exact), "stats": self.stats, "peak_bytes": self.peak_bytes})

@@ -264,6 +264,21 @@ class RadixAnswers:
     def replay(self, cache) -> None:
         raise RuntimeError("block-hash: a cache answering from the prefix replay cannot evict")
 
+    def answer_all(self, request_ids: np.ndarray, ntok: np.ndarray, out: np.ndarray) -> np.ndarray | None:
+        """:meth:`start`, :meth:`commit` and :meth:`release` of every request in the order the answers were made for
+        (``request_ids``, ``ntok``: their ids and token counts), at once: their answers (tokens) into ``out``, the
+        state those calls leave; returned: each one's answer in blocks. None (nothing done) where some were asked
+        already or the requests are not those."""
+        n = len(self.ids)
+        if self.next or self.pending >= 0 or self.live or ntok.shape[0] != n \
+                or not np.array_equal(np.frombuffer(self.ids, np.int64), request_ids):
+            return None
+        b = np.frombuffer(self.reuse, np.int64) // self.block
+        np.multiply(b, self.block, out=out)
+        self.num_resident += int((np.asarray(ntok, np.int64) // self.block - b).sum())
+        self.next = n
+        return b
+
 
 def answer_from_prefix(cache, request_ids: np.ndarray, reuse: np.ndarray) -> None:
     """Make ``cache`` (a fresh, unbounded, unverified ``block-hash`` cache) answer from the ``prefix`` policy's
@@ -272,6 +287,29 @@ def answer_from_prefix(cache, request_ids: np.ndarray, reuse: np.ndarray) -> Non
     if not isinstance(r, RadixBlocks) or r.seqs or cache.stats.lookups:
         raise ValueError("block-hash: only a fresh unbounded cache answers from a prefix replay")
     cache._radix = RadixAnswers(r.block, _int64s(request_ids), _int64s(reuse))
+
+
+def answer_all(cache, request_ids: np.ndarray, ntok: np.ndarray, out: np.ndarray) -> bool:
+    """``cache``'s (``block-hash`` answering from a prefix replay, :class:`RadixAnswers`) ``start_prefix``, ``commit`` and
+    ``release`` of every request of the workload in order (``request_ids``, ``ntok``: its columns) at once, as
+    ``engine.serving.timeline`` asks them one by one: the answers into ``out``; its counts, peak and state as those
+    calls leave them (its resident bytes never fall: the peak is the end's). False (nothing done) where the cache was
+    asked already or a call is watched. NOTE (speed): ~1.5 us a request of Python calls (Mooncake conversation:
+    ~0.018 CPU s of each replay's block-hash baseline)."""
+    r = cache._radix
+    if type(r) is not RadixAnswers or cache.stats.lookups or _WATCHED & vars(cache).keys():
+        return False
+    b = r.answer_all(request_ids, ntok, out)
+    if b is None:
+        return False
+    cache.stats.lookups += b.shape[0]
+    cache.stats.hits += int(np.count_nonzero(b))
+    if b.shape[0]:
+        cache.peak_bytes = max(cache.peak_bytes, (r.num_resident + r.reserved) * cache._bpb)
+    return True
+
+
+_WATCHED = {"lookup", "admit", "commit", "release", "start_prefix"}
 
 
 def in_arrival_order(config) -> bool:

@@ -95,7 +95,10 @@ def run_two_pass(sm: Any) -> bool:
     ntok = np.ascontiguousarray(w.num_prompt, np.int64)
     told = _told(sm.policies[0])
     if told is None:
-        reuse = _answers(sm, ntok, col("num_reused"))
+        reuse, bulk = col("num_reused"), getattr(sm.policies[0], "answer_all", None)
+        # (asked all at once where the policy can: its peak is read at the end, ServingModel.run)
+        if bulk is None or sm._note_admit[0] or sm._note_commit[0] or not bulk(w.request_ids, ntok, reuse):
+            reuse = _answers(sm, ntok, reuse)
         extra, corr, reenc = np.zeros(n), np.zeros(n, np.bool_), None
     else:
         reuse, reenc = col("num_reused"), told[1]
