@@ -32,7 +32,7 @@ import weakref
 
 import numpy as np
 
-from pic.engine.resident import resident_prefixes
+from pic.engine.resident import _UNMET_MIN, _unmet_past_prefix, resident_prefixes
 from pic.engine.rolling import ramp
 from pic.traces.content import splitmix64
 
@@ -383,43 +383,14 @@ def prompt_oracle(trace, order: np.ndarray, min_match: int) -> np.ndarray:
     _PREFIXES.clear()
     # NOTE (speed): where nothing past the prefixes was met earlier, the reuse is the prefixes (Azure and Mooncake
     # conversation: ~0.09 CPU s of covered_counts on Mooncake)
-    if _unmet_past_prefix(trace.segments, rows, item_offs, pfx, min_match):
-        _PREFIXES[:] = [(weakref.ref(trace), _digest(order))]
+    own: list = []
+    if _unmet_past_prefix(trace.segments, rows, item_offs, pfx, min_match, own):
+        _PREFIXES[:] = [(weakref.ref(trace), _digest(order), own[0])]
         return pfx
     return covered_counts(trace.segments, rows, item_offs, min_match, prefix=pfx)
 
 
-def _unmet_past_prefix(store, rows: np.ndarray, item_offs: np.ndarray, pfx: np.ndarray, W: int) -> bool:
-    """Whether every token of every item past its prefix ``pfx`` is met there for the first time: every non-empty
-    piece opaque, and no earlier item holds its stream (``key ^ salt``: a row is the first tokens of its stream)
-    at an offset it has past the prefix. A window touching such a token is then in no earlier item (equal
-    tokens sit at the same stream offsets, but by chance: 1 in 2^17 a token, ``W >= _UNMET_MIN`` of them), so
-    each item's reuse is its prefix alone. Per piece, the longest row of its stream in an earlier item (one
-    stable sort by stream, a running maximum) ends at or before the piece's first offset past the prefix."""
-    L = np.diff(store.offsets)[rows]
-    if W < _UNMET_MIN or store.keys is None or not rows.shape[0] or not (store.opaque_mask[rows] | (L == 0)).all():
-        return False
-    cnt = np.diff(item_offs)
-    item = np.repeat(np.arange(cnt.shape[0], dtype=np.int64), cnt)
-    cum = np.zeros(L.shape[0] + 1, np.int64)
-    np.cumsum(L, out=cum[1:])
-    past = np.maximum(pfx[item] - (cum[:-1] - cum[item_offs[:-1]][item]), 0)    # its first offset past the prefix
-    ident = (store.keys ^ store.salts)[rows]
-    o = np.argsort(ident, kind="stable")                     # by stream, then item
-    s, it, n = ident[o], item[o], L[o]
-    new = np.ones(o.shape[0], bool)
-    new[1:] = s[1:] != s[:-1]
-    g = np.cumsum(new) - 1
-    span = int(L.max()) + 1
-    top = np.maximum.accumulate(g * span + n) - g * span     # the stream's longest row so far
-    run = new.copy()
-    run[1:] |= it[1:] != it[:-1]                              # (stream, item) runs: an item's own rows are not earlier
-    first = np.maximum.accumulate(np.where(run, np.arange(o.shape[0]), 0))
-    before = np.where(new[first], 0, top[np.maximum(first - 1, 0)])
-    return bool(((before <= past[o]) | (past[o] >= n)).all())
-
-
-UNMET_MIN = _UNMET_MIN = 8          # (below it, windows of opaque tokens met elsewhere by chance are counted: hashed)
+UNMET_MIN = _UNMET_MIN           # (below it, windows of opaque tokens met elsewhere by chance are counted: hashed)
 
 
 def workload_oracle(trace, work, m: int) -> np.ndarray:
@@ -490,5 +461,5 @@ def _prefixes(trace, order: np.ndarray, rows: np.ndarray, item_offs: np.ndarray)
 
 
 _POINTS: list = []        # [(weak reference to the trace, its order's digest, known, pfx, shared, last, partial)]
-_PREFIXES: list = []      # [(weak reference to the trace, its order's digest)]: the last prompt_oracle's whose reuse
+_PREFIXES: list = []      # [(weak reference to the trace, its order's digest, own once)]: the last prompt_oracle's whose reuse
 #                           was its prefixes

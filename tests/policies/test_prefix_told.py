@@ -236,3 +236,39 @@ def test_a_wrong_told_state_fails(spoil, monkeypatch):
 
     on, off, got = _both(chance_trace(1), ReplayConfig(), monkeypatch, spoil=spoiled)
     assert got and not _same(on, off)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("make", range(len(TRACES)))
+def test_own_once_from_the_oracles_sort(seed, make):
+    """resident._unmet_past_prefix's ``own`` (where it answers True) is own_once's answer: what prefix_told reads from
+    the last prompt_oracle instead of testing again."""
+    from pic.engine.resident import _unmet_past_prefix
+
+    trace = TRACES[make](seed)
+    pfx, _, rows, offs, _ = _points(trace)
+    own: list = []
+    if _unmet_past_prefix(trace.segments, rows, offs, pfx, 64, own):
+        assert own == [T.own_once(trace.segments, rows, offs, pfx)]
+    else:
+        assert own == []
+
+
+def test_own_once_from_the_oracles_sort_small():
+    """A piece of length 0, a stream twice in one prompt past its prefix (its offsets held twice), twice before it,
+    once in each of two prompts: own_once's answers, from the oracle's sort."""
+    from types import SimpleNamespace
+
+    from pic.engine.resident import _unmet_past_prefix
+
+    seg = SimpleNamespace(offsets=np.array([0, 40, 40, 80, 100]), keys=np.array([1, 3, 2, 5], np.uint64),
+                          salts=np.zeros(4, np.uint64), opaque_mask=np.ones(4, bool))
+    cases = [(np.array([0, 1, 2, 0]), np.array([0, 3, 4]), np.array([0, 40]), False),
+             (np.array([0, 2, 0]), np.array([0, 2, 3]), np.array([0, 40]), True),
+             (np.array([0, 2, 2]), np.array([0, 3]), np.array([0]), False),
+             (np.array([2, 2, 0]), np.array([0, 3]), np.array([80]), True),
+             (np.array([0, 3, 0, 2]), np.array([0, 2, 4]), np.array([0, 40]), True)]
+    for rows, offs, pfx, want in cases:
+        own: list = []
+        assert _unmet_past_prefix(seg, rows, offs, pfx, 64, own)
+        assert own == [want] == [T.own_once(seg, rows, offs, pfx)]

@@ -65,8 +65,11 @@ def tell(pols: list, sm: Any, trace: Any, work: Any) -> bool:
     ntok = np.asarray(work.num_prompt, np.int64)
     if pfx.shape[0] != n or not np.array_equal(np.asarray(trace.prompt_lengths)[order], ntok):
         return False
-    rows, item_offs = _order_rows(trace, np.asarray(order, np.int64))
-    if not own_once(trace.segments, rows, item_offs, pfx):
+    own = _own_known(trace, order)
+    if own is None:
+        rows, item_offs = _order_rows(trace, np.asarray(order, np.int64))
+        own = own_once(trace.segments, rows, item_offs, pfx)
+    if not own:
         return False
     nodes = radix_nodes(pfx, ntok, shared, last, partial)
     if nodes is None:
@@ -136,6 +139,17 @@ def own_once(seg, rows: np.ndarray, item_offs: np.ndarray, pfx: np.ndarray) -> b
     if not seg.opaque_mask[rows[own]].all():
         return False
     return disjoint((seg.keys ^ seg.salts)[rows[own]], a[own], L[own])
+
+
+def _own_known(trace, order: np.ndarray) -> bool | None:
+    """:func:`own_once`'s answer for the requests ``order`` of ``trace`` where their last ``coverage.prompt_oracle``
+    found it (``resident._unmet_past_prefix``, from its sort: the same test), else None."""
+    from pic.engine import coverage
+
+    got = coverage._PREFIXES[0] if coverage._PREFIXES else None
+    if got is None or got[0]() is not trace or got[1] != coverage._digest(np.asarray(order, np.int64)):
+        return None
+    return got[2]
 
 
 def _compiled(sm: Any) -> bool:
