@@ -140,10 +140,13 @@ def _from_structure(seg, rows: np.ndarray, offs: np.ndarray, points: list | None
     del node
     item, parent, c = (np.concatenate(x) for x in zip(*news, strict=True))
     del news
-    # the pieces that made a node (each node once, by its first item): sibling groups by first token
-    c = c.astype(np.int64)
+    # the pieces that made a node (each node once, by its first item): sibling groups by first token. NOTE (speed):
+    # only a node whose parent has another child can have a sibling: those alone are sorted (Mooncake conversation:
+    # 15,780 of 182,790 nodes; ~9 ms CPU)
+    sib = np.flatnonzero(np.bincount(parent)[parent] > 1)
+    item, parent, c = item[sib], parent[sib], c[sib].astype(np.int64)
     f = first[c] - int(first.min())
-    g = unique_inverse(parent * (int(f.max()) + 1) + f)[1]
+    g = unique_inverse(parent * (int(f.max(initial=0)) + 1) + f)[1]
     size = np.bincount(g)
     multi = np.flatnonzero(size[g] > 1)
     partial = np.full(I, -1, np.int64) if points is not None else None
@@ -285,19 +288,26 @@ def _classes(seg, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     """Content classes of the (non-empty) segment rows ``rows``: ``(class per entry of rows, a row of each
     class, first token of each class)``; two rows share a class exactly when their tokens are equal."""
     used = np.flatnonzero(np.bincount(rows, minlength=len(seg)))
-    at = np.zeros(len(seg), np.int64)
-    at[used] = np.arange(used.shape[0])
-    inv = at[rows]
-    del at
+    if used.shape[0] == len(seg):           # (every row used: its own index)
+        inv = rows
+    else:
+        at = np.zeros(len(seg), np.int64)
+        at[used] = np.arange(used.shape[0])
+        inv = at[rows]
+        del at
     n = np.diff(seg.offsets)[used]
     # an opaque row's tokens are the first n of its stream (seeded by key ^ salt): one provisional class per
     # (seed, n); a stored row is its own
-    ident = used.astype(np.uint64)
     opq = seg.opaque_mask[used]
-    if opq.any():
-        k = np.flatnonzero(opq)
-        ident[k] = seg.keys[used[k]] ^ seg.salts[used[k]]
-    order = np.lexsort((n, ident, opq))
+    if opq.all():
+        ident = seg.keys[used] ^ seg.salts[used]
+        order = _by_ident(ident, n)
+    else:
+        ident = used.astype(np.uint64)
+        if opq.any():
+            k = np.flatnonzero(opq)
+            ident[k] = seg.keys[used[k]] ^ seg.salts[used[k]]
+        order = np.lexsort((n, ident, opq))
     head = np.ones(order.shape[0], bool)
     head[1:] = (ident[order][1:] != ident[order][:-1]) | (n[order][1:] != n[order][:-1]) \
         | (opq[order][1:] != opq[order][:-1]) | ~opq[order][1:]
@@ -312,7 +322,7 @@ def _classes(seg, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     ro, ri = opq[oh], ident[oh]
     t0, t1 = _tokens_at(seg, rep, ro, ri, (np.zeros(rep.shape[0], np.int64), np.minimum(1, rn - 1)))
     final, merged = np.arange(rep.shape[0], dtype=np.int64), False
-    amb = _repeated(_mix(rn, t0, t1))
+    amb = _repeated_rows(rn, t0, t1)
     if amb.shape[0]:
         an = rn[amb]
         sig = _mix(an, t0[amb], t1[amb], *_tokens_at(seg, rep[amb], ro[amb], ri[amb], (an // 2, an - 1)))
@@ -363,6 +373,31 @@ def _mix(*cols: np.ndarray) -> np.ndarray:
         for col in cols:
             sig = splitmix64(sig * np.uint64(0x9E3779B97F4A7C15) + col.astype(np.uint64))
     return sig
+
+
+def _by_ident(ident: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """``np.lexsort((n, ident))``. NOTE (speed): where the ``ident`` are distinct, their stable argsort is that order
+    (~0.2 ms on Mooncake conversation's 182,790 rows, whose idents come nearly sorted, against ~2.7 for the lexsort)."""
+    o = np.argsort(ident, kind="stable")
+    s = ident[o]
+    return o if (s[1:] != s[:-1]).all() else np.lexsort((n, ident))
+
+
+def _repeated_rows(n: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+    """:func:`_repeated` of the rows' ``(n, t0, t1)``: the rows another one agrees with on all three (where they fit
+    in 64 bits, opaque tokens in 17: exactly; else by their :func:`_mix`). NOTE (speed): only rows whose packed key
+    shares one of ~4 buckets a row with another are sorted (Mooncake conversation: ~0.03 of its 182,790 rows; ~5 ms)."""
+    if not n.shape[0] or n.max() >= 1 << 29 or min(t0.min(), t1.min()) < 0 or max(t0.max(), t1.max()) >= _TOK:
+        return _repeated(_mix(n, t0, t1))
+    key = (n.astype(np.uint64) << np.uint64(34)) | (t0.astype(np.uint64) << np.uint64(17)) | t1.astype(np.uint64)
+    bits = max(int(n.shape[0]).bit_length() + 2, 8)          # (buckets: 4-8 per row)
+    with np.errstate(over="ignore"):
+        b = ((key * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits)).astype(np.int64)
+    cand = np.flatnonzero(np.bincount(b, minlength=1 << bits)[b] > 1)
+    return cand[_repeated(key[cand])]
+
+
+_TOK = 1 << 17
 
 
 def _repeated(x: np.ndarray) -> np.ndarray:

@@ -126,3 +126,28 @@ def test_proper_prefix_sibling_falls_back() -> None:
     offs = np.asarray([0, 1, 3], np.int64)
     assert resident._from_structure(long, rows, offs) is None
     assert resident_prefixes(long, rows, offs).tolist() == [0, 3] == _brute(long, rows, offs).tolist()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_repeated_rows_and_by_ident(seed):
+    """resident._repeated_rows: exactly the rows another one agrees with on (n, t0, t1), packed or (negative tokens,
+    tokens past 17 bits, long rows) mixed; resident._by_ident: np.lexsort((n, ident)), with and without ties."""
+    from pic.engine.resident import _by_ident, _repeated_rows
+
+    rng = np.random.default_rng(seed)
+    k = 3000
+    n = rng.choice([1, 2, 512, 700], k)
+    t0, t1 = rng.integers(0, 40, k), rng.integers(0, 40, k)
+    for shift in (0, -1, 1 << 17):
+        for nn in (n, n + (1 << 29) * (shift == 0)):
+            a, b = t0 + shift * (rng.random(k) < 0.01), t1
+            rows = list(zip(nn.tolist(), a.tolist(), b.tolist(), strict=True))
+            seen: dict = {}
+            for r in rows:
+                seen[r] = seen.get(r, 0) + 1
+            want = [i for i, r in enumerate(rows) if seen[r] > 1]
+            assert _repeated_rows(nn, a, b).tolist() == want and 0 < len(want) < k
+    ident = rng.permutation(k).astype(np.uint64) * np.uint64(3)
+    assert _by_ident(ident, n).tolist() == np.lexsort((n, ident)).tolist()
+    ident[::7] = ident[0]
+    assert _by_ident(ident, n).tolist() == np.lexsort((n, ident)).tolist()
