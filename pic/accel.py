@@ -127,9 +127,11 @@ def _load(name: str = "pic._accel_numba") -> ModuleType | None:
 
     try:
         with _loading():
-            return import_module(name)
+            mod = import_module(name)
     except Exception:
         return None
+    _plain_typeof()
+    return mod
 
 
 @contextmanager
@@ -178,6 +180,41 @@ def lazy(g: dict, sigs: dict, opts: dict, more: dict | None = None) -> Callable[
 
 
 _HIDDEN = ("scipy", "scipy.linalg", "cffi", "yaml", "colorama")
+
+
+def _plain_typeof() -> None:
+    """numba's typing of an argument that is an ndarray (``typeof_impl``'s, at a kernel's first call with arrays of
+    each kind) asks whether it is a ``numpy.ma.MaskedArray``, which imports ``numpy.ma``; for an array whose type is
+    ``np.ndarray`` itself (a MaskedArray is a subclass: never one) it is asked with ``np.ma`` a stand-in whose
+    ``MaskedArray`` nothing is an instance of, where ``numpy.ma`` is not imported yet; anything else as numba does.
+    Once per process; where numba's internals are not as expected, nothing changes.
+
+    NOTE (speed): the import (~25 ms CPU: its ufunc wrappers' signatures parsed) was most of the ~30 ms of a
+    process's first kernel call (Mooncake conversation's serve_one: 35 -> 5 ms); nothing else in a replay imports it."""
+    if _state.get("typeof"):
+        return
+    _state["typeof"] = True
+    try:
+        import numpy as np
+        from numba.core.typing.typeof import typeof_impl
+        orig = typeof_impl.dispatch(np.ndarray)
+        if getattr(orig, "__name__", "") != "_typeof_ndarray":
+            return
+    except Exception:      # numba's internals other than expected
+        return
+    stand_in = ModuleType("numpy.ma")
+    stand_in.MaskedArray = type("NotMasked", (), {})    # type: ignore[attr-defined]
+
+    def typeof_ndarray(val, c):
+        if type(val) is not np.ndarray or "numpy.ma" in sys.modules or "ma" in vars(np):
+            return orig(val, c)
+        np.ma = stand_in
+        try:
+            return orig(val, c)
+        finally:
+            del np.ma
+
+    typeof_impl.register(np.ndarray)(typeof_ndarray)
 
 
 @contextmanager

@@ -327,3 +327,23 @@ def test_runtime_machine_code_cached(tmp_path) -> None:
     got = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
            for _ in range(2)]
     assert got == [["1", "True", "18", "1"], ["0", "True", "18", "1"]]
+
+
+def test_kernel_calls_do_not_import_numpy_ma() -> None:
+    """A fresh process's kernel calls type their plain arrays without importing ``numpy.ma`` (accel._plain_typeof), and
+    give what the numpy path gives; a MaskedArray is still refused as numba refuses it (where numba types it: one of a
+    kind of array not met yet); ``np.ma`` works afterwards."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np; from pic import accel; from pic.traces.content import opaque_run; "
+            "b = np.arange(1, 4, dtype=np.uint64); s = np.array([0, 3, 9], np.int64); n = np.array([5, 0, 7], np.int64); "
+            "accel.set_mode('1'); got = opaque_run(b, s, n); "
+            "print('numpy.ma' in sys.modules, 'ma' in vars(np), accel.loaded()); "
+            "accel.set_mode('0'); print(np.array_equal(got, opaque_run(b, s, n)), got.shape[0]); accel.set_mode('1'); "
+            "m = np.ma.masked_array(np.arange(6)[::2], mask=[0, 1, 0])\n"
+            "try:\n    accel.kernels(1).opaque_fill(b, False, m, n, np.uint64(1023), got); print('accepted')\n"
+            "except Exception as e:\n    print(type(e).__name__, 'MaskedArray' in str(e))\n"
+            "print(type(np.ma.masked_array([1])).__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[:4] == ["False False True", "True 12", "NumbaTypeError True", "MaskedArray"]
