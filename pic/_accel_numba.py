@@ -16,6 +16,8 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, types
 
+from pic import accel
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _OPTS = {"cache": True, "nogil": True, "boundscheck": False}
@@ -67,7 +69,6 @@ def _mix(z):
     return z ^ (z >> np.uint64(31))
 
 
-@njit(types.void(_U64, types.boolean, _I64, _I64, types.uint64, types.int32[::1]), **_OPTS)
 def opaque_fill(keys, mix, starts, lengths, mask, out):
     """``out`` = tokens ``starts[p] .. starts[p] + lengths[p]`` of each opaque piece ``p`` concatenated; its
     base is ``keys[p]`` (``mix``: ``splitmix64(keys[p])``, i.e. keys given as ``key ^ salt``). Token ``j`` is
@@ -79,3 +80,9 @@ def opaque_fill(keys, mix, starts, lengths, mask, out):
         for j in range(lengths[p]):
             out[k] = np.int32(_mix(b + (s + np.uint64(j)) * _GOLDEN) & mask)
             k += 1
+
+
+# NOTE (speed): loaded on its first use (accel.lazy): a run that calls no opaque-token kernel (the serve group's
+# timeline alone: Mooncake conversation ``prefix``) does not load it
+__getattr__ = accel.lazy(globals(), {"opaque_fill": types.void(_U64, types.boolean, _I64, _I64, types.uint64,
+                                                                types.int32[::1])}, _OPTS)

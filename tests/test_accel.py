@@ -347,3 +347,16 @@ def test_kernel_calls_do_not_import_numpy_ma() -> None:
             "print(type(np.ma.masked_array([1])).__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[:4] == ["False False True", "True 12", "NumbaTypeError True", "MaskedArray"]
+
+
+def test_opaque_fill_loads_on_first_use() -> None:
+    """The main kernel module's opaque-token kernel is compiled/loaded on its first use, not by a group that does not
+    call it (the serve group)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from pic import accel; accel.set_mode('1'); accel.kernels(1, 'serve').serve_one; "
+            "m = sys.modules['pic._accel_numba']; print('opaque_fill' in vars(m)); "
+            "f = accel.kernels(1).opaque_fill; print(type(f).__name__, vars(m)['opaque_fill'] is f)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[:2] == ["False", "CPUDispatcher True"]
