@@ -105,8 +105,6 @@ def _from_structure(seg, rows: np.ndarray, offs: np.ndarray, points: list | None
     if small:
         cls = cls.astype(np.int32)
     C = rep.shape[0]
-    by_cnt = np.argsort(-cnt, kind="stable")        # items, deepest first: those with a piece at depth d lead
-    deep = np.searchsorted(-cnt[by_cnt], -np.arange(int(cnt.max())), side="left")   # items with a piece at d
     # trie nodes, a depth at a time: a node is (parent node, class), made by the first item that has it;
     # an item's pieces down to its deepest node made by an earlier item are shared with it
     node = np.empty(P, np.int32 if small else np.int64)
@@ -114,8 +112,14 @@ def _from_structure(seg, rows: np.ndarray, offs: np.ndarray, points: list | None
     if points is not None:
         shared, last = np.full(I, -1, np.int64), np.full(I, -1, np.int64)
     news = []                                       # per depth: (item, parent node + 1, class) of the new nodes
-    for d in range(deep.shape[0]):
-        it = by_cnt[:deep[d]]
+    # NOTE (speed): an item alone at its node is followed no deeper: every deeper node of its is new, made by it, and
+    # its parent's only child (no sibling group holds it; its end, a node of its own, gets a fresh id). Mooncake
+    # conversation: 161,671 of its 288,500 pieces sorted
+    act, upto = np.flatnonzero(cnt > 0), np.full(I, -1, np.int64)
+    for d in range(int(cnt.max())):
+        it = act[cnt[act] > d]
+        if not it.shape[0]:
+            break
         p = start[it] + d
         par = node[p - 1].astype(np.int64) if d else np.full(p.shape[0], -1, np.int64)
         # NOTE (speed): the node ids are the keys' ranks and each node's first item the least in its key's run,
@@ -128,15 +132,21 @@ def _from_structure(seg, rows: np.ndarray, offs: np.ndarray, points: list | None
         ids = np.empty(sk.shape[0], np.int64)
         ids[order] = np.cumsum(head) - 1
         node[p] = made + ids
-        born = np.minimum.reduceat(it[order], np.flatnonzero(head))
+        at = np.flatnonzero(head)
+        born = np.minimum.reduceat(it[order], at)
         made += born.shape[0]
         old = born[ids] < it
         out[it[old]] += L[p[old]]
+        upto[it] = d
         if points is not None:
             last[it] = node[p]
             shared[it[old]] = node[p[old]]
         nw = ~old
         news.append((it[nw], par[nw] + 1, cls[p[nw]]))
+        act = it[np.diff(np.append(at, head.shape[0]))[ids] > 1]
+    if points is not None:
+        tail = np.flatnonzero(upto < cnt - 1)          # (items not followed to their end)
+        last[tail] = made + np.arange(tail.shape[0])
     del node
     item, parent, c = (np.concatenate(x) for x in zip(*news, strict=True))
     del news
