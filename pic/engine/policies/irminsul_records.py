@@ -5,6 +5,7 @@ made of pieces of extents."""
 from __future__ import annotations
 
 import sys
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -58,12 +59,13 @@ class Chunk:
     its first ``size``); ``owner``: the admission that made it (as :attr:`Extent.owner`); ``node``: its end node in
     the chunk trie (None until ready)."""
 
-    __slots__ = ("fp", "src", "pos", "size", "pieces", "owner", "ready", "windows", "node", "rnode", "own",
+    __slots__ = ("fp", "src", "pos", "size", "_p", "owner", "ready", "windows", "node", "rnode", "own",
                  "indexed", "keys", "head")
 
     def __init__(self, fp: int, src: Seq, pos: int, size: int, pieces: list[list[Any]], owner: int,
                  own: list[Extent], keys: tuple[int, int] | None = None) -> None:
-        self.fp, self.src, self.pos, self.size, self.pieces, self.owner, self.own = fp, src, pos, size, pieces, owner, own
+        self.fp, self.src, self.pos, self.size, self.owner, self.own = fp, src, pos, size, owner, own
+        self.pieces = pieces
         self.keys = keys        # keys of its first and last min_match tokens (or None), until indexed (a bounded store keeps them)
         self.head: int | None = None              # key of its first min_match tokens, once indexed
         self.ready = False
@@ -71,6 +73,17 @@ class Chunk:
         self.node: int | None = None             # end node of its tokens in the chunk trie (engine.flat_trie)
         self.rnode: int | None = None            # end node of its reversed tokens in the tail trie
         self.indexed: int | None = None          # how many of its tokens the tries index (None: not indexed)
+
+    @property
+    def pieces(self) -> tuple:
+        """Its pieces ``(extent, offset, length)`` in token order, a tuple of them (made on each call where there are
+        several: see :func:`flat_pieces`)."""
+        p = self._p
+        return p if len(p) == 1 else tuple(zip(p[::3], p[1::3], p[2::3], strict=True))
+
+    @pieces.setter
+    def pieces(self, pieces) -> None:
+        self._p = flat_pieces(pieces)
 
     @property
     def tokens(self) -> np.ndarray:
@@ -85,6 +98,18 @@ class Chunk:
 _new = object.__new__
 
 
+def flat_pieces(pieces) -> tuple:
+    """A chunk's pieces as :class:`Chunk` keeps them: one piece as ``((extent, offset, length),)``; several as one flat
+    tuple ``(extent, offset, length, extent, offset, length, ...)`` (:attr:`Chunk.pieces` reads them back as triples).
+
+    NOTE (memory): chat 10^4 irminsul kept a tuple of 2-3 pieces per straddling chunk (one per request), each a tuple or
+    a list of 3 (~210-280 B); one flat tuple is 88-112 B."""
+    if len(pieces) == 1:
+        p = pieces[0]
+        return pieces if type(pieces) is tuple and type(p) is tuple else ((p[0], p[1], p[2]),)
+    return tuple(chain.from_iterable(pieces))
+
+
 def new_chunk(fp: int, src: Seq, pos: int, size: int, pieces: list[list[Any]], owner: int, own: list[Extent],
               keys: tuple[int, int] | None = None) -> Chunk:
     """``Chunk(fp, src, pos, size, pieces, owner, own, keys)`` (the same slots, tested).
@@ -97,7 +122,7 @@ def new_chunk(fp: int, src: Seq, pos: int, size: int, pieces: list[list[Any]], o
     c.src = src
     c.pos = INTS[pos] if pos < SMALL else pos
     c.size = INTS[size] if size < SMALL else size
-    c.pieces = pieces
+    c._p = pieces if len(pieces) == 1 and type(pieces) is tuple and type(pieces[0]) is tuple else flat_pieces(pieces)
     c.owner = owner
     c.own = own
     c.keys = keys
