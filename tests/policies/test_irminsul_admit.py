@@ -21,6 +21,7 @@ from pic.engine.policies.irminsul_layout import tail_pieces as _tail_pieces
 from pic.engine.policies.irminsul_records import (
     LEAN,
     SMALL,
+    Chunk,
     Extent,
     Run,
     end_run,
@@ -42,27 +43,53 @@ def _slots(obj, cls) -> dict:
 def test_new_extent_is_the_class_call(users) -> None:
     src = Seq.of_array(np.arange(100, dtype=np.int32))
     a = Extent(src, 10, 50, 50 * BPT, 7, 1, users, 3)
-    b = new_extent(src, 10, 50, 50 * BPT, 7, 1, a.users if users is LEAN else set(a.users), 3)
+    b = new_extent(src, 10, 50, 7, 1, a.users if users is LEAN else set(a.users), 3)
     assert type(b) is Extent and _slots(a, Extent) == _slots(b, Extent)
-    assert (b.users is LEAN) == (users is LEAN)
+    assert (b.users is LEAN) == (users is LEAN) and a.alive and b.alive
+
+
+def test_chunk_keeps_its_pieces_flat() -> None:
+    """A chunk of several pieces keeps them as one flat tuple and reads them back as ``(extent, offset, length)``
+    triples (set through the class, ``new_chunk`` or the ``pieces`` setter alike); one piece stays a 1-tuple."""
+    src = Seq.of_array(np.arange(100, dtype=np.int32))
+    x, y = (new_extent(src, a, 20, 7, 1, LEAN, 3) for a in (0, 50))
+    two = ((x, 5, 10), [y, 0, 20])
+    for c in (new_chunk(9, src, 0, 30, two, 3, []), Chunk(9, src, 0, 30, list(two), 3, [])):
+        assert c._p == (x, 5, 10, y, 0, 20) and c.pieces == ((x, 5, 10), (y, 0, 20))
+        c.pieces = [[y, 2, 4]]
+        assert c._p == ((y, 2, 4),) and c.pieces == ((y, 2, 4),)
+        c.pieces = [[x, 0, 1], [y, 1, 2], [x, 3, 4]]
+        assert c.pieces == ((x, 0, 1), (y, 1, 2), (x, 3, 4)) and len(c._p) == 9
+    one = ((x, 0, 20),)
+    assert new_chunk(9, src, 0, 20, one, 3, [])._p is one
+
+
+def test_extent_alive_is_neither_split_nor_freed() -> None:
+    """``alive`` (no slot): False once split (``parts``) or freed (``refs`` -1), as the store's own tests of it."""
+    src = Seq.of_array(np.arange(100, dtype=np.int32))
+    x = new_extent(src, 0, 20, 7, 0, LEAN, 3)
+    assert x.alive
+    x.refs = -1
+    assert not x.alive
+    x.refs, x.parts = 0, (x, x, 3)
+    assert not x.alive
 
 
 @pytest.mark.parametrize("at", [300, SMALL - 1, SMALL, 3 * SMALL])
 def test_records_share_their_position_and_size_ints(at) -> None:
-    """Positions and sizes below SMALL, and bytes, are kept as one int object per value (not one per record); the
+    """Positions and sizes below SMALL are kept as one int object per value (not one per record); the
     values are the ones given, at and above SMALL too."""
     src = Seq.of_array(np.arange(4 * SMALL, dtype=np.int32))
-    xs = [new_extent(src, int(str(at)), int(str(at + 1)) - 1, int(str(at * BPT)), 7, 1, LEAN, 3) for _ in range(2)]
+    xs = [new_extent(src, int(str(at)), int(str(at + 1)) - 1, 7, 1, LEAN, 3) for _ in range(2)]
     cs = [new_chunk(5, src, int(str(at)), int(str(at)), (), 3, []) for _ in range(2)]
     for a, b in (xs, cs):
         assert (a.base_pos if type(a) is Extent else a.pos) == at and a.size == at
         small = at < SMALL
         assert ((a.base_pos is b.base_pos) if type(a) is Extent else (a.pos is b.pos)) == small
         assert (a.size is b.size) == small
-    assert xs[0].nbytes == at * BPT and xs[0].nbytes is xs[1].nbytes
     for x in xs:
-        assert end_run(x, int(str(at + 2)) - 1, BPT) == at + 1 and x.size == at + 1 and x.nbytes == (at + 1) * BPT
-    assert (xs[0].size is xs[1].size) == (at + 1 < SMALL) and xs[0].nbytes is xs[1].nbytes
+        assert end_run(x, int(str(at + 2)) - 1) == at + 1 and x.size == at + 1
+    assert (xs[0].size is xs[1].size) == (at + 1 < SMALL)
     vals = [0, 5, at, at + 7, 2 * at]
     a, b = shared_ints([int(str(v)) for v in vals]), shared_ints(np.array(vals, np.int64).tolist())
     assert a == b == vals and all((x is y) == (v < SMALL) for x, y, v in zip(a, b, vals, strict=True))

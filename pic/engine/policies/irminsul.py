@@ -194,7 +194,7 @@ class Irminsul(ChunkWalk, CachePolicy):
             return self._stale([])            # not the plan this cache answered
         locked: list[Extent] = []
         views: list[tuple[int, int, list[Extent]]] = []    # target range of each use -> its locked extents
-        n_x = st.num_extents                  # (a lock that splits an extent makes one more)
+        n_x, bpt = st.num_extents, st.bpt     # (a lock that splits an extent makes one more)
         for a, b, x, lo in uses:
             hi = lo + b - a
             while x.parts is not None:        # a split extent: the part holding the range (where one does)
@@ -205,10 +205,10 @@ class Irminsul(ChunkWalk, CachePolicy):
                     x, lo, hi = right, lo - at, hi - at
                 else:
                     break
-            if x.parts is None and lo == 0 and hi == x.size and x.alive:     # a whole extent: lock it
+            if x.parts is None and lo == 0 and hi == x.size and x.refs >= 0:     # a whole live extent: lock it
                 if not x.refs:
-                    st.evictable -= x.nbytes
-                    st.protected += x.nbytes
+                    st.evictable -= hi * bpt
+                    st.protected += hi * bpt
                 x.refs += 1
                 locked.append(x)
                 views.append((a, b, [x]))
@@ -266,7 +266,6 @@ class Irminsul(ChunkWalk, CachePolicy):
         else:
             cs: list | None = None
             ks = [*compress(range(nf), map(not_, map(entries.__contains__, fps)))]
-        bpt = self.ctx.bytes_per_token
         room = self.ctx.capacity_bytes - st.evictable - st.protected
         # the new chunks: the first occurrence of each fingerprint, in prompt order. NOTE (speed): a lean store (it
         # always has room) registers them all and counts its registry after: one more entry each unless one repeats
@@ -341,14 +340,14 @@ class Irminsul(ChunkWalk, CachePolicy):
                         c = new_chunk(fp, src, a, n, ((run, a - rb, n),), tag, _RELEASED, keys)
                     else:
                         if run is not None:
-                            whole += _end_run(run, run_end - rb, bpt)
-                        run, rb = new_extent(src, a, n, n * bpt, now_us, 1, LEAN, tag), a
+                            whole += _end_run(run, run_end - rb)
+                        run, rb = new_extent(src, a, n, now_us, 1, LEAN, tag), a
                         c = new_chunk(fp, src, a, n, ((run, 0, n),), tag, [run], keys)
                         st.num_extents += 1
                         st.made.append((run, bounds, k))      # (its chunks' edges, for stored_runs)
                     run_end = b
                 else:
-                    x = new_extent(src, a, n, n * bpt, now_us, 1, {fp}, tag)
+                    x = new_extent(src, a, n, now_us, 1, {fp}, tag)
                     c = new_chunk(fp, src, a, n, ((x, 0, n),), tag, [x], keys)
                     st.num_extents += 1
                     whole += n
@@ -357,7 +356,7 @@ class Irminsul(ChunkWalk, CachePolicy):
                 if cs is not None:
                     cs[k] = c
             if run is not None:
-                whole += _end_run(run, run_end - rb, bpt)
+                whole += _end_run(run, run_end - rb)
             if runs:
                 whole += st.add_runs(ks[j:], bounds, fps, hk, tk, k0, src, now_us, tag, chunks, cs)
             if post and len(entries) - n0 != len(ks):      # a fingerprint repeats: undone, its first chunk kept

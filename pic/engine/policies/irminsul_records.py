@@ -18,30 +18,37 @@ NONE: list[int] = []  # shared by every chunk without S1 windows (never appended
 LEAN: frozenset[int] = frozenset()
 RELEASED: list = []   # ``own`` of a chunk (or run) whose producer released its extents (never appended to)
 # NOTE (memory): the records keep their positions and sizes as these shared int objects where they are below SMALL
-# (Python caches only -5..256: each ``b - a`` is a new 28-32 B object), and an extent's bytes as one shared object
-# per value (``_NBYTES``): chat 10^5 kept ~3 such ints per extent and ~2 per chunk, each its own
+# (Python caches only -5..256: each ``b - a`` is a new 28-32 B object): chat 10^5 kept ~3 such ints per extent and
+# ~2 per chunk, each its own
 SMALL = 1 << 16
 INTS: list[int] = list(range(SMALL))
-_NBYTES: dict[int, int] = {}
 
 
 class Extent:
     """Stored KV of tokens ``[base_pos, base_pos + size)`` of prompt ``src`` (a :class:`~engine.seq.Seq`:
     a reference, no token copy), produced at ``base_pos``; ``users``: fingerprints of chunks that read it;
     ``parts``: after a split, ``(left, right, at)`` (the extent itself is then dead); ``owner``: the admission
-    that produced it (:meth:`~engine.policies.irminsul_store.ChunkStore.admission`; -1: unknown)."""
+    that produced it (:meth:`~engine.policies.irminsul_store.ChunkStore.admission`; -1: unknown). Its bytes are
+    ``size`` times the store's bytes per token; ``refs`` is -1 once it is freed (:attr:`alive`).
 
-    __slots__ = ("src", "base_pos", "size", "nbytes", "refs", "last_access_us", "hits", "created_us", "alive",
-                 "users", "parts", "owner")
+    NOTE (memory): 10 slots (112 B), not 12 (128 B): no ``nbytes`` (the store's ``size * bpt``) nor ``alive`` slot
+    (chat 10^5 irminsul keeps ~2.4 extents per request)."""
+
+    __slots__ = ("src", "base_pos", "size", "refs", "last_access_us", "hits", "created_us", "users", "parts", "owner")
 
     def __init__(self, src: Seq, base_pos: int, size: int, nbytes: int, now: int, refs: int = 0,
                  user: int | None | frozenset = None, owner: int = -1) -> None:
-        self.src, self.base_pos, self.size, self.nbytes = src, base_pos, size, nbytes
+        # (``nbytes``: ignored, kept for the callers' signature; the store counts ``size * bpt``)
+        self.src, self.base_pos, self.size = src, base_pos, size
         self.refs, self.last_access_us, self.hits, self.created_us = refs, now, 0, now
-        self.alive = True
         self.users: set[int] = set() if user is None else user if isinstance(user, frozenset) else {user}  # type: ignore[assignment]
         self.parts: tuple[Extent, Extent, int] | None = None
         self.owner = owner
+
+    @property
+    def alive(self) -> bool:
+        """Neither split (:attr:`parts`) nor freed (``refs`` -1)."""
+        return self.parts is None and self.refs >= 0
 
     @property
     def tokens(self) -> np.ndarray:
@@ -135,11 +142,9 @@ def new_chunk(fp: int, src: Seq, pos: int, size: int, pieces: list[list[Any]], o
     return c
 
 
-def end_run(x: Extent, size: int, bpt: int) -> int:
-    """A lean store's run extent ``x`` ends: its ``size`` (returned) and bytes (``bpt`` a token) set, as
-    :func:`new_extent` keeps them."""
+def end_run(x: Extent, size: int) -> int:
+    """A lean store's run extent ``x`` ends: its ``size`` (returned) set, as :func:`new_extent` keeps it."""
     x.size = INTS[size] if size < SMALL else size
-    x.nbytes = _NBYTES.setdefault(size * bpt, size * bpt)
     return size
 
 
@@ -154,25 +159,18 @@ def shared_ints(xs) -> list[int]:
     return [INTS[v] if v < SMALL else v for v in xs]
 
 
-def shared_bytes(nbytes: int) -> int:
-    """``nbytes`` as the one int object the records keep for that value."""
-    return _NBYTES.setdefault(nbytes, nbytes)
-
-
-def new_extent(src: Seq, base_pos: int, size: int, nbytes: int, now: int, refs: int, users: set[int] | frozenset,
+def new_extent(src: Seq, base_pos: int, size: int, now: int, refs: int, users: set[int] | frozenset,
                owner: int) -> Extent:
-    """``Extent(src, base_pos, size, nbytes, now, refs, user, owner)`` whose ``users`` are given as they are kept (a
+    """``Extent(src, base_pos, size, 0, now, refs, user, owner)`` whose ``users`` are given as they are kept (a
     set, or ``LEAN``) (the same slots, tested). NOTE (speed): as :func:`new_chunk`, without the class call."""
     x = _new(Extent)
     x.src = src
     x.base_pos = INTS[base_pos] if base_pos < SMALL else base_pos
     x.size = INTS[size] if size < SMALL else size
-    x.nbytes = _NBYTES.setdefault(nbytes, nbytes)
     x.refs = refs
     x.last_access_us = now
     x.hits = 0
     x.created_us = now
-    x.alive = True
     x.users = users
     x.parts = None
     x.owner = owner

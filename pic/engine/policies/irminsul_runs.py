@@ -215,7 +215,7 @@ class RunChunks:
         """Register a lean store's new chunks ``ks`` (the layout's indices, ascending, each recomputed whole, with
         its keys at ``hk``/``tk[k - k0]``) as runs: each row of consecutive ones one locked extent (as admit made
         them) and one :class:`Run`, appended to ``chunks`` and placed in ``cs``; the tokens stored."""
-        entries, bpt, m, made, run = self.entries, self.bpt, self.min_match, self.made, Run.new
+        entries, m, made, run = self.entries, self.min_match, self.made, Run.new
         whole, i, num = 0, 0, len(ks)
         while i < num:
             k1 = ks[i]
@@ -227,7 +227,7 @@ class RunChunks:
                     i2 += 1
             k2 = ks[i2 - 1] + 1
             a, b = bounds[k1], bounds[k2]
-            x = new_extent(src, a, b - a, (b - a) * bpt, now_us, 1, LEAN, tag)
+            x = new_extent(src, a, b - a, now_us, 1, LEAN, tag)
             self.num_extents += 1
             whole += b - a
             heads, tails = hk[k1 - k0:k2 - k0], tk[k1 - k0:k2 - k0]

@@ -88,8 +88,8 @@ class ChunkStore(RunChunks, ChunkIndexes):
     def new_extent(self, src: Seq, base_pos: int, size: int, now_us: int, owner: int = -1) -> Extent:
         """New KV of tokens ``[base_pos, base_pos + size)`` of prompt ``src``, produced now at ``base_pos`` by
         admission ``owner`` (:meth:`admission`): locked once (protected until its producer releases it)."""
-        x = new_extent(src, base_pos, size, size * self.bpt, now_us, 1, LEAN if self.lean else set(), owner)
-        self.protected += x.nbytes
+        x = new_extent(src, base_pos, size, now_us, 1, LEAN if self.lean else set(), owner)
+        self.protected += size * self.bpt
         self.num_extents += 1
         return x
 
@@ -103,7 +103,7 @@ class ChunkStore(RunChunks, ChunkIndexes):
         """The live extents now holding ``x``'s tokens ``[lo, hi)`` (``x`` may have been split since), as
         ``(extent, lo, hi)``; None when any of it was freed."""
         if x.parts is None:
-            return [(x, lo, hi)] if x.alive else None
+            return [(x, lo, hi)] if x.refs >= 0 else None     # (alive)
         left, right, at = x.parts
         out: list[tuple[Extent, int, int]] = []
         for y, a, b in ((left, lo, min(hi, at)), (right, max(lo, at) - at, hi - at)):
@@ -124,12 +124,12 @@ class ChunkStore(RunChunks, ChunkIndexes):
         """Lock exactly tokens ``[lo, hi)`` of ``x`` (splitting it where the range starts or ends); the
         locked extents, or ``[]`` when some of the range is gone."""
         if x.parts is None and lo == 0 and hi == x.size:      # the common case: a whole, unsplit extent
-            if not x.alive:
+            if x.refs < 0:                # (freed)
                 return []
             self.lock(x)
             return [x]
         if x.parts is None:
-            if not x.alive:
+            if x.refs < 0:                # (freed)
                 return []
             parts = ((x, lo, hi),)
         else:
@@ -149,8 +149,8 @@ class ChunkStore(RunChunks, ChunkIndexes):
 
     def lock(self, x: Extent) -> None:
         if x.refs == 0:
-            self.evictable -= x.nbytes
-            self.protected += x.nbytes
+            self.evictable -= x.size * self.bpt
+            self.protected += x.size * self.bpt
         x.refs += 1
 
     def unlock(self, x: Extent) -> None:
@@ -159,6 +159,7 @@ class ChunkStore(RunChunks, ChunkIndexes):
 
     def unlock_all(self, xs: Sequence[Extent]) -> None:
         """:meth:`unlock` each of ``xs`` in order (a split extent: each of its parts)."""
+        bpt = self.bpt
         if self.lean:                     # nothing is freed nor listed: :meth:`_exact` finds what is evictable
             for x in xs:
                 if x.parts is not None:
@@ -166,8 +167,8 @@ class ChunkStore(RunChunks, ChunkIndexes):
                     continue
                 x.refs -= 1
                 if not x.refs:
-                    self.protected -= x.nbytes
-                    self.evictable += x.nbytes
+                    self.protected -= x.size * bpt
+                    self.evictable += x.size * bpt
             return
         listed = self._unheaped
         for x in xs:
@@ -178,8 +179,8 @@ class ChunkStore(RunChunks, ChunkIndexes):
             x.refs -= 1
             if x.refs:
                 continue
-            self.protected -= x.nbytes
-            self.evictable += x.nbytes
+            self.protected -= x.size * bpt
+            self.evictable += x.size * bpt
             if not x.users:               # nothing indexes it any more: unreachable
                 self._free(x)
             elif listed is not None and len(listed) < 4 * self.num_extents + 1024:
@@ -333,12 +334,11 @@ class ChunkStore(RunChunks, ChunkIndexes):
     def _split(self, x: Extent, at: int) -> tuple[Extent, Extent]:
         """Cut live extent ``x`` after ``at`` tokens into two extents with its locks and recency."""
         lean = self.lean
-        left = new_extent(x.src, x.base_pos, at, at * self.bpt, x.created_us, x.refs, LEAN if lean else set(), x.owner)
-        right = new_extent(x.src, x.base_pos + at, x.size - at, x.nbytes - at * self.bpt, x.created_us, x.refs,
-                           LEAN if lean else set(), x.owner)
+        left = new_extent(x.src, x.base_pos, at, x.created_us, x.refs, LEAN if lean else set(), x.owner)
+        right = new_extent(x.src, x.base_pos + at, x.size - at, x.created_us, x.refs, LEAN if lean else set(), x.owner)
         left.last_access_us = right.last_access_us = x.last_access_us
         left.hits = right.hits = x.hits
-        x.alive, x.parts = False, (left, right, at)
+        x.parts = (left, right, at)       # (no longer alive)
         self.num_extents += 1
         if lean:                          # pieces naming x stay (live() resolves them); no users to move
             return left, right
@@ -427,8 +427,9 @@ class ChunkStore(RunChunks, ChunkIndexes):
             x = self._split(x, at)[0]
 
     def _free(self, x: Extent) -> None:
-        x.alive = False
-        self.evictable -= x.nbytes
+        """Free unlocked live ``x`` (``refs`` -1: no longer alive)."""
+        x.refs = -1
+        self.evictable -= x.size * self.bpt
         self.num_extents -= 1
 
     @staticmethod
@@ -451,4 +452,4 @@ _BY_POSITION: dict[Callable[[Any], tuple[int, ...]], Callable[[Extent], tuple[in
 
 
 def _evictable(x: Extent) -> bool:
-    return x.alive and x.refs == 0 and x.parts is None
+    return x.refs == 0 and x.parts is None
