@@ -62,6 +62,10 @@ def test_chunk_keeps_its_pieces_flat() -> None:
         assert c.pieces == ((x, 0, 1), (y, 1, 2), (x, 3, 4)) and len(c._p) == 9
     one = ((x, 0, 20),)
     assert new_chunk(9, src, 0, 20, one, 3, [])._p is one
+    for at in (300, SMALL, 3 * SMALL):           # (offsets and lengths below SMALL: the shared objects)
+        a, b = (new_chunk(9, src, 0, 30, ((x, int(str(at)), int(str(at + 1))), [y, 0, 20]), 3, []) for _ in range(2))
+        assert a.pieces == b.pieces == ((x, at, at + 1), (y, 0, 20))
+        assert (a._p[1] is b._p[1]) == (a._p[2] is b._p[2]) == (at + 1 < SMALL)
 
 
 def test_extent_alive_is_neither_split_nor_freed() -> None:

@@ -5,7 +5,6 @@ made of pieces of extents."""
 from __future__ import annotations
 
 import sys
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -86,7 +85,12 @@ class Chunk:
         """Its pieces ``(extent, offset, length)`` in token order, a tuple of them (made on each call where there are
         several: see :func:`flat_pieces`)."""
         p = self._p
-        return p if len(p) == 1 else tuple(zip(p[::3], p[1::3], p[2::3], strict=True))
+        n = len(p)
+        if n == 1:
+            return p
+        if n == 6:                        # (two pieces: most. NOTE (speed): ~5x a zip of slices)
+            return (p[0], p[1], p[2]), (p[3], p[4], p[5])
+        return tuple(zip(p[::3], p[1::3], p[2::3], strict=True))
 
     @pieces.setter
     def pieces(self, pieces) -> None:
@@ -110,11 +114,15 @@ def flat_pieces(pieces) -> tuple:
     tuple ``(extent, offset, length, extent, offset, length, ...)`` (:attr:`Chunk.pieces` reads them back as triples).
 
     NOTE (memory): chat 10^4 irminsul kept a tuple of 2-3 pieces per straddling chunk (one per request), each a tuple or
-    a list of 3 (~210-280 B); one flat tuple is 88-112 B."""
+    a list of 3 (~210-280 B); one flat tuple is 88-112 B. Offsets and lengths below :data:`SMALL` are kept as the
+    shared int objects (~15 B per request less there)."""
     if len(pieces) == 1:
         p = pieces[0]
         return pieces if type(pieces) is tuple and type(p) is tuple else ((p[0], p[1], p[2]),)
-    return tuple(chain.from_iterable(pieces))
+    out: list = []
+    for x, o, n in pieces:
+        out += (x, INTS[o] if o < SMALL else o, INTS[n] if n < SMALL else n)
+    return tuple(out)
 
 
 def new_chunk(fp: int, src: Seq, pos: int, size: int, pieces: list[list[Any]], owner: int, own: list[Extent],
