@@ -5,7 +5,8 @@ point within it and so far (``VmHWM``), and the C heap's free bytes (glibc ``mal
 
 Everything after ``--`` is `pic replay`'s own command line: the CLI runs as `python -m pic replay` does (the same
 imports, the same ``del loaded`` and writes), with the functions of ``pic.engine.replay`` it calls wrapped: the trace
-read, the workload, the trace-level oracle, each policy's simulation, the baselines' cycles freed, ``_held`` /
+read, the workload, the trace-level oracle, each policy's simulation (and, within it, whether it takes prefix's:
+``prefix_twin.take``), the baselines' cycles freed, ``_held`` /
 ``_footprint`` (the state reduced and dropped), the tables' concatenation, the trace dropped (the CLI's
 ``free_cycles``) and ``write_run``. Nothing is freed or collected that the run would not free itself, so the
 figures are a plain run's (the high points are reset per phase through ``/proc/self/clear_refs``; the whole run's
@@ -116,6 +117,8 @@ def install(ph: Phases) -> None:
     R.workload_from_trace = ph.wrap(R.workload_from_trace, "workload")
     R._oracle = ph.wrap(R._oracle, "trace-level oracle")
     R._simulate = ph.wrap(R._simulate, lambda name, *a, **k: f"sim:{name}")
+    # (its RSS after: where the policy's own simulation starts, prefix's simulation not taken)
+    R.prefix_twin.take = ph.wrap(R.prefix_twin.take, lambda name, *a, **k: f"take prefix's sim? ({name})")
     R.free_cycles = ph.wrap(R.free_cycles, "cycles freed (baseline)")
     R.release_freed = ph.wrap(R.release_freed, "release_freed")
     R._held = ph.wrap(R._held, "_held (state reduced)")

@@ -179,8 +179,11 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
         for p, name in enumerate(order):
             base = p * work.num_requests
             tick = None if progress is None else (lambda done, _n, base=base: progress(base + done, total))
+            later = any(n in prefix_twin.NAMES for n in order[p + 1:])
             sims[name] = sim = _simulate(name, work, ctx, cost, config, tick, answers and sims.get("prefix"), told, itwin,
-                                          trace)
+                                          trace, keep_twin=later)
+            if itwin is not None and not later:
+                itwin.sim = None     # NOTE (memory): prefix's rows and ITL, kept for a policy that may take them
             # a radix tree's parent links are cycles: freed only by the cyclic GC; after the last simulation
             # only at scale (free_cycles); nor before block-hash answering (it builds no tree: after it, if need be)
             nxt = order[p + 1] if p + 1 < len(order) else None
@@ -283,11 +286,16 @@ class _Sim:
 
 def _simulate(name: str, work: Workload, ctx: PolicyContext, cost: CostModel, config: ReplayConfig,
               tick: Callable[[int, int], None] | None, answers: _Sim | None = None, told: Any = None,
-              itwin: Any = None, trace: Trace | None = None) -> _Sim:
+              itwin: Any = None, trace: Trace | None = None, keep_twin: bool = True) -> _Sim:
     """``answers``/``told``/``itwin``: what block-hash (the prefix replay: block_radix.answers_apply)/oracle
-    (OracleCache.told)/irminsul, fixed-chunk, linearkv (prefix_twin.take) answer from."""
+    (OracleCache.told)/irminsul, fixed-chunk, linearkv (prefix_twin.take) answer from; ``keep_twin``: False where
+    no policy simulated after this one may take prefix's simulation (``itwin.sim`` dropped once it is not taken)."""
     pols = [registry.build(name, ctx, config.policy_options.get(name)) for _ in range(config.replicas)]
     taken = prefix_twin.take(name, pols, work, itwin, tick)   # (False: asked, pols[0] a fresh one)
+    if not taken and not keep_twin and itwin is not None:
+        # NOTE (memory): prefix's rows (~30 columns) and ITL, not taken: not held through this simulation
+        # (chat 10^6: ~0.3 GB under irminsul's state)
+        itwin.sim = None
     rdr_told.tell(pols, work, itwin)      # (irminsul+rdr: told where proven; its timeline from its plans)
     t = told.twin if name == "oracle" and told else itwin.sim if taken else None
     if t is not None:        # prefix's simulation: its plans (Told.see, prefix_twin.take)

@@ -228,3 +228,38 @@ def test_the_proof_survives_a_cached_oracle(monkeypatch):
     for _ in range(2):
         R.replay(_grown_trace(1), ReplayConfig(policies=("irminsul",)))      # (two trace objects, one content)
     assert [t[2] for t in told] == [8, 8]
+
+
+@pytest.mark.parametrize("policies, kept", [(("irminsul",), [False]), (("irminsul", "fixed-chunk"), [True]),
+                                            (("irminsul", "prefix"), [False])])
+def test_prefix_sim_dropped_once_no_later_policy_may_take_it(policies, kept, monkeypatch):
+    """prefix's simulation (its rows and ITL: ~0.3 GB at chat 10^6) is not held through the simulation of the last
+    policy that may take it once that one did not (a plan rotates: simulated), nor after the last (fixed-chunk takes
+    it here); the outputs are the
+    same as where it is held."""
+    from pic.engine.serving import ServingModel
+
+    twins, during = [], []
+    real, run = I.take, ServingModel.run
+
+    def spy(name, pols, work, twin, *a):
+        if name in I.NAMES:
+            twins.append(twin)
+        return real(name, pols, work, twin, *a)
+
+    def watch(self):
+        if twins and len(during) < len(twins):
+            during.append(twins[-1].sim is not None)
+        return run(self)
+
+    monkeypatch.setattr(I, "take", spy)
+    monkeypatch.setattr(ServingModel, "run", watch)
+    trace = _grown_trace(0)
+    cfg = ReplayConfig(policies=policies)
+    on = R.replay(trace, cfg)
+    assert during == kept and twins[-1].sim is None
+    monkeypatch.setattr(R, "_simulate", lambda *a, keep_twin=True: _SIM(*a, keep_twin=True))
+    assert _same(on, R.replay(trace, cfg))
+
+
+_SIM = R._simulate
