@@ -125,3 +125,20 @@ def test_string_codes_of_words_sort_as_polars(seed):
     assert [names[c] for c in codes.tolist()] == vals
     a, _ = _both(*_rows(20, seed))
     assert a.string_codes("session_id") is a.string_codes("session_id")
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_segment_lists_are_read_into_the_csr(tmp_path, seed):
+    """Once the CSR is made (every read validates it), the table keeps no segment id lists nor the sorted ids beside
+    it; the lists read back (segment_lists, the frame, the digests) equal the file's."""
+    table, rows = _rows(300, seed)
+    _, b = _both(table, rows)
+    write_trace(b, tmp_path / "t.parquet")
+    got = read_trace(tmp_path / "t.parquet")
+    assert "segment_ids" not in got._table.column_names and "_sorted_ids" not in got.__dict__
+    for x, y in zip(got.segment_lists(), b.segment_lists(), strict=True):
+        assert np.array_equal(x, y) and x.dtype == y.dtype
+    assert got.requests.equals(b.requests)
+    assert got.requests["segment_ids"].to_list() == rows["segment_ids"]
+    assert trace_sha256(got) == trace_sha256(b) and trace_digest(got) == trace_digest(b)
+    assert "segment_ids" in got._full_table().column_names
