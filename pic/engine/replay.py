@@ -47,8 +47,8 @@ if TYPE_CHECKING:
 
     from pic.engine.rows import RequestRows
 
-#: the row columns read from a baseline that is not itself replayed (prefix_* columns, _hit)
-_BASELINE_COLUMNS = ("reused_tokens", "prefill_joules", "prompt_tokens")
+#: the row columns read from a baseline that is not itself replayed (prefix_* columns; _hit reads its sums)
+_BASELINE_COLUMNS = ("reused_tokens", "prefill_joules")
 #: requests.parquet columns written with dictionary pages (write_run)
 _DICTIONARY_COLUMNS = ["policy", "session_id"]
 
@@ -193,11 +193,14 @@ def replay(trace: Trace, config: ReplayConfig, progress: Callable[[int, int], No
                 release_freed()      # NOTE (memory): what the simulation freed, before the footprint's work
                 sim.held = _held(sim.pols, min_match, collect)      # (empties sim.pols)
             else:
+                sim.sums = (sim.reused, int(sim.rows["prompt_tokens"].sum()))
                 sim.rows, sim.itl = sim.rows.select(_BASELINE_COLUMNS), np.zeros((0, 4))
                 sim.pols = []
+                if nxt is not None and nxt in config.policies:
+                    _best_only(sims, bases, keep_reuse="block-hash" in config.policies)
                 if collect:
                     free_cycles()
-    best = max(bases, key=lambda b: (sims[b].reused, -bases.index(b)))
+    best = _best(sims, bases)
     window = max(s.last_finish_us for s in sims.values()) - int(work.arrival_us.min(initial=0))
     frames, summary = [], {}
     base_sim = sims[best]
@@ -273,10 +276,11 @@ class _Sim:
     stats: dict[str, int]
     held: dict[str, Any] = dataclasses.field(default_factory=dict)   # _held(pols), once pols are dropped
     reuse: np.ndarray | None = None   # prefix: its reuse per workload request (block_radix.answers_apply)
+    sums: tuple[int, int] | None = None   # a baseline not replayed: its reused and prompt tokens
 
     @property
     def reused(self) -> int:
-        return int(self.rows["reused_tokens"].sum())
+        return self.sums[0] if self.sums is not None else int(self.rows["reused_tokens"].sum())
 
     def gpu_joules(self, window_us: int, cost: CostModel, replicas: int) -> float:
         """Whole-GPU joules (busy + idle, all replicas) over a window of ``window_us`` from the first arrival."""
@@ -409,8 +413,29 @@ def _concat(tables: list) -> pa.Table:
 
 
 def _hit(sim: _Sim) -> float:
-    n = int(sim.rows["prompt_tokens"].sum())
+    n = sim.sums[1] if sim.sums is not None else int(sim.rows["prompt_tokens"].sum())
     return sim.reused / n if n else 0.0
+
+
+def _best(sims: dict[str, _Sim], bases: list[str]) -> str:
+    """The baseline whose rows a replayed policy's ``prefix_*`` columns take: the most tokens reused, the first
+    of ``bases`` of those."""
+    return max(bases, key=lambda b: (sims[b].reused, -bases.index(b)))
+
+
+def _best_only(sims: dict[str, _Sim], bases: list[str], keep_reuse: bool) -> None:
+    """Once every baseline that is not replayed is simulated (the replayed policies next) and the best is among
+    them: the other baselines' rows dropped (their sums are what the summary reads), and prefix's reuse per
+    request (``keep_reuse``: block-hash, replayed, answers from it next). NOTE (memory): ~16 B per request each, not held under the
+    replayed policies' state."""
+    if not all(b in sims and sims[b].sums is not None for b in bases):
+        return
+    best = _best(sims, bases)
+    for b in bases:
+        if b != best:
+            sims[b].rows = sims[b].rows.select(())
+    if "prefix" in sims and not keep_reuse:
+        sims["prefix"].reuse = None
 
 
 def _invariant_observer(name: str, pols: list) -> Callable[[Any, int], None]:
