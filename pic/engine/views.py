@@ -20,6 +20,7 @@ whole trace (chat 10^6: ~10 M occurrences).
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Callable, Sequence
 
@@ -74,7 +75,7 @@ def make_view(order: np.ndarray, offs: np.ndarray, seg_idx: np.ndarray, runs: np
             who = [names[c] for c in sess.codes[lo:hi].tolist()]
         else:
             who = list(sess[lo:hi])
-        got = [m, rid[lo:hi].tolist(), who, num_tok[lo:hi].tolist(), s0.tolist(), s1.tolist(), None, None,
+        got = [m, rid[lo:hi].tolist(), who, _shared(num_tok[lo:hi]), s0.tolist(), s1.tolist(), None, None,
                starts.tolist()]
         if not wide_store and not (tot and int(bounds.max()) >= _I32):
             got[6] = array("i", rows.astype(np.int32).tobytes())
@@ -110,9 +111,22 @@ def make_view(order: np.ndarray, offs: np.ndarray, seg_idx: np.ndarray, runs: np
             return RequestView(got[1][t], got[2][t], None, bounds, seg_ids[rows], seg_kinds[rows], rows, seg)
         st = got[8]
         a, b = st[t], st[t + 1]
-        ba = got[7]
-        end = ba[b + t]
+        end = got[3][t]           # (its bounds' end: the prompt's length)
         return segment_view(got[1][t], got[2][t], (seg_idx, s0, s1), seg, end,
-                            Seq(ra[a:b], ba[a + t:b + t + 1], seg, None, end))
+                            Seq(ra[a:b], got[7][a + t:b + t + 1], seg, None, end))
 
     return view
+
+
+def _shared(num_tok: np.ndarray) -> list[int]:
+    """``num_tok.tolist()``, as the shared int objects of irminsul's records where that module is loaded (a policy
+    that keeps prompts' Seqs is replayed) and every value is below its ``SMALL``.
+
+    NOTE (memory): a Seq's ``end`` is then one of those objects, not a 32 B int of its own: irminsul keeps every
+    prompt's Seq (chat 10^6: ~32 MB); a replay without irminsul does not import the table (2.6 MB) for it."""
+    out = num_tok.tolist()
+    rec = sys.modules.get("pic.engine.policies.irminsul_records")
+    ints = getattr(rec, "INTS", None)
+    if ints is not None and out and 0 <= min(out) and max(out) < len(ints):
+        return list(map(ints.__getitem__, out))
+    return out

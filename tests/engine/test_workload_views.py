@@ -124,3 +124,27 @@ def test_views_from_small_blocks_in_any_order(monkeypatch):
         q = v.seq
         assert (q.rows, q.bounds, q.end, q.store) == (ref.rows, ref.bounds, ref.end, ref.store)
         assert np.array_equal(v.segment_bounds, bounds) and np.array_equal(v.segment_ids, seg.ids[rows])
+
+
+def test_seq_ends_are_shared_ints_where_irminsul_is_loaded(monkeypatch):
+    """With irminsul's records loaded, a Seq's ``end`` (its bounds' end, the view's ``num_tokens``) is the shared
+    int object of that value; without them, a plain int of the same value. Shared above Python's small ints only
+    through the table (a mutation that keeps its own int fails)."""
+    import sys
+
+    import pic.engine.policies.irminsul_records as rec
+
+    trace = _mixed_trace()
+    for loaded in (True, False):
+        if not loaded:
+            monkeypatch.delitem(sys.modules, "pic.engine.policies.irminsul_records")
+        work = workload_from_trace(trace)
+        big = 0
+        for i in range(work.num_requests):
+            v = work.view(i)
+            q = v.seq
+            assert q.end == q.bounds[-1] == v.num_tokens and type(q.end) is int
+            if q.end > 256 and len(q.rows) > 1:
+                big += 1
+                assert (q.end is rec.INTS[q.end]) == loaded
+        assert big > 5
