@@ -245,12 +245,13 @@ class Trace:
         d.pop("_sorted_ids", None)
         table = d.get("_table")
         if table is not None and _LISTS in table.column_names:
+            d["_lists_at"] = table.column_names.index(_LISTS)     # (its place, for _full_table)
             d["_table"] = table.select([c for c in table.column_names if c != _LISTS])
         return offs, seg_index
 
     def _full_table(self) -> pa.Table:
         """The request rows' Arrow table with its ``segment_ids`` (made again from the CSR where :attr:`_csr` dropped
-        them: the same values, list<uint64>)."""
+        them: the same values, list<uint64>, at the same column place)."""
         table = self._table
         if _LISTS in table.column_names:
             return table
@@ -264,7 +265,7 @@ class Trace:
         lists = (pa.LargeListArray if wide else pa.ListArray).from_arrays(
             pa.Array.from_buffers(pa.int64() if wide else pa.int32(), offsets.shape[0], [None, pa.py_buffer(offsets)]),
             values)
-        return table.append_column(_LISTS, lists)
+        return table.add_column(self.__dict__.get("_lists_at", table.num_columns), _LISTS, lists)
 
     def request_segments(self, i: int) -> np.ndarray:
         """Row indices into ``segments`` of request ``i``'s segments, in prompt order."""
