@@ -17,19 +17,14 @@ import sys
 import time
 import types
 from collections import defaultdict
+from pathlib import Path
 
 import pic.engine.replay as R
 from pic.engine.config import ReplayConfig
 from pic.traces.io import read_trace
 
-
-def _rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_children import _current_rss_mb  # noqa: E402
 
 _OPAQUE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
            types.CodeType, type)
@@ -93,7 +88,7 @@ def main() -> None:
     def held(pols, min_match, collect=False):
         if a.policy in box or pols[0].name != a.policy and getattr(pols[0], "name", a.policy) != a.policy:
             return orig(pols, min_match, collect)
-        rss = _rss_mb()
+        rss = _current_rss_mb()
         ex = {id(o) for o in gc.get_referents(trace)} | {id(trace)}
         # the trace's and the workload's objects (reached from the policy's context and views) are not the state's
         for o in (trace, getattr(trace, "__dict__", {})):
