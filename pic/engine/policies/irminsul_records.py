@@ -137,7 +137,7 @@ def new_chunk(fp: int, src: Seq, pos: int, size: int, pieces: list[list[Any]], o
     c.src = src
     c.pos = INTS[pos] if pos < SMALL else pos
     c.size = INTS[size] if size < SMALL else size
-    c._p = pieces if len(pieces) == 1 and type(pieces) is tuple and type(pieces[0]) is tuple else flat_pieces(pieces)
+    c._p = flat_pieces(pieces)
     c.owner = owner
     c.own = own
     c.keys = keys
