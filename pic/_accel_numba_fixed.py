@@ -10,6 +10,9 @@ from numba import njit, types
 from pic._accel_numba import _GOLDEN, _I32, _I64, _OPTS, _U64, _mix
 
 _BITS = types.Array(types.uint8, 1, "C", readonly=True)
+#: a trace's stored tokens as the kernels reading them in place take them: int32, or uint16 where every one fits
+#: (traces.content.narrow_tokens); a token is read by value (``_horner``), so both give the same hashes
+_TOKS = (_I32, types.Array(types.uint16, 1, "C", readonly=True))
 
 
 @njit(**_OPTS)
@@ -132,15 +135,15 @@ def _segment_prefix_hashes(buf, lo, hi, keys, lengths, mask, skip, h0):
     return h
 
 
-@njit(types.uint64[::1](_I32, _I64, _I64, _U64, _I64, types.uint64), **_OPTS)
+@njit([types.uint64[::1](t, _I64, _I64, _U64, _I64, types.uint64) for t in _TOKS], **_OPTS)
 def segment_prefix_hashes(buf, lo, hi, keys, lengths, mask):
     """:func:`_segment_prefix_hashes` of the whole prompt."""
     return _segment_prefix_hashes(buf, lo, hi, keys, lengths, mask, 0, np.uint64(0))
 
 
-@njit(types.Tuple((types.uint64[::1], types.int64[::1], types.uint64[::1], types.uint64[::1]))(
-    _I32, _I64, _I64, _U64, _U64, _I64, types.uint64, types.int64, types.uint64, types.int64, _BITS, _BITS,
-    types.uint64, types.uint64, _U64), **_OPTS)
+@njit([types.Tuple((types.uint64[::1], types.int64[::1], types.uint64[::1], types.uint64[::1]))(
+    t, _I64, _I64, _U64, _U64, _I64, types.uint64, types.int64, types.uint64, types.int64, _BITS, _BITS,
+    types.uint64, types.uint64, _U64) for t in _TOKS], **_OPTS)
 def prompt_scan(buf, tok_offs, offs, keys, salts, rows, mask, width, bw, start, bits1, bits2, shift, fmask, known):
     """``fixed-chunk``'s lookup work on a prompt in one call: its prefix hashes ``h`` (:func:`segment_prefix_hashes`
     of segment rows ``rows`` of a :class:`traces.content.Segments` given as ``tokens``, ``token_offsets`` (or

@@ -130,6 +130,9 @@ def replay_config(file_values: dict[str, Any], overrides: dict[str, Any]) -> Rep
     return ReplayConfig(**values)
 
 
+_FEED = 1 << 20          # values widened at a time (trace_sha256)
+
+
 def trace_sha256(trace: Any) -> str:
     """sha256 of everything in a trace that a replay reads: segment tokens, kinds and ids, and per request
     its id, session, agent, arrival, output tokens and segment ids (not the Parquet encoding)."""
@@ -138,6 +141,12 @@ def trace_sha256(trace: Any) -> str:
     def feed(arr: Any, dt: str) -> None:
         # NOTE (memory): the array's own buffer, not a .tobytes() copy (at chat 10^6 the tokens' copy, 1.7 GB
         # while the last simulation's state was still alive, was the whole run's peak RSS); same bytes
+        if np.dtype(arr.dtype) != np.dtype(dt):
+            # NOTE (memory): a narrower array (uint16 tokens: traces.content.narrow_tokens) widened a slice at a
+            # time: the same bytes as the whole array's, without its int32 copy (chat 10^6: 1.7 GB)
+            for lo in range(0, arr.shape[0], _FEED):
+                h.update(memoryview(np.ascontiguousarray(arr[lo:lo + _FEED], dt)).cast("B"))
+            return
         a = np.ascontiguousarray(arr, dt)
         h.update(memoryview(a).cast("B"))
 

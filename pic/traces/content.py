@@ -12,7 +12,9 @@ segments meet).
 In memory: ``offsets`` are the *virtual* CSR offsets (``offsets[i+1] - offsets[i]`` = segment ``i``'s
 length, whether stored or not); stored tokens live in ``tokens`` at ``token_offsets`` (``None`` when
 every segment is stored, then ``token_offsets == offsets``); an opaque segment has an empty stored range
-and its key/salt in ``keys``/``salts``.
+and its key/salt in ``keys``/``salts``. ``tokens`` is uint16 where a trace read from a file has every stored
+token in ``[0, 65536)`` (:func:`narrow_tokens`), else int32; what the methods hand out is int32 either way
+(values, not bytes, are what every hash reads).
 """
 
 from __future__ import annotations
@@ -30,6 +32,30 @@ _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MASK = np.uint64(OPAQUE_VOCAB - 1)
 _OPAQUE_ID_SEED = 0x6F70617175650000  # "opaque": opaque ids never hash token bytes with seed 0
+
+
+#: stored tokens are kept as uint16 where every one fits (:func:`narrow_tokens`); False keeps int32 (tests)
+NARROW = True
+_U16 = np.dtype(np.uint16)
+
+
+def narrow_tokens(tokens: np.ndarray) -> np.ndarray:
+    """``tokens`` (int32) as uint16 where every value lies in ``[0, 65536)`` (and :data:`NARROW`), else as given.
+
+    NOTE (memory): a trace's stored tokens are its largest array (chat 10^6: 1.71 GB as int32); a vocabulary of
+    up to 65,536 ids (chat: 50,000) holds them in half of it."""
+    if NARROW and tokens.dtype != _U16 and fits_u16(tokens):
+        return tokens.astype(np.uint16)
+    return tokens
+
+
+def fits_u16(tokens: np.ndarray) -> bool:
+    """Whether every value of an int32 (or narrower) array lies in ``[0, 65536)`` (one pass: a negative one reads
+    as a large uint32)."""
+    if not tokens.shape[0] or tokens.dtype == _U16:
+        return True
+    return int(tokens.view(np.uint32).max()) < 1 << 16 if tokens.dtype.itemsize == 4 else \
+        bool(tokens.min() >= 0 and tokens.max() < 1 << 16)
 
 
 def splitmix64(z: np.ndarray) -> np.ndarray:
@@ -115,7 +141,7 @@ class Segments:
     ids: np.ndarray                          # uint64 [S], unique
     kinds: np.ndarray                        # uint8 [S], index into KINDS
     offsets: np.ndarray                      # int64 [S+1]
-    tokens: np.ndarray                       # int32 [stored tokens]
+    tokens: np.ndarray                       # int32 or uint16 [stored tokens] (:func:`narrow_tokens`)
     token_offsets: np.ndarray | None = None  # int64 [S+1]
     keys: np.ndarray | None = None           # uint64 [S]
     salts: np.ndarray | None = None          # uint64 [S]
@@ -157,12 +183,14 @@ class Segments:
         return out
 
     def segment(self, i: int, lo: int = 0, hi: int | None = None) -> np.ndarray:
-        """int32: tokens ``[lo, hi)`` of segment ``i`` (a view for stored ones, derived for opaque ones)."""
+        """int32: tokens ``[lo, hi)`` of segment ``i`` (a view for stored ones, a copy where they are kept as
+        uint16, derived for opaque ones)."""
         n = int(self.offsets[i + 1] - self.offsets[i])
         hi = n if hi is None else hi
         a, b = self.stored_range(i)
         if b > a:
-            return self.tokens[a + lo:a + hi]
+            got = self.tokens[a + lo:a + hi]
+            return got if got.dtype == np.int32 else got.astype(np.int32)
         if hi <= lo:                  # (nothing to derive: an empty segment is stored as nothing, opaque or not)
             return np.zeros(0, np.int32)
         fast = accel.kernels(hi - lo)

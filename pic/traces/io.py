@@ -77,7 +77,7 @@ def _segment_table(seg: Segments) -> pa.Table:
     n = len(seg)
     t = seg.token_offsets if seg.token_offsets is not None else seg.offsets
     stored = np.diff(t) > 0
-    tokens = pa.LargeListArray.from_arrays(pa.array(t - t[0], pa.int64()), pa.array(seg.tokens, pa.int32()),
+    tokens = pa.LargeListArray.from_arrays(pa.array(t - t[0], pa.int64()), pa.array(np.asarray(seg.tokens, np.int32)),
                                            mask=pa.array(~stored))
     cols = {
         "record": _record(n, 0),
