@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pic.traces.content import narrow_tokens
 from pic.traces.schema import KINDS, Segments, Trace, TraceError
 
 V1_COLUMNS = ("record", "segment_id", "kind", "tokens", "request_id", "session_id", "agent_id", "arrival_us",
@@ -37,7 +38,7 @@ def read_v1(path: Path, pf: pq.ParquetFile, meta: dict[bytes, bytes]) -> Trace:
     tok = segt.column("tokens").combine_chunks()
     offsets = np.asarray(tok.offsets, dtype=np.int64)
     offsets = offsets - offsets[0] if offsets.size else np.zeros(1, np.int64)
-    flat = np.asarray(tok.flatten(), dtype=np.int32) if len(tok) else np.zeros(0, np.int32)
+    flat = narrow_tokens(np.asarray(tok.flatten(), dtype=np.int32) if len(tok) else np.zeros(0, np.int32))
     kind_str = segt.column("kind").cast(pa.string()).to_pylist()
     try:
         kinds = np.asarray([KINDS.index(k) for k in kind_str], dtype=np.uint8)

@@ -4,9 +4,9 @@ On disk (see ``traces.io``) a trace is ONE Parquet file holding two record famil
 segment rows (``record == "segment"``) and request rows (``record == "request"``). The schema version
 lives in the file's key/value metadata under ``pic.schema_version``.
 
-In memory a :class:`Trace` keeps segments in CSR form (:class:`traces.content.Segments`: one flat int32
-token array + offsets; opaque segments derive their tokens on demand) so a request's prompt is a
-concatenation of a few slices, and hashing/chunking stays vectorized.
+In memory a :class:`Trace` keeps segments in CSR form (:class:`traces.content.Segments`: one flat token
+array, uint16 where every token fits, else int32, + offsets; opaque segments derive their tokens on demand)
+so a request's prompt is a concatenation of a few slices, and hashing/chunking stays vectorized.
 """
 
 from __future__ import annotations
@@ -283,7 +283,8 @@ class Trace:
         return out
 
     def prompt(self, i: int) -> np.ndarray:
-        """int32 [N]: request ``i``'s prompt tokens (concatenated segments; opaque ones derived)."""
+        """int32 [N]: request ``i``'s prompt tokens (concatenated segments; opaque ones derived; int32 however the
+        trace keeps them)."""
         return self.segments.gather(self.request_segments(i))
 
     def segment_bounds(self, i: int) -> np.ndarray:
