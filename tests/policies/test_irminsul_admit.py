@@ -23,6 +23,7 @@ from pic.engine.policies.irminsul_records import (
     SMALL,
     Chunk,
     Extent,
+    LeanExtent,
     Run,
     end_run,
     new_chunk,
@@ -36,15 +37,22 @@ BPT = 2
 
 
 def _slots(obj, cls) -> dict:
-    return {s: getattr(obj, s) for s in cls.__slots__}
+    return {s: getattr(obj, s) for k in cls.__mro__ for s in getattr(k, "__slots__", ())}
 
 
 @pytest.mark.parametrize("users", [LEAN, None, 7])
 def test_new_extent_is_the_class_call(users) -> None:
+    """An exact store's extent (a set of users) has every slot of the class call's; a lean store's (``LEAN``) is a
+    :class:`LeanExtent` with the class call's slots but the eviction state, which it reads as its defaults."""
     src = Seq.of_array(np.arange(100, dtype=np.int32))
     a = Extent(src, 10, 50, 50 * BPT, 7, 1, users, 3)
     b = new_extent(src, 10, 50, 7, 1, a.users if users is LEAN else set(a.users), 3)
-    assert type(b) is Extent and _slots(a, Extent) == _slots(b, Extent)
+    if users is LEAN:
+        assert type(b) is LeanExtent and _slots(a, LeanExtent) == _slots(b, LeanExtent)
+        assert (b.users, b.last_access_us, b.hits, b.created_us) == (LEAN, 0, 0, 0)
+        assert not hasattr(b, "__dict__")     # (slots only)
+    else:
+        assert type(b) is Extent and _slots(a, Extent) == _slots(b, Extent)
     assert (b.users is LEAN) == (users is LEAN) and a.alive and b.alive
 
 
@@ -87,9 +95,9 @@ def test_records_share_their_position_and_size_ints(at) -> None:
     xs = [new_extent(src, int(str(at)), int(str(at + 1)) - 1, 7, 1, LEAN, 3) for _ in range(2)]
     cs = [new_chunk(5, src, int(str(at)), int(str(at)), (), 3, []) for _ in range(2)]
     for a, b in (xs, cs):
-        assert (a.base_pos if type(a) is Extent else a.pos) == at and a.size == at
+        assert (a.base_pos if type(a) is LeanExtent else a.pos) == at and a.size == at
         small = at < SMALL
-        assert ((a.base_pos is b.base_pos) if type(a) is Extent else (a.pos is b.pos)) == small
+        assert ((a.base_pos is b.base_pos) if type(a) is LeanExtent else (a.pos is b.pos)) == small
         assert (a.size is b.size) == small
     for x in xs:
         assert end_run(x, int(str(at + 2)) - 1) == at + 1 and x.size == at + 1

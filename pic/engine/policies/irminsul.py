@@ -299,7 +299,7 @@ class Irminsul(ChunkWalk, CachePolicy):
         else:
             fits = True
         src, chunks, full = req.seq, [], True
-        tag = st.admission()                  # owner of what this admission makes (Extent.owner, Chunk.owner)
+        tag = st.admission(now_us)            # owner of what this admission makes (Extent.owner, Chunk.owner)
         m, k0, hk, tk = self.config.min_match, got.k0, got.heads, got.tails
         rest: Sequence[int] = ks              # the new chunks stored only as far as they fit
         n0, m0, x0, p0 = len(entries), len(st.made), st.num_extents, st.protected

@@ -23,26 +23,23 @@ SMALL = 1 << 16
 INTS: list[int] = list(range(SMALL))
 
 
-class Extent:
-    """Stored KV of tokens ``[base_pos, base_pos + size)`` of prompt ``src`` (a :class:`~engine.seq.Seq`:
-    a reference, no token copy), produced at ``base_pos``; ``users``: fingerprints of chunks that read it;
-    ``parts``: after a split, ``(left, right, at)`` (the extent itself is then dead); ``owner``: the admission
-    that produced it (:meth:`~engine.policies.irminsul_store.ChunkStore.admission`; -1: unknown). Its bytes are
-    ``size`` times the store's bytes per token; ``refs`` is -1 once it is freed (:attr:`alive`).
+class LeanExtent:
+    """An extent of a lean store (:class:`~engine.policies.irminsul_store.ChunkStore`, unbounded): stored KV of tokens
+    ``[base_pos, base_pos + size)`` of prompt ``src`` (a :class:`~engine.seq.Seq`: a reference, no token copy),
+    produced at ``base_pos``; ``parts``: after a split, ``(left, right, at)`` (the extent itself is then dead);
+    ``owner``: the admission that produced it (:meth:`~engine.policies.irminsul_store.ChunkStore.admission`; -1:
+    unknown); ``users``: ``LEAN`` (a lean store keeps none). Its bytes are ``size`` times the store's bytes per
+    token; ``refs`` is -1 once it is freed (:attr:`alive`).
 
-    NOTE (memory): 10 slots (112 B), not 12 (128 B): no ``nbytes`` (the store's ``size * bpt``) nor ``alive`` slot
-    (chat 10^5 irminsul keeps ~2.4 extents per request)."""
+    A lean store never evicts, so it keeps no recency per extent: no ``last_access_us``, ``hits`` nor
+    ``created_us`` slot (the store keeps them per admission). Once the store turns exact (``ChunkStore._exact``: an
+    explicit eviction, a request released uncommitted) the extent's ``users`` is a :class:`Late` set, which holds
+    them (its admission's); until then they read 0.
 
-    __slots__ = ("src", "base_pos", "size", "refs", "last_access_us", "hits", "created_us", "users", "parts", "owner")
+    NOTE (memory): 7 slots (88 B), not :class:`Extent`'s 10 (112 B), and no ``created_us`` int (a new one per
+    request): chat 10^5 irminsul keeps ~2.4 extents per request."""
 
-    def __init__(self, src: Seq, base_pos: int, size: int, nbytes: int, now: int, refs: int = 0,
-                 user: int | None | frozenset = None, owner: int = -1) -> None:
-        # (``nbytes``: ignored, kept for the callers' signature; the store counts ``size * bpt``)
-        self.src, self.base_pos, self.size = src, base_pos, size
-        self.refs, self.last_access_us, self.hits, self.created_us = refs, now, 0, now
-        self.users: set[int] = set() if user is None else user if isinstance(user, frozenset) else {user}  # type: ignore[assignment]
-        self.parts: tuple[Extent, Extent, int] | None = None
-        self.owner = owner
+    __slots__ = ("src", "base_pos", "size", "refs", "users", "parts", "owner")
 
     @property
     def alive(self) -> bool:
@@ -57,6 +54,56 @@ class Extent:
     def ref(self) -> tuple[Seq, int, int, int]:
         """``(src, lo, hi, 0)``: the stored run by reference (:func:`engine.oracle.duplicate_tokens`)."""
         return self.src, self.base_pos, self.base_pos + self.size, 0
+
+
+class Late(set):
+    """The ``users`` of a :class:`LeanExtent` once its store turned exact, with the recency :class:`Extent` keeps
+    in slots (its admission's when it was made)."""
+
+    __slots__ = ("last_access_us", "hits", "created_us")
+
+    def __init__(self, last_access_us: int, hits: int, created_us: int, users=()) -> None:
+        super().__init__(users)
+        self.last_access_us, self.hits, self.created_us = last_access_us, hits, created_us
+
+    def __reduce__(self) -> tuple:
+        # (copies and pickles: a set's own reduce drops the slots)
+        return Late, (self.last_access_us, self.hits, self.created_us, list(self))
+
+
+def _late_field(name: str) -> property:
+    """A :class:`LeanExtent`'s recency field ``name``: its :class:`Late` users' (0 while the store is lean)."""
+    def get(x: LeanExtent) -> int:
+        u = x.users
+        return getattr(u, name) if type(u) is Late else 0
+
+    def put(x: LeanExtent, v: int) -> None:
+        setattr(x.users, name, v)     # (AttributeError while lean: a lean store keeps no recency per extent)
+    return property(get, put, doc=f"``{name}`` of its :class:`Late` users (0 while its store is lean).")
+
+
+LeanExtent.last_access_us = _late_field("last_access_us")     # type: ignore[attr-defined]
+LeanExtent.hits = _late_field("hits")                         # type: ignore[attr-defined]
+LeanExtent.created_us = _late_field("created_us")             # type: ignore[attr-defined]
+
+
+class Extent(LeanExtent):
+    """An extent of an exact store (a bounded one): :class:`LeanExtent`'s fields, ``users`` the set of fingerprints
+    of the chunks that read it, and its recency in slots (``last_access_us``, ``hits``, ``created_us``: the store's
+    eviction key).
+
+    NOTE (memory): 10 slots (112 B), not 12 (128 B): no ``nbytes`` (the store's ``size * bpt``) nor ``alive`` slot."""
+
+    __slots__ = ("last_access_us", "hits", "created_us")
+
+    def __init__(self, src: Seq, base_pos: int, size: int, nbytes: int, now: int, refs: int = 0,
+                 user: int | None | frozenset = None, owner: int = -1) -> None:
+        # (``nbytes``: ignored, kept for the callers' signature; the store counts ``size * bpt``)
+        self.src, self.base_pos, self.size = src, base_pos, size
+        self.refs, self.last_access_us, self.hits, self.created_us = refs, now, 0, now
+        self.users: set[int] = set() if user is None else user if isinstance(user, frozenset) else {user}  # type: ignore[assignment]
+        self.parts: tuple[Extent, Extent, int] | None = None
+        self.owner = owner
 
 
 class Chunk:
@@ -168,9 +215,20 @@ def shared_ints(xs) -> list[int]:
 
 
 def new_extent(src: Seq, base_pos: int, size: int, now: int, refs: int, users: set[int] | frozenset,
-               owner: int) -> Extent:
+               owner: int) -> LeanExtent:
     """``Extent(src, base_pos, size, 0, now, refs, user, owner)`` whose ``users`` are given as they are kept (a
-    set, or ``LEAN``) (the same slots, tested). NOTE (speed): as :func:`new_chunk`, without the class call."""
+    set); a :class:`LeanExtent` (no ``now`` kept) where they are ``LEAN`` (a lean store's). (The same slots, tested.)
+    NOTE (speed): as :func:`new_chunk`, without the class call."""
+    if users is LEAN:
+        x = _new(LeanExtent)
+        x.src = src
+        x.base_pos = INTS[base_pos] if base_pos < SMALL else base_pos
+        x.size = INTS[size] if size < SMALL else size
+        x.refs = refs
+        x.users = users
+        x.parts = None
+        x.owner = owner
+        return x
     x = _new(Extent)
     x.src = src
     x.base_pos = INTS[base_pos] if base_pos < SMALL else base_pos
@@ -238,3 +296,4 @@ class Run:
     def index(self, fp: int) -> int:
         """The index of its chunk of fingerprint ``fp`` (it must hold one)."""
         return self.fps.index(fp, self.k, self.k + self.n) - self.k
+

@@ -265,7 +265,7 @@ class RunChunks:
         cs: list = [None] * nf
         chunks: list = []
         n0, m0, x0 = len(entries), len(made), self.num_extents
-        tag = self.admission()
+        tag = self.admission(now_us)
         whole = self.add_runs(range(nf), got.bounds, fps, got.heads, got.tails, 0, src, now_us, tag, chunks, cs)
         if len(entries) - n0 != nf:           # a fingerprint repeats: undone (the registry held none of them)
             for fp in fps:

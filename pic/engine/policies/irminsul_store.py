@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,7 +40,7 @@ from pic.engine import eviction
 from pic.engine.policies.base import PolicyStats
 from pic.engine.policies.irminsul_index import ChunkIndexes
 from pic.engine.policies.irminsul_prompts import PromptIndex
-from pic.engine.policies.irminsul_records import LEAN, Chunk, Extent, new_chunk, new_extent
+from pic.engine.policies.irminsul_records import LEAN, Chunk, Extent, Late, new_chunk, new_extent
 from pic.engine.policies.irminsul_records import NONE as _NONE
 from pic.engine.policies.irminsul_runs import RunChunks
 from pic.engine.seq import Seq
@@ -83,6 +84,10 @@ class ChunkStore(RunChunks, ChunkIndexes):
         # columns (no tuple, no Python step per chunk)
         self.made: list = []
         self._admissions = 0
+        # NOTE (memory): a lean store's recency per admission, not per extent (a LeanExtent keeps none: ~100 B per
+        # chat request less): its time (``_born``), its extents' last access and hits (``touch_extents``), by tag;
+        # an extent takes its admission's once the store turns exact (:meth:`_exact`)
+        self._born, self._seen, self._hits = array("q", (0,)), array("q", (0,)), array("I", (0,))
 
     # ---- Public API: extents --------------------------------------------------------------------
     def new_extent(self, src: Seq, base_pos: int, size: int, now_us: int, owner: int = -1) -> Extent:
@@ -93,11 +98,20 @@ class ChunkStore(RunChunks, ChunkIndexes):
         self.num_extents += 1
         return x
 
-    def admission(self) -> int:
+    def admission(self, now_us: int = 0) -> int:
         """A new admission's tag (``owner`` of the extents and chunks it makes; unique in this store, unlike a
-        request id a caller may use again)."""
+        request id a caller may use again), made at ``now_us``."""
         self._admissions += 1
-        return self._admissions
+        t = self._admissions
+        if self.lean:                     # (its extents' recency, :meth:`_exact`; an admission undone: tag again)
+            if t < len(self._born):
+                self._born[t] = self._seen[t] = now_us
+                self._hits[t] = 0
+            else:
+                self._born.append(now_us)
+                self._seen.append(now_us)
+                self._hits.append(0)
+        return t
 
     def live(self, x: Extent, lo: int, hi: int) -> list[tuple[Extent, int, int]] | None:
         """The live extents now holding ``x``'s tokens ``[lo, hi)`` (``x`` may have been split since), as
@@ -316,6 +330,14 @@ class ChunkStore(RunChunks, ChunkIndexes):
         """Extents ``xs`` (repeats allowed) are accessed now, each once (a split one: each of its parts)."""
         # NOTE (speed): repeats dropped by a C-level pass (an extent hashes by identity); a split extent's parts found
         # with a stack, not parts_of's lists (~60 % of the extents a Mooncake conversation lookup reads are split)
+        if self.lean:                     # (recency per admission, see __init__: an extent's, split or not, its own)
+            seen, hits, na = self._seen, self._hits, len(self._born)
+            for x in dict.fromkeys(xs):
+                o = x.owner
+                if 0 < o < na:
+                    seen[o] = now_us
+                    hits[o] += 1
+            return
         for x in dict.fromkeys(xs):
             if x.parts is not None:
                 stack = [x]
@@ -333,15 +355,18 @@ class ChunkStore(RunChunks, ChunkIndexes):
     # ---- Internal helpers -------------------------------------------------------------------------
     def _split(self, x: Extent, at: int) -> tuple[Extent, Extent]:
         """Cut live extent ``x`` after ``at`` tokens into two extents with its locks and recency."""
-        lean = self.lean
-        left = new_extent(x.src, x.base_pos, at, x.created_us, x.refs, LEAN if lean else set(), x.owner)
-        right = new_extent(x.src, x.base_pos + at, x.size - at, x.created_us, x.refs, LEAN if lean else set(), x.owner)
+        if self.lean:                     # pieces naming x stay (live() resolves them); no users to move, no recency
+            left = new_extent(x.src, x.base_pos, at, 0, x.refs, LEAN, x.owner)
+            right = new_extent(x.src, x.base_pos + at, x.size - at, 0, x.refs, LEAN, x.owner)
+            x.parts = (left, right, at)   # (no longer alive)
+            self.num_extents += 1
+            return left, right
+        left = new_extent(x.src, x.base_pos, at, x.created_us, x.refs, set(), x.owner)
+        right = new_extent(x.src, x.base_pos + at, x.size - at, x.created_us, x.refs, set(), x.owner)
         left.last_access_us = right.last_access_us = x.last_access_us
         left.hits = right.hits = x.hits
         x.parts = (left, right, at)       # (no longer alive)
         self.num_extents += 1
-        if lean:                          # pieces naming x stay (live() resolves them); no users to move
-            return left, right
         for fp in x.users:
             c = self.entries[fp]
             pieces = []
@@ -371,7 +396,8 @@ class ChunkStore(RunChunks, ChunkIndexes):
     def _exact(self) -> None:
         """A lean store becomes exact (see the module's NOTE): every chunk's pieces name live extents, each
         extent knows its users, a run is split at its chunks' edges, and the unlocked extents are evictable
-        (an unbounded store keeps them listed for :meth:`evict`)."""
+        (an unbounded store keeps them listed for :meth:`evict`). Each extent (a :class:`LeanExtent`) gets its
+        admission's recency: its time, the last access and the hits of its admission's extents."""
         if not self.lean:
             return
         self.make_all()
@@ -379,6 +405,8 @@ class ChunkStore(RunChunks, ChunkIndexes):
         self.prompts.lean = False         # (the layouts' chunks may be dropped or cut from now on)
         self.prompts._whole.clear()
         seen: dict[int, Extent] = {}
+        born, last, hits, na = self._born, self._seen, self._hits, len(self._born)
+        self._born, self._seen, self._hits = array("q"), array("q"), array("I")
         for c in self.entries.values():
             pieces = []
             for x, xo, n in c.pieces:
@@ -389,7 +417,11 @@ class ChunkStore(RunChunks, ChunkIndexes):
             c.pieces = pieces
             for x, _, _ in pieces:
                 if not isinstance(x.users, set):      # (LEAN, or a copy of it: copy.deepcopy makes one)
-                    x.users = set()
+                    if type(x) is Extent:
+                        x.users = set()
+                    else:                 # (a LeanExtent: its admission's recency)
+                        o = x.owner if 0 < x.owner < na else 0
+                        x.users = Late(last[o], hits[o], born[o])
                     seen[id(x)] = x
                 x.users.add(c.fp)
         for c in list(self.entries.values()):  # a run: an extent per chunk (the exact store's granularity)

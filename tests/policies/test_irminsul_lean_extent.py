@@ -1,0 +1,80 @@
+"""A lean (unbounded) irminsul store's extents are :class:`LeanExtent` records without recency slots (the store keeps
+its admissions' times, last accesses and hits); once the store turns exact each extent's ``users`` is a
+:class:`Late` set holding its admission's recency: the time the exact store's extent was made, a last access and
+hits no older nor fewer than the exact store's extents of that admission. Copies and pickles keep them."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import sys
+
+import numpy as np
+
+from pic.engine.policies.irminsul_records import LEAN, Extent, Late, LeanExtent, new_extent
+from pic.engine.seq import Seq
+from tests.policies.test_irminsul_lean import _drive, _layout, _pair
+from tests.policies.test_irminsul_speed import _stream, _views
+
+
+def _extents(st) -> list:
+    """Every live extent the registry's chunks read, once each, in registry order."""
+    seen: dict[int, object] = {}
+    for c in st.chunks():
+        for x, xo, n in c.pieces:
+            for y, _, _ in st.live(x, xo, xo + n) or ():
+                seen.setdefault(id(y), y)
+    return list(seen.values())
+
+
+def test_a_lean_extent_has_no_recency_slots() -> None:
+    src = Seq.of_array(np.arange(100, dtype=np.int32))
+    x, y = new_extent(src, 0, 50, 7, 1, LEAN, 3), new_extent(src, 0, 50, 7, 1, set(), 3)
+    assert type(x) is LeanExtent and type(y) is Extent
+    assert sys.getsizeof(x) == sys.getsizeof(y) - 3 * 8
+    assert (x.last_access_us, x.hits, x.created_us, x.users) == (0, 0, 0, LEAN)
+    assert (y.last_access_us, y.hits, y.created_us) == (7, 0, 7)
+
+
+def test_late_users_copy_and_pickle_with_their_recency() -> None:
+    u = Late(30, 2, 10, [5, 9])
+    for v in (copy.deepcopy(u), copy.copy(u), pickle.loads(pickle.dumps(u))):
+        assert type(v) is Late and v == {5, 9} and (v.last_access_us, v.hits, v.created_us) == (30, 2, 10)
+    src = Seq.of_array(np.arange(100, dtype=np.int32))
+    x = new_extent(src, 0, 50, 7, 1, LEAN, 3)
+    x.users = u
+    x.last_access_us, x.hits = 40, 3
+    z = copy.deepcopy(x)
+    assert type(z) is LeanExtent and z.users == {5, 9}
+    assert (z.last_access_us, z.hits, z.created_us) == (40, 3, 10)
+
+
+def test_a_lean_store_turned_exact_gives_its_extents_their_admissions_recency() -> None:
+    exact, lean = _pair()
+    reqs = _views(_stream(3, 70), 3)
+    _drive((exact, lean), reqs, 2)
+    st = lean._store
+    assert st.lean and st.num_extents > 0
+    xs = _extents(st)
+    assert xs and all(type(x) is LeanExtent for x in xs)
+    born = {x.owner: st._born[x.owner] for x in xs}
+    assert all(t % 10 == 0 for t in born.values()) and len(set(born.values())) > 1    # (admit's times: 10 * t)
+    st._exact()
+    exact._store._exact()
+    assert _layout(lean) == _layout(exact)
+    got, want = _extents(st), _extents(exact._store)
+    assert [(x.base_pos, x.size) for x in got] == [(x.base_pos, x.size) for x in want]
+    touched = 0
+    for x, y in zip(got, want, strict=True):
+        assert type(x.users) is Late or type(x) is Extent
+        assert x.created_us == y.created_us           # (its admission's time: when the exact store made it)
+        if type(x) is LeanExtent:
+            assert x.created_us == born[x.owner]
+        assert x.last_access_us >= y.last_access_us and x.hits >= y.hits
+        touched += y.hits > 0
+    assert touched > 0
+    # the formerly lean store evicts by that recency (lru): everything unlocked goes, as in the exact store
+    for p in (exact, lean):
+        assert p.evict(p.usage().evictable, 10**6) >= 0
+        assert p.usage().evictable == 0
+
