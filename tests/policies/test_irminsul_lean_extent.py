@@ -1,7 +1,8 @@
 """A lean (unbounded) irminsul store's extents are :class:`LeanExtent` records without recency slots (the store keeps
 its admissions' times, last accesses and hits); once the store turns exact each extent's ``users`` is a
 :class:`Late` set holding its admission's recency: the time the exact store's extent was made, a last access and
-hits no older nor fewer than the exact store's extents of that admission. Copies and pickles keep them."""
+hits no older nor fewer than the exact store's extents of that admission. Copies and pickles keep them. A
+conversation's turns do not split the runs' extents they reuse."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import pickle
 import sys
 
 import numpy as np
+import pytest
 
-from pic.engine.policies.irminsul_records import LEAN, Extent, Late, LeanExtent, new_extent
+from pic.engine.policies import RequestView, irminsul_lookup
+from pic.engine.policies.irminsul_records import LEAN, Extent, Late, LeanExtent, Run, new_extent
 from pic.engine.seq import Seq
-from tests.policies.test_irminsul_lean import _drive, _layout, _pair
+from tests.policies.test_irminsul_lean import _drive, _layout, _pair, _runs
 from tests.policies.test_irminsul_speed import _stream, _views
 
 
@@ -77,4 +80,35 @@ def test_a_lean_store_turned_exact_gives_its_extents_their_admissions_recency() 
     for p in (exact, lean):
         assert p.evict(p.usage().evictable, 10**6) >= 0
         assert p.usage().evictable == 0
+
+
+def _splits(st) -> int:
+    """How many extents the lean store's records name were split (a run's extent, a chunk's pieces)."""
+    seen: dict[int, object] = {}
+    for e in st.entries.values():
+        for x in ([e.x] if type(e) is Run else [p[0] for p in e.pieces]):
+            seen.setdefault(id(x), x)
+    return sum(x.parts is not None for x in seen.values())
+
+
+@pytest.mark.parametrize("join", [True, False])
+def test_a_conversation_does_not_split_its_runs_extents(join, monkeypatch) -> None:
+    """Each turn continues the last prompt: it reuses the last turn's new chunks (one extent) up to their last chunk and
+    then the chunk that straddled the last prompt's end (whose first piece is that last chunk's tokens) as one use of
+    that extent (join_use), so no lock splits it (only the first prompt's extent is split, once: its first chunk, at
+    position 0, is clipped); without join_use each turn splits one. The exact store's plans, usage and stored runs."""
+    if not join:
+        monkeypatch.setattr(irminsul_lookup, "join_use", lambda *a: None)
+    exact, lean = _pair()
+    rng = np.random.default_rng(5)
+    toks = rng.integers(0, 5000, 1500, dtype=np.int32)
+    reqs = []
+    for t in range(8):
+        reqs.append(RequestView.from_tokens(t, toks))
+        toks = np.concatenate([toks, rng.integers(0, 5000, 400, dtype=np.int32)])
+    plans = _drive((exact, lean), reqs, lag=0)
+    assert all(sum(s[1] - s[0] for s in p if s[2] != 2) >= 1500 for p in plans[1:])      # (each turn reuses)
+    assert sum(len(c.pieces) > 1 for c in lean._store.chunks()) == 7          # (a straddling chunk per turn)
+    assert _splits(lean._store) == (1 if join else 7)
+    assert _runs(lean) == _runs(exact)
 

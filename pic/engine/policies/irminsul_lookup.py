@@ -28,16 +28,10 @@ from pic.engine.policies.irminsul_layout import (
     query_key,
     tokens_from,
 )
-from pic.engine.policies.irminsul_records import Chunk, Extent, Run, shared_ints
+from pic.engine.policies.irminsul_records import Chunk, Extent, Run, flags, join_use, shared_ints
 from pic.engine.policies.irminsul_store import ChunkStore
 
 _START = itemgetter(0)
-
-
-def _flags(anchors: np.ndarray) -> bytes:
-    """A layout's anchors as the policy keeps them: one byte (0/1) per bound. NOTE (memory): the prompt index keeps every
-    committed prompt's layout: 1 B per bound, not a list's 8 B pointer (bytes concatenate by memcpy, index to 0 and 1)"""
-    return anchors.astype(np.bool_, copy=False).tobytes()
 
 if TYPE_CHECKING:
     from pic.engine.policies.irminsul import IrminsulConfig
@@ -207,7 +201,7 @@ class ChunkWalk:
         if not self.config.s2 or (req.source is not None and not _may_mark(req.source, self._marker)):
             got = opaque_layout(req, 0, 0, 0, self._cdc, self.config.min_match)    # (no hard boundary)
             if got is not None:
-                # (the kernel's anchors as bytes of 0/1: _flags's)
+                # (the kernel's anchors as bytes of 0/1: flags's)
                 toks, bounds, anchors, fps, heads, tails, meta = got
                 self._tail_bounds, self._tail_keys = (0, None), (heads, tails, meta, -1)
                 return Analysis(bounds, fps, anchors, NO_CUTS, False, toks, 0, [])
@@ -217,7 +211,7 @@ class ChunkWalk:
         hard = cdc.clean_hard(hard, n)
         bounds, anchors, fps = cdc.layout_fps(toks, self._cdc, hard)    # (one compiled call: no hard boundary)
         self._tail_bounds = (0, bounds)
-        return Analysis(shared_ints(bounds.tolist()), fps.tolist(), _flags(anchors), hard, marked, toks, 0, [])
+        return Analysis(shared_ints(bounds.tolist()), fps.tolist(), flags(anchors), hard, marked, toks, 0, [])
 
     def _layout(self, req: RequestView, shared: int, other: tuple, best_len: int) -> Analysis | None:
         """The layout from a committed prompt ``other`` that shares the first ``shared`` tokens: its cuts up
@@ -268,7 +262,7 @@ class ChunkWalk:
         # (bounds, anchors and the chunks' fingerprints from one compiled call when there is no hard boundary)
         tb, tanc, fps = cdc.layout_from_fps(toks[base - lo:], base, n, c, self._cdc, hard)
         self._tail_bounds = (k, tb)
-        return Analysis(pb[:k] + shared_ints(tb.tolist()), pf[:k] + fps.tolist(), bytes(panc[:k]) + _flags(tanc), hard, marked, toks,
+        return Analysis(pb[:k] + shared_ints(tb.tolist()), pf[:k] + fps.tolist(), bytes(panc[:k]) + flags(tanc), hard, marked, toks,
                         lo, [], chunks=known, whole=whole)
 
     def _get(self, fp: int, toks: np.ndarray, a: int, b: int) -> Chunk | None:
@@ -376,7 +370,9 @@ class ChunkWalk:
                 if have:
                     uses.append((t0, b0, x0, lo0))
                     have = False
+                k = len(uses)
                 self._span(uses, e, a, b, 0)
+                join_use(uses, k, joint, a, e, lean)
                 joint = -1
         return have, t0, b0, x0, lo0, joint
 
@@ -416,7 +412,9 @@ class ChunkWalk:
                 if have:
                     uses.append((t0, b0, x0, lo0))
                     have = False
+                k = len(uses)
                 self._span(uses, e, bounds[j], ends[j], 0)
+                join_use(uses, k, joint, bounds[j], e, True)
                 joint, j = -1, j2
                 continue
             have, t0, b0, x0, lo0, joint = self._chunk_uses(
@@ -454,7 +452,9 @@ class ChunkWalk:
                 uses.append((a, b, x, xo))
                 joint = -1 if b - a < n else b if own else -b - 1
             else:
+                k = len(uses)
                 self._span(uses, e, a, b, 0)
+                join_use(uses, k, joint, a, e, lean)
                 joint = -1
         return best_len
 

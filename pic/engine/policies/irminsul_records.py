@@ -297,3 +297,37 @@ class Run:
         """The index of its chunk of fingerprint ``fp`` (it must hold one)."""
         return self.fps.index(fp, self.k, self.k + self.n) - self.k
 
+
+def flags(anchors: np.ndarray) -> bytes:
+    """A layout's anchors as the policy keeps them: one byte (0/1) per bound. NOTE (memory): the prompt index keeps every
+    committed prompt's layout: 1 B per bound, not a list's 8 B pointer (bytes concatenate by memcpy, index to 0 and 1)"""
+    return anchors.astype(np.bool_, copy=False).tobytes()
+
+
+def join_use(uses: list, k: int, joint: int, a: int, c: Chunk, lean: bool) -> None:
+    """A lean store's exact-prefix walk (``engine.policies.irminsul_lookup``): the use ``uses[k]`` of chunk ``c``'s first
+    piece (``c`` served from target ``a``, its pieces' uses from ``k`` on) is the use before it, ``uses[k - 1]``, going
+    on in the same extent (or a part of it split since: the same admission's, prompt and tokens) where that one ended at
+    an edge of a chunk that made the extent (``joint``: ``a``, or ``-a - 1`` where ``c`` made it, as
+    ``ChunkWalk._chunk_uses`` tells it): one use then, of the first one's extent (admit locks its range through
+    the parts: ``ChunkStore.lock_range``).
+
+    NOTE (memory): a conversation's turn reuses the previous turn's run of new chunks up to its last chunk, then the
+    chunk that straddled the previous prompt's end, whose first piece is that last chunk's tokens: as two uses they
+    split the run's extent at admit (chat 10^4: ~0.4 splits per request, two extents and a tuple each) where the exact
+    store (an extent per chunk) splits nothing. The same tokens locked, the same plan (abutting uses of equal delta are
+    one span), the same stored runs (cut at the run's chunk edges)."""
+    if not lean or not k or len(uses) <= k:
+        return
+    t0, b0, x0, lo0 = uses[k - 1]
+    t, b, x, lo = uses[k]
+    if t != b0 or b0 != a or not (joint == a or joint == -a - 1 and c.owner == x.owner):
+        return
+    if x is x0:
+        if lo0 + t - t0 != lo:
+            return
+    elif x.owner != x0.owner or x.src is not x0.src or x.base_pos + lo != x0.base_pos + lo0 + t - t0 or \
+            x.base_pos < x0.base_pos or x.base_pos + x.size > x0.base_pos + x0.size:
+        return
+    uses[k - 1] = (t0, b, x0, lo0)
+    del uses[k]
