@@ -2,7 +2,8 @@
 its admissions' times, last accesses and hits); once the store turns exact each extent's ``users`` is a
 :class:`Late` set holding its admission's recency: the time the exact store's extent was made, a last access and
 hits no older nor fewer than the exact store's extents of that admission. Copies and pickles keep them. A
-conversation's turns do not split the runs' extents they reuse."""
+conversation's turns do not split the runs' extents they reuse. A lean store's chunks keep no end nodes nor head
+key (found when it turns exact)."""
 
 from __future__ import annotations
 
@@ -112,3 +113,40 @@ def test_a_conversation_does_not_split_its_runs_extents(join, monkeypatch) -> No
     assert _splits(lean._store) == (1 if join else 7)
     assert _runs(lean) == _runs(exact)
 
+
+def test_a_lean_stores_chunks_keep_no_end_nodes_nor_head_key_until_it_turns_exact() -> None:
+    """While lean a chunk's end nodes in the tries and its head key are not kept (only releasing it reads them: never
+    while lean); turned exact, every indexed chunk has the nodes its claims got and its head key (the exact store's:
+    the same paths, the same key), found by walks and a hash. ``extendable`` (a walk and a hash while lean) answers
+    as the exact store's."""
+    exact, lean = _pair()
+    reqs = _views(_stream(2, 70), 2)
+    _drive((exact, lean), reqs, 2)
+    st, sx = lean._store, exact._store
+    assert st.rtrie is not None
+    st._flush()
+    sx._flush()
+    # (a chunk made of a run, RunChunks.chunk_at, finds its nodes by that walk then)
+    of_runs = {id(c) for r in st.made if type(r) is Run for c in r.cs or () if c is not None}
+    made = [e for e in st.entries.values() if type(e) is not Run and id(e) not in of_runs]
+    assert sum(c.indexed is not None for c in made) > 10
+    assert all(c.node is None and c.rnode is None and c.head is None for c in made)
+    ext = [(fp, st.extendable(c)) for fp, c in st.entries.items() if type(c) is not Run and c.ready]
+    assert ext == [(fp, sx.extendable(sx.entries[fp])) for fp, _ in ext] and any(e for _, e in ext)
+    st._exact()
+    n = 0
+    for fp, c in st.entries.items():
+        d = sx.entries[fp]
+        assert c.head == d.head and (c.node is None) == (d.node is None) and (c.rnode is None) == (d.rnode is None)
+        for a, b, ta, tb in ((c.node, d.node, st.trie, sx.trie), (c.rnode, d.rnode, st.rtrie, sx.rtrie)):
+            if a is not None:
+                assert ta.tokens_of(a).tobytes() == tb.tokens_of(b).tobytes()
+                n += 1
+    assert n > 20
+    # and releasing them (every chunk dropped) leaves both tries alike: empty
+    for p in (exact, lean):
+        for c in list(p._store.entries.values()):
+            p._store.drop(c)
+        p._store._flush()
+        assert p._store.trie.tokens_of(0).shape[0] == p._store.rtrie.tokens_of(0).shape[0] == 0
+        assert len(p._store._heads) == len(p._store._tails) == 0

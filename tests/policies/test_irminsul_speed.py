@@ -58,6 +58,13 @@ def _views(prompts: list[np.ndarray], seed: int) -> list[RequestView]:
     return out
 
 
+def _end_node(st, c):
+    """Chunk ``c``'s end node in the chunk trie (a lean store's chunk keeps none: the walk to it)."""
+    if c.node is not None or not st.lean or c.indexed is None:
+        return c.node
+    return st.trie.node_of(c.src, c.fp, c.pos, c.pos + c.indexed)
+
+
 def _plans(reqs: list[RequestView], capacity_tokens: float, eager: bool, monkeypatch, s1: bool = False) -> list:
     if eager:                             # replay the index log after every operation: the plain algorithm
         index, unindex = ChunkStore._index, ChunkStore._unindex
@@ -71,7 +78,8 @@ def _plans(reqs: list[RequestView], capacity_tokens: float, eager: bool, monkeyp
             self._flush()
         monkeypatch.setattr(ChunkStore, "_index", index_now)
         monkeypatch.setattr(ChunkStore, "_unindex", unindex_now)
-        monkeypatch.setattr(ChunkStore, "extendable", lambda self, c: c.node is not None and self.trie.has_children(c.node))
+        monkeypatch.setattr(ChunkStore, "extendable", lambda self, c: (n := _end_node(self, c)) is not None and
+                            self.trie.has_children(n))
         monkeypatch.setattr(ChunkStore, "longest",
                             lambda self, toks, short=False, head=None, _f=ChunkStore.longest: _f(self, toks, True))
     cap = math.inf if math.isinf(capacity_tokens) else capacity_tokens * BPT

@@ -46,6 +46,7 @@ class ChunkIndexes:
     chunk_of: Callable[[Chunk | Run, int], Chunk]
     chunks_of: Callable[[Run], list[Chunk]]
     run_paths: Callable[[list], tuple[list, list]]
+    lean: bool
 
     def _init_indexes(self, tails: bool, min_match: int, keep_keys: bool = False) -> None:
         self.windows: dict[int, tuple[int, int]] = {}       # window fp -> (chunk fp, offset)
@@ -124,8 +125,7 @@ class ChunkIndexes:
                     c.ready = True
                     c.indexed = n = c.size
                     hk, tk = c.keys
-                    c.head = hk
-                    c.keys = None
+                    c.keys = None             # (lean: no head kept, see _flush)
                     hks, tks = [hk], [tk]
                     hks += r.heads
                     tks += r.tails
@@ -148,10 +148,12 @@ class ChunkIndexes:
                         c.indexed = n
                         c.head = hk
                 else:
+                    lean = self.lean
                     for c, n, hk in zip(chunks, sizes, hks, strict=True):
                         c.ready = True
                         c.indexed = n
-                        c.head = hk
+                        if not lean:
+                            c.head = hk
                         c.keys = None
                 self._heads.update(hks)
                 self._tails.update(tks)
@@ -182,7 +184,6 @@ class ChunkIndexes:
                             d.ready = True
                             d.indexed = d.size
                             if d.size >= m:
-                                d.head = c.heads[i]
                                 d.keys = (c.heads[i], c.tails[i]) if keep else None
                             else:
                                 d.keys = None
@@ -195,7 +196,8 @@ class ChunkIndexes:
             c.indexed = n = c.size
             if n >= m:
                 hk, tk = c.keys if c.keys is not None else _keys(c, n, m)
-                c.head = hk
+                if not self.lean:
+                    c.head = hk
                 hks.append(hk)
                 tks.append(tk)
                 c.keys = (hk, tk) if keep else None
@@ -238,10 +240,11 @@ class ChunkIndexes:
         """Whether another indexed chunk may begin with all of ready chunk ``c``'s tokens (``c``'s end node
         in the chunk trie has children)."""
         m = self.min_match
-        if c.size >= m and self._heads.get(c.head, 0) < 2:
+        if c.size >= m and self._heads.get(c.head if c.head is not None else cdc.fingerprint(c.part(0, m)), 0) < 2:
             return False                      # c is the only indexed chunk beginning with its first m tokens
         self._flush()
-        return c.node is not None and self.trie.kid[c.node] >= 0
+        node = c.node if c.node is not None or not self.lean else self.trie.node_of(c.src, c.fp, c.pos, c.pos + c.indexed)
+        return node is not None and self.trie.kid[node] >= 0
 
     def window(self, toks: np.ndarray) -> tuple[Chunk, int] | None:
         """The ready chunk and offset holding the S1 window ``toks`` (by fingerprint), if any."""
@@ -298,7 +301,7 @@ class ChunkIndexes:
         runs = None
         if Run in map(type, log[1::3]):       # a run: each of its chunks (RunChunks.run_paths)
             log, runs = self.run_paths(log)
-        trie, rtrie = self.trie, self.rtrie
+        trie, rtrie, lean = self.trie, self.rtrie, self.lean
         for i in range(0, len(log), 3):
             add, c, n = log[i], log[i + 1], log[i + 2]
             if add:
@@ -306,9 +309,13 @@ class ChunkIndexes:
                 # request on chat); the tail trie reads the same prompt backwards (FlatTrie rev: no reversed Seq
                 # per request, ~260 B per chat request)
                 src, pos = c.src, c.pos
-                c.node = trie.claim(src, c.fp, pos, pos + n)
-                if rtrie is not None:
-                    c.rnode = rtrie.claim(src, c.fp, pos, pos + n)
+                # NOTE (memory): a lean store's chunks keep neither end node nor head key (ints of ~28-36 B each, ~92 B
+                # per chat request): releasing reads them, never while lean (ChunkStore._exact finds them then);
+                # extendable, the one reader while lean (~1 call per 1,000 chat requests), walks and hashes
+                nd = trie.claim(src, c.fp, pos, pos + n)
+                rn = rtrie.claim(src, c.fp, pos, pos + n) if rtrie is not None else None
+                if not lean:
+                    c.node, c.rnode = nd, rn
                 continue
             # NOTE (speed): the trie keeps only locked paths, so what this release unlocked (the node and
             # the ancestors it alone held) is all a full eviction would free: FlatTrie.release prunes that path

@@ -36,7 +36,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pic.engine import eviction
+from pic.engine import cdc, eviction
 from pic.engine.policies.base import PolicyStats
 from pic.engine.policies.irminsul_index import ChunkIndexes
 from pic.engine.policies.irminsul_prompts import PromptIndex
@@ -400,7 +400,19 @@ class ChunkStore(RunChunks, ChunkIndexes):
         admission's recency: its time, the last access and the hits of its admission's extents."""
         if not self.lean:
             return
+        self._flush()                     # (while lean: the chunks' end nodes and head keys are not kept, found below)
         self.make_all()
+        trie, rtrie, m = self.trie, self.rtrie, self.min_match
+        for c in self.entries.values():
+            n = c.indexed
+            if n is None:
+                continue
+            if c.node is None:
+                c.node = trie.node_of(c.src, c.fp, c.pos, c.pos + n)
+            if c.rnode is None and rtrie is not None:
+                c.rnode = rtrie.node_of(c.src, c.fp, c.pos, c.pos + n)
+            if c.head is None and n >= m:
+                c.head = cdc.fingerprint(c.part(0, m))
         self.lean, self.made = False, []
         self.prompts.lean = False         # (the layouts' chunks may be dropped or cut from now on)
         self.prompts._whole.clear()
