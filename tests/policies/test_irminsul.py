@@ -12,6 +12,7 @@ from pic.engine import policies
 from pic.engine.plan import Action, Plan
 from pic.engine.policies import PolicyContext, RequestView
 from pic.engine.policies.irminsul_records import Chunk
+from pic.engine.policies.irminsul_runs import run_edges
 from pic.engine.seq import Seq
 from pic.traces.markers import BOUNDARY_MARKER
 
@@ -447,7 +448,7 @@ def _stored_runs_reference(st):
     seqs, where, src, lo, hi, num = [], {}, [], array("q"), array("q"), []
     for rec in st.made:
         if type(rec) is not Chunk:
-            x, bounds, k = rec if type(rec) is tuple else (rec.x, rec.bounds, rec.k)
+            x, bounds, k = rec if type(rec) is tuple else (rec.x, *run_edges(rec))
             edges = bounds[k:bisect_left(bounds, x.base_pos + x.size, k) + 1]
             if x.parts is not None:
                 edges = sorted({*edges, *(y.base_pos for y in st.parts_of(x))})

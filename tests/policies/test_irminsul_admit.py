@@ -30,6 +30,7 @@ from pic.engine.policies.irminsul_records import (
     new_extent,
     shared_ints,
 )
+from pic.engine.policies.irminsul_runs import run_edges
 from pic.engine.seq import Seq
 from pic.traces.schema import KIND_CODE
 
@@ -241,8 +242,9 @@ def _place_reference(store, cs, js, bounds, fps) -> None:
         if type(r) is not Run:
             continue
         i = r.index(fps[j])
-        a = r.bounds[r.k + i]
-        if a != bounds[j] or r.bounds[r.k + i + 1] - a != bounds[j + 1] - bounds[j]:
+        eb, jb = run_edges(r)
+        a = eb[jb + i]
+        if a != bounds[j] or eb[jb + i + 1] - a != bounds[j + 1] - bounds[j]:
             cs[j] = store.chunk_at(r, i)
 
 

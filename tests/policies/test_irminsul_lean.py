@@ -15,6 +15,7 @@ import pytest
 from pic.engine import policies
 from pic.engine.policies import PolicyContext, RequestView
 from pic.engine.policies.irminsul_records import Run
+from pic.engine.policies.irminsul_runs import run_edges
 from tests.policies.test_irminsul_speed import _stream, _views
 
 BPT = 2
@@ -205,8 +206,9 @@ def test_lean_layouts_keep_the_registrys_chunks_and_plan_as_the_exact_store(seed
         for j, (fp, c) in enumerate(zip(fps, cs, strict=True)):
             assert st.chunk_of(c, fp) is st.chunk_of(st.entries[fp], fp)
             if type(c) is Run:
-                i = c.k + c.index(fp)
-                assert (c.bounds[i], c.bounds[i + 1]) == (bounds[j], bounds[j + 1])
+                eb, i = run_edges(c)
+                i += c.index(fp)
+                assert (eb[i], eb[i + 1]) == (bounds[j], bounds[j + 1])
     assert all(v[5] is None for v in exact._store.prompts.layouts())
     st._exact()
     assert not st.prompts.lean

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from pic.engine.policies import irminsul_prompts
+from pic.engine.policies.irminsul_layout import NO_CUTS
 from pic.engine.policies.irminsul_prompts import PromptIndex
 from tests.engine.test_flat_trie import _array_prompts, _segment_prompts
 
@@ -27,7 +28,7 @@ def _layout(rng: np.random.Generator, end: int, entries: dict) -> tuple:
             r = rng.random()
             if r < 0.8:
                 entries[fp] = SimpleNamespace(ready=r < 0.7, size=b - a if r < 0.6 else max(1, (b - a) // 2))
-    return bounds, fps, None, None, False, None
+    return bounds, fps, _anchors(rng, len(bounds)), NO_CUTS, False, None
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -55,12 +56,37 @@ def test_flat_prompt_index_answers_as_the_radix_tree(seed, tries, monkeypatch):
 
 
 def _same(a: tuple | None, b: tuple | None) -> bool:
-    """Two layouts alike: the same lists of edges and fingerprints, the same chunk objects in order."""
+    """Two layouts alike: equal lists of edges and fingerprints (lists: a lookup extends them), the same chunk objects
+    in order."""
     if a is None or b is None:
         return a is b
-    return a[0] is b[0] and a[1] is b[1] and len(a) == len(b) == 6 and (
+    return type(a[0]) is type(a[1]) is list and a[0] == b[0] and a[1] == b[1] and a[2] == b[2] and \
+        np.array_equal(a[3], b[3]) and a[4] == b[4] and len(a) == len(b) == 6 and (
         a[5] is b[5] is None or a[5] is not None and b[5] is not None and len(a[5]) == len(b[5]) and
         all(x is y for x, y in zip(a[5], b[5], strict=True)))
+
+
+def _continued(rng: np.random.Generator, o: tuple, end: int, entries: dict) -> tuple[list, list, bytes]:
+    """Edges, fingerprints and anchors over ``[0, end)`` that begin as layout ``o``'s (some of them; one edge,
+    fingerprint or anchor among them, at times, not), the rest new (as :func:`_layout` makes them)."""
+    bounds, fps = _layout(rng, end, entries)[:2]
+    ob = [b for b in o[0][:len(o[1])] if b < end][:int(rng.integers(1, len(o[1]) + 1))]
+    of, oa = list(o[1][:len(ob)]), bytearray(o[2][:len(ob)])
+    if len(ob) > 2 and rng.random() < 0.4:  # (an edge, a fingerprint or an anchor among the first ones differs)
+        j, r = int(rng.integers(1, len(ob))), rng.random()
+        if r < 0.4:
+            del ob[j], of[j], oa[j]
+        elif r < 0.7:
+            of[j] = fps[0]
+        else:
+            oa[j] ^= 1
+    bounds = ob + [b for b in bounds if b > ob[-1]]
+    fps = of + [int(f) for f in rng.integers(0, 60, len(bounds) - 1 - len(of))]
+    return bounds, fps, bytes(oa) + _anchors(rng, len(bounds) - len(oa))
+
+
+def _anchors(rng: np.random.Generator, n: int) -> bytes:
+    return rng.integers(0, 2, n).astype(np.bool_).tobytes()
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -85,20 +111,32 @@ def test_lean_chunk_lists_continued_answer_as_kept_whole(seed, chain, recent, mo
         assert a[3] is None or flat.found_whole(a[3]) == tree.found_whole(b[3])
         for c in made[-3:]:               # (chunks turn ready and whole later)
             c.ready, c.size = True, max(c.size, 10**9)
-        bounds, fps = _layout(rng, q.end, entries)[:2]
+        o = a[3] if a[3] is not None and rng.random() < 0.9 else None
+        other = o[5] if o is not None else []
+        if o is not None and rng.random() < 0.8:      # (edges and fingerprints continue other's: most)
+            bounds, fps, anchors = _continued(rng, o, q.end, entries)
+        else:
+            bounds, fps = _layout(rng, q.end, entries)[:2]
+            anchors = _anchors(rng, len(bounds))
+        r = rng.random()                  # (hard boundaries and marker occurrences: in a few)
+        hard, marked = (NO_CUTS, False) if r < 0.8 else (np.array([1, 2]), r < 0.9)
+        for fp, x, y in zip(fps, bounds, bounds[1:], strict=False):
+            if fp not in entries and rng.random() < 0.8:
+                entries[fp] = SimpleNamespace(ready=True, size=y - x)
         n = len(fps)
-        other = a[3][5] if a[3] is not None and rng.random() < 0.9 else []
         k = min(n, len(other), int(rng.integers(0, len(other) + 1)))
         new = [SimpleNamespace(ready=rng.random() < 0.7, size=int(rng.integers(1, 50))) for _ in range(n - k)]
         made += new
         cs = [*other[:k], *new]
-        lay = (bounds, fps, None, None, False, cs, bool(rng.random() < 0.3))
+        lay = (bounds, fps, anchors, hard, marked, cs, bool(rng.random() < 0.3))
         for idx in (flat, tree):
             idx.add(q, lay, int(i), math.inf)
     assert sum(u >= 0 for u in flat._up) > 10 and (chain > 4 or max(flat._dep) == chain)
+    assert sum(type(lay[0]) is tuple for lay in flat._lays) > 10       # (edges and fingerprints kept as rests)
+    assert any(type(lay[0]) is tuple and lay[2] is not None for lay in flat._lays)
     assert len(flat._full) <= recent
     assert sorted(map(repr, map(_key, flat.layouts()))) == sorted(map(repr, map(_key, tree.layouts())))
 
 
 def _key(lay: tuple) -> tuple:
-    return id(lay[0]), [id(c) for c in lay[5]]
+    return lay[0], lay[1], lay[2], lay[3].tolist(), lay[4], [id(c) for c in lay[5]]

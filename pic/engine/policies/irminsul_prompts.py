@@ -9,12 +9,13 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from itertools import compress, count
-from operator import attrgetter, is_not, lt, sub
+from operator import attrgetter, is_not, lt, ne, sub
 
 import numpy as np
 
 from pic.engine.flat_trie import FlatTrie
-from pic.engine.policies.irminsul_records import Chunk
+from pic.engine.policies.irminsul_layout import NO_CUTS
+from pic.engine.policies.irminsul_records import Chunk, Run
 from pic.engine.radix import RadixTree, as_seq
 from pic.engine.seq import Seq
 
@@ -36,19 +37,23 @@ class PromptIndex:
         self.tree: RadixTree | None = None if not evicts else RadixTree(evicts=True)
         self.flat: FlatTrie | None = FlatTrie(bits=12) if not evicts else None
         self._lays: list[tuple] = []
-        # NOTE (memory): a flat index keeps a lean layout's chunk list as the prompt it continues keeps it (``_up``: the
-        # index in ``_lays`` of best_layout's ``other`` for the prompt; ``_k``: how many leading chunks the two share;
-        # the rest in the layout's tuple from ``[5]`` on, no list), read as the whole list (:meth:`_chunks`); ``_wf``:
-        # whether it was found all ready and whole (``_whole`` for a tree). Chat 10^4: ~30 chunks a prompt, all but
-        # ~2.7 the previous turn's (99 % of layouts; the chunk list and its ``_whole`` entry were ~300 B a request)
+        # NOTE (memory): a flat index keeps a lean layout as the prompt it continues keeps it (``_up``: the index in
+        # ``_lays`` of best_layout's ``other`` for the prompt; ``_k``: how many leading chunks, edges, fingerprints and
+        # anchors the two share), and its own rest in a tuple ``(fingerprints and edges, anchors, hard)``, then its
+        # chunks from ``[3]`` on (no list): the fingerprints then the edges in one tuple (which this admission's runs
+        # keep too: ``irminsul_runs.run_edges``), ``hard`` None where it has neither hard boundaries nor a marker (else
+        # ``(hard, marked)``); read back whole (:meth:`_view`). ``_wf``: whether it was found all ready and whole
+        # (``_whole`` for a tree). Chat 10^4: ~11 chunks a prompt, all but ~2.7 the previous turn's (99 % of layouts).
+        # Chat 10^5: the whole chunk lists were ~300 B a request; the whole edge and fingerprint lists that layouts and
+        # runs kept ~245 B; ~185 B less now (state_census.py)
         self._up, self._k, self._dep, self._wf = array("i"), array("i"), bytearray(), bytearray()
         # the last best_layout walk: (tokens, tree version, num, node); a flat index's: (tokens, num, node, depth,
         # index of ``other`` or -1)
         self._walk: tuple | None = None
         self._other: tuple = (None, -1)            # a flat index's last ``other``: (layout, index)
-        # NOTE (speed): the whole chunk lists of the latest ``_RECENT`` layouts added (index -> list): a conversation's
-        # next turn reads its previous one's without a walk up its chain (~1.2 MB)
-        self._full: dict[int, list] = {}
+        # NOTE (speed): the latest ``_RECENT`` layouts added as they were added (index -> the layout, its whole lists): a
+        # conversation's next turn reads its previous one's without a walk up its chain (~2.5 MB)
+        self._full: dict[int, tuple] = {}
         # whether the layouts' chunks (``layout[5]``) are the registry's: the store is lean (ChunkStore._exact)
         self.lean = False
         # NOTE (speed): a lean store's kept chunk lists found all ready and whole (id -> the list): a lean store
@@ -82,7 +87,9 @@ class PromptIndex:
 
     def _add_flat(self, tokens: Seq | np.ndarray, layout: tuple) -> None:
         """:meth:`add` to a flat index (it never evicts): a prompt committed again takes a new slot in ``_lays``
-        (the old one may be a later prompt's ``_up``)."""
+        (the old one may be a later prompt's ``_up``). A layout kept as the one it continues gives the runs its admit
+        made (:class:`~engine.policies.irminsul_records.Run`: those naming its edge list) the rests it keeps, their
+        ``k`` counted from there (every one of them lies in the rest: a new chunk is not the other's)."""
         flat, lays = self.flat, self._lays
         q = as_seq(tokens)
         w, self._walk = self._walk, None
@@ -96,14 +103,29 @@ class PromptIndex:
             node = flat.insert_at(q, w[1], w[2], w[3])
             p = w[4]
             if p >= 0 and cs is not None and self.lean and self._dep[p] < _CHAIN:
-                o, oi = self._other           # (its whole list, as best_layout read it: no second walk up)
-                pcs = o[5] if oi == p else self._chunks(p)
-                if pcs is not None:           # (the chunks both lists begin with, by identity: one C-level pass)
-                    k = next(compress(count(), map(is_not, cs, pcs)), min(len(cs), len(pcs)))
+                o, oi = self._other           # (its whole lists, as best_layout read them: no second walk up)
+                po = o if oi == p else self._view(p)
+                if po[5] is not None:         # (what both begin with: chunks by identity, edges and fingerprints by
+                    k = _shared(cs, po[5], is_not)      # value; C-level passes)
+                    if k > 0:
+                        k = min(k, _shared(layout[0], po[0], ne), _shared(layout[1], po[1], ne),
+                                _shared(layout[2], po[2], ne))
         else:
             node = flat.insert(q, 0, q.end)
+        if cs is not None:
+            full = self._full
+            full[len(lays)] = layout if len(layout) == 6 else layout[:6]
+            if len(full) > _RECENT:
+                del full[next(iter(full))]
         if k > 0:
-            layout = (layout[0], layout[1], layout[2], layout[3], layout[4], *cs[k:])
+            # the rests: fingerprints then edges in one tuple, anchors, and hard boundaries with ``marked`` (None: none)
+            bounds, hard, marked = layout[0], layout[3], layout[4]
+            rest = (*layout[1][k:], *bounds[k:])
+            for c in cs[k:]:                  # this admission's runs: their edges and fingerprints from the rest
+                if type(c) is Run and c.bounds is bounds and c.k >= k:
+                    c.bounds = c.fps = rest
+                    c.k -= k
+            layout = (rest, layout[2][k:], None if not hard.size and not marked else (hard, marked), *cs[k:])
             self._up.append(p)
             self._k.append(k)
             self._dep.append(self._dep[p] + 1)
@@ -114,43 +136,51 @@ class PromptIndex:
             self._k.append(0)
             self._dep.append(0)
         self._wf.append(whole)
-        if cs is not None:
-            full = self._full
-            full[len(lays)] = cs
-            if len(full) > _RECENT:
-                del full[next(iter(full))]
         flat.val[node] = len(lays)
         flat.has[node] = 1
         lays.append(layout)
 
-    def _chunks(self, i: int) -> list | None:
-        """The whole chunk list of ``_lays[i]`` (a new list where it continues another's; None where it keeps none)."""
-        lays, up, ks = self._lays, self._up, self._k
+    def _view(self, i: int) -> tuple:
+        """``_lays[i]`` as it was added: ``(bounds, fps, anchors, hard, marked, chunks)``, whole (new lists where it
+        continues another's, unless at hand in ``_full``)."""
+        up = self._up
         p = up[i]
         if p < 0:
-            return lays[i][5]
+            return self._lays[i]
         got = self._full.get(i)
         if got is not None:
             return got
-        parts, lim = [lays[i][5:]], ks[i]
+        lays, ks = self._lays, self._k
+        lay = lays[i]
+        r, lim = lay[0], ks[i]
+        n = len(r) >> 1
+        bs, fs, ans, cs = [r[n:]], [r[:n]], [lay[1]], [lay[3:]]
         while True:                           # full(p)[:lim] = full(up[p])[:min(lim, k[p])] + own(p)[:lim - k[p]]
-            u = up[p]
+            u, lp = up[p], lays[p]
             if u < 0:
-                out = lays[p][5][:lim]
+                ob, of, oa, oc = lp[0][:lim], lp[1][:lim], lp[2][:lim], lp[5][:lim]
                 break
             kp = ks[p]
             if lim > kp:
-                parts.append(lays[p][5:5 + lim - kp])
+                n = lim - kp
+                r = lp[0]
+                m = len(r) >> 1
+                bs.append(r[m:m + n])
+                fs.append(r[:n])
+                ans.append(lp[1][:n])
+                cs.append(lp[3:3 + n])
                 lim = kp
             p = u
-        for part in reversed(parts):
-            out += part
-        return out
-
-    def _view(self, i: int) -> tuple:
-        """``_lays[i]`` with its whole chunk list."""
-        lay = self._lays[i]
-        return lay if self._up[i] < 0 else (lay[0], lay[1], lay[2], lay[3], lay[4], self._chunks(i))
+        for part in reversed(bs):
+            ob += part
+        for part in reversed(fs):
+            of += part
+        for part in reversed(ans):
+            oa += part
+        for part in reversed(cs):
+            oc += part
+        h = lay[2]
+        return (ob, of, oa, NO_CUTS, False, oc) if h is None else (ob, of, oa, h[0], h[1], oc)
 
     def found_whole(self, layout: tuple) -> bool:
         """Whether ``layout`` (the last :meth:`best_layout`'s ``other``) keeps a chunk list found all ready and whole."""
@@ -279,3 +309,8 @@ class PromptIndex:
             if c.size < bounds[j + 1] - bounds[j]:     # cut chunk: its head only
                 return min(num, bounds[j] + c.size)
         return num
+
+
+def _shared(a, b, op) -> int:
+    """How many leading items ``a`` and ``b`` share (``op``: the C-level test of a difference, ``is_not`` or ``ne``)."""
+    return next(compress(count(), map(op, a, b)), min(len(a), len(b)))

@@ -247,7 +247,8 @@ class Run:
     """A lean store's row of new chunks that one admission recomputed whole, in a row, over one extent ``x``
     (:class:`~engine.policies.irminsul_store.ChunkStore`): chunk ``i`` is the layout's chunk ``k + i``, tokens
     ``[bounds[k + i], bounds[k + i + 1])`` of prompt ``src``, fingerprint ``fps[k + i]``, a piece of ``x`` at offset
-    ``bounds[k + i] - x.base_pos``. One record instead of a :class:`Chunk` per chunk: the registry names the run under
+    ``bounds[k + i] - x.base_pos`` (a run of a layout kept as a rest: see ``irminsul_runs.run_edges``).
+    One record instead of a :class:`Chunk` per chunk: the registry names the run under
     each of its chunks' fingerprints, a layout at each of its chunks' places, and a :class:`Chunk` is made only
     when a reader needs one (:meth:`~engine.policies.irminsul_store.ChunkStore.chunk_at`: a fingerprint hit, a trie
     walk, the store turning exact), then kept in ``cs`` and in the registry.

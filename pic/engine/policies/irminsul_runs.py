@@ -48,11 +48,12 @@ class RunChunks:
         c = cs[i]
         if c is not None:
             return c
-        j, x, m = r.k + i, r.x, self.min_match
-        a = r.bounds[j]
-        n = r.bounds[j + 1] - a
+        x, m = r.x, self.min_match
+        eb, j = run_edges(r)
+        a = eb[j + i]
+        n = eb[j + i + 1] - a
         keys = (r.heads[i], r.tails[i]) if n >= m and r.heads is not None else None
-        c = new_chunk(r.fps[j], r.src, a, n, ((x, a - x.base_pos, n),), r.owner, r.own if i == 0 else RELEASED, keys)
+        c = new_chunk(r.fps[r.k + i], r.src, a, n, ((x, a - x.base_pos, n),), r.owner, r.own if i == 0 else RELEASED, keys)
         if r.nodes:                           # (its paths are in the tries, _flush: the end nodes its claims got)
             c.node = self.trie.node_of(r.src, c.fp, a, a + n)
             if self.rtrie is not None:
@@ -106,11 +107,13 @@ class RunChunks:
                 for d in self.chunks_of(c):
                     out += (True, d, d.size)
             else:
-                k, k2, b, src = c.k, c.k + c.n, c.bounds, c.src
-                items = [_Path(src, fp, a) for fp, a in zip(c.fps[k:k2], b[k:k2], strict=True)]
+                k, n, src = c.k, c.n, c.src
+                b, j = run_edges(c)
+                b = b[j:j + n + 1]
+                items = [_Path(src, fp, a) for fp, a in zip(c.fps[k:k + n], b, strict=False)]
                 if c.cs is not None:          # (chunks made of it so far: indexed themselves)
                     items = [p if d is None else d for d, p in zip(c.cs, items, strict=True)]
-                out += chain.from_iterable(zip(repeat(True), items, map(sub, b[k + 1:k2 + 1], b[k:k2])))
+                out += chain.from_iterable(zip(repeat(True), items, map(sub, b[1:], b)))
                 runs.append((c, items))
         return out, runs
 
@@ -137,8 +140,9 @@ class RunChunks:
             i = j - k
             if not (0 <= i < r.n and r.fps[j] == fp):
                 i = r.fps.index(fp, k, k + r.n) - k
-            a = r.bounds[k + i]
-            if a != bounds[j] or r.bounds[k + i + 1] - a != bounds[j + 1] - bounds[j]:
+            eb, jb = run_edges(r)
+            a = eb[jb + i]
+            if a != bounds[j] or eb[jb + i + 1] - a != bounds[j + 1] - bounds[j]:
                 cs[j] = self.chunk_at(r, i)
 
     def stored_runs(self) -> list[tuple[Seq, int, int, int]] | RefRuns:
@@ -156,13 +160,13 @@ class RunChunks:
             for rec in self.made:
                 t = type(rec)
                 if t is not Chunk:            # a run: (x, bounds, k), or the Run (add_runs)
-                    x, bounds, k = rec if t is tuple else (rec.x, rec.bounds, rec.k)
+                    x, bounds, k = rec if t is tuple else (rec.x, *run_edges(rec))
                     j = bisect_left(bounds, x.base_pos + x.size, k) + 1        # (ends at the extent's end: an edge)
                     if x.parts is None:
                         ed.extend(bounds[k:j])
                         glen.append(j - k)
                     else:                             # split: its parts' starts too (sorted; repeats: runs of 0)
-                        edges = bounds[k:j]
+                        edges = [*bounds[k:j]]         # (a run's own edges may be a tuple: PromptIndex)
                         stack = [x]
                         while stack:                  # (its parts in token order, as parts_of gives them)
                             y = stack.pop()
@@ -276,6 +280,15 @@ class RunChunks:
             return None
         self.protected += whole * self.bpt
         return chunks, cs
+
+
+def run_edges(r: Run) -> tuple[Sequence[int], int]:
+    """``(edges, j)``: run ``r``'s chunk ``i`` lies at ``[edges[j + i], edges[j + i + 1])`` of its prompt (its fingerprint
+    is ``r.fps[r.k + i]``). NOTE (memory): a run of a layout the flat prompt index keeps as the one it continues keeps
+    the layout's own rest (:meth:`~engine.policies.irminsul_prompts.PromptIndex._add_flat`): its fingerprints, then its
+    edges, in one tuple (``r.bounds`` and ``r.fps`` both; ``r.k`` among the fingerprints)."""
+    b = r.bounds
+    return (b, r.k + (len(b) >> 1)) if b is r.fps else (b, r.k)
 
 
 class _Path:
