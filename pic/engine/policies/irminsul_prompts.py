@@ -15,7 +15,7 @@ import numpy as np
 
 from pic.engine.flat_trie import FlatTrie
 from pic.engine.policies.irminsul_layout import NO_CUTS
-from pic.engine.policies.irminsul_records import Chunk, Run
+from pic.engine.policies.irminsul_records import Chunk, Run, shared_size
 from pic.engine.radix import RadixTree, as_seq
 from pic.engine.seq import Seq
 
@@ -41,11 +41,12 @@ class PromptIndex:
         # ``_lays`` of best_layout's ``other`` for the prompt; ``_k``: how many leading chunks, edges, fingerprints and
         # anchors the two share), and its own rest in a tuple ``(fingerprints and edges, anchors, hard)``, then its
         # chunks from ``[3]`` on (no list): the fingerprints then the edges in one tuple (which this admission's runs
-        # keep too: ``irminsul_runs.run_edges``), ``hard`` None where it has neither hard boundaries nor a marker (else
-        # ``(hard, marked)``); read back whole (:meth:`_view`). ``_wf``: whether it was found all ready and whole
-        # (``_whole`` for a tree). Chat 10^4: ~11 chunks a prompt, all but ~2.7 the previous turn's (99 % of layouts).
-        # Chat 10^5: the whole chunk lists were ~300 B a request; the whole edge and fingerprint lists that layouts and
-        # runs kept ~245 B; ~185 B less now (state_census.py)
+        # keep too: ``irminsul_runs.run_edges``), the anchors as an int's bits (:func:`_mask`), ``hard`` None where it
+        # has neither hard boundaries nor a marker (else ``(hard, marked)``); read back whole (:meth:`_view`). ``_wf``:
+        # whether it was found all ready and whole (``_whole`` for a tree). Chat 10^4: ~11 chunks a prompt, all but ~2.7
+        # the previous turn's (99 % of layouts). Chat 10^5: the whole chunk lists were ~300 B a request; the whole edge
+        # and fingerprint lists that layouts and runs kept ~245 B, the layout's tuple and anchors ~150 B; ~215 B less
+        # now (state_census.py)
         self._up, self._k, self._dep, self._wf = array("i"), array("i"), bytearray(), bytearray()
         # the last best_layout walk: (tokens, tree version, num, node); a flat index's: (tokens, num, node, depth,
         # index of ``other`` or -1)
@@ -125,7 +126,7 @@ class PromptIndex:
                 if type(c) is Run and c.bounds is bounds and c.k >= k:
                     c.bounds = c.fps = rest
                     c.k -= k
-            layout = (rest, layout[2][k:], None if not hard.size and not marked else (hard, marked), *cs[k:])
+            layout = (rest, _mask(layout[2][k:]), None if not hard.size and not marked else (hard, marked), *cs[k:])
             self._up.append(p)
             self._k.append(k)
             self._dep.append(self._dep[p] + 1)
@@ -154,7 +155,7 @@ class PromptIndex:
         lay = lays[i]
         r, lim = lay[0], ks[i]
         n = len(r) >> 1
-        bs, fs, ans, cs = [r[n:]], [r[:n]], [lay[1]], [lay[3:]]
+        bs, fs, ans, cs = [r[n:]], [r[:n]], [_flags(lay[1], n + 1)], [lay[3:]]
         while True:                           # full(p)[:lim] = full(up[p])[:min(lim, k[p])] + own(p)[:lim - k[p]]
             u, lp = up[p], lays[p]
             if u < 0:
@@ -167,7 +168,7 @@ class PromptIndex:
                 m = len(r) >> 1
                 bs.append(r[m:m + n])
                 fs.append(r[:n])
-                ans.append(lp[1][:n])
+                ans.append(_flags(lp[1], m + 1)[:n])
                 cs.append(lp[3:3 + n])
                 lim = kp
             p = u
@@ -309,6 +310,23 @@ class PromptIndex:
             if c.size < bounds[j + 1] - bounds[j]:     # cut chunk: its head only
                 return min(num, bounds[j] + c.size)
         return num
+
+
+_BITS, _UNBITS = bytes.maketrans(b"\x00\x01", b"01"), bytes.maketrans(b"01", b"\x00\x01")
+
+
+def _mask(anchors: bytes) -> int | bytes:
+    """A rest's anchors (a byte 0/1 per edge) as an int, bit ``j`` the ``j``-th's (the records' shared int object for up
+    to 16 edges), or as they are where one is neither 0 nor 1. NOTE (memory): a layout's rest holds ~3.7 edges (chat
+    10^4): a ``bytes`` of them was ~40 B a request, a shared int is none."""
+    if not anchors or anchors.translate(None, b"\x00\x01"):
+        return anchors
+    return shared_size(int(anchors[::-1].translate(_BITS), 2))
+
+
+def _flags(mask: int | bytes, n: int) -> bytes:
+    """The ``n`` anchors :func:`_mask` gave ``mask`` of."""
+    return mask if type(mask) is bytes else format(mask, f"0{n}b")[::-1].encode().translate(_UNBITS)
 
 
 def _shared(a, b, op) -> int:
