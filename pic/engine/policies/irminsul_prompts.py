@@ -106,11 +106,12 @@ class PromptIndex:
             if p >= 0 and cs is not None and self.lean and self._dep[p] < _CHAIN:
                 o, oi = self._other           # (its whole lists, as best_layout read them: no second walk up)
                 po = o if oi == p else self._view(p)
-                if po[5] is not None:         # (what both begin with: chunks by identity, edges and fingerprints by
-                    k = _shared(cs, po[5], is_not)      # value; C-level passes)
-                    if k > 0:
-                        k = min(k, _shared(layout[0], po[0], ne), _shared(layout[1], po[1], ne),
-                                _shared(layout[2], po[2], ne))
+                if po[5] is not None:         # (what both begin with: chunks by identity, edges, fingerprints and
+                    k = _shared(cs, po[5], is_not)      # anchors by value; C-level passes)
+                    b, f, a = layout[0], layout[1], layout[2]
+                    # NOTE (speed): the first k of each alike (the list compares: most) tell it without the counts
+                    if k > 0 and (b[:k] != po[0][:k] or f[:k] != po[1][:k] or a[:k] != po[2][:k]):
+                        k = min(k, _shared(b, po[0], ne), _shared(f, po[1], ne), _shared(a, po[2], ne))
         else:
             node = flat.insert(q, 0, q.end)
         if cs is not None:
@@ -313,15 +314,22 @@ class PromptIndex:
 
 
 _BITS, _UNBITS = bytes.maketrans(b"\x00\x01", b"01"), bytes.maketrans(b"01", b"\x00\x01")
+_MASKS: dict[bytes, int] = {}
 
 
 def _mask(anchors: bytes) -> int | bytes:
     """A rest's anchors (a byte 0/1 per edge) as an int, bit ``j`` the ``j``-th's (the records' shared int object for up
     to 16 edges), or as they are where one is neither 0 nor 1. NOTE (memory): a layout's rest holds ~3.7 edges (chat
     10^4): a ``bytes`` of them was ~40 B a request, a shared int is none."""
+    m = _MASKS.get(anchors)
+    if m is not None:
+        return m
     if not anchors or anchors.translate(None, b"\x00\x01"):
         return anchors
-    return shared_size(int(anchors[::-1].translate(_BITS), 2))
+    m = shared_size(int(anchors[::-1].translate(_BITS), 2))
+    if len(anchors) <= 10:                # (NOTE (speed): the masks of short rests kept: a dict read, ~2k at most)
+        _MASKS[anchors] = m
+    return m
 
 
 def _flags(mask: int | bytes, n: int) -> bytes:
