@@ -6,8 +6,8 @@ point within it and so far (``VmHWM``), and the C heap's free bytes (glibc ``mal
 Everything after ``--`` is `pic replay`'s own command line: the CLI runs as `python -m pic replay` does (the same
 imports, the same ``del loaded`` and writes), with the functions of ``pic.engine.replay`` it calls wrapped: the trace
 read, the workload, the trace-level oracle, each policy's simulation (and, within it, whether it takes prefix's:
-``prefix_twin.take``), the baselines' cycles freed, ``_held`` /
-``_footprint`` (the state reduced and dropped), the tables' concatenation, the trace dropped (the CLI's
+``prefix_twin.take``, its proof and its asked pass), the baselines' cycles freed, ``_held`` / ``_footprint`` (the
+state reduced and dropped; within it the duplicate count), the tables' concatenation, the trace dropped (the CLI's
 ``free_cycles``) and ``write_run``. Nothing is freed or collected that the run would not free itself, so the
 figures are a plain run's (the high points are reset per phase through ``/proc/self/clear_refs``; the whole run's
 peak is the largest of them). One line per phase on stderr as it ends; ``--out``: all of them as JSON.
@@ -119,10 +119,15 @@ def install(ph: Phases) -> None:
     R._simulate = ph.wrap(R._simulate, lambda name, *a, **k: f"sim:{name}")
     # (its RSS after: where the policy's own simulation starts, prefix's simulation not taken)
     R.prefix_twin.take = ph.wrap(R.prefix_twin.take, lambda name, *a, **k: f"take prefix's sim? ({name})")
+    # (within it: the trace-level proof that would tell the policy, then the policy asked in arrival order)
+    R.prefix_twin.Twin.proven = ph.wrap(R.prefix_twin.Twin.proven, "proof (proven_prefixes)")
+    R.prefix_twin._asked = ph.wrap(R.prefix_twin._asked, "asked in arrival order")
     R.free_cycles = ph.wrap(R.free_cycles, "cycles freed (baseline)")
     R.release_freed = ph.wrap(R.release_freed, "release_freed")
     R._held = ph.wrap(R._held, "_held (state reduced)")
     R._footprint = ph.wrap(R._footprint, "_footprint")
+    # (within it, after the state's footprint() and its cycles freed: the count over its stored runs)
+    R.duplicate_tokens = ph.wrap(R.duplicate_tokens, "duplicate count")
     R._concat = ph.wrap(R._concat, "tables concatenated")
     R.write_run = ph.wrap(R.write_run, "write_run")
     M.free_cycles = ph.wrap(M.free_cycles, "trace dropped (CLI)")
