@@ -19,8 +19,11 @@ from pic.engine.rolling import prefix_hashes, ramp, range_window_hashes
 from pic.traces.content import opaque_bases, opaque_run
 
 _BATCH_TOKENS = 1 << 19       # tokens hashed per batch of ranges
-_SPILL_WINDOWS = 1 << 22      # hashed windows held in memory at most; more go to a temporary file
-_PART_WINDOWS = 1 << 21       # hashed windows per partition when they are decided (about)
+_SPILL_WINDOWS = 1 << 20      # hashed windows held in memory at most; more go to a temporary file
+_PART_WINDOWS = 1 << 20       # hashed windows per partition when they are decided (about)
+# NOTE (memory): both were 4x / 2x larger: chat 10^5 irminsul's duplicate count (3.8 M windows, the run's peak) held
+# them all in memory (46 MB) and a partition of 1.9 M with its sort (~70 MB): its high point +166 -> +96 MB over its
+# start, the trace-level oracle's +148 -> +118 MB; the same CPU (1.2 s, 2.5 s)
 _RUN_SLICE = 1 << 22          # held windows turned into runs at a time
 _BITS = 12                    # finest partition: the hash's top 12 bits (coarser ones are unions of them)
 
