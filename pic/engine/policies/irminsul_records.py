@@ -219,27 +219,19 @@ def new_extent(src: Seq, base_pos: int, size: int, now: int, refs: int, users: s
     """``Extent(src, base_pos, size, 0, now, refs, user, owner)`` whose ``users`` are given as they are kept (a
     set); a :class:`LeanExtent` (no ``now`` kept) where they are ``LEAN`` (a lean store's). (The same slots, tested.)
     NOTE (speed): as :func:`new_chunk`, without the class call."""
-    if users is LEAN:
-        x = _new(LeanExtent)
-        x.src = src
-        x.base_pos = INTS[base_pos] if base_pos < SMALL else base_pos
-        x.size = INTS[size] if size < SMALL else size
-        x.refs = refs
-        x.users = users
-        x.parts = None
-        x.owner = owner
-        return x
-    x = _new(Extent)
+    lean = users is LEAN
+    x = _new(LeanExtent if lean else Extent)
     x.src = src
     x.base_pos = INTS[base_pos] if base_pos < SMALL else base_pos
     x.size = INTS[size] if size < SMALL else size
     x.refs = refs
-    x.last_access_us = now
-    x.hits = 0
-    x.created_us = now
     x.users = users
     x.parts = None
     x.owner = owner
+    if not lean:                  # (an exact store's extent: its recency too)
+        x.last_access_us = now
+        x.hits = 0
+        x.created_us = now
     return x
 
 
