@@ -460,6 +460,15 @@ def _prefixes(trace, order: np.ndarray, rows: np.ndarray, item_offs: np.ndarray)
     return pfx
 
 
+def kept_points(trace, order: np.ndarray) -> tuple | None:
+    """``(known, pfx, shared, last, partial)`` :func:`_prefixes` kept for the requests ``order`` of ``trace`` (its last
+    call), else None (another trace or order; nothing kept)."""
+    got = _POINTS[0] if _POINTS else None
+    if got is None or got[0]() is not trace or got[1] != _digest(np.asarray(order, np.int64)):
+        return None
+    return got[2:]
+
+
 _POINTS: list = []        # [(weak reference to the trace, its order's digest, known, pfx, shared, last, partial)]
 _PREFIXES: list = []      # [(weak reference to the trace, its order's digest, own once)]: the last prompt_oracle's whose reuse
 #                           was its prefixes

@@ -423,12 +423,10 @@ def _oracle_prefixes(trace, order: np.ndarray) -> np.ndarray | None:
     of that order) found (``coverage.resident_prefixes`` of the same rows: the values ``prompt_prefixes`` gives), else
     None. NOTE (speed, memory): not made again for the proof (chat 10^5: 0.25 CPU s, +53 MB of RSS; chat 10^6: its
     structure pass was most of the ~4.9 CPU s and the +0.8 GB high point before irminsul's simulation)."""
-    from pic.engine import coverage
+    from pic.engine.coverage import kept_points
 
-    got = coverage._POINTS[0] if coverage._POINTS else None
-    if got is None or got[0]() is not trace or got[1] != coverage._digest(np.asarray(order, np.int64)):
-        return None
-    return got[3]
+    got = kept_points(trace, order)
+    return None if got is None else got[1]
 
 
 def answer_from_trace(cache: OracleCache, request_ids: np.ndarray, pfx: np.ndarray, windows: np.ndarray) -> None:

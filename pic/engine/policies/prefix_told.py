@@ -91,13 +91,13 @@ def points(trace, order: np.ndarray) -> tuple | None:
     from pic.engine import coverage
 
     order, seg = np.asarray(order, np.int64), trace.segments
-    got = coverage._POINTS[0] if coverage._POINTS else None
-    if got is None or got[0]() is not trace or got[1] != coverage._digest(order):
+    got = coverage.kept_points(trace, order)
+    if got is None:
         if seg.keys is None or not seg.opaque_mask.all():
             return None
         coverage._prefixes(trace, order, *coverage._order_rows(trace, order))
-        got = coverage._POINTS[0]
-    return got[3:] if got[2] else None
+        got = coverage._POINTS[0][2:]
+    return got[1:] if got[0] else None
 
 
 def radix_nodes(pfx: np.ndarray, ntok: np.ndarray, shared: np.ndarray, last: np.ndarray,
